@@ -1,0 +1,65 @@
+// Executor: compiles a Graph once (memory plan, kernel arguments) and runs it
+// as often as needed; leaves may be rewritten between runs (new batches,
+// updated weights).
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "nabla/graph.h"
+
+namespace nabla {
+
+struct ExecOptions {
+  int threads = 0;            // 0: cpu::default_threads()
+  bool plan_memory = true;    // reuse buffers once their last reader has run
+  bool inplace = true;        // let elementwise ops overwrite a dying input
+  bool check_finite = false;  // stop at the first op that produces NaN or Inf
+  size_t memory_limit = 0;    // bytes; 0: none. Checked before allocating.
+};
+
+struct MemoryReport {
+  size_t arena_bytes = 0;     // planned size of the intermediate-buffer arena
+  size_t unplanned_bytes = 0; // what the intermediates would take without reuse
+  int buffers = 0;            // intermediates with their own memory
+  int inplace = 0;            // intermediates that reuse an input's buffer in place
+};
+
+class Executor {
+ public:
+  explicit Executor(const Graph& graph, ExecOptions options = {});
+  ~Executor();
+  Executor(Executor&&) noexcept;
+  Executor& operator=(Executor&&) noexcept;
+
+  void run();
+
+  const MemoryReport& memory() const;
+  int threads() const;
+
+  // The values of an output, leaf, or view of either, after run(); in
+  // row-major order whatever the tensor's strides. UsageError for a tensor
+  // whose memory the plan may have reused.
+  void read(const Tensor& t, void* dst, size_t bytes) const;
+  template <class T>
+  std::vector<T> read(const Tensor& t) const {
+    std::vector<T> out(static_cast<size_t>(t.numel()));
+    read_checked(t, dtype_of<T>(), out.data(), out.size() * sizeof(T));
+    return out;
+  }
+  // A new leaf holding a contiguous copy of t's value.
+  Tensor fetch(const Tensor& t) const;
+
+ private:
+  void read_checked(const Tensor& t, DType dtype, void* dst, size_t bytes) const;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Builds, plans and runs a graph for `outputs`; returns their values as leaves.
+std::vector<Tensor> eval(const std::vector<Tensor>& outputs, ExecOptions options = {});
+Tensor eval(const Tensor& output, ExecOptions options = {});
+
+}  // namespace nabla

@@ -1,0 +1,111 @@
+// Strided iteration shared by every kernel: one walker over an N-d index space
+// for several operands with their own strides (0 for broadcast), with adjacent
+// dimensions coalesced so contiguous data runs as one flat loop.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "nabla/shape.h"
+
+namespace nabla::cpu {
+
+inline constexpr int kMaxRank = 8;
+
+// Strides of a view of `shape` read as if broadcast to `out` (right-aligned,
+// 0 where the view has size 1 or no dimension).
+inline Strides broadcast_strides(const Shape& shape, const Strides& strides, const Shape& out) {
+  Strides s(out.size(), 0);
+  size_t lead = out.size() - shape.size();
+  for (size_t i = 0; i < shape.size(); ++i) s[lead + i] = shape[i] == 1 ? 0 : strides[i];
+  return s;
+}
+
+// Walks the row-major positions [begin, end) of `shape` for K operands and
+// calls fn(offsets, n, inner) for each run of n positions along the innermost
+// (coalesced) dimension: offsets[k] is operand k's element offset at the run
+// start, inner[k] its stride along the run.
+template <size_t K>
+class Walker {
+ public:
+  Walker(const Shape& shape, const std::array<const Strides*, K>& strides) {
+    // Drop size-1 dimensions, then merge dimension d into d+1 where every
+    // operand's layout is contiguous across the two.
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] == 1) continue;
+      if (rank_ > 0) {
+        bool merge = true;
+        for (size_t k = 0; k < K; ++k) {
+          merge = merge && (*strides[k])[d] * shape[d] == stride_[k][rank_ - 1];
+        }
+        if (merge) {
+          // The merged dimension keeps the inner stride and grows in size.
+          shape_[rank_ - 1] *= shape[d];
+          for (size_t k = 0; k < K; ++k) stride_[k][rank_ - 1] = (*strides[k])[d];
+          continue;
+        }
+      }
+      shape_[rank_] = shape[d];
+      for (size_t k = 0; k < K; ++k) stride_[k][rank_] = (*strides[k])[d];
+      ++rank_;
+    }
+  }
+
+  // True when the walk is a single run with unit stride for every operand.
+  bool flat() const {
+    if (rank_ == 0) return true;
+    if (rank_ > 1) return false;
+    for (size_t k = 0; k < K; ++k) {
+      if (stride_[k][0] != 1) return false;
+    }
+    return true;
+  }
+
+  template <class F>
+  void run(int64_t begin, int64_t end, F&& fn) const {
+    std::array<int64_t, K> inner{};
+    if (rank_ == 0) {
+      std::array<int64_t, K> offs{};
+      if (begin < end) fn(offs, int64_t{1}, inner);
+      return;
+    }
+    int last = rank_ - 1;
+    for (size_t k = 0; k < K; ++k) inner[k] = stride_[k][last];
+    // Multi-index of `begin`.
+    std::array<int64_t, kMaxRank> idx{};
+    int64_t rem = begin;
+    for (int d = last; d >= 0; --d) {
+      idx[d] = rem % shape_[d];
+      rem /= shape_[d];
+    }
+    int64_t pos = begin;
+    while (pos < end) {
+      std::array<int64_t, K> offs{};
+      for (size_t k = 0; k < K; ++k) {
+        int64_t o = 0;
+        for (int d = 0; d <= last; ++d) o += idx[d] * stride_[k][d];
+        offs[k] = o;
+      }
+      int64_t n = std::min(shape_[last] - idx[last], end - pos);
+      fn(offs, n, inner);
+      pos += n;
+      idx[last] += n;
+      for (int d = last; d > 0 && idx[d] == shape_[d]; --d) {
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
+    }
+  }
+
+ private:
+  int rank_ = 0;
+  std::array<int64_t, kMaxRank> shape_{};
+  std::array<std::array<int64_t, kMaxRank>, K> stride_{};
+};
+
+// Copies a strided view into contiguous row-major memory. elem: element size.
+void copy_strided(const void* src, const Shape& shape, const Strides& strides, size_t elem, void* dst);
+
+}  // namespace nabla::cpu

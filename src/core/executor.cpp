@@ -1,0 +1,195 @@
+// Executor: plans memory once, resolves every operand's address, then runs
+// the kernels in topological order.
+#include "nabla/executor.h"
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/cpu/strided.h"
+#include "backend/cpu/thread_pool.h"
+#include "core/graph_internal.h"
+#include "core/node.h"
+#include "core/op.h"
+#include "core/planner.h"
+#include "nabla/error.h"
+
+namespace nabla {
+
+struct Executor::Impl {
+  std::vector<Tensor> order;
+  std::vector<Tensor> outputs;
+  std::unordered_map<const Node*, int64_t> pos;
+  MemoryPlan plan;
+  std::unique_ptr<Buffer> arena;
+  std::vector<bool> readable;  // by position: leaf, output, or a view of one
+  struct Step {
+    const OpDef* op;
+    KernelArgs args;
+    int64_t position;
+  };
+  std::vector<Step> steps;
+  ExecOptions options;
+
+  void* base(const Node* n) const {
+    const Node* r = n->root();
+    if (r->is_leaf()) return r->buffer->data;
+    return static_cast<char*>(arena->data) + plan.offset[pos.at(r)];
+  }
+  TensorView view(const Tensor& t) const {
+    const Node* n = t.node();
+    TensorView v;
+    v.data = static_cast<char*>(base(n)) + n->offset * static_cast<int64_t>(dtype_size(n->dtype));
+    v.dtype = n->dtype;
+    v.shape = n->shape;
+    v.strides = n->strides;
+    v.contiguous = t.is_contiguous();
+    return v;
+  }
+  void check_finite(const Step& s) const;
+};
+
+namespace {
+
+template <class T>
+int64_t first_non_finite(const T* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(p[i])) return i;
+  }
+  return -1;
+}
+
+bool env_check_finite() {
+  const char* e = std::getenv("NABLA_CHECK_FINITE");
+  return e && *e && std::strcmp(e, "0") != 0;
+}
+
+}  // namespace
+
+void Executor::Impl::check_finite(const Step& s) const {
+  const TensorView& out = s.args.out;
+  int64_t bad = -1;
+  double value = 0;
+  if (out.dtype == DType::f32) {
+    bad = first_non_finite(out.ptr<float>(), out.numel());
+    if (bad >= 0) value = out.ptr<float>()[bad];
+  } else if (out.dtype == DType::f64) {
+    bad = first_non_finite(out.ptr<double>(), out.numel());
+    if (bad >= 0) value = out.ptr<double>()[bad];
+  }
+  if (bad < 0) return;
+  const Node* n = order[s.position].node();
+  std::string inputs;
+  for (const Tensor& in : n->inputs) inputs += (inputs.empty() ? "" : ", ") + to_string(in);
+  throw Error("check_finite: '" + std::string(n->op->name) + "' at graph position " +
+              std::to_string(s.position) + " produced " + (std::isnan(value) ? "NaN" : "Inf") +
+              " at element " + std::to_string(bad) + " of " + to_string(n->shape) + "; inputs: " + inputs);
+}
+
+Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.options = options;
+  if (m.options.threads <= 0) m.options.threads = cpu::default_threads();
+  m.options.check_finite = m.options.check_finite || env_check_finite();
+  m.outputs = graph.outputs();
+  m.order = topo_order(m.outputs);
+  for (size_t i = 0; i < m.order.size(); ++i) {
+    const Node* n = m.order[i].node();
+    m.pos[n] = static_cast<int64_t>(i);
+    if (n->shape.size() > static_cast<size_t>(cpu::kMaxRank)) {
+      throw ShapeError(std::string(n->op->name) + ": rank " + std::to_string(n->shape.size()) +
+                       " exceeds the supported maximum of " + std::to_string(cpu::kMaxRank));
+    }
+    if (!n->is_leaf() && !n->is_view() && !n->op->forward) {
+      throw UsageError(std::string(n->op->name) + ": the CPU backend has no kernel for this op");
+    }
+  }
+  m.plan = plan_memory(m.order, m.outputs, options.plan_memory, options.inplace);
+  size_t arena_bytes = m.plan.report.arena_bytes;
+  if (options.memory_limit && arena_bytes > options.memory_limit) {
+    throw Error("executor: the planned arena needs " + std::to_string(arena_bytes) +
+                " bytes, over the memory limit of " + std::to_string(options.memory_limit) + " bytes");
+  }
+  m.arena = std::make_unique<Buffer>(arena_bytes);
+
+  m.readable.assign(m.order.size(), false);
+  for (size_t i = 0; i < m.order.size(); ++i) m.readable[i] = m.order[i].node()->root()->is_leaf();
+  for (const Tensor& out : m.outputs) {
+    const Node* root = out.node()->root();
+    for (size_t i = 0; i < m.order.size(); ++i) {
+      if (m.order[i].node()->root() == root) m.readable[i] = true;
+    }
+  }
+
+  for (size_t i = 0; i < m.order.size(); ++i) {
+    const Tensor& t = m.order[i];
+    const Node* n = t.node();
+    if (n->is_leaf() || n->is_view()) continue;
+    Impl::Step s{n->op, {}, static_cast<int64_t>(i)};
+    for (const Tensor& in : n->inputs) s.args.in.push_back(m.view(in));
+    s.args.out = m.view(t);
+    s.args.attrs = &n->attrs;
+    s.args.threads = m.options.threads;
+    m.steps.push_back(std::move(s));
+  }
+}
+
+Executor::~Executor() = default;
+Executor::Executor(Executor&&) noexcept = default;
+Executor& Executor::operator=(Executor&&) noexcept = default;
+
+void Executor::run() {
+  for (const Impl::Step& s : impl_->steps) {
+    s.op->forward(s.args);
+    if (impl_->options.check_finite) impl_->check_finite(s);
+  }
+}
+
+const MemoryReport& Executor::memory() const { return impl_->plan.report; }
+int Executor::threads() const { return impl_->options.threads; }
+
+void Executor::read(const Tensor& t, void* dst, size_t bytes) const {
+  if (!t.defined()) throw UsageError("executor: read of an undefined tensor");
+  read_checked(t, t.dtype(), dst, bytes);
+}
+
+void Executor::read_checked(const Tensor& t, DType dtype, void* dst, size_t bytes) const {
+  if (!t.defined()) throw UsageError("executor: read of an undefined tensor");
+  auto it = impl_->pos.find(t.node());
+  if (it == impl_->pos.end()) throw UsageError("executor: " + to_string(t) + " is not part of this graph");
+  if (!impl_->readable[it->second]) {
+    throw UsageError("executor: " + to_string(t) +
+                     " is an intermediate whose memory the plan reuses; add it to the graph's outputs");
+  }
+  if (dtype != t.dtype()) {
+    throw DTypeError(std::string("executor: read as ") + dtype_name(dtype) + " of a " + dtype_name(t.dtype()) +
+                     " tensor");
+  }
+  size_t need = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+  if (bytes != need) {
+    throw ShapeError("executor: read of " + to_string(t) + " needs " + std::to_string(need) +
+                     " bytes, got a buffer of " + std::to_string(bytes));
+  }
+  TensorView v = impl_->view(t);
+  cpu::copy_strided(v.data, v.shape, v.strides, dtype_size(v.dtype), dst);
+}
+
+Tensor Executor::fetch(const Tensor& t) const {
+  Tensor out = Tensor::zeros(t.dtype(), t.shape());
+  read(t, out.data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
+  return out;
+}
+
+std::vector<Tensor> eval(const std::vector<Tensor>& outputs, ExecOptions options) {
+  Graph g(outputs);
+  Executor ex(g, options);
+  ex.run();
+  std::vector<Tensor> values;
+  for (const Tensor& t : outputs) values.push_back(ex.fetch(t));
+  return values;
+}
+
+Tensor eval(const Tensor& output, ExecOptions options) { return eval(std::vector<Tensor>{output}, options)[0]; }
+
+}  // namespace nabla

@@ -1,0 +1,181 @@
+// Graph construction and reverse-mode autodiff.
+#include "nabla/graph.h"
+
+#include <unordered_set>
+
+#include "core/graph_internal.h"
+#include "core/node.h"
+#include "core/op.h"
+#include "nabla/error.h"
+
+namespace nabla {
+
+std::vector<Tensor> topo_order(const std::vector<Tensor>& outputs) {
+  std::vector<Tensor> order;
+  std::unordered_set<const Node*> done;
+  // Iterative post-order DFS: deep graphs (long training unrolls) must not
+  // overflow the stack.
+  struct Frame {
+    Tensor t;
+    size_t next_input;
+  };
+  std::vector<Frame> stack;
+  for (const Tensor& out : outputs) {
+    if (!out.defined()) throw UsageError("graph: an output is an undefined tensor");
+    if (done.count(out.node())) continue;
+    stack.push_back({out, 0});
+    std::unordered_set<const Node*> on_stack{out.node()};
+    while (!stack.empty()) {
+      Frame& f = stack.back();
+      const auto& inputs = f.t.node()->inputs;
+      if (f.next_input < inputs.size()) {
+        const Tensor& in = inputs[f.next_input++];
+        if (!done.count(in.node()) && !on_stack.count(in.node())) {
+          on_stack.insert(in.node());
+          stack.push_back({in, 0});
+        }
+      } else {
+        done.insert(f.t.node());
+        on_stack.erase(f.t.node());
+        order.push_back(f.t);
+        stack.pop_back();
+      }
+    }
+  }
+  return order;
+}
+
+std::vector<Tensor> find_parameters(const std::vector<Tensor>& outputs) {
+  std::vector<Tensor> params;
+  for (const Tensor& t : topo_order(outputs)) {
+    if (t.node()->is_param) params.push_back(t);
+  }
+  return params;
+}
+
+GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt) {
+  if (!loss.defined()) throw UsageError("backward: the loss is an undefined tensor");
+  if (loss.numel() != 1) {
+    throw ShapeError("backward: the loss must have one element, got shape " + to_string(loss.shape()));
+  }
+  if (!is_floating(loss.dtype())) {
+    throw DTypeError(std::string("backward: the loss must be f32 or f64, got ") + dtype_name(loss.dtype()));
+  }
+  std::vector<Tensor> order = topo_order({loss});
+
+  // A node needs a gradient when it is a target or a differentiable input of
+  // it needs one; everything else is skipped, so no node is built in vain.
+  std::unordered_set<const Node*> targets;
+  for (const Tensor& t : wrt) targets.insert(t.node());
+  std::unordered_set<const Node*> needs;
+  for (const Tensor& t : order) {
+    const Node* n = t.node();
+    if (targets.count(n)) {
+      needs.insert(n);
+      continue;
+    }
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      if (n->op->differentiable(i) && needs.count(n->inputs[i].node())) {
+        needs.insert(n);
+        break;
+      }
+    }
+  }
+
+  GradMap grads;
+  grads[loss.node()] = Tensor::full(loss.dtype(), loss.shape(), 1.0);
+  for (size_t k = order.size(); k-- > 0;) {
+    const Tensor& t = order[k];
+    const Node* n = t.node();
+    auto it = grads.find(n);
+    if (it == grads.end() || n->is_leaf() || !needs.count(n)) continue;
+    const Tensor dout = it->second;
+
+    std::vector<bool> needed(n->inputs.size());
+    bool any = false;
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      needed[i] = n->op->differentiable(i) && needs.count(n->inputs[i].node());
+      any = any || needed[i];
+    }
+    if (!any) continue;
+    Grads g = n->op->backward(BackwardArgs{n->inputs, t, dout, n->attrs, needed});
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      if (!needed[i]) continue;
+      const Tensor& in = n->inputs[i];
+      // A rule that returns the wrong shape is a bug in nabla, not the caller's.
+      if (i >= g.size() || !g[i].defined() || g[i].shape() != in.shape() || g[i].dtype() != in.dtype()) {
+        throw Error(std::string("internal: backward of '") + n->op->name + "' returned " +
+                    (i < g.size() ? to_string(g[i]) : "nothing") + " for input '" + n->op->input(i).name +
+                    "' of " + to_string(in));
+      }
+      auto [slot, inserted] = grads.try_emplace(in.node(), g[i]);
+      if (!inserted) slot->second = add(slot->second, g[i]);  // used several times: accumulate
+    }
+  }
+  return grads;
+}
+
+std::vector<Tensor> grad(const Tensor& loss, const std::vector<Tensor>& wrt) {
+  for (const Tensor& t : wrt) {
+    if (!t.defined()) throw UsageError("grad: a tensor in wrt is undefined");
+    require_floating("grad", t, "a tensor in wrt");
+  }
+  GradMap grads = build_gradients(loss, wrt);
+  std::vector<Tensor> out;
+  for (const Tensor& t : wrt) {
+    auto it = grads.find(t.node());
+    out.push_back(it != grads.end() ? it->second : zeros_like(t));
+  }
+  return out;
+}
+
+Graph::Graph(std::vector<Tensor> outputs) {
+  for (const Tensor& t : outputs) add_output(t);
+}
+
+void Graph::add_output(const Tensor& t) {
+  if (!t.defined()) throw UsageError("graph: an output is an undefined tensor");
+  for (const Tensor& o : outputs_) {
+    if (o.same(t)) return;
+  }
+  outputs_.push_back(t);
+}
+
+void Graph::backward(const Tensor& loss, const std::vector<Tensor>& wrt) {
+  add_output(loss);
+  std::vector<Tensor> targets = find_parameters({loss});
+  for (const Tensor& t : wrt) {
+    bool seen = false;
+    for (const Tensor& p : targets) seen = seen || p.same(t);
+    if (!seen) targets.push_back(t);
+  }
+  std::vector<Tensor> gs = nabla::grad(loss, targets);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i].is_parameter()) {
+      bool seen = false;
+      for (const Tensor& p : parameters_) seen = seen || p.same(targets[i]);
+      if (!seen) parameters_.push_back(targets[i]);
+    }
+    grads_[targets[i].node()] = gs[i];
+    add_output(gs[i]);
+  }
+}
+
+bool Graph::has_grad(const Tensor& t) const { return t.defined() && grads_.count(t.node()); }
+
+const Tensor& Graph::grad(const Tensor& t) const {
+  auto it = t.defined() ? grads_.find(t.node()) : grads_.end();
+  if (it == grads_.end()) {
+    throw UsageError("graph: no gradient was built for " + to_string(t) +
+                     "; mark it requires_grad or pass it to backward()");
+  }
+  return it->second;
+}
+
+std::vector<Node*> Graph::nodes() const {
+  std::vector<Node*> out;
+  for (const Tensor& t : topo_order(outputs_)) out.push_back(t.node());
+  return out;
+}
+
+}  // namespace nabla

@@ -1,0 +1,58 @@
+// The node behind a Tensor handle. Internal: ops and the runtime use it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nabla/tensor.h"
+
+namespace nabla {
+
+struct OpDef;
+
+// Parameters of an op (axes, eps, slice bounds...), interpreted by the op.
+struct Attrs {
+  std::vector<int64_t> ints;
+  std::vector<double> reals;
+  bool operator==(const Attrs&) const = default;
+};
+
+// Aligned host memory owned by a leaf.
+struct Buffer {
+  explicit Buffer(size_t bytes);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+struct Node {
+  const OpDef* op = nullptr;  // op_leaf for leaves
+  std::vector<Tensor> inputs;
+  Attrs attrs;
+
+  DType dtype = DType::f32;
+  Shape shape;
+  // Layout in the storage of root(): compute nodes and leaves are contiguous
+  // with offset 0; views may have any strides (0 for broadcast) and offset.
+  Strides strides;
+  int64_t offset = 0;
+
+  std::shared_ptr<Buffer> buffer;  // leaves only
+  bool is_param = false;
+  std::string name;
+  uint64_t id = 0;  // creation order, for stable sorting and names
+
+  bool is_leaf() const;
+  bool is_view() const;
+  // The node that owns the memory this node's elements live in.
+  const Node* root() const;
+  int64_t numel() const { return nabla::numel(shape); }
+};
+
+uint64_t next_node_id();
+
+}  // namespace nabla

@@ -1,0 +1,31 @@
+// Runs an op's registered gradient cases on every input layout: the engine of
+// the gradient-check test suite and of `nabla gradcheck`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+#include "nabla/gradcheck.h"
+
+namespace nabla {
+
+// How a case's inputs are laid out in memory. Each non-contiguous layout is a
+// view of a differently shaped leaf, so kernels and backward rules meet
+// strided operands (and, for transposed and broadcast, strided gradients).
+enum class Layout { contiguous, transposed, strided, broadcast, offset };
+inline constexpr Layout kAllLayouts[] = {Layout::contiguous, Layout::transposed, Layout::strided,
+                                         Layout::broadcast, Layout::offset};
+const char* layout_name(Layout l);
+
+// Whether any input of the case can take this layout (e.g. transposed needs
+// an input of rank >= 2). Inputs that cannot keep the contiguous layout.
+bool layout_applies(const GradCase& c, Layout l);
+
+GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int threads, uint64_t seed = 1);
+
+// Problems with the registry itself: ops without gradient cases, without a
+// case that can be strided, or with a differentiable input but no backward.
+std::vector<std::string> registry_problems();
+
+}  // namespace nabla

@@ -1,0 +1,226 @@
+#include "nabla/tensor.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/node.h"
+#include "core/op.h"
+#include "nabla/error.h"
+
+namespace nabla {
+
+namespace {
+
+// Leaves have no kernel: their memory is filled by the caller.
+Meta infer_leaf(const std::vector<Tensor>&, const Attrs&) {
+  throw UsageError("leaf: leaves are created with Tensor::from_data, not applied");
+}
+
+}  // namespace
+
+const OpDef op_leaf{
+    .name = "leaf",
+    .summary = "A constant, input or parameter: host memory owned by the tensor.",
+    .inputs = {},
+    .infer = infer_leaf,
+};
+
+Buffer::Buffer(size_t n) : bytes(n) {
+  // 64-byte alignment suits every SIMD width; never a null pointer, even for 0 bytes.
+  size_t rounded = (n + 63) / 64 * 64;
+  data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!data) throw Error("out of memory allocating " + std::to_string(n) + " bytes");
+}
+Buffer::~Buffer() { std::free(data); }
+
+bool Node::is_leaf() const { return op == &op_leaf; }
+bool Node::is_view() const { return op->is_view; }
+const Node* Node::root() const {
+  const Node* n = this;
+  while (n->op->is_view) n = n->inputs[0].node();
+  return n;
+}
+
+uint64_t next_node_id() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
+
+Tensor Tensor::from_data(DType dtype, Shape shape, const void* data) {
+  for (int64_t d : shape) {
+    if (d < 0) throw ShapeError("tensor: negative dimension in shape " + to_string(shape));
+  }
+  auto node = std::make_shared<Node>();
+  node->op = &op_leaf;
+  node->dtype = dtype;
+  node->strides = contiguous_strides(shape);
+  node->shape = std::move(shape);
+  node->id = next_node_id();
+  size_t bytes = static_cast<size_t>(node->numel()) * dtype_size(dtype);
+  node->buffer = std::make_shared<Buffer>(bytes);
+  if (data) {
+    std::memcpy(node->buffer->data, data, bytes);
+  } else {
+    std::memset(node->buffer->data, 0, bytes);
+  }
+  return Tensor(std::move(node));
+}
+
+Tensor Tensor::zeros(DType dtype, Shape shape) { return from_data(dtype, std::move(shape), nullptr); }
+
+Tensor Tensor::full(DType dtype, Shape shape, double value) {
+  Tensor t = zeros(dtype, std::move(shape));
+  int64_t n = t.numel();
+  switch (dtype) {
+    case DType::f32: std::fill_n(static_cast<float*>(t.data()), n, static_cast<float>(value)); break;
+    case DType::f64: std::fill_n(static_cast<double*>(t.data()), n, value); break;
+    case DType::i32: std::fill_n(static_cast<int32_t*>(t.data()), n, static_cast<int32_t>(value)); break;
+  }
+  return t;
+}
+
+Tensor Tensor::scalar(double value, DType dtype) { return full(dtype, {}, value); }
+
+void Tensor::check_leaf_size(const Shape& shape, size_t count) {
+  if (static_cast<int64_t>(count) != nabla::numel(shape)) {
+    throw ShapeError("tensor: shape " + to_string(shape) + " needs " + std::to_string(nabla::numel(shape)) +
+                     " values, got " + std::to_string(count));
+  }
+}
+
+static Node& deref(const Tensor& t) {
+  if (!t.defined()) throw UsageError("tensor: use of an undefined (empty) tensor");
+  return *t.node();
+}
+
+DType Tensor::dtype() const { return deref(*this).dtype; }
+const Shape& Tensor::shape() const { return deref(*this).shape; }
+int Tensor::rank() const { return static_cast<int>(shape().size()); }
+int64_t Tensor::numel() const { return nabla::numel(shape()); }
+int64_t Tensor::dim(int64_t axis) const { return shape()[normalize_axis(axis, rank(), "dim")]; }
+const Strides& Tensor::strides() const { return deref(*this).strides; }
+int64_t Tensor::offset() const { return deref(*this).offset; }
+bool Tensor::is_contiguous() const {
+  const Node& n = deref(*this);
+  // Strides of size-1 dimensions do not matter.
+  int64_t expect = 1;
+  for (size_t i = n.shape.size(); i-- > 0;) {
+    if (n.shape[i] != 1 && n.strides[i] != expect) return false;
+    expect *= n.shape[i];
+  }
+  return true;
+}
+bool Tensor::is_leaf() const { return deref(*this).is_leaf(); }
+bool Tensor::is_view() const { return deref(*this).is_view(); }
+const char* Tensor::op_name() const { return deref(*this).op->name; }
+const std::string& Tensor::name() const { return deref(*this).name; }
+Tensor& Tensor::set_name(std::string name) {
+  deref(*this).name = std::move(name);
+  return *this;
+}
+
+Tensor& Tensor::requires_grad(bool on) {
+  Node& n = deref(*this);
+  if (!n.is_leaf()) {
+    throw UsageError("requires_grad: only leaves can be parameters; got the result of '" +
+                     std::string(n.op->name) + "'");
+  }
+  if (on && !is_floating(n.dtype)) {
+    throw DTypeError(std::string("requires_grad: parameters must be f32 or f64, got ") + dtype_name(n.dtype));
+  }
+  n.is_param = on;
+  return *this;
+}
+bool Tensor::is_parameter() const { return deref(*this).is_param; }
+
+void* Tensor::data() {
+  Node& n = deref(*this);
+  if (!n.is_leaf()) {
+    throw UsageError("tensor: data() is for leaves; '" + std::string(n.op->name) +
+                     "' results are read through an Executor");
+  }
+  return n.buffer->data;
+}
+const void* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
+
+void Tensor::copy_from(const void* src, size_t bytes) {
+  void* dst = data();
+  size_t have = node()->buffer->bytes;
+  if (bytes != have) {
+    throw ShapeError("tensor: copy of " + std::to_string(bytes) + " bytes into a " + to_string(*this) +
+                     " leaf of " + std::to_string(have) + " bytes");
+  }
+  std::memcpy(dst, src, bytes);
+}
+
+void Tensor::check_dtype(DType expected) const {
+  if (dtype() != expected) {
+    throw DTypeError(std::string("tensor: expected ") + dtype_name(expected) + ", got " +
+                     dtype_name(dtype()));
+  }
+}
+
+double Tensor::item(int64_t flat) const {
+  if (flat < 0 || flat >= numel()) {
+    throw ShapeError("item: index " + std::to_string(flat) + " out of range for " + to_string(*this));
+  }
+  const void* p = data();
+  switch (dtype()) {
+    case DType::f32: return static_cast<const float*>(p)[flat];
+    case DType::f64: return static_cast<const double*>(p)[flat];
+    case DType::i32: return static_cast<const int32_t*>(p)[flat];
+  }
+  return 0;
+}
+
+std::string to_string(const Tensor& t) {
+  if (!t.defined()) return "undefined";
+  return std::string(dtype_name(t.dtype())) + to_string(t.shape()) + " (" + t.op_name() + ")";
+}
+
+// ---- Building nodes.
+
+Tensor apply(const OpDef& op, std::vector<Tensor> inputs, Attrs attrs) {
+  size_t want = op.inputs.size();
+  bool count_ok = op.variadic ? inputs.size() >= want : inputs.size() == want;
+  if (!count_ok) {
+    throw UsageError(std::string(op.name) + ": expected " + (op.variadic ? "at least " : "") +
+                     std::to_string(want) + " inputs, got " + std::to_string(inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) {
+      throw UsageError(std::string(op.name) + ": input '" + op.input(i).name + "' is an undefined tensor");
+    }
+  }
+  Meta meta = op.infer(inputs, attrs);
+  auto node = std::make_shared<Node>();
+  node->op = &op;
+  node->dtype = meta.dtype;
+  node->shape = std::move(meta.shape);
+  if (op.is_view) {
+    node->strides = std::move(meta.strides);
+    node->offset = meta.offset;
+  } else {
+    node->strides = contiguous_strides(node->shape);
+  }
+  node->inputs = std::move(inputs);
+  node->attrs = std::move(attrs);
+  node->id = next_node_id();
+  return Tensor(std::move(node));
+}
+
+void require_floating(const char* op, const Tensor& t, const char* what) {
+  if (!is_floating(t.dtype())) {
+    throw DTypeError(std::string(op) + ": " + what + " must be f32 or f64, got " + dtype_name(t.dtype()));
+  }
+}
+
+void require_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype()) {
+    throw DTypeError(std::string(op) + ": operand dtypes differ: " + dtype_name(a.dtype()) + " and " +
+                     dtype_name(b.dtype()));
+  }
+}
+
+}  // namespace nabla

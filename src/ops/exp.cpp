@@ -1,0 +1,33 @@
+// exp: e^x
+#include "ops/elementwise.h"
+
+namespace nabla {
+namespace ops {
+namespace {
+
+struct Fn {
+  template <class T>
+  T operator()(T x) const { return std::exp(x); }
+};
+
+// d(e^x) = e^x dx: reuse the output.
+Grads backward(const BackwardArgs& g) { return {g.dout * g.out}; }
+
+}  // namespace
+
+extern const OpDef op_exp{
+    .name = "exp",
+    .summary = "e^x",
+    .inputs = {{"x", Diff::yes}},
+    .elementwise = true,
+    .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("exp", in); },
+    .forward = unary_forward<Fn>,
+    .backward = backward,
+    .cases = [] { return unary_cases(nabla::exp); },
+};
+
+}  // namespace ops
+
+Tensor exp(const Tensor& x) { return apply(ops::op_exp, {x}); }
+
+}  // namespace nabla

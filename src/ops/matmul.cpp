@@ -1,0 +1,181 @@
+// matmul: [..., M, K] x [..., K, N] -> [..., M, N]; batch axes broadcast.
+// Operands reach GEMM without copies when their last two axes are row- or
+// column-major (transposed views included); other layouts are packed first.
+#include <algorithm>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/strided.h"
+#include "core/op.h"
+
+namespace nabla {
+namespace ops {
+namespace {
+
+Meta matmul_infer(const std::vector<Tensor>& in, const Attrs&) {
+  const Tensor &a = in[0], &b = in[1];
+  require_floating("matmul", a, "a");
+  require_same_dtype("matmul", a, b);
+  if (a.rank() < 2 || b.rank() < 2) {
+    throw ShapeError("matmul: operands need at least 2 axes here, got a " + to_string(a.shape()) + " and b " +
+                     to_string(b.shape()));
+  }
+  if (a.dim(-1) != b.dim(-2)) {
+    throw ShapeError("matmul: inner dimensions differ: a is " + to_string(a.shape()) + ", b is " +
+                     to_string(b.shape()));
+  }
+  Shape batch = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
+                                 Shape(b.shape().begin(), b.shape().end() - 2), "matmul");
+  batch.push_back(a.dim(-2));
+  batch.push_back(b.dim(-1));
+  return {a.dtype(), batch};
+}
+
+// How one operand's matrix reaches GEMM: row-major with leading dimension ld,
+// or transposed; `packed` when neither layout fits and a copy is made.
+struct Operand {
+  bool trans = false;
+  int64_t ld = 0;
+  bool packed = false;
+};
+
+Operand gemm_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  // Strides of size-1 axes are irrelevant, so pretend they are the natural ones.
+  if (rows == 1) row_stride = std::max<int64_t>(cols, 1);
+  if (cols == 1) col_stride = 1;
+  if (col_stride == 1 && row_stride >= std::max<int64_t>(cols, 1)) return {false, row_stride, false};
+  if (rows == 1 && cols == 1) return {false, 1, false};
+  if (row_stride == 1 && col_stride >= std::max<int64_t>(rows, 1)) return {true, col_stride, false};
+  return {false, std::max<int64_t>(cols, 1), true};
+}
+
+template <class T>
+void matmul_kernel(const KernelArgs& args) {
+  const TensorView &A = args.in[0], &B = args.in[1];
+  const Shape& out_shape = args.out.shape;
+  int r = static_cast<int>(out_shape.size());
+  int64_t M = out_shape[r - 2], N = out_shape[r - 1], K = A.shape[A.shape.size() - 1];
+  Shape batch(out_shape.begin(), out_shape.end() - 2);
+  int64_t n_batch = numel(batch);
+  Shape a_batch(A.shape.begin(), A.shape.end() - 2), b_batch(B.shape.begin(), B.shape.end() - 2);
+  Strides a_bs = cpu::broadcast_strides(a_batch, Strides(A.strides.begin(), A.strides.end() - 2), batch);
+  Strides b_bs = cpu::broadcast_strides(b_batch, Strides(B.strides.begin(), B.strides.end() - 2), batch);
+  size_t ar = A.shape.size(), br = B.shape.size();
+  Operand la = gemm_layout(M, K, A.strides[ar - 2], A.strides[ar - 1]);
+  Operand lb = gemm_layout(K, N, B.strides[br - 2], B.strides[br - 1]);
+
+  // Batch offsets of each operand, in output order.
+  std::vector<int64_t> a_off(n_batch), b_off(n_batch);
+  {
+    cpu::Walker<2> w(batch, {&a_bs, &b_bs});
+    int64_t i = 0;
+    w.run(0, n_batch, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
+      for (int64_t j = 0; j < n; ++j, ++i) {
+        a_off[i] = o[0] + j * s[0];
+        b_off[i] = o[1] + j * s[1];
+      }
+    });
+  }
+
+  // Tiles of fixed size, independent of the thread count: the same GEMM calls
+  // run whichever thread takes a tile, so results are bit-identical.
+  const int64_t tile_m = 128, tile_n = 512;
+  int64_t tiles_m = (M + tile_m - 1) / tile_m, tiles_n = (N + tile_n - 1) / tile_n;
+  int64_t tasks = n_batch * tiles_m * tiles_n;
+  T* C = args.out.ptr<T>();
+  const T* Ap = A.ptr<T>();
+  const T* Bp = B.ptr<T>();
+  args.parallel_for(tasks, 1, [&](int64_t tb, int64_t te) {
+    std::vector<T> pack_a, pack_b;
+    for (int64_t t = tb; t < te; ++t) {
+      int64_t bi = t / (tiles_m * tiles_n), rem = t % (tiles_m * tiles_n);
+      int64_t m0 = (rem / tiles_n) * tile_m, n0 = (rem % tiles_n) * tile_n;
+      int64_t mt = std::min(tile_m, M - m0), nt = std::min(tile_n, N - n0);
+      const T* a = Ap + a_off[bi];
+      const T* b = Bp + b_off[bi];
+      // Rows m0.. of A and columns n0.. of B.
+      const T* a_tile;
+      Operand oa = la;
+      if (la.packed) {
+        pack_a.resize(mt * K);
+        for (int64_t i = 0; i < mt; ++i)
+          for (int64_t k = 0; k < K; ++k) pack_a[i * K + k] = a[(m0 + i) * A.strides[ar - 2] + k * A.strides[ar - 1]];
+        a_tile = pack_a.data();
+        oa = {false, std::max<int64_t>(K, 1), false};
+      } else {
+        a_tile = a + m0 * A.strides[ar - 2];
+      }
+      const T* b_tile;
+      Operand ob = lb;
+      if (lb.packed) {
+        pack_b.resize(K * nt);
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t j = 0; j < nt; ++j) pack_b[k * nt + j] = b[k * B.strides[br - 2] + (n0 + j) * B.strides[br - 1]];
+        b_tile = pack_b.data();
+        ob = {false, std::max<int64_t>(nt, 1), false};
+      } else {
+        b_tile = b + n0 * B.strides[br - 1];
+      }
+      cpu::gemm<T>(oa.trans, ob.trans, mt, nt, K, T(1), a_tile, oa.ld, b_tile, ob.ld, T(0),
+                   C + bi * M * N + m0 * N + n0, N);
+    }
+  });
+}
+
+void matmul_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "matmul", [&]<class T>() { matmul_kernel<T>(a); });
+}
+
+// dA = dC B^T, dB = A^T dC, each summed over the batch axes it was broadcast on.
+Grads matmul_backward(const BackwardArgs& g) {
+  const Tensor &a = g.inputs[0], &b = g.inputs[1];
+  Grads d(2);
+  if (g.needs(0)) d[0] = sum_to(matmul(g.dout, transpose(b)), a.shape());
+  if (g.needs(1)) d[1] = sum_to(matmul(transpose(a), g.dout), b.shape());
+  return d;
+}
+
+std::vector<GradCase> matmul_cases() {
+  auto mm = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
+  return {
+      {"matrix", {normal({3, 4}), normal({4, 5})}, mm},
+      {"batched", {normal({2, 3, 4}), normal({2, 4, 2})}, mm},
+      {"broadcast_batch", {normal({2, 1, 3, 4}), normal({3, 4, 2})}, mm},
+      {"vector", {normal({4}), normal({4, 3})}, mm},
+      {"outer", {normal({3, 1}), normal({1, 4})}, mm},
+  };
+}
+
+}  // namespace
+
+extern const OpDef op_matmul{
+    .name = "matmul",
+    .summary = "[..., M, K] x [..., K, N] -> [..., M, N], batch axes broadcast",
+    .inputs = {{"a", Diff::yes}, {"b", Diff::yes}},
+    .infer = matmul_infer,
+    .forward = matmul_forward,
+    .backward = matmul_backward,
+    .cases = matmul_cases,
+};
+
+}  // namespace ops
+
+// 1-D operands follow NumPy: a vector a is a row [1, K], a vector b a column
+// [K, 1], and the added axis is dropped from the result.
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (a.rank() == 0 || b.rank() == 0) {
+    throw ShapeError("matmul: operands need at least 1 axis, got a " + to_string(a.shape()) + " and b " +
+                     to_string(b.shape()));
+  }
+  Tensor a2 = a.rank() == 1 ? reshape(a, {1, a.dim(0)}) : a;
+  Tensor b2 = b.rank() == 1 ? reshape(b, {b.dim(0), 1}) : b;
+  Tensor c = apply(ops::op_matmul, {a2, b2});
+  if (a.rank() == 1 || b.rank() == 1) {
+    Shape s = c.shape();
+    if (b.rank() == 1) s.erase(s.end() - 1);
+    if (a.rank() == 1) s.erase(s.end() - (b.rank() == 1 ? 1 : 2));
+    c = reshape(c, s);
+  }
+  return c;
+}
+
+}  // namespace nabla

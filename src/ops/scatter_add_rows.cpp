@@ -1,0 +1,98 @@
+// scatter_add_rows: out[rows, *rest] = 0; out[indices[p]] += values[p].
+// The adjoint of get_rows; duplicate indices accumulate.
+#include "ops/rows.h"
+
+namespace nabla {
+namespace ops {
+namespace {
+
+Meta scatter_add_rows_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
+  const Tensor &values = in[0], &idx = in[1];
+  require_floating("scatter_add_rows", values, "values");
+  if (idx.dtype() != DType::i32) {
+    throw DTypeError(std::string("scatter_add_rows: indices must be i32, got ") + dtype_name(idx.dtype()));
+  }
+  bool prefix = values.rank() >= idx.rank();
+  for (int d = 0; prefix && d < idx.rank(); ++d) prefix = values.shape()[d] == idx.shape()[d];
+  if (!prefix) {
+    throw ShapeError("scatter_add_rows: values " + to_string(values.shape()) + " must start with the indices' shape " +
+                     to_string(idx.shape()));
+  }
+  Shape shape{attrs.ints[0]};
+  shape.insert(shape.end(), values.shape().begin() + idx.rank(), values.shape().end());
+  return {values.dtype(), shape};
+}
+
+template <class T>
+void scatter_add_rows_kernel(const KernelArgs& a) {
+  const TensorView &values = a.in[0], &idx = a.in[1];
+  int64_t n_rows = a.out.shape[0];
+  std::vector<int32_t> rows = read_row_indices("scatter_add_rows", idx, n_rows);
+  size_t k = idx.shape.size();
+  Shape lead(values.shape.begin(), values.shape.begin() + k);
+  Strides lead_strides(values.strides.begin(), values.strides.begin() + k);
+  Shape rest(values.shape.begin() + k, values.shape.end());
+  Strides rest_strides(values.strides.begin() + k, values.strides.end());
+  Strides out_strides = contiguous_strides(rest);
+  int64_t width = numel(rest);
+
+  // Offset of each index position's slice in `values`.
+  std::vector<int64_t> base(rows.size());
+  cpu::Walker<1> lw(lead, {&lead_strides});
+  size_t p = 0;
+  lw.run(0, numel(lead), [&](const std::array<int64_t, 1>& o, int64_t n, const std::array<int64_t, 1>& s) {
+    for (int64_t i = 0; i < n; ++i) base[p++] = o[0] + i * s[0];
+  });
+
+  T* out = a.out.ptr<T>();
+  std::fill(out, out + a.out.numel(), T(0));
+  const T* vp = values.ptr<T>();
+  cpu::Walker<2> w(rest, {&out_strides, &rest_strides});
+  // Split over columns, never over indices: each output element is summed by
+  // one thread in index order, so duplicates add up identically every run.
+  a.parallel_for(width, 1024, [&](int64_t cb, int64_t ce) {
+    for (size_t q = 0; q < rows.size(); ++q) {
+      T* orow = out + rows[q] * width;
+      const T* vrow = vp + base[q];
+      w.run(cb, ce, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
+        for (int64_t i = 0; i < n; ++i) orow[o[0] + i] += vrow[o[1] + i * s[1]];
+      });
+    }
+  });
+}
+
+void scatter_add_rows_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "scatter_add_rows", [&]<class T>() { scatter_add_rows_kernel<T>(a); });
+}
+
+Grads scatter_add_rows_backward(const BackwardArgs& g) { return {get_rows(g.dout, g.inputs[1]), Tensor()}; }
+
+std::vector<GradCase> scatter_add_rows_cases() {
+  return {
+      {"repeated", {normal({6, 3}), integers({6}, 0, 4)},
+       [](const std::vector<Tensor>& x) { return scatter_add_rows(x[0], x[1], 4); }},
+      {"index_matrix", {normal({2, 3, 2}), integers({2, 3}, 0, 3)},
+       [](const std::vector<Tensor>& x) { return scatter_add_rows(x[0], x[1], 3); }},
+  };
+}
+
+}  // namespace
+
+extern const OpDef op_scatter_add_rows{
+    .name = "scatter_add_rows",
+    .summary = "out[indices[p]] += values[p] into zeros: the adjoint of get_rows",
+    .inputs = {{"values", Diff::yes}, {"indices", Diff::no}},
+    .infer = scatter_add_rows_infer,
+    .forward = scatter_add_rows_forward,
+    .backward = scatter_add_rows_backward,
+    .cases = scatter_add_rows_cases,
+};
+
+}  // namespace ops
+
+Tensor scatter_add_rows(const Tensor& values, const Tensor& indices, int64_t rows) {
+  if (rows < 0) throw ShapeError("scatter_add_rows: rows must be >= 0, got " + std::to_string(rows));
+  return apply(ops::op_scatter_add_rows, {values, indices}, Attrs{{rows}, {}});
+}
+
+}  // namespace nabla

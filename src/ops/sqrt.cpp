@@ -1,0 +1,33 @@
+// sqrt: square root
+#include "ops/elementwise.h"
+
+namespace nabla {
+namespace ops {
+namespace {
+
+struct Fn {
+  template <class T>
+  T operator()(T x) const { return std::sqrt(x); }
+};
+
+// d(sqrt x) = dx / (2 sqrt x): reuse the output.
+Grads backward(const BackwardArgs& g) { return {scale(g.dout / g.out, 0.5)}; }
+
+}  // namespace
+
+extern const OpDef op_sqrt{
+    .name = "sqrt",
+    .summary = "square root",
+    .inputs = {{"x", Diff::yes}},
+    .elementwise = true,
+    .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("sqrt", in); },
+    .forward = unary_forward<Fn>,
+    .backward = backward,
+    .cases = [] { return unary_cases(nabla::sqrt, 0.2, 3.0); },
+};
+
+}  // namespace ops
+
+Tensor sqrt(const Tensor& x) { return apply(ops::op_sqrt, {x}); }
+
+}  // namespace nabla

@@ -1,0 +1,31 @@
+// step: 1 where x > 0, else 0; piecewise constant, so not differentiated
+#include "ops/elementwise.h"
+
+namespace nabla {
+namespace ops {
+namespace {
+
+struct Fn {
+  template <class T>
+  T operator()(T x) const { return x > T(0) ? T(1) : T(0); }
+};
+
+
+
+}  // namespace
+
+extern const OpDef op_step{
+    .name = "step",
+    .summary = "1 where x > 0, else 0; piecewise constant, so not differentiated",
+    .inputs = {{"x", Diff::no}},
+    .elementwise = true,
+    .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("step", in); },
+    .forward = unary_forward<Fn>,
+    .cases = [] { return unary_cases(nabla::step); },
+};
+
+}  // namespace ops
+
+Tensor step(const Tensor& x) { return apply(ops::op_step, {x}); }
+
+}  // namespace nabla

@@ -1,0 +1,52 @@
+// Test entry point: registers one gradient-check test per op x case x layout
+// x thread count from the op registry, then runs everything.
+#include <gtest/gtest.h>
+
+#include "core/op_check.h"
+
+namespace {
+
+class OpGradTest : public testing::Test {
+ public:
+  OpGradTest(const nabla::OpDef* op, nabla::GradCase c, nabla::Layout layout, int threads)
+      : op_(op), case_(std::move(c)), layout_(layout), threads_(threads) {}
+  void TestBody() override {
+    nabla::GradcheckResult r = nabla::check_op_case(*op_, case_, layout_, threads_);
+    EXPECT_TRUE(r.ok) << r.message;
+    bool any_checked = false;
+    for (const nabla::CaseInput& in : case_.inputs) any_checked = any_checked || in.checked;
+    if (any_checked) {
+      EXPECT_GT(r.checked, 0) << "no gradient entry was compared";
+    }
+  }
+
+ private:
+  const nabla::OpDef* op_;
+  nabla::GradCase case_;
+  nabla::Layout layout_;
+  int threads_;
+};
+
+void register_gradient_tests() {
+  for (const nabla::OpDef* op : nabla::all_ops()) {
+    for (const nabla::GradCase& c : op->cases()) {
+      for (nabla::Layout layout : nabla::kAllLayouts) {
+        if (!nabla::layout_applies(c, layout)) continue;
+        for (int threads : {1, 2, 4}) {
+          std::string suite = std::string("Grad_") + op->name;
+          std::string name = c.name + "_" + nabla::layout_name(layout) + "_t" + std::to_string(threads);
+          testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                                [=]() -> testing::Test* { return new OpGradTest(op, c, layout, threads); });
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  register_gradient_tests();
+  return RUN_ALL_TESTS();
+}
