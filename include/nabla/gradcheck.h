@@ -25,6 +25,7 @@ struct GradcheckOptions {
   int threads = 1;
   bool plan_memory = true;
   bool check_f32 = true;
+  int64_t max_grain = 0;  // ExecOptions::max_grain
   Cotangent cotangent = Cotangent::dense;
   uint64_t seed = 1;
 };

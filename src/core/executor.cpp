@@ -131,6 +131,7 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
     s.args.out = m.view(t);
     s.args.attrs = &n->attrs;
     s.args.threads = m.options.threads;
+    s.args.max_grain = m.options.max_grain;
     m.steps.push_back(std::move(s));
   }
 }

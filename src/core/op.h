@@ -55,10 +55,11 @@ struct KernelArgs {
   TensorView out;  // always contiguous
   const Attrs* attrs = nullptr;
   int threads = 1;
+  int64_t max_grain = 0;  // ExecOptions::max_grain
   // Runs fn over [0, n) in chunks of `grain`. The grain must not depend on the
   // thread count, so results do not either.
   void parallel_for(int64_t n, int64_t grain, cpu::RangeFn fn) const {
-    cpu::parallel_for(threads, n, grain, fn);
+    cpu::parallel_for(threads, n, max_grain > 0 && grain > max_grain ? max_grain : grain, fn);
   }
 };
 

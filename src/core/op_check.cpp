@@ -113,6 +113,9 @@ GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int 
   };
   GradcheckOptions opt;
   opt.threads = threads;
+  // Several threads: also split every kernel into one-item chunks, so tiny
+  // test tensors still cross chunk boundaries and run on several threads.
+  if (threads > 1) opt.max_grain = 1;
   opt.seed = seed + 1;
   opt.cotangent = l == Layout::transposed  ? Cotangent::transposed
                   : l == Layout::broadcast ? Cotangent::broadcast

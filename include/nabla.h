@@ -1,0 +1,180 @@
+/* nabla C API, for FFI users (Python ctypes/cffi, Ruby FFI, ...).
+ *
+ * Pure C99; every type is an opaque handle, a fixed-size integer, a double or
+ * a pointer, so an FFI binding can be written from this file alone.
+ *
+ * Conventions
+ *   - Every function except nabla_last_error, nabla_status_string and
+ *     nabla_context_free returns a nabla_status; results go through
+ *     out-pointers, which are written only on success.
+ *   - On failure, nabla_last_error() returns a readable message (nabla's own
+ *     wording, e.g. "matmul: inner dimensions differ: a is [4, 5], b is [6, 3]").
+ *     Nothing aborts: every exception is caught at this boundary.
+ *   - Tensor handles belong to the context that made them and are freed with
+ *     it; there is no per-tensor free. A handle must not be passed to another
+ *     context.
+ *   - Shapes are in NumPy order (outermost first); values are read and
+ *     written in row-major order.
+ *   - A context is not thread-safe: use one context per thread, or lock.
+ *
+ * Define-then-run: the op functions only record graph nodes. nabla_backward
+ * records a loss and builds its gradients, nabla_compute plans and runs the
+ * graph, nabla_tensor_read copies values out. A training loop writes new
+ * data into leaves with nabla_tensor_write and calls nabla_compute again with
+ * the same outputs: the compiled plan is reused.
+ */
+#ifndef NABLA_H
+#define NABLA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nabla_context nabla_context;
+typedef struct nabla_tensor nabla_tensor;
+
+/* Values are fixed: FFI bindings hard-code them. */
+typedef enum nabla_status {
+  NABLA_OK = 0,
+  NABLA_ERROR_SHAPE = 1,    /* a shape, axis or size that does not fit */
+  NABLA_ERROR_DTYPE = 2,    /* an element type the op does not accept */
+  NABLA_ERROR_IO = 3,       /* a file that cannot be read or written */
+  NABLA_ERROR_USAGE = 4,    /* the API used out of order, e.g. a read before compute */
+  NABLA_ERROR_INTERNAL = 5, /* a bug in nabla, or out of memory */
+  NABLA_ERROR_ARGUMENT = 6, /* a NULL pointer, a negative count, a foreign handle */
+  NABLA_ERROR_RUNTIME = 7   /* a failure while running: NaN check, memory limit */
+} nabla_status;
+
+/* Matches nabla::DType. */
+typedef enum nabla_dtype { NABLA_F32 = 0, NABLA_F64 = 1, NABLA_I32 = 2 } nabla_dtype;
+
+/* The message of the last failed call on this thread; "" if none failed yet.
+ * Valid until the next failing call on this thread. */
+const char* nabla_last_error(void);
+/* "NABLA_ERROR_SHAPE" etc.; "NABLA_UNKNOWN_STATUS" for other values. */
+const char* nabla_status_string(nabla_status status);
+
+/* ---- Context */
+nabla_status nabla_context_create(nabla_context** out);
+/* Frees the context and every tensor handle it made. Accepts NULL. */
+void nabla_context_free(nabla_context* ctx);
+
+/* ---- Leaves. `shape` has `rank` entries (may be NULL when rank is 0);
+ * `data` holds numel values of `dtype` in row-major order, or is NULL for
+ * zeros. The data is copied. */
+nabla_status nabla_tensor_from_data(nabla_context* ctx, nabla_dtype dtype, int rank,
+                                    const int64_t* shape, const void* data, nabla_tensor** out);
+/* A leaf whose gradient nabla_backward builds (f32 or f64). */
+nabla_status nabla_parameter(nabla_context* ctx, nabla_dtype dtype, int rank, const int64_t* shape,
+                             const void* data, nabla_tensor** out);
+/* Overwrites a leaf's values; `bytes` must be numel * element size. The next
+ * nabla_compute sees the new values. */
+nabla_status nabla_tensor_write(nabla_context* ctx, nabla_tensor* t, const void* src, size_t bytes);
+
+/* ---- Shape queries */
+nabla_status nabla_tensor_rank(nabla_tensor* t, int* out);
+/* Writes rank() dims; `capacity` must be at least the rank. */
+nabla_status nabla_tensor_shape(nabla_tensor* t, int64_t* dims, int capacity);
+nabla_status nabla_tensor_dtype(nabla_tensor* t, nabla_dtype* out);
+nabla_status nabla_tensor_numel(nabla_tensor* t, int64_t* out);
+
+/* ---- Ops: each records one node and returns its handle through `out`.
+ * See include/nabla/ops.h for the semantics of each. */
+
+/* Elementwise, NumPy broadcasting. */
+nabla_status nabla_add(nabla_context* ctx, nabla_tensor* a, nabla_tensor* b, nabla_tensor** out);
+nabla_status nabla_sub(nabla_context* ctx, nabla_tensor* a, nabla_tensor* b, nabla_tensor** out);
+nabla_status nabla_mul(nabla_context* ctx, nabla_tensor* a, nabla_tensor* b, nabla_tensor** out);
+nabla_status nabla_div(nabla_context* ctx, nabla_tensor* a, nabla_tensor* b, nabla_tensor** out);
+/* 1 where a == b, else 0. Not differentiable. */
+nabla_status nabla_eq(nabla_context* ctx, nabla_tensor* a, nabla_tensor* b, nabla_tensor** out);
+/* cond ? a : b; cond is nonzero-is-true, any dtype. */
+nabla_status nabla_where(nabla_context* ctx, nabla_tensor* cond, nabla_tensor* a, nabla_tensor* b,
+                         nabla_tensor** out);
+
+nabla_status nabla_neg(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_scale(nabla_context* ctx, nabla_tensor* x, double factor, nabla_tensor** out);
+nabla_status nabla_exp(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_log(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_sqrt(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_rsqrt(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_square(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_abs(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_tanh(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_sigmoid(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_relu(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_silu(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+/* 1 where x > 0, else 0. Not differentiable. */
+nabla_status nabla_step(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+/* -1, 0 or 1. Not differentiable. */
+nabla_status nabla_sign(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+
+/* Reductions over `axes` (`naxes` entries; all axes when naxes is 0, and then
+ * axes may be NULL). keepdim: nonzero keeps reduced axes with size 1. */
+nabla_status nabla_sum(nabla_context* ctx, nabla_tensor* x, const int64_t* axes, int naxes,
+                       int keepdim, nabla_tensor** out);
+nabla_status nabla_mean(nabla_context* ctx, nabla_tensor* x, const int64_t* axes, int naxes,
+                        int keepdim, nabla_tensor** out);
+nabla_status nabla_max(nabla_context* ctx, nabla_tensor* x, const int64_t* axes, int naxes,
+                       int keepdim, nabla_tensor** out);
+
+/* [..., M, K] x [..., K, N] -> [..., M, N]; batch axes broadcast. */
+nabla_status nabla_matmul(nabla_context* ctx, nabla_tensor* a, nabla_tensor* b, nabla_tensor** out);
+
+/* Layout. `shape` / `order` have `rank` entries. */
+nabla_status nabla_reshape(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* shape,
+                           nabla_tensor** out);
+nabla_status nabla_permute(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* order,
+                           nabla_tensor** out);
+nabla_status nabla_transpose(nabla_context* ctx, nabla_tensor* x, int64_t axis0, int64_t axis1,
+                             nabla_tensor** out);
+nabla_status nabla_slice(nabla_context* ctx, nabla_tensor* x, int64_t axis, int64_t start,
+                         int64_t stop, int64_t step, nabla_tensor** out);
+nabla_status nabla_expand(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* shape,
+                          nabla_tensor** out);
+nabla_status nabla_contiguous(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+/* Joins `n` tensors along `axis`. */
+nabla_status nabla_concat(nabla_context* ctx, nabla_tensor* const* xs, size_t n, int64_t axis,
+                          nabla_tensor** out);
+/* Places x into zeros of shape `full` (`rank` entries) where
+ * slice(axis, start, stop, step) selects: the adjoint of slice. */
+nabla_status nabla_scatter_slice(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* full,
+                                 int64_t axis, int64_t start, int64_t stop, int64_t step,
+                                 nabla_tensor** out);
+
+/* Indexing. table [R, ...], indices i32 of any shape -> [*indices, ...]. */
+nabla_status nabla_get_rows(nabla_context* ctx, nabla_tensor* table, nabla_tensor* indices,
+                            nabla_tensor** out);
+/* out [rows, ...] = 0; out[indices[i]] += values[i]. */
+nabla_status nabla_scatter_add_rows(nabla_context* ctx, nabla_tensor* values, nabla_tensor* indices,
+                                    int64_t rows, nabla_tensor** out);
+
+/* ---- Autodiff and running */
+
+/* Records `loss` (one element, f32 or f64) and builds the gradient of every
+ * parameter that reaches it. Replaces the loss and gradients of any earlier
+ * nabla_backward; handles from earlier calls stay valid. A loss may itself be
+ * built from gradients (higher-order derivatives). */
+nabla_status nabla_backward(nabla_context* ctx, nabla_tensor* loss);
+/* The gradient of parameter `t` from the last nabla_backward (same shape and
+ * dtype as t). Its value is available after nabla_compute. */
+nabla_status nabla_grad(nabla_context* ctx, nabla_tensor* t, nabla_tensor** out);
+/* Plans and runs a graph of `outputs` (n handles; outputs may be NULL when n
+ * is 0) plus the loss and gradients of the last nabla_backward. threads <= 0
+ * means the default (hardware concurrency). Calling it again with the same
+ * outputs and threads, and no nabla_backward in between, reuses the compiled
+ * plan and only runs it. */
+nabla_status nabla_compute(nabla_context* ctx, nabla_tensor* const* outputs, size_t n, int threads);
+/* Copies t's value into dst, row-major; `bytes` must be numel * element size.
+ * t is a leaf (any time), or an output, loss or gradient of the last
+ * nabla_compute (or a view of one). */
+nabla_status nabla_tensor_read(nabla_context* ctx, nabla_tensor* t, void* dst, size_t bytes);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NABLA_H */

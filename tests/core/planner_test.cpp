@@ -1,0 +1,128 @@
+// The memory planner: reuse only after the last reader (through views too),
+// outputs never reused, in-place only where safe, and the arena it reports.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "nabla/nabla.hpp"
+
+using namespace nabla;
+
+namespace {
+
+Tensor random_leaf(Shape shape, uint32_t seed, DType dtype = DType::f64) {
+  Tensor t = Tensor::zeros(dtype, shape);
+  uint32_t s = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    double v = (double(s >> 8) / double(1 << 24)) * 2 - 1;
+    if (dtype == DType::f64) t.data_as<double>()[i] = v;
+    else t.data_as<float>()[i] = float(v);
+  }
+  return t;
+}
+
+// An RMS norm built from primitives, the pattern ggml's rms_norm_back got
+// wrong when the allocator reused a buffer its backward still read.
+Tensor rms_norm(const Tensor& x) { return x * rsqrt(mean(square(x), {-1}, true) + 1e-5); }
+
+}  // namespace
+
+TEST(Planner, ReusesMemoryAndReportsTheArena) {
+  Tensor x = random_leaf({64, 64}, 1, DType::f32);
+  Tensor y = x;
+  for (int i = 0; i < 10; ++i) y = tanh(y * 1.5 + 0.1);
+  Graph g({sum(y)});
+  Executor planned(g, {.threads = 1});
+  Executor unplanned(g, {.threads = 1, .plan_memory = false});
+  EXPECT_LT(planned.memory().arena_bytes, unplanned.memory().arena_bytes / 4);
+  EXPECT_EQ(unplanned.memory().arena_bytes, unplanned.memory().unplanned_bytes);
+  EXPECT_GT(planned.memory().inplace, 0);
+  planned.run();
+  unplanned.run();
+  EXPECT_EQ(planned.read<float>(g.outputs()[0]), unplanned.read<float>(g.outputs()[0]));
+}
+
+TEST(Planner, ManyNormsInSequenceMatchFiniteDifferencesWithReuse) {
+  // Several norms in sequence and a loss through all of them: many buffers
+  // die and are reused while backward nodes still need forward values.
+  Tensor w = random_leaf({6}, 7);
+  auto f = [&](const std::vector<Tensor>& in) {
+    Tensor h = in[0];
+    Tensor acc = Tensor::scalar(0.0, in[0].dtype());
+    for (int i = 0; i < 4; ++i) {
+      h = rms_norm(h * in[1] + h);
+      acc = acc + sum(h * h * 0.1);
+    }
+    return tanh(h) + acc;
+  };
+  for (int threads : {1, 2, 4}) {
+    GradcheckOptions opt;
+    opt.threads = threads;
+    opt.max_grain = threads > 1 ? 1 : 0;
+    GradcheckResult r = gradcheck(f, {random_leaf({5, 6}, 3), w}, opt);
+    EXPECT_TRUE(r.ok) << "threads " << threads << ": " << r.message;
+    EXPECT_EQ(r.checked, 36);
+  }
+}
+
+TEST(Planner, OutputsAndViewedBuffersSurvive) {
+  Tensor x = random_leaf({8, 8}, 2, DType::f32);
+  Tensor a = exp(x);                 // read later only through a view
+  Tensor view = transpose(a);
+  Tensor b = tanh(x) * 2.0;          // an output
+  Tensor c = b + 1.0;
+  for (int i = 0; i < 5; ++i) c = sigmoid(c) * 3.0;  // chances to reuse a's memory
+  Tensor d = c + view;               // reads a through the view at the end
+  Graph g({d, b});
+  Executor planned(g, {.threads = 2});
+  planned.run();
+  Executor reference(g, {.threads = 1, .plan_memory = false});
+  reference.run();
+  EXPECT_EQ(planned.read<float>(d), reference.read<float>(d));
+  EXPECT_EQ(planned.read<float>(b), reference.read<float>(b));
+  // Intermediates may be overwritten: reading one is refused, not wrong.
+  EXPECT_THROW(planned.read<float>(c), UsageError);
+}
+
+TEST(Planner, InPlaceNeverOverwritesAnOperandStillNeeded) {
+  Tensor x = random_leaf({16}, 4, DType::f32);
+  Tensor a = exp(x);
+  Tensor r = reshape(a, {4, 4});
+  // a dies at the add, but the add also reads a through a transposed view:
+  // running it in place would corrupt its own input.
+  Tensor y = add(r, transpose(r));
+  Graph g({y});
+  Executor ex(g, {.threads = 1});
+  ex.run();
+  Executor ref(g, {.threads = 1, .plan_memory = false});
+  ref.run();
+  EXPECT_EQ(ex.read<float>(y), ref.read<float>(y));
+}
+
+TEST(Executor, MemoryLimitFailsBeforeAllocating) {
+  Tensor x = random_leaf({256, 256}, 5, DType::f32);
+  Graph g({sum(matmul(x, x))});
+  try {
+    Executor ex(g, {.memory_limit = 1024});
+    FAIL() << "no error for a graph over the memory limit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory limit"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Executor, CheckFiniteNamesTheFirstBadOp) {
+  Tensor x = Tensor::from_vector<float>({3}, {1, 0, 2});
+  Tensor y = exp(log(x) * 2.0);  // log(0) = -inf
+  Graph g({sum(y)});
+  Executor ex(g, {.threads = 1, .check_finite = true});
+  try {
+    ex.run();
+    FAIL() << "no error for a non-finite value";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("'log'"), std::string::npos) << m;
+    EXPECT_NE(m.find("Inf"), std::string::npos) << m;
+    EXPECT_NE(m.find("f32[3] (leaf)"), std::string::npos) << m;
+  }
+}
