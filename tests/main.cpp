@@ -27,11 +27,34 @@ class OpGradTest : public testing::Test {
   int threads_;
 };
 
+// A fused op against its composite, value and gradient, in f64.
+class CompositeTest : public testing::Test {
+ public:
+  CompositeTest(const nabla::OpDef* op, nabla::GradCase c, nabla::Layout layout)
+      : op_(op), case_(std::move(c)), layout_(layout) {}
+  void TestBody() override {
+    nabla::GradcheckResult r = nabla::check_composite(*op_, case_, layout_, 2);
+    EXPECT_TRUE(r.ok) << r.message;
+    EXPECT_GT(r.checked, 0);
+  }
+
+ private:
+  const nabla::OpDef* op_;
+  nabla::GradCase case_;
+  nabla::Layout layout_;
+};
+
 void register_gradient_tests() {
   for (const nabla::OpDef* op : nabla::all_ops()) {
     for (const nabla::GradCase& c : op->cases()) {
       for (nabla::Layout layout : nabla::kAllLayouts) {
         if (!nabla::layout_applies(c, layout)) continue;
+        if (op->fused) {
+          std::string suite = std::string("Composite_") + op->name;
+          std::string name = c.name + "_" + nabla::layout_name(layout);
+          testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                                [=]() -> testing::Test* { return new CompositeTest(op, c, layout); });
+        }
         for (int threads : {1, 2, 4}) {
           std::string suite = std::string("Grad_") + op->name;
           std::string name = c.name + "_" + nabla::layout_name(layout) + "_t" + std::to_string(threads);

@@ -10,7 +10,7 @@
 
 namespace nabla {
 
-std::vector<Tensor> topo_order(const std::vector<Tensor>& outputs) {
+std::vector<Tensor> topo_order(const std::vector<Tensor>& outputs, const NodeSet* stop) {
   std::vector<Tensor> order;
   std::unordered_set<const Node*> done;
   // Iterative post-order DFS: deep graphs (long training unrolls) must not
@@ -28,7 +28,8 @@ std::vector<Tensor> topo_order(const std::vector<Tensor>& outputs) {
     while (!stack.empty()) {
       Frame& f = stack.back();
       const auto& inputs = f.t.node()->inputs;
-      if (f.next_input < inputs.size()) {
+      bool expand = !stop || !stop->count(f.t.node());
+      if (expand && f.next_input < inputs.size()) {
         const Tensor& in = inputs[f.next_input++];
         if (!done.count(in.node()) && !on_stack.count(in.node())) {
           on_stack.insert(in.node());
@@ -53,7 +54,7 @@ std::vector<Tensor> find_parameters(const std::vector<Tensor>& outputs) {
   return params;
 }
 
-GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt) {
+GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, const NodeSet* stop) {
   if (!loss.defined()) throw UsageError("backward: the loss is an undefined tensor");
   if (loss.numel() != 1) {
     throw ShapeError("backward: the loss must have one element, got shape " + to_string(loss.shape()));
@@ -61,7 +62,7 @@ GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt) {
   if (!is_floating(loss.dtype())) {
     throw DTypeError(std::string("backward: the loss must be f32 or f64, got ") + dtype_name(loss.dtype()));
   }
-  std::vector<Tensor> order = topo_order({loss});
+  std::vector<Tensor> order = topo_order({loss}, stop);
 
   // A node needs a gradient when it is a target or a differentiable input of
   // it needs one; everything else is skipped, so no node is built in vain.
@@ -98,7 +99,9 @@ GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt) {
       any = any || needed[i];
     }
     if (!any) continue;
-    Grads g = n->op->backward(BackwardArgs{n->inputs, t, dout, n->attrs, needed});
+    if (stop && stop->count(n)) continue;
+    BackwardArgs args{n->inputs, t, dout, n->attrs, needed};
+    Grads g = n->op->backward ? n->op->backward(args) : composite_backward(args, *n->op);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       if (!needed[i]) continue;
       const Tensor& in = n->inputs[i];
@@ -113,6 +116,28 @@ GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt) {
     }
   }
   return grads;
+}
+
+Grads composite_backward(const BackwardArgs& g, const OpDef& op) {
+  if (!op.composite) throw Error(std::string("internal: '") + op.name + "' has neither backward nor composite");
+  // Differentiate <dout, composite(inputs)> with the inputs and dout held as
+  // leaves of this local graph: partial derivatives, dout a constant.
+  Tensor y = op.composite(g.inputs, g.attrs);
+  Tensor loss = sum(y * g.dout);
+  NodeSet stop{g.dout.node()};
+  std::vector<Tensor> wrt;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    stop.insert(g.inputs[i].node());
+    if (g.needs(i)) wrt.push_back(g.inputs[i]);
+  }
+  GradMap grads = build_gradients(loss, wrt, &stop);
+  Grads d(g.inputs.size());
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    if (!g.needs(i)) continue;
+    auto it = grads.find(g.inputs[i].node());
+    d[i] = it != grads.end() ? it->second : zeros_like(g.inputs[i]);
+  }
+  return d;
 }
 
 std::vector<Tensor> grad(const Tensor& loss, const std::vector<Tensor>& wrt) {

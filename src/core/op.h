@@ -109,6 +109,10 @@ struct OpDef {
   bool variadic = false;  // the last input spec repeats (concat)
   bool is_view = false;   // output aliases input 0's memory; no kernel
   bool elementwise = false;  // out[i] depends on each input's element i only: may run in place
+  // A fused op: one kernel for what `composite` computes from primitives. The
+  // composite is its test oracle, its fallback, and (when `backward` is null)
+  // its backward.
+  bool fused = false;
   Meta (*infer)(const std::vector<Tensor>& in, const Attrs& attrs) = nullptr;
   void (*forward)(const KernelArgs& args) = nullptr;
   Grads (*backward)(const BackwardArgs& args) = nullptr;
@@ -121,8 +125,22 @@ struct OpDef {
 };
 
 // Records a node applying `op` to `inputs`; runs the shape rule now, so a bad
-// shape throws here, naming the op.
+// shape throws here, naming the op. In composite mode a fused op is replaced
+// by its composite.
 Tensor apply(const OpDef& op, std::vector<Tensor> inputs, Attrs attrs = {});
+
+// While alive, fused ops build their composites instead (this thread only).
+class CompositeMode {
+ public:
+  CompositeMode();
+  ~CompositeMode();
+  CompositeMode(const CompositeMode&) = delete;
+  CompositeMode& operator=(const CompositeMode&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
 
 // All registered ops (src/ops/op_list.h), and lookup by name.
 const std::vector<const OpDef*>& all_ops();

@@ -1,6 +1,10 @@
 #include "core/op_check.h"
 
+#include <optional>
 #include <random>
+
+#include "nabla/executor.h"
+#include "nabla/graph.h"
 
 #include "nabla/error.h"
 
@@ -95,22 +99,81 @@ bool layout_applies(const GradCase& c, Layout l) {
   return false;
 }
 
-GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int threads, uint64_t seed) {
-  std::mt19937_64 rng(seed);
+namespace {
+
+struct CaseSetup {
   std::vector<Tensor> leaves;
   std::vector<Layout> layouts;
   std::vector<bool> checked;
+};
+
+CaseSetup make_case(const GradCase& c, Layout l, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  CaseSetup s;
   for (const CaseInput& in : c.inputs) {
     Layout il = input_takes(in.shape, l) ? l : Layout::contiguous;
-    layouts.push_back(il);
-    leaves.push_back(make_leaf(in, leaf_shape(in.shape, il), rng));
-    checked.push_back(in.checked);
+    s.layouts.push_back(il);
+    s.leaves.push_back(make_leaf(in, leaf_shape(in.shape, il), rng));
+    s.checked.push_back(in.checked);
   }
-  Function f = [&c, &layouts](const std::vector<Tensor>& xs) {
-    std::vector<Tensor> views;
-    for (size_t i = 0; i < xs.size(); ++i) views.push_back(layout_view(xs[i], c.inputs[i].shape, layouts[i]));
-    return c.build(views);
+  return s;
+}
+
+Tensor build_case(const GradCase& c, const CaseSetup& s, const std::vector<Tensor>& xs) {
+  std::vector<Tensor> views;
+  for (size_t i = 0; i < xs.size(); ++i) views.push_back(layout_view(xs[i], c.inputs[i].shape, s.layouts[i]));
+  return c.build(views);
+}
+
+}  // namespace
+
+GradcheckResult check_composite(const OpDef& op, const GradCase& c, Layout l, int threads, uint64_t seed) {
+  CaseSetup s = make_case(c, l, seed);
+  std::vector<Tensor> wrt;
+  for (size_t i = 0; i < s.leaves.size(); ++i) {
+    if (s.checked[i] && s.leaves[i].dtype() == DType::f64) wrt.push_back(s.leaves[i]);
+  }
+  auto values = [&](bool composite) {
+    std::optional<CompositeMode> mode;
+    if (composite) mode.emplace();
+    Tensor y = build_case(c, s, s.leaves);
+    std::mt19937_64 rng(seed + 7);
+    std::normal_distribution<double> n(0.0, 1.0);
+    Tensor v = Tensor::zeros(DType::f64, y.shape());
+    for (int64_t i = 0; i < v.numel(); ++i) v.data_as<double>()[i] = n(rng);
+    std::vector<Tensor> outs{y};
+    if (!wrt.empty()) {
+      std::vector<Tensor> gs = grad(sum(y * v), wrt);
+      outs.insert(outs.end(), gs.begin(), gs.end());
+    }
+    std::vector<Tensor> got = eval(outs, {.threads = threads});
+    std::vector<std::vector<double>> out;
+    for (const Tensor& t : got) out.push_back(t.to_vector<double>());
+    return out;
   };
+  std::vector<std::vector<double>> fused = values(false), reference = values(true);
+  GradcheckResult r;
+  for (size_t k = 0; k < fused.size(); ++k) {
+    double scale = 1.0;
+    for (double x : reference[k]) scale = std::max(scale, std::abs(x));
+    for (size_t j = 0; j < fused[k].size(); ++j) {
+      double err = std::abs(fused[k][j] - reference[k][j]) / (1e-10 * scale);
+      r.f64_max_error = std::max(r.f64_max_error, err);
+      ++r.checked;
+      if (!(err <= 1.0) && r.ok) {
+        r.ok = false;
+        r.message = std::string(op.name) + " vs its composite: " + (k == 0 ? "output" : "gradient " + std::to_string(k - 1)) +
+                    " entry " + std::to_string(j) + ": fused " + std::to_string(fused[k][j]) + ", composite " +
+                    std::to_string(reference[k][j]);
+      }
+    }
+  }
+  return r;
+}
+
+GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int threads, uint64_t seed) {
+  CaseSetup s = make_case(c, l, seed);
+  Function f = [&c, &s](const std::vector<Tensor>& xs) { return build_case(c, s, xs); };
   GradcheckOptions opt;
   opt.threads = threads;
   // Several threads: also split every kernel into one-item chunks, so tiny
@@ -120,7 +183,7 @@ GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int 
   opt.cotangent = l == Layout::transposed  ? Cotangent::transposed
                   : l == Layout::broadcast ? Cotangent::broadcast
                                            : Cotangent::dense;
-  return gradcheck(f, leaves, opt, checked);
+  return gradcheck(f, s.leaves, opt, s.checked);
 }
 
 std::vector<std::string> registry_problems() {
@@ -129,7 +192,10 @@ std::vector<std::string> registry_problems() {
     std::string name = op->name;
     bool any_diff = false;
     for (size_t i = 0; i < op->inputs.size(); ++i) any_diff = any_diff || op->differentiable(i);
-    if (any_diff && !op->backward) problems.push_back(name + ": differentiates an input but has no backward");
+    if (any_diff && !op->backward && !op->composite) {
+      problems.push_back(name + ": differentiates an input but has no backward");
+    }
+    if (op->fused && !op->composite) problems.push_back(name + ": is fused but has no composite");
     if (!op->is_view && !op->forward) problems.push_back(name + ": has no CPU kernel");
     if (!op->cases) {
       problems.push_back(name + ": has no gradient cases");

@@ -24,6 +24,11 @@ bool layout_applies(const GradCase& c, Layout l);
 
 GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int threads, uint64_t seed = 1);
 
+// For a fused op: the case built with the fused kernel and with its
+// composite agree in f64, in value and in gradient. ok=false with a message
+// otherwise; max error relative to the values' scale.
+GradcheckResult check_composite(const OpDef& op, const GradCase& c, Layout l, int threads, uint64_t seed = 1);
+
 // Problems with the registry itself: ops without gradient cases, without a
 // case that can be strided, or with a differentiable input but no backward.
 std::vector<std::string> registry_problems();

@@ -194,6 +194,7 @@ Tensor apply(const OpDef& op, std::vector<Tensor> inputs, Attrs attrs) {
     }
   }
   Meta meta = op.infer(inputs, attrs);
+  if (op.fused && op.composite && CompositeMode::active()) return op.composite(inputs, attrs);
   auto node = std::make_shared<Node>();
   node->op = &op;
   node->dtype = meta.dtype;
@@ -209,6 +210,13 @@ Tensor apply(const OpDef& op, std::vector<Tensor> inputs, Attrs attrs) {
   node->id = next_node_id();
   return Tensor(std::move(node));
 }
+
+namespace {
+thread_local bool composite_mode = false;
+}
+CompositeMode::CompositeMode() : previous_(composite_mode) { composite_mode = true; }
+CompositeMode::~CompositeMode() { composite_mode = previous_; }
+bool CompositeMode::active() { return composite_mode; }
 
 void require_floating(const char* op, const Tensor& t, const char* what) {
   if (!is_floating(t.dtype())) {
