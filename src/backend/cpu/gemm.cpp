@@ -1,0 +1,306 @@
+// GEMM: OpenBLAS when the build found it, else the built-in kernel below.
+//
+// Determinism. The built-in kernel computes every element of C in an order that
+// depends only on K: for each depth pass (k in [p, min(K, p + kKc)), p a
+// multiple of kKc) it sums a*b in increasing k into a zeroed accumulator, then
+// writes C = alpha*acc + beta*C on the first pass and C += alpha*acc on later
+// ones. Edge tiles run the same full-size micro-kernel on zero-padded panels,
+// through a scratch tile, so a tile of C computed on its own is bit-identical
+// to the same elements of a whole-matrix call, whatever M, N, the tile's
+// position or the leading dimensions (tests/core/gemm_test.cpp checks this).
+// NOTE: this relies on the compiler treating every lane of the micro-kernel
+// alike (see the pragma there); the tile test is what guards it.
+// OpenBLAS gives no such promise (its kernels and blocking depend on the
+// shape); there the caller, the matmul op, keeps results deterministic by
+// always calling gemm on tiles of fixed size.
+#include "backend/cpu/gemm.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#ifdef NABLA_HAVE_OPENBLAS
+#include <cblas.h>
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+namespace nabla::cpu {
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int kVecBytes = 64;
+#elif defined(__AVX__)
+constexpr int kVecBytes = 32;
+#else
+constexpr int kVecBytes = 16;
+#endif
+
+// Blocking for the built-in kernel (Goto/BLIS loop order). The register tile
+// is kMr x kNr accumulators, two vectors per row: 24 of the 32 AVX-512
+// registers, 12 of the 16 AVX2 or SSE ones (4 x 2 for SSE, where products need
+// temporaries). A kKc x kNr panel of B stays in L1, a kMc x kKc block of A in
+// L2; kNc bounds the packed B. Values tuned on Zen 4 with the shapes in
+// bench/gemm_bench.cpp; kKc also fixes the summation order (see above).
+template <class T>
+struct Blocking {
+  static constexpr int kNr = 2 * kVecBytes / static_cast<int>(sizeof(T));
+  static constexpr int kMr = kVecBytes == 64 ? 12 : kVecBytes == 32 ? 6 : 4;
+  static constexpr int64_t kKc = 256;
+  static constexpr int64_t kMc = kMr * 16;
+  static constexpr int64_t kNc = 2048;
+};
+
+// A per-thread buffer that only grows, so packing allocates once per thread.
+class PackBuffer {
+ public:
+  PackBuffer() = default;
+  PackBuffer(const PackBuffer&) = delete;
+  PackBuffer& operator=(const PackBuffer&) = delete;
+  ~PackBuffer() { std::free(data_); }
+
+  template <class T>
+  T* get(int64_t count) {
+    const size_t bytes = (static_cast<size_t>(count) * sizeof(T) + 63) / 64 * 64;
+    if (bytes > bytes_) {
+      std::free(data_);
+      data_ = std::aligned_alloc(64, bytes);
+      bytes_ = data_ ? bytes : 0;
+      if (!data_) throw std::bad_alloc();
+    }
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+thread_local PackBuffer t_pack_a;
+thread_local PackBuffer t_pack_b;
+
+// C[M, N] *= beta, where beta == 0 overwrites (NaNs in C do not survive).
+template <class T>
+void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
+  if (beta == T(1)) return;
+  for (int64_t i = 0; i < M; ++i) {
+    T* c = C + i * ldc;
+    if (beta == T(0)) {
+      std::fill(c, c + N, T(0));
+    } else {
+      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+    }
+  }
+}
+
+// Packs rows [i0, i0 + mc) x depth [p0, p0 + kc) of op(A) into micro-panels of
+// kMr rows, each stored k-major (kMr values per k); rows past mc are zero.
+template <class T>
+void pack_a(bool trans, const T* A, int64_t lda, int64_t i0, int64_t p0, int64_t mc, int64_t kc,
+            T* dst) {
+  constexpr int mr = Blocking<T>::kMr;
+  for (int64_t ir = 0; ir < mc; ir += mr, dst += kc * mr) {
+    const int64_t rows = std::min<int64_t>(mr, mc - ir);
+    if (trans) {  // A is [K, M]: a row of A gives kMr contiguous values
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* src = A + (p0 + k) * lda + i0 + ir;
+        for (int64_t i = 0; i < rows; ++i) dst[k * mr + i] = src[i];
+        for (int64_t i = rows; i < mr; ++i) dst[k * mr + i] = T(0);
+      }
+    } else {
+      for (int64_t i = 0; i < rows; ++i) {
+        const T* src = A + (i0 + ir + i) * lda + p0;
+        for (int64_t k = 0; k < kc; ++k) dst[k * mr + i] = src[k];
+      }
+      for (int64_t i = rows; i < mr; ++i) {
+        for (int64_t k = 0; k < kc; ++k) dst[k * mr + i] = T(0);
+      }
+    }
+  }
+}
+
+// Packs depth [p0, p0 + kc) x columns [j0, j0 + nc) of op(B) into micro-panels
+// of kNr columns, each stored k-major; columns past nc are zero.
+template <class T>
+void pack_b(bool trans, const T* B, int64_t ldb, int64_t p0, int64_t j0, int64_t kc, int64_t nc,
+            T* dst) {
+  constexpr int nr = Blocking<T>::kNr;
+  for (int64_t jr = 0; jr < nc; jr += nr, dst += kc * nr) {
+    const int64_t cols = std::min<int64_t>(nr, nc - jr);
+    if (trans) {  // B is [N, K]
+      for (int64_t j = 0; j < cols; ++j) {
+        const T* src = B + (j0 + jr + j) * ldb + p0;
+        for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = src[k];
+      }
+      for (int64_t j = cols; j < nr; ++j) {
+        for (int64_t k = 0; k < kc; ++k) dst[k * nr + j] = T(0);
+      }
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* src = B + (p0 + k) * ldb + j0 + jr;
+        for (int64_t j = 0; j < cols; ++j) dst[k * nr + j] = src[j];
+        for (int64_t j = cols; j < nr; ++j) dst[k * nr + j] = T(0);
+      }
+    }
+  }
+}
+
+// C[kMr, kNr] (leading dimension ldc) = alpha * a * b + beta * C, with a and b
+// packed micro-panels of depth kc. Fixed trip counts let the compiler keep the
+// accumulators in vector registers; beta == 0 overwrites C.
+template <class T>
+void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T alpha, T beta,
+                  T* __restrict C, int64_t ldc) {
+  constexpr int mr = Blocking<T>::kMr;
+  constexpr int nr = Blocking<T>::kNr;
+  T acc[mr][nr] = {};
+  for (int64_t k = 0; k < kc; ++k) {
+    for (int i = 0; i < mr; ++i) {
+      const T ak = a[k * mr + i];
+      // NOTE: without this, g++ 12 fully unrolls a j loop of <= 16 iterations
+      // (f64 with AVX-512, both types with AVX2) before vectorising, then
+      // vectorises across i with shuffles: 10x slower, and lanes no longer
+      // compute alike, which broke the tile bit-identity test.
+#pragma GCC unroll 1
+      for (int j = 0; j < nr; ++j) acc[i][j] += ak * b[k * nr + j];
+    }
+  }
+  for (int i = 0; i < mr; ++i) {
+    T* c = C + i * ldc;
+    if (beta == T(0)) {
+      for (int j = 0; j < nr; ++j) c[j] = alpha * acc[i][j];
+    } else if (beta == T(1)) {
+      for (int j = 0; j < nr; ++j) c[j] += alpha * acc[i][j];
+    } else {
+      for (int j = 0; j < nr; ++j) c[j] = alpha * acc[i][j] + beta * c[j];
+    }
+  }
+}
+
+#ifdef NABLA_HAVE_OPENBLAS
+// cblas takes int dimensions and rejects (with a message, computing nothing) a
+// leading dimension below the row length, which a stride-0 view would give.
+bool blas_accepts(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
+                  int64_t ldb, int64_t ldc) {
+  const auto fits = [](int64_t v, int64_t row) {
+    return v <= INT_MAX && v >= std::max<int64_t>(1, row);
+  };
+  return M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && fits(lda, trans_a ? M : K) &&
+         fits(ldb, trans_b ? K : N) && fits(ldc, N);
+}
+
+void blas_single_thread() {
+  // nabla's own pool splits the work; OpenBLAS threads would oversubscribe.
+  static const bool once = (openblas_set_num_threads(1), true);
+  (void)once;
+}
+
+void blas_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void blas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
+               const double* B, int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+#endif
+
+}  // namespace
+
+template <class T>
+void gemm_builtin(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                  int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  using Bl = Blocking<T>;
+  constexpr int mr = Bl::kMr;
+  constexpr int nr = Bl::kNr;
+  if (M <= 0 || N <= 0) return;
+  // As in BLAS, alpha == 0 leaves A and B unread.
+  if (K <= 0 || alpha == T(0)) {
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+
+  const int64_t nc_max = std::min(Bl::kNc, (N + nr - 1) / nr * nr);
+  const int64_t mc_max = std::min(Bl::kMc, (M + mr - 1) / mr * mr);
+  const int64_t kc_max = std::min(Bl::kKc, K);
+  T* pa = t_pack_a.get<T>(mc_max * kc_max);
+  T* pb = t_pack_b.get<T>(nc_max * kc_max);
+  alignas(64) T edge[mr * nr];
+
+  for (int64_t jc = 0; jc < N; jc += Bl::kNc) {
+    const int64_t nc = std::min(Bl::kNc, N - jc);
+    for (int64_t pc = 0; pc < K; pc += Bl::kKc) {
+      const int64_t kc = std::min(Bl::kKc, K - pc);
+      const T pass_beta = pc == 0 ? beta : T(1);
+      pack_b(trans_b, B, ldb, pc, jc, kc, nc, pb);
+      for (int64_t ic = 0; ic < M; ic += Bl::kMc) {
+        const int64_t mc = std::min(Bl::kMc, M - ic);
+        pack_a(trans_a, A, lda, ic, pc, mc, kc, pa);
+        for (int64_t jr = 0; jr < nc; jr += nr) {
+          const int64_t cols = std::min<int64_t>(nr, nc - jr);
+          const T* b = pb + jr * kc;
+          for (int64_t ir = 0; ir < mc; ir += mr) {
+            const int64_t rows = std::min<int64_t>(mr, mc - ir);
+            const T* a = pa + ir * kc;
+            T* c = C + (ic + ir) * ldc + jc + jr;
+            if (rows == mr && cols == nr) {
+              micro_kernel(kc, a, b, alpha, pass_beta, c, ldc);
+              continue;
+            }
+            // Edge tile: same kernel on a scratch copy, so the arithmetic is identical.
+            if (pass_beta != T(0)) {
+              for (int64_t i = 0; i < rows; ++i)
+                std::memcpy(edge + i * nr, c + i * ldc, cols * sizeof(T));
+            }
+            micro_kernel(kc, a, b, alpha, pass_beta, edge, nr);
+            for (int64_t i = 0; i < rows; ++i)
+              std::memcpy(c + i * ldc, edge + i * nr, cols * sizeof(T));
+          }
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+#ifdef NABLA_HAVE_OPENBLAS
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || alpha == T(0)) {
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  if (blas_accepts(trans_a, trans_b, M, N, K, lda, ldb, ldc)) {
+    blas_single_thread();
+    blas_gemm(trans_a, trans_b, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
+              alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta, C,
+              static_cast<int>(ldc));
+    return;
+  }
+#endif
+  gemm_builtin(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+const char* gemm_backend() {
+#ifdef NABLA_HAVE_OPENBLAS
+  return "openblas";
+#else
+  return "builtin";
+#endif
+}
+
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                           const double*, int64_t, double, double*, int64_t);
+template void gemm_builtin<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*,
+                                  int64_t, const float*, int64_t, float, float*, int64_t);
+template void gemm_builtin<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*,
+                                   int64_t, const double*, int64_t, double, double*, int64_t);
+
+}  // namespace nabla::cpu

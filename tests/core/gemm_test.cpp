@@ -1,0 +1,342 @@
+// gemm and gemm_builtin against a naive long double triple loop, for f32 and f64.
+//
+// Tolerance: any summation order of a length-K dot product is within
+// gamma_K * sum_k |a_k b_k| of the exact value (gamma_K ~ K * eps / 2); scaling by
+// alpha and adding beta * C adds two roundings. We accept
+//   |C - ref| <= (K + 2) * eps * (|alpha| * sum_k |a_ik b_kj| + |beta * c_ij|)
+// (eps of the tested type), a bound with a factor-two margin that scales with K.
+#include "backend/cpu/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace nabla::cpu {
+namespace {
+
+// A rows x cols matrix stored row-major with leading dimension ld >= cols. The
+// padding holds NaN, so a kernel that reads it produces NaN.
+template <class T>
+struct Matrix {
+  int64_t rows = 0, cols = 0, ld = 0;
+  std::vector<T> data;
+
+  Matrix(int64_t r, int64_t c, int64_t pad)
+      : rows(r),
+        cols(c),
+        ld(c + pad),
+        data(std::max<int64_t>(1, r * (c + pad)), std::numeric_limits<T>::quiet_NaN()) {}
+  T& at(int64_t i, int64_t j) { return data[i * ld + j]; }
+  const T& at(int64_t i, int64_t j) const { return data[i * ld + j]; }
+};
+
+template <class T>
+Matrix<T> random_matrix(int64_t rows, int64_t cols, int64_t pad, std::mt19937& rng) {
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  Matrix<T> m(rows, cols, pad);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) m.at(i, j) = static_cast<T>(dist(rng));
+  }
+  return m;
+}
+
+template <class T>
+using GemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*,
+                        int64_t, T, T*, int64_t);
+
+template <class T>
+struct Impl {
+  const char* name;
+  GemmFn<T> fn;
+};
+
+template <class T>
+std::vector<Impl<T>> impls() {
+  return {{"gemm", &gemm<T>}, {"gemm_builtin", &gemm_builtin<T>}};
+}
+
+// One problem: C = alpha * op(A) op(B) + beta * C0, op(A) [M, K], op(B) [K, N].
+template <class T>
+struct Problem {
+  bool ta = false, tb = false;
+  int64_t M = 0, N = 0, K = 0;
+  T alpha = 1, beta = 0;
+  Matrix<T> A, B, C0;
+
+  Problem(bool ta_, bool tb_, int64_t M_, int64_t N_, int64_t K_, T alpha_, T beta_, int64_t pad,
+          std::mt19937& rng)
+      : ta(ta_),
+        tb(tb_),
+        M(M_),
+        N(N_),
+        K(K_),
+        alpha(alpha_),
+        beta(beta_),
+        A(ta ? random_matrix<T>(K, M, pad, rng) : random_matrix<T>(M, K, pad, rng)),
+        B(tb ? random_matrix<T>(N, K, pad, rng) : random_matrix<T>(K, N, pad, rng)),
+        C0(random_matrix<T>(M, N, pad, rng)) {}
+
+  T a(int64_t i, int64_t k) const { return ta ? A.at(k, i) : A.at(i, k); }
+  T b(int64_t k, int64_t j) const { return tb ? B.at(j, k) : B.at(k, j); }
+
+  Matrix<T> run(GemmFn<T> fn) const {
+    Matrix<T> C = C0;
+    fn(ta, tb, M, N, K, alpha, A.data.data(), A.ld, B.data.data(), B.ld, beta, C.data.data(), C.ld);
+    return C;
+  }
+
+  std::string describe() const {
+    std::ostringstream s;
+    s << "ta=" << ta << " tb=" << tb << " M=" << M << " N=" << N << " K=" << K << " alpha=" << alpha
+      << " beta=" << beta << " lda=" << A.ld << " ldb=" << B.ld << " ldc=" << C0.ld;
+    return s.str();
+  }
+};
+
+// The exact result (to long double) and the accepted error of every element.
+template <class T>
+struct Reference {
+  std::vector<long double> value, bound;
+};
+
+template <class T>
+Reference<T> reference(const Problem<T>& p) {
+  const long double eps = std::numeric_limits<T>::epsilon();
+  Reference<T> r;
+  r.value.resize(p.M * p.N);
+  r.bound.resize(p.M * p.N);
+  for (int64_t i = 0; i < p.M; ++i) {
+    for (int64_t j = 0; j < p.N; ++j) {
+      long double sum = 0, abs_sum = 0;
+      for (int64_t k = 0; k < p.K; ++k) {
+        const long double prod = static_cast<long double>(p.a(i, k)) * p.b(k, j);
+        sum += prod;
+        abs_sum += std::fabs(prod);
+      }
+      const long double bc =
+          p.beta == T(0) ? 0.0L : static_cast<long double>(p.beta) * p.C0.at(i, j);
+      r.value[i * p.N + j] = static_cast<long double>(p.alpha) * sum + bc;
+      r.bound[i * p.N + j] =
+          (p.K + 2) * eps *
+          (std::fabs(static_cast<long double>(p.alpha)) * abs_sum + std::fabs(bc));
+    }
+  }
+  return r;
+}
+
+// Every element within its bound, and C's padding untouched.
+template <class T>
+testing::AssertionResult matches(const Problem<T>& p, const Reference<T>& r, const Matrix<T>& C) {
+  for (int64_t i = 0; i < p.M; ++i) {
+    for (int64_t j = 0; j < p.N; ++j) {
+      const long double got = C.at(i, j);
+      const long double err = std::fabs(got - r.value[i * p.N + j]);
+      if (!(err <= r.bound[i * p.N + j])) {
+        return testing::AssertionFailure()
+               << p.describe() << ": C[" << i << ", " << j << "] = " << static_cast<double>(got)
+               << ", expected " << static_cast<double>(r.value[i * p.N + j]) << " +- "
+               << static_cast<double>(r.bound[i * p.N + j]);
+      }
+    }
+    for (int64_t j = p.N; j < C.ld && i * C.ld + j < static_cast<int64_t>(C.data.size()); ++j) {
+      if (std::memcmp(&C.at(i, j), &p.C0.at(i, j), sizeof(T)) != 0) {
+        return testing::AssertionFailure()
+               << p.describe() << ": padding of C written at [" << i << ", " << j << "]";
+      }
+    }
+  }
+  return testing::AssertionSuccess();
+}
+
+// Runs both implementations on p and checks them against one reference.
+template <class T>
+void check(const Problem<T>& p) {
+  const Reference<T> r = reference(p);
+  for (const auto& impl : impls<T>()) {
+    SCOPED_TRACE(impl.name);
+    EXPECT_TRUE(matches(p, r, p.run(impl.fn)));
+  }
+}
+
+template <class T>
+class GemmTest : public testing::Test {};
+using Types = testing::Types<float, double>;
+TYPED_TEST_SUITE(GemmTest, Types);
+
+constexpr int64_t kOddSizes[] = {1, 7, 33, 65, 130};
+constexpr bool kBools[] = {false, true};
+
+TYPED_TEST(GemmTest, AllTransposesOddSizes) {
+  using T = TypeParam;
+  std::mt19937 rng(1);
+  for (bool ta : kBools) {
+    for (bool tb : kBools) {
+      for (int64_t M : kOddSizes) {
+        for (int64_t N : kOddSizes) {
+          for (int64_t K : kOddSizes) check(Problem<T>(ta, tb, M, N, K, T(1), T(0), 0, rng));
+        }
+      }
+    }
+  }
+}
+
+TYPED_TEST(GemmTest, LeadingDimensionsLargerThanRows) {
+  using T = TypeParam;
+  std::mt19937 rng(2);
+  for (bool ta : kBools) {
+    for (bool tb : kBools) {
+      for (int64_t pad : {1, 3, 17}) {
+        check(Problem<T>(ta, tb, 33, 65, 7, T(1), T(0), pad, rng));
+        check(Problem<T>(ta, tb, 130, 7, 65, T(1), T(0.5), pad, rng));
+        check(Problem<T>(ta, tb, 1, 130, 33, T(1), T(1), pad, rng));
+      }
+    }
+  }
+}
+
+TYPED_TEST(GemmTest, AlphaBeta) {
+  using T = TypeParam;
+  std::mt19937 rng(3);
+  for (bool ta : kBools) {
+    for (bool tb : kBools) {
+      for (T alpha : {T(1), T(-0.5), T(2.5)}) {
+        for (T beta : {T(0), T(1), T(0.75), T(-2)}) {
+          check(Problem<T>(ta, tb, 65, 33, 130, alpha, beta, 2, rng));
+        }
+      }
+    }
+  }
+}
+
+// Sizes past every blocking parameter of the built-in kernel: several depth
+// passes (K > 256), several row blocks and several column blocks.
+TYPED_TEST(GemmTest, LargerThanOneBlock) {
+  using T = TypeParam;
+  std::mt19937 rng(4);
+  for (bool ta : kBools) {
+    for (bool tb : kBools) {
+      check(Problem<T>(ta, tb, 300, 70, 600, T(1), T(0.5), 1, rng));
+      check(Problem<T>(ta, tb, 5, 4500, 20, T(-1), T(0), 0, rng));
+    }
+  }
+}
+
+TYPED_TEST(GemmTest, BetaZeroOverwritesNaN) {
+  using T = TypeParam;
+  std::mt19937 rng(5);
+  for (bool ta : kBools) {
+    for (bool tb : kBools) {
+      Problem<T> p(ta, tb, 33, 65, 130, T(1.5), T(0), 1, rng);
+      for (int64_t i = 0; i < p.M; ++i) {
+        for (int64_t j = 0; j < p.N; ++j) p.C0.at(i, j) = std::numeric_limits<T>::quiet_NaN();
+      }
+      check(p);
+    }
+  }
+}
+
+TYPED_TEST(GemmTest, KZeroScalesC) {
+  using T = TypeParam;
+  std::mt19937 rng(6);
+  const T a = 1, b = 1;  // never read, but must be valid pointers
+  for (const auto& impl : impls<T>()) {
+    SCOPED_TRACE(impl.name);
+    Matrix<T> C = random_matrix<T>(7, 33, 2, rng);
+    const Matrix<T> C0 = C;
+    impl.fn(false, false, 7, 33, 0, T(1), &a, 1, &b, 33, T(0.5), C.data.data(), C.ld);
+    for (int64_t i = 0; i < 7; ++i) {
+      for (int64_t j = 0; j < 33; ++j) ASSERT_EQ(C.at(i, j), T(0.5) * C0.at(i, j));
+    }
+
+    for (auto& x : C.data) x = std::numeric_limits<T>::quiet_NaN();
+    impl.fn(true, true, 7, 33, 0, T(1), &a, 7, &b, 1, T(0), C.data.data(), C.ld);
+    for (int64_t i = 0; i < 7; ++i) {
+      for (int64_t j = 0; j < 33; ++j) ASSERT_EQ(C.at(i, j), T(0));
+      EXPECT_TRUE(std::isnan(C.at(i, 33)));  // padding untouched
+    }
+  }
+}
+
+// As in BLAS, alpha == 0 reads neither A nor B: NaNs there do not reach C.
+TYPED_TEST(GemmTest, AlphaZeroIgnoresAB) {
+  using T = TypeParam;
+  std::mt19937 rng(7);
+  for (const auto& impl : impls<T>()) {
+    SCOPED_TRACE(impl.name);
+    Problem<T> p(false, false, 7, 33, 65, T(0), T(-2), 0, rng);
+    p.A.at(3, 3) = std::numeric_limits<T>::quiet_NaN();
+    p.B.at(5, 5) = std::numeric_limits<T>::infinity();
+    const Matrix<T> C = p.run(impl.fn);
+    for (int64_t i = 0; i < p.M; ++i) {
+      for (int64_t j = 0; j < p.N; ++j) ASSERT_EQ(C.at(i, j), T(-2) * p.C0.at(i, j));
+    }
+  }
+}
+
+TYPED_TEST(GemmTest, EmptyOutputIsUntouched) {
+  using T = TypeParam;
+  std::mt19937 rng(8);
+  for (const auto& impl : impls<T>()) {
+    SCOPED_TRACE(impl.name);
+    Matrix<T> C = random_matrix<T>(4, 4, 0, rng);
+    const Matrix<T> C0 = C;
+    const T x = 1;
+    impl.fn(false, false, 0, 4, 3, T(1), &x, 3, &x, 4, T(0), C.data.data(), 4);
+    impl.fn(false, false, 4, 0, 3, T(1), &x, 3, &x, 1, T(0), C.data.data(), 4);
+    EXPECT_EQ(0, std::memcmp(C.data.data(), C0.data.data(), C.data.size() * sizeof(T)));
+  }
+}
+
+// The built-in kernel's promise (see gemm.cpp): a tile of C computed alone has
+// the same bits as the same elements of a whole-matrix call, whatever its
+// position, size or leading dimension.
+TYPED_TEST(GemmTest, BuiltinTileIsBitIdentical) {
+  using T = TypeParam;
+  std::mt19937 rng(9);
+  const int64_t M = 97, N = 150, K = 600;
+  struct TileSpec {
+    int64_t r0, c0, rows, cols;
+  };
+  const TileSpec tiles[] = {{0, 0, M, N},     {0, 0, 1, 1},    {96, 149, 1, 1}, {5, 3, 17, 41},
+                            {12, 32, 24, 64}, {1, 7, 90, 100}, {50, 0, 47, 150}};
+  for (bool ta : kBools) {
+    for (bool tb : kBools) {
+      for (T beta : {T(0), T(0.75)}) {
+        const Problem<T> p(ta, tb, M, N, K, T(1.25), beta, 3, rng);
+        const Matrix<T> full = p.run(&gemm_builtin<T>);
+        for (const auto& t : tiles) {
+          SCOPED_TRACE(p.describe() + " tile at " + std::to_string(t.r0) + "," +
+                       std::to_string(t.c0));
+          Matrix<T> tile(t.rows, t.cols, 5);
+          for (int64_t i = 0; i < t.rows; ++i) {
+            for (int64_t j = 0; j < t.cols; ++j) tile.at(i, j) = p.C0.at(t.r0 + i, t.c0 + j);
+          }
+          // op(A) rows r0.. and op(B) columns c0.., whichever way each is stored.
+          const T* a = p.A.data.data() + (ta ? t.r0 : t.r0 * p.A.ld);
+          const T* b = p.B.data.data() + (tb ? t.c0 * p.B.ld : t.c0);
+          gemm_builtin<T>(ta, tb, t.rows, t.cols, K, p.alpha, a, p.A.ld, b, p.B.ld, p.beta,
+                          tile.data.data(), tile.ld);
+          for (int64_t i = 0; i < t.rows; ++i) {
+            ASSERT_EQ(0, std::memcmp(&tile.at(i, 0), &full.at(t.r0 + i, t.c0), t.cols * sizeof(T)))
+                << "row " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemm, BackendName) {
+  const std::string name = gemm_backend();
+  EXPECT_TRUE(name == "openblas" || name == "builtin") << name;
+}
+
+}  // namespace
+}  // namespace nabla::cpu
