@@ -36,20 +36,33 @@ extern "C" {
 typedef struct nabla_context nabla_context;
 typedef struct nabla_tensor nabla_tensor;
 
+/* NOTE: FFI callers may pass any int where an enum is expected; a fixed
+ * underlying type makes such values well-defined on the C++ side, where they
+ * are rejected with a status instead of being undefined behaviour. */
+#ifdef __cplusplus
+#define NABLA_ENUM_BASE : int
+#else
+#define NABLA_ENUM_BASE
+#endif
+
 /* Values are fixed: FFI bindings hard-code them. */
-typedef enum nabla_status {
+typedef enum nabla_status NABLA_ENUM_BASE {
   NABLA_OK = 0,
   NABLA_ERROR_SHAPE = 1,    /* a shape, axis or size that does not fit */
   NABLA_ERROR_DTYPE = 2,    /* an element type the op does not accept */
   NABLA_ERROR_IO = 3,       /* a file that cannot be read or written */
   NABLA_ERROR_USAGE = 4,    /* the API used out of order, e.g. a read before compute */
-  NABLA_ERROR_INTERNAL = 5, /* a bug in nabla, or out of memory */
+  NABLA_ERROR_INTERNAL = 5, /* a bug in nabla, or an unexpected exception */
   NABLA_ERROR_ARGUMENT = 6, /* a NULL pointer, a negative count, a foreign handle */
-  NABLA_ERROR_RUNTIME = 7   /* a failure while running: NaN check, memory limit */
+  NABLA_ERROR_RUNTIME = 7   /* any other failure: NaN check, memory limit, allocation */
 } nabla_status;
 
 /* Matches nabla::DType. */
-typedef enum nabla_dtype { NABLA_F32 = 0, NABLA_F64 = 1, NABLA_I32 = 2 } nabla_dtype;
+typedef enum nabla_dtype NABLA_ENUM_BASE {
+  NABLA_F32 = 0,
+  NABLA_F64 = 1,
+  NABLA_I32 = 2
+} nabla_dtype;
 
 /* The message of the last failed call on this thread; "" if none failed yet.
  * Valid until the next failing call on this thread. */

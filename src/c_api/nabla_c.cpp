@@ -1,0 +1,495 @@
+// The C API (include/nabla.h): thin wrappers over the C++ API.
+//
+// Every entry point runs its body inside guard(), which turns each exception
+// into a status code and a thread-local message, so no error crosses the C
+// boundary. Argument problems the C++ API cannot see (NULL pointers, negative
+// counts, handles of another context) are ArgumentErrors raised here.
+#include <cstring>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "nabla.h"
+#include "nabla/error.h"
+#include "nabla/executor.h"
+#include "nabla/graph.h"
+#include "nabla/ops.h"
+#include "nabla/tensor.h"
+
+struct nabla_tensor {
+  nabla::Tensor t;
+  nabla_context* ctx;
+};
+
+struct nabla_context {
+  // Handles live as long as the context: FFI code may hold them anywhere.
+  std::vector<std::unique_ptr<nabla_tensor>> tensors;
+
+  // The last nabla_backward: a graph whose outputs are the loss and gradients.
+  std::optional<nabla::Graph> backward;
+  uint64_t backward_generation = 0;
+  std::unordered_map<const nabla::Node*, nabla_tensor*> grad_handles;
+
+  // The last nabla_compute, reused while outputs, threads and backward match.
+  std::unique_ptr<nabla::Executor> executor;
+  std::vector<const nabla::Node*> executor_outputs;
+  int executor_threads = 0;
+  uint64_t executor_generation = 0;
+  bool executor_ran = false;  // false after a run that threw: values are partial
+
+  nabla_tensor* wrap(nabla::Tensor t) {
+    tensors.push_back(std::make_unique<nabla_tensor>(nabla_tensor{std::move(t), this}));
+    return tensors.back().get();
+  }
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+class ArgumentError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+nabla_status fail(nabla_status status, const char* message) {
+  last_error = message;
+  return status;
+}
+
+template <class F>
+nabla_status guard(F&& body) {
+  try {
+    body();
+    return NABLA_OK;
+  } catch (const ArgumentError& e) {
+    return fail(NABLA_ERROR_ARGUMENT, e.what());
+  } catch (const nabla::ShapeError& e) {
+    return fail(NABLA_ERROR_SHAPE, e.what());
+  } catch (const nabla::DTypeError& e) {
+    return fail(NABLA_ERROR_DTYPE, e.what());
+  } catch (const nabla::IoError& e) {
+    return fail(NABLA_ERROR_IO, e.what());
+  } catch (const nabla::UsageError& e) {
+    return fail(NABLA_ERROR_USAGE, e.what());
+  } catch (const nabla::Error& e) {
+    return fail(NABLA_ERROR_RUNTIME, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(NABLA_ERROR_INTERNAL, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(NABLA_ERROR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(NABLA_ERROR_INTERNAL, "unknown exception");
+  }
+}
+
+// Argument checks for one entry point, whose name every message carries.
+struct Call {
+  const char* fn;
+
+  [[noreturn]] void argument_error(const std::string& what) const {
+    throw ArgumentError(std::string(fn) + ": " + what);
+  }
+  template <class P>
+  P* need(P* p, const char* arg) const {
+    if (!p) argument_error(std::string("argument '") + arg + "' is NULL");
+    return p;
+  }
+  nabla_context& context(nabla_context* ctx) const { return *need(ctx, "ctx"); }
+  const nabla::Tensor& tensor(nabla_context* ctx, nabla_tensor* t, const std::string& arg) const {
+    if (!t) argument_error("argument '" + arg + "' is NULL");
+    if (t->ctx != ctx) argument_error("tensor '" + arg + "' belongs to another context");
+    return t->t;
+  }
+  nabla::Shape ints(const int64_t* p, int n, const char* arg, const char* count) const {
+    if (n < 0) {
+      argument_error(std::string("argument '") + count + "' is negative (" + std::to_string(n) +
+                     ")");
+    }
+    if (n > 0 && !p) {
+      argument_error(std::string("argument '") + arg + "' is NULL but '" + count + "' is " +
+                     std::to_string(n));
+    }
+    return n > 0 ? nabla::Shape(p, p + n) : nabla::Shape{};
+  }
+  nabla::DType dtype(nabla_dtype d) const {
+    switch (d) {
+      case NABLA_F32:
+        return nabla::DType::f32;
+      case NABLA_F64:
+        return nabla::DType::f64;
+      case NABLA_I32:
+        return nabla::DType::i32;
+    }
+    throw nabla::DTypeError(std::string(fn) + ": unknown dtype " +
+                            std::to_string(static_cast<int>(d)) +
+                            "; expected NABLA_F32 (0), NABLA_F64 (1) or NABLA_I32 (2)");
+  }
+};
+
+// The body of every op entry point: check ctx and out, build, hand back.
+template <class Build>
+nabla_status op_call(const char* fn, nabla_context* ctx, nabla_tensor** out, Build&& build) {
+  return guard([&] {
+    Call c{fn};
+    nabla_context& context = c.context(ctx);
+    c.need(out, "out");
+    nabla::Tensor result = build(c);
+    *out = context.wrap(std::move(result));
+  });
+}
+
+nabla_status make_leaf(const char* fn, nabla_context* ctx, nabla_dtype dtype, int rank,
+                       const int64_t* shape, const void* data, bool parameter, nabla_tensor** out) {
+  return op_call(fn, ctx, out, [&](Call& c) {
+    nabla::Tensor t =
+        nabla::Tensor::from_data(c.dtype(dtype), c.ints(shape, rank, "shape", "rank"), data);
+    if (parameter) t.requires_grad();
+    return t;
+  });
+}
+
+}  // namespace
+
+// Op lists: adding an op with one of these signatures is one line here and
+// one declaration in nabla.h.
+#define NABLA_C_UNARY_OPS(X) \
+  X(neg)                     \
+  X(exp)                     \
+  X(log)                     \
+  X(sqrt)                    \
+  X(rsqrt)                   \
+  X(square)                  \
+  X(abs)                     \
+  X(tanh)                    \
+  X(sigmoid)                 \
+  X(relu)                    \
+  X(silu)                    \
+  X(step)                    \
+  X(sign)                    \
+  X(contiguous)
+
+#define NABLA_C_BINARY_OPS(X) \
+  X(add, a, b)                \
+  X(sub, a, b)                \
+  X(mul, a, b)                \
+  X(div, a, b)                \
+  X(eq, a, b)                 \
+  X(matmul, a, b)             \
+  X(get_rows, table, indices)
+
+#define NABLA_C_REDUCE_OPS(X) \
+  X(sum)                      \
+  X(mean)                     \
+  X(max)
+
+extern "C" {
+
+const char* nabla_last_error(void) { return last_error.c_str(); }
+
+const char* nabla_status_string(nabla_status status) {
+  switch (status) {
+    case NABLA_OK:
+      return "NABLA_OK";
+    case NABLA_ERROR_SHAPE:
+      return "NABLA_ERROR_SHAPE";
+    case NABLA_ERROR_DTYPE:
+      return "NABLA_ERROR_DTYPE";
+    case NABLA_ERROR_IO:
+      return "NABLA_ERROR_IO";
+    case NABLA_ERROR_USAGE:
+      return "NABLA_ERROR_USAGE";
+    case NABLA_ERROR_INTERNAL:
+      return "NABLA_ERROR_INTERNAL";
+    case NABLA_ERROR_ARGUMENT:
+      return "NABLA_ERROR_ARGUMENT";
+    case NABLA_ERROR_RUNTIME:
+      return "NABLA_ERROR_RUNTIME";
+  }
+  return "NABLA_UNKNOWN_STATUS";
+}
+
+// ---- Context
+
+nabla_status nabla_context_create(nabla_context** out) {
+  return guard([&] {
+    Call{"nabla_context_create"}.need(out, "out");
+    *out = new nabla_context();
+  });
+}
+
+void nabla_context_free(nabla_context* ctx) { delete ctx; }
+
+// ---- Leaves
+
+nabla_status nabla_tensor_from_data(nabla_context* ctx, nabla_dtype dtype, int rank,
+                                    const int64_t* shape, const void* data, nabla_tensor** out) {
+  return make_leaf("nabla_tensor_from_data", ctx, dtype, rank, shape, data, false, out);
+}
+
+nabla_status nabla_parameter(nabla_context* ctx, nabla_dtype dtype, int rank, const int64_t* shape,
+                             const void* data, nabla_tensor** out) {
+  return make_leaf("nabla_parameter", ctx, dtype, rank, shape, data, true, out);
+}
+
+nabla_status nabla_tensor_write(nabla_context* ctx, nabla_tensor* t, const void* src,
+                                size_t bytes) {
+  return guard([&] {
+    Call c{"nabla_tensor_write"};
+    c.context(ctx);
+    nabla::Tensor leaf = c.tensor(ctx, t, "t");
+    if (bytes > 0) c.need(src, "src");
+    leaf.copy_from(src, bytes);
+  });
+}
+
+// ---- Shape queries
+
+nabla_status nabla_tensor_rank(nabla_tensor* t, int* out) {
+  return guard([&] {
+    Call c{"nabla_tensor_rank"};
+    *c.need(out, "out") = c.need(t, "t")->t.rank();
+  });
+}
+
+nabla_status nabla_tensor_shape(nabla_tensor* t, int64_t* dims, int capacity) {
+  return guard([&] {
+    Call c{"nabla_tensor_shape"};
+    const nabla::Shape& shape = c.need(t, "t")->t.shape();
+    if (capacity < static_cast<int>(shape.size())) {
+      c.argument_error("capacity " + std::to_string(capacity) + " is less than the rank " +
+                       std::to_string(shape.size()) + " of " + nabla::to_string(t->t));
+    }
+    if (!shape.empty())
+      std::memcpy(c.need(dims, "dims"), shape.data(), shape.size() * sizeof(int64_t));
+  });
+}
+
+nabla_status nabla_tensor_dtype(nabla_tensor* t, nabla_dtype* out) {
+  return guard([&] {
+    Call c{"nabla_tensor_dtype"};
+    *c.need(out, "out") = static_cast<nabla_dtype>(c.need(t, "t")->t.dtype());
+  });
+}
+
+nabla_status nabla_tensor_numel(nabla_tensor* t, int64_t* out) {
+  return guard([&] {
+    Call c{"nabla_tensor_numel"};
+    *c.need(out, "out") = c.need(t, "t")->t.numel();
+  });
+}
+
+// ---- Ops
+
+#define NABLA_C_DEFINE_UNARY(name)                                                     \
+  nabla_status nabla_##name(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out) { \
+    return op_call("nabla_" #name, ctx, out,                                           \
+                   [&](Call& c) { return nabla::name(c.tensor(ctx, x, "x")); });       \
+  }
+NABLA_C_UNARY_OPS(NABLA_C_DEFINE_UNARY)
+#undef NABLA_C_DEFINE_UNARY
+
+#define NABLA_C_DEFINE_BINARY(name, a, b)                                         \
+  nabla_status nabla_##name(nabla_context* ctx, nabla_tensor* a, nabla_tensor* b, \
+                            nabla_tensor** out) {                                 \
+    return op_call("nabla_" #name, ctx, out, [&](Call& c) {                       \
+      return nabla::name(c.tensor(ctx, a, #a), c.tensor(ctx, b, #b));             \
+    });                                                                           \
+  }
+NABLA_C_BINARY_OPS(NABLA_C_DEFINE_BINARY)
+#undef NABLA_C_DEFINE_BINARY
+
+#define NABLA_C_DEFINE_REDUCE(name)                                                              \
+  nabla_status nabla_##name(nabla_context* ctx, nabla_tensor* x, const int64_t* axes, int naxes, \
+                            int keepdim, nabla_tensor** out) {                                   \
+    return op_call("nabla_" #name, ctx, out, [&](Call& c) {                                      \
+      return nabla::name(c.tensor(ctx, x, "x"), c.ints(axes, naxes, "axes", "naxes"),            \
+                         keepdim != 0);                                                          \
+    });                                                                                          \
+  }
+NABLA_C_REDUCE_OPS(NABLA_C_DEFINE_REDUCE)
+#undef NABLA_C_DEFINE_REDUCE
+
+nabla_status nabla_where(nabla_context* ctx, nabla_tensor* cond, nabla_tensor* a, nabla_tensor* b,
+                         nabla_tensor** out) {
+  return op_call("nabla_where", ctx, out, [&](Call& c) {
+    return nabla::where(c.tensor(ctx, cond, "cond"), c.tensor(ctx, a, "a"), c.tensor(ctx, b, "b"));
+  });
+}
+
+nabla_status nabla_scale(nabla_context* ctx, nabla_tensor* x, double factor, nabla_tensor** out) {
+  return op_call("nabla_scale", ctx, out,
+                 [&](Call& c) { return nabla::scale(c.tensor(ctx, x, "x"), factor); });
+}
+
+nabla_status nabla_reshape(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* shape,
+                           nabla_tensor** out) {
+  return op_call("nabla_reshape", ctx, out, [&](Call& c) {
+    return nabla::reshape(c.tensor(ctx, x, "x"), c.ints(shape, rank, "shape", "rank"));
+  });
+}
+
+nabla_status nabla_permute(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* order,
+                           nabla_tensor** out) {
+  return op_call("nabla_permute", ctx, out, [&](Call& c) {
+    return nabla::permute(c.tensor(ctx, x, "x"), c.ints(order, rank, "order", "rank"));
+  });
+}
+
+nabla_status nabla_transpose(nabla_context* ctx, nabla_tensor* x, int64_t axis0, int64_t axis1,
+                             nabla_tensor** out) {
+  return op_call("nabla_transpose", ctx, out,
+                 [&](Call& c) { return nabla::transpose(c.tensor(ctx, x, "x"), axis0, axis1); });
+}
+
+nabla_status nabla_slice(nabla_context* ctx, nabla_tensor* x, int64_t axis, int64_t start,
+                         int64_t stop, int64_t step, nabla_tensor** out) {
+  return op_call("nabla_slice", ctx, out, [&](Call& c) {
+    return nabla::slice(c.tensor(ctx, x, "x"), axis, start, stop, step);
+  });
+}
+
+nabla_status nabla_expand(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* shape,
+                          nabla_tensor** out) {
+  return op_call("nabla_expand", ctx, out, [&](Call& c) {
+    return nabla::expand(c.tensor(ctx, x, "x"), c.ints(shape, rank, "shape", "rank"));
+  });
+}
+
+nabla_status nabla_concat(nabla_context* ctx, nabla_tensor* const* xs, size_t n, int64_t axis,
+                          nabla_tensor** out) {
+  return op_call("nabla_concat", ctx, out, [&](Call& c) {
+    if (n > 0) c.need(xs, "xs");
+    std::vector<nabla::Tensor> inputs;
+    for (size_t i = 0; i < n; ++i)
+      inputs.push_back(c.tensor(ctx, xs[i], "xs[" + std::to_string(i) + "]"));
+    return nabla::concat(inputs, axis);
+  });
+}
+
+nabla_status nabla_scatter_slice(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* full,
+                                 int64_t axis, int64_t start, int64_t stop, int64_t step,
+                                 nabla_tensor** out) {
+  return op_call("nabla_scatter_slice", ctx, out, [&](Call& c) {
+    return nabla::scatter_slice(c.tensor(ctx, x, "x"), c.ints(full, rank, "full", "rank"), axis,
+                                start, stop, step);
+  });
+}
+
+nabla_status nabla_scatter_add_rows(nabla_context* ctx, nabla_tensor* values, nabla_tensor* indices,
+                                    int64_t rows, nabla_tensor** out) {
+  return op_call("nabla_scatter_add_rows", ctx, out, [&](Call& c) {
+    return nabla::scatter_add_rows(c.tensor(ctx, values, "values"),
+                                   c.tensor(ctx, indices, "indices"), rows);
+  });
+}
+
+// ---- Autodiff and running
+
+nabla_status nabla_backward(nabla_context* ctx, nabla_tensor* loss) {
+  return guard([&] {
+    Call c{"nabla_backward"};
+    nabla_context& context = c.context(ctx);
+    nabla::Graph graph;
+    graph.backward(c.tensor(ctx, loss, "loss"));
+    // Replace the old state only once the new gradients are built.
+    context.backward = std::move(graph);
+    ++context.backward_generation;
+    context.grad_handles.clear();
+  });
+}
+
+nabla_status nabla_grad(nabla_context* ctx, nabla_tensor* t, nabla_tensor** out) {
+  return guard([&] {
+    Call c{"nabla_grad"};
+    nabla_context& context = c.context(ctx);
+    const nabla::Tensor& param = c.tensor(ctx, t, "t");
+    c.need(out, "out");
+    if (!context.backward)
+      throw nabla::UsageError("nabla_grad: no gradients yet; call nabla_backward first");
+    if (!context.backward->has_grad(param)) {
+      throw nabla::UsageError("nabla_grad: no gradient of " + nabla::to_string(param) +
+                              (param.is_parameter()
+                                   ? ": it does not reach the loss of the last nabla_backward"
+                                   : ": it is not a parameter; create it with nabla_parameter"));
+    }
+    // One handle per gradient, however often a training loop asks for it.
+    auto [slot, inserted] = context.grad_handles.try_emplace(param.node(), nullptr);
+    if (inserted) slot->second = context.wrap(context.backward->grad(param));
+    *out = slot->second;
+  });
+}
+
+nabla_status nabla_compute(nabla_context* ctx, nabla_tensor* const* outputs, size_t n,
+                           int threads) {
+  return guard([&] {
+    Call c{"nabla_compute"};
+    nabla_context& context = c.context(ctx);
+    if (n > 0) c.need(outputs, "outputs");
+    std::vector<nabla::Tensor> wanted;
+    std::vector<const nabla::Node*> key;
+    for (size_t i = 0; i < n; ++i) {
+      wanted.push_back(c.tensor(ctx, outputs[i], "outputs[" + std::to_string(i) + "]"));
+      key.push_back(wanted.back().node());
+    }
+    if (wanted.empty() && !context.backward) {
+      throw nabla::UsageError(
+          "nabla_compute: nothing to compute: no outputs were given and no nabla_backward was "
+          "recorded");
+    }
+
+    bool reuse = context.executor && context.executor_outputs == key &&
+                 context.executor_threads == threads &&
+                 context.executor_generation == context.backward_generation;
+    if (!reuse) {
+      context.executor.reset();
+      nabla::Graph graph;
+      for (const nabla::Tensor& t : wanted) graph.add_output(t);
+      if (context.backward) {
+        for (const nabla::Tensor& t : context.backward->outputs()) graph.add_output(t);
+      }
+      context.executor =
+          std::make_unique<nabla::Executor>(graph, nabla::ExecOptions{.threads = threads});
+      context.executor_outputs = std::move(key);
+      context.executor_threads = threads;
+      context.executor_generation = context.backward_generation;
+    }
+    context.executor_ran = false;
+    context.executor->run();
+    context.executor_ran = true;
+  });
+}
+
+nabla_status nabla_tensor_read(nabla_context* ctx, nabla_tensor* t, void* dst, size_t bytes) {
+  return guard([&] {
+    Call c{"nabla_tensor_read"};
+    nabla_context& context = c.context(ctx);
+    const nabla::Tensor& value = c.tensor(ctx, t, "t");
+    if (bytes > 0) c.need(dst, "dst");
+    // A leaf's value is its host memory, computed or not.
+    if (value.is_leaf()) {
+      size_t need = static_cast<size_t>(value.numel()) * nabla::dtype_size(value.dtype());
+      if (bytes != need) {
+        throw nabla::ShapeError("nabla_tensor_read: read of " + nabla::to_string(value) +
+                                " needs " + std::to_string(need) + " bytes, got a buffer of " +
+                                std::to_string(bytes));
+      }
+      if (need > 0) std::memcpy(dst, value.data(), need);
+      return;
+    }
+    if (!context.executor) {
+      throw nabla::UsageError(
+          "nabla_tensor_read: nothing has been computed; call nabla_compute first");
+    }
+    if (!context.executor_ran) {
+      throw nabla::UsageError(
+          "nabla_tensor_read: the last nabla_compute failed, so its values are incomplete");
+    }
+    context.executor->read(value, dst, bytes);
+  });
+}
+
+}  // extern "C"
