@@ -1,2 +1,150 @@
-#include <cstdio>
-int main() { return 0; }
+// The `nabla` command-line tool: parses arguments with CLI11 and runs one
+// subcommand (commands.h). Bad command lines exit with status 2 and a
+// one-line message; nabla errors exit with status 1.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "commands.h"
+#include "core/op.h"
+#include "core/op_check.h"
+#include "nabla/error.h"
+
+namespace {
+
+using namespace nabla::cli;
+
+// Accepts registered op names only; the error lists them all.
+CLI::Validator registered_op() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        if (nabla::find_op(name)) return "";
+        std::string valid;
+        for (const nabla::OpDef* op : nabla::all_ops())
+          valid += (valid.empty() ? "" : ", ") + std::string(op->name);
+        return "unknown op '" + name + "'; registered ops: " + valid;
+      },
+      "OP");
+}
+
+CLI::Validator layout_name() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        std::string valid;
+        for (nabla::Layout l : nabla::kAllLayouts) {
+          if (name == nabla::layout_name(l)) return "";
+          valid += (valid.empty() ? "" : ", ") + std::string(nabla::layout_name(l));
+        }
+        return "unknown layout '" + name + "'; layouts: " + valid;
+      },
+      "LAYOUT");
+}
+
+// Checked before CLI::Range, so "abc" is reported as not a number rather than
+// as out of range.
+CLI::Validator integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int value = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec == std::errc() && end == text.data() + text.size()) return "";
+        return "'" + text + "' is not an integer";
+      },
+      "");
+}
+
+CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(value))
+          return "'" + text + "' is not a number";
+        return value > 0 ? "" : "'" + text + "' is not positive";
+      },
+      "> 0");
+}
+
+CLI::Option* add_int(CLI::App* app, const std::string& name, int& value, const std::string& help,
+                     int lo, int hi) {
+  return app->add_option(name, value, help)
+      ->check(integer())
+      ->check(CLI::Range(lo, hi).description(fmt::format("{}..{}", lo, hi)))
+      ->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"nabla: a define-then-run tensor library with complete autodiff", "nabla"};
+  app.require_subcommand(0, 1);  // none: help and status 2 below
+
+  OpsArgs ops;
+  CLI::App* ops_cmd =
+      app.add_subcommand("ops", "List every registered op and how its gradient is checked");
+  ops_cmd->add_flag("--markdown", ops.markdown, "Print docs/ops.md");
+
+  GradcheckArgs grad;
+  CLI::App* grad_cmd =
+      app.add_subcommand("gradcheck", "Check every op's gradient against finite differences");
+  grad_cmd->add_option("--op", grad.ops, "Only this op (repeatable)")->check(registered_op());
+  grad_cmd->add_option("--threads", grad.threads, "Thread counts (repeatable; default 1, 2, 4)")
+      ->check(integer())
+      ->check(CLI::Range(1, 256).description("1..256"));
+  grad_cmd->add_option("--layout", grad.layouts, "Only this layout (repeatable)")
+      ->check(layout_name());
+  grad_cmd->add_flag("-v,--verbose", grad.verbose, "One line per check with its errors");
+
+  TrainMlpArgs mlp;
+  CLI::App* train_cmd = app.add_subcommand("train", "Train a demo model");
+  train_cmd->require_subcommand(0, 1);
+  CLI::App* mlp_cmd =
+      train_cmd->add_subcommand("mlp", "A 2-layer MLP on three interleaved spirals");
+  add_int(mlp_cmd, "--steps", mlp.steps, "SGD steps", 1, 10'000'000);
+  add_int(mlp_cmd, "--batch", mlp.batch, "Minibatch size", 1, 100'000);
+  add_int(mlp_cmd, "--hidden", mlp.hidden, "Hidden units", 1, 100'000);
+  mlp_cmd->add_option("--lr", mlp.lr, "Learning rate")
+      ->check(positive_number())
+      ->capture_default_str();
+  add_int(mlp_cmd, "--threads", mlp.threads, "Threads (0: all cores)", 0, 256);
+  mlp_cmd->add_option("--seed", mlp.seed, "Seed for data, weights and batches")
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "nabla: error: {} (see nabla --help)\n", e.what());
+    return kExitUsage;
+  }
+  // A command that needs a subcommand and got none: its help, as a usage error.
+  for (CLI::App* cmd : {&app, train_cmd}) {
+    if (cmd->parsed() && cmd->get_subcommands().empty()) {
+      fmt::print(stderr, "{}", cmd->help());
+      return kExitUsage;
+    }
+  }
+
+  try {
+    if (ops_cmd->parsed()) return run_ops(ops);
+    if (grad_cmd->parsed()) return run_gradcheck(grad);
+    if (mlp_cmd->parsed()) return run_train_mlp(mlp);
+  } catch (const nabla::Error& e) {
+    fmt::print(stderr, "nabla: error: {}\n", e.what());
+    return kExitFailed;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "nabla: internal error: {}\n", e.what());
+    return kExitFailed;
+  }
+  return kExitUsage;
+}

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "nabla/tensor.h"
@@ -66,6 +68,131 @@ Tensor get_rows(const Tensor& table, const Tensor& indices);
 // out [rows, ...] = 0; out[indices[i]] += values[i]: the adjoint of get_rows
 // (duplicate indices accumulate).
 Tensor scatter_add_rows(const Tensor& values, const Tensor& indices, int64_t rows);
+
+// ---- Activations (elementwise).
+Tensor erf(const Tensor& x);
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+Tensor gelu(const Tensor& x);
+// GELU, exact: 0.5 x (1 + erf(x / sqrt(2))).
+Tensor gelu_erf(const Tensor& x);
+// GELU, sigmoid approximation: x * sigmoid(1.702 x).
+Tensor gelu_quick(const Tensor& x);
+// log(1 + e^(beta x)) / beta; x itself where beta x > threshold (PyTorch). beta > 0.
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+// x where x > 0, alpha (e^x - 1) elsewhere.
+Tensor elu(const Tensor& x, double alpha = 1.0);
+// x where x > 0, slope * x elsewhere.
+Tensor leaky_relu(const Tensor& x, double slope = 0.01);
+// x * relu6(x + 3) / 6.
+Tensor hardswish(const Tensor& x);
+// min(max(x, lo), hi); the gradient is 1 on [lo, hi] (boundaries included), 0 outside.
+Tensor clamp(const Tensor& x, double lo, double hi);
+
+// ---- Normalisation over the last axis of x [..., C]; fused kernels.
+// (x - mean) / sqrt(var + eps), var biased.
+Tensor layer_norm(const Tensor& x, double eps = 1e-5);
+// layer_norm(x, eps) * gamma + beta; gamma, beta [C], either may be Tensor() for none.
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+// x / sqrt(mean(x^2) + eps).
+Tensor rms_norm(const Tensor& x, double eps = 1e-5);
+// rms_norm(x, eps) * gamma; gamma [C] or Tensor() for none.
+Tensor rms_norm(const Tensor& x, const Tensor& gamma, double eps = 1e-5);
+
+// ---- Fused backward ops: the gradients of the ops above with respect to x,
+// for incoming gradient dy. Differentiable themselves (second order).
+Tensor gelu_back(const Tensor& x, const Tensor& dy);
+Tensor gelu_erf_back(const Tensor& x, const Tensor& dy);
+Tensor gelu_quick_back(const Tensor& x, const Tensor& dy);
+// x, dy [..., C]: rstd (dy - mean(dy) - xhat mean(dy xhat)).
+Tensor layer_norm_back(const Tensor& x, const Tensor& dy, double eps = 1e-5);
+// x, dy [..., C]: rstd (dy - xhat mean(dy xhat)).
+Tensor rms_norm_back(const Tensor& x, const Tensor& dy, double eps = 1e-5);
+
+// ---- Convolution and pooling, NCHW: x [N, C, H, W]. Window sizes, strides,
+// padding and dilation are (h, w) pairs; a single number means both.
+struct Size2d {
+  constexpr Size2d(int64_t both) : h(both), w(both) {}
+  constexpr Size2d(int64_t h, int64_t w) : h(h), w(w) {}
+  int64_t h, w;
+};
+// Every KH x KW window as a row: [N, OH*OW, C*KH*KW], row index oh*OW + ow,
+// column index (c*KH + ki)*KW + kj; zero padding. OH = (H + 2*PH - DH*(KH-1) - 1) / SH + 1.
+Tensor im2col(const Tensor& x, Size2d kernel, Size2d stride = 1, Size2d padding = 0, Size2d dilation = 1);
+// The adjoint of im2col: adds the rows of cols [N, OH*OW, channels*KH*KW] back
+// into an image [N, channels, image.h, image.w] (overlaps accumulate).
+Tensor col2im(const Tensor& cols, int64_t channels, Size2d image, Size2d kernel, Size2d stride = 1,
+              Size2d padding = 0, Size2d dilation = 1);
+// Cross-correlation, as PyTorch's conv2d: w [O, C/groups, KH, KW], bias [O] or
+// Tensor() for none -> [N, O, OH, OW]. Composed from im2col and matmul.
+Tensor conv_2d(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), Size2d stride = 1,
+               Size2d padding = 0, Size2d dilation = 1, int64_t groups = 1);
+// The adjoint of conv_2d in x, as PyTorch's conv_transpose2d: w [C, O/groups,
+// KH, KW], bias [O] or Tensor() -> [N, O, OH, OW] with
+// OH = (H-1)*SH - 2*PH + DH*(KH-1) + output_padding.h + 1.
+Tensor conv_transpose_2d(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(), Size2d stride = 1,
+                         Size2d padding = 0, Size2d output_padding = 0, Size2d dilation = 1,
+                         int64_t groups = 1);
+// Window means; padding counts as zeros (PyTorch's count_include_pad=True).
+// padding <= kernel / 2. OH = (H + 2*PH - KH) / SH + 1.
+Tensor avg_pool_2d(const Tensor& x, Size2d kernel, Size2d stride, Size2d padding = 0);
+// Window maxima; padding never wins. The gradient goes to the first maximum in
+// row-major window order (as PyTorch). padding <= kernel / 2.
+Tensor max_pool_2d(const Tensor& x, Size2d kernel, Size2d stride, Size2d padding = 0);
+// values (x's shape) read at each window's argmax in x: max_pool_2d(x) is
+// max_pool_2d_at(x, x). Differentiated in values only.
+Tensor max_pool_2d_at(const Tensor& x, const Tensor& values, Size2d kernel, Size2d stride, Size2d padding = 0);
+// Backward ops of the pools: dy [N, C, OH, OW] -> dx [N, C, H, W].
+Tensor avg_pool_2d_back(const Tensor& dy, Size2d image, Size2d kernel, Size2d stride, Size2d padding = 0);
+// dy added at each window's argmax in x (x not differentiated).
+Tensor max_pool_2d_back(const Tensor& x, const Tensor& dy, Size2d kernel, Size2d stride, Size2d padding = 0);
+
+// ---- Attention and classification, over the last axis.
+// softmax(scale * x + mask): mask additive (-inf hides), broadcastable to x,
+// or Tensor() for none; causal hides j > i + (Tk - Tq) on x [..., Tq, Tk].
+// A row with every position hidden is NaN. The mask is not differentiated.
+Tensor softmax(const Tensor& x, double scale = 1.0, const Tensor& mask = Tensor(), bool causal = false);
+// softmax's gradient from its output y: scale * y * (dy - sum(dy * y)).
+Tensor softmax_back(const Tensor& y, const Tensor& dy, double scale = 1.0);
+Tensor log_softmax(const Tensor& x);
+// Mean over rows of -log softmax(logits)[label]: logits [..., C], labels i32
+// [...]. Rows labelled ignore_index are skipped; with all rows ignored the
+// loss is 0 (PyTorch: NaN). Any other label outside [0, C) throws at run time.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, int64_t ignore_index = -100);
+// Its gradient in logits: (softmax(logits) - onehot) * dloss / count; dloss scalar.
+Tensor cross_entropy_back(const Tensor& logits, const Tensor& labels, const Tensor& dloss,
+                          int64_t ignore_index = -100);
+// Mean over rows of -sum(probs * log_softmax(logits)); logits, probs [..., C].
+Tensor cross_entropy_soft(const Tensor& logits, const Tensor& probs);
+// softmax(scale * q k^T + mask, causal) v: q [..., Tq, D], k [..., Tk, D],
+// v [..., Tk, Dv] -> [..., Tq, Dv]; scale defaults to 1/sqrt(D). Composed.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& mask = Tensor(), bool causal = false,
+                                    std::optional<double> scale = std::nullopt);
+// Rotary position embedding of x [..., T, D] (D even) at positions i32 [T]
+// (or offset, offset + 1, ...). neox pairs (x[i], x[i + D/2]) (GPT-NeoX,
+// Hugging Face Llama); original pairs (x[2i], x[2i+1]) (GPT-J, Meta).
+enum class RopeMode : int64_t { neox = 0, original = 1 };
+Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000.0, RopeMode mode = RopeMode::neox);
+Tensor rope(const Tensor& x, int64_t offset, double base = 10000.0, RopeMode mode = RopeMode::neox);
+// Zeroes elements with probability p and scales the rest by 1/(1-p); the mask
+// is a hash of seed (i32, one element) and the element's position. train =
+// false or p = 0 returns x.
+Tensor dropout(const Tensor& x, double p, const Tensor& seed, bool train = true);
+
+// ---- Shaping and indexing.
+// Constant padding: one (before, after) pair per axis of x.
+Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value = 0.0);
+// Tiles x repeats[d] times along each axis (torch.Tensor.repeat); extra
+// leading repeats add axes.
+Tensor repeat(const Tensor& x, std::vector<int64_t> repeats);
+// dst [R, ...] with rows indices[p] replaced by values [*indices, ...]; with
+// duplicate indices the last write wins (and alone gets a gradient).
+Tensor set_rows(const Tensor& dst, const Tensor& indices, const Tensor& values);
+// i32 position of the maximum along axis (first on ties). Not differentiable.
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
+// indices i32 [...] -> [..., classes] of dtype: 1 at the index, all 0 when
+// the index is outside [0, classes). Not differentiable.
+Tensor one_hot(const Tensor& indices, int64_t classes, DType dtype = DType::f32);
 
 // ---- Helpers built from the ops above.
 // A scalar constant of x's dtype.

@@ -24,7 +24,7 @@ Tensor random_leaf(Shape shape, uint32_t seed, DType dtype = DType::f64) {
 
 // An RMS norm built from primitives, the pattern ggml's rms_norm_back got
 // wrong when the allocator reused a buffer its backward still read.
-Tensor rms_norm(const Tensor& x) { return x * rsqrt(mean(square(x), {-1}, true) + 1e-5); }
+Tensor rms_norm_primitives(const Tensor& x) { return x * rsqrt(mean(square(x), {-1}, true) + 1e-5); }
 
 }  // namespace
 
@@ -51,7 +51,7 @@ TEST(Planner, ManyNormsInSequenceMatchFiniteDifferencesWithReuse) {
     Tensor h = in[0];
     Tensor acc = Tensor::scalar(0.0, in[0].dtype());
     for (int i = 0; i < 4; ++i) {
-      h = rms_norm(h * in[1] + h);
+      h = rms_norm_primitives(h * in[1] + h);
       acc = acc + sum(h * h * 0.1);
     }
     return tanh(h) + acc;

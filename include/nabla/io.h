@@ -1,0 +1,49 @@
+// Reading and writing the formats the ecosystem already uses: safetensors
+// (checkpoints, with timm / Hugging Face tensor names) and IDX (MNIST-style
+// datasets). Every reader validates what it reads and throws IoError naming
+// the file and what is wrong; no writer leaves a damaged file behind.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nabla/tensor.h"
+
+namespace nabla {
+
+// ---- safetensors: an 8-byte little-endian header length, a JSON header
+// {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, then the
+// raw little-endian data.
+struct Safetensors {
+  std::vector<std::pair<std::string, Tensor>> tensors;  // file order
+  std::map<std::string, std::string> metadata;
+  const Tensor* find(const std::string& name) const;
+  const Tensor& at(const std::string& name) const;  // IoError naming the tensor when absent
+};
+
+// Tensors are stored as their dtype (F32, F64, I32). The file is written to a
+// temporary name, flushed to disk and renamed over `path`: a crash leaves
+// either the old file or the new one.
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Loads every tensor as a leaf. F16/BF16 are widened to f32 and I64/I16/I8/U8
+// narrowed or widened to i32 (I64 values outside i32 are an error).
+Safetensors load_safetensors(const std::string& path);
+
+// ---- IDX (MNIST, Fashion-MNIST): big-endian magic 0x000008TT with TT the
+// element type (0x08 = u8) and the rank in the low byte, then the dimensions.
+// Gzip-compressed files (.gz) are read transparently.
+struct IdxArray {
+  Shape shape;
+  std::vector<uint8_t> data;
+};
+IdxArray read_idx(const std::string& path);
+
+// Writes a file atomically: to `path` + ".tmp-<pid>", fsync, rename.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace nabla

@@ -1,0 +1,66 @@
+// IDX reader (the MNIST format): magic 0x0000 TT RR with TT the element type
+// and RR the rank, then RR big-endian u32 dimensions, then the data.
+#include <zlib.h>
+
+#include "nabla/error.h"
+#include "nabla/io.h"
+
+namespace nabla {
+
+namespace {
+
+// Reads the whole file through zlib, which passes uncompressed files through.
+std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw IoError(path + ": cannot open for reading");
+  std::vector<uint8_t> out;
+  uint8_t buf[1 << 16];
+  for (;;) {
+    int n = gzread(f, buf, sizeof buf);
+    if (n < 0) {
+      int err = 0;
+      std::string msg = gzerror(f, &err);
+      gzclose(f);
+      throw IoError(path + ": corrupt compressed data: " + msg);
+    }
+    if (n == 0) break;
+    out.insert(out.end(), buf, buf + n);
+    if (out.size() > (size_t(1) << 32)) {
+      gzclose(f);
+      throw IoError(path + ": larger than 4 GiB, not an IDX dataset");
+    }
+  }
+  gzclose(f);
+  return out;
+}
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path) {
+  std::vector<uint8_t> bytes = read_maybe_gzip(path);
+  if (bytes.size() < 4) throw IoError(path + ": not an IDX file: " + std::to_string(bytes.size()) + " bytes");
+  if (bytes[0] != 0 || bytes[1] != 0) throw IoError(path + ": not an IDX file: bad magic number");
+  if (bytes[2] != 0x08) {
+    throw IoError(path + ": IDX element type 0x" + std::to_string(bytes[2]) + " is not supported (only u8, 0x08)");
+  }
+  int rank = bytes[3];
+  if (rank < 1 || rank > 4) throw IoError(path + ": IDX rank " + std::to_string(rank) + " is not 1 to 4");
+  size_t header = 4 + 4 * size_t(rank);
+  if (bytes.size() < header) throw IoError(path + ": truncated IDX header");
+  IdxArray a;
+  uint64_t count = 1;
+  for (int d = 0; d < rank; ++d) {
+    const uint8_t* p = bytes.data() + 4 + 4 * d;
+    uint64_t dim = (uint64_t(p[0]) << 24) | (uint64_t(p[1]) << 16) | (uint64_t(p[2]) << 8) | p[3];
+    a.shape.push_back(static_cast<int64_t>(dim));
+    count *= dim;
+  }
+  if (bytes.size() - header != count) {
+    throw IoError(path + ": IDX shape " + to_string(a.shape) + " needs " + std::to_string(count) +
+                  " bytes of data, the file has " + std::to_string(bytes.size() - header));
+  }
+  a.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+  return a;
+}
+
+}  // namespace nabla

@@ -1,0 +1,243 @@
+// safetensors reader and writer. Format: https://github.com/huggingface/safetensors
+// (8-byte LE header size, JSON header, data buffer with offsets relative to it).
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "nabla/error.h"
+#include "nabla/io.h"
+
+namespace nabla {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Headers are small; a larger claim means a corrupt or hostile file.
+constexpr uint64_t kMaxHeader = 100u << 20;
+
+const char* st_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::i32: return "I32";
+  }
+  return "?";
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        --exp;
+      }
+      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float bf16_to_float(uint16_t b) {
+  uint32_t bits = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace
+
+const Tensor* Safetensors::find(const std::string& name) const {
+  for (const auto& [n, t] : tensors) {
+    if (n == name) return &t;
+  }
+  return nullptr;
+}
+
+const Tensor& Safetensors::at(const std::string& name) const {
+  const Tensor* t = find(name);
+  if (!t) throw IoError("safetensors: no tensor named '" + name + "'");
+  return *t;
+}
+
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__" || name.empty()) throw UsageError(path + ": invalid tensor name '" + name + "'");
+    if (header.contains(name)) throw UsageError(path + ": tensor name '" + name + "' appears twice");
+    if (!t.defined() || !t.is_leaf()) {
+      throw UsageError(path + ": tensor '" + name + "' is not a leaf with data (fetch it from the executor first)");
+    }
+    uint64_t bytes = uint64_t(t.numel()) * dtype_size(t.dtype());
+    header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string h = header.dump();
+  // Pad the header with spaces so the data starts 8-byte aligned.
+  while ((8 + h.size()) % 8) h.push_back(' ');
+  std::string out;
+  out.reserve(8 + h.size() + offset);
+  uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out += h;
+  for (const auto& [name, t] : tensors) {
+    out.append(static_cast<const char*>(t.data()), size_t(t.numel()) * dtype_size(t.dtype()));
+  }
+  write_file_atomic(path, out);
+}
+
+Safetensors load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot open for reading");
+  in.seekg(0, std::ios::end);
+  uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  if (size < 8) throw IoError(path + ": not a safetensors file: " + std::to_string(size) + " bytes, need at least 8");
+  unsigned char len[8];
+  in.read(reinterpret_cast<char*>(len), 8);
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; ++i) hlen |= uint64_t(len[i]) << (8 * i);
+  if (hlen > kMaxHeader || hlen > size - 8) {
+    throw IoError(path + ": header length " + std::to_string(hlen) + " does not fit the file of " +
+                  std::to_string(size) + " bytes");
+  }
+  std::string text(hlen, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(hlen));
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const std::exception& e) {
+    throw IoError(path + ": header is not valid JSON: " + e.what());
+  }
+  if (!header.is_object()) throw IoError(path + ": header is not a JSON object");
+  uint64_t data_size = size - 8 - hlen;
+  std::vector<char> data(data_size);
+  in.read(data.data(), static_cast<std::streamsize>(data_size));
+  if (!in) throw IoError(path + ": truncated data");
+
+  Safetensors st;
+  struct Entry {
+    std::string name;
+    uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) throw IoError(path + ": __metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) throw IoError(path + ": metadata '" + m.key() + "' is not a string");
+        st.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](const std::string& what) { return IoError(path + ": tensor '" + name + "': " + what); };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {
+      throw bad("needs dtype, shape and data_offsets");
+    }
+    if (!v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2) {
+      throw bad("malformed entry");
+    }
+    std::string dt = v["dtype"].get<std::string>();
+    Shape shape;
+    uint64_t count = 1;
+    for (const json& d : v["shape"]) {
+      if (!d.is_number_unsigned()) throw bad("shape entries must be non-negative integers");
+      uint64_t x = d.get<uint64_t>();
+      if (x > (uint64_t(1) << 40) || (x && count > (uint64_t(1) << 40) / x)) throw bad("shape too large");
+      count *= x;
+      shape.push_back(static_cast<int64_t>(x));
+    }
+    const json& off = v["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) throw bad("data_offsets must be integers");
+    uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (begin > end || end > data_size) {
+      throw bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside the data of " +
+                std::to_string(data_size) + " bytes");
+    }
+    size_t elem = dt == "F64" || dt == "I64" ? 8 : dt == "F32" || dt == "I32" ? 4 : dt == "F16" || dt == "BF16" || dt == "I16" ? 2 : dt == "I8" || dt == "U8" || dt == "BOOL" ? 1 : 0;
+    if (elem == 0) throw bad("unsupported dtype " + dt);
+    if (end - begin != count * elem) {
+      throw bad("holds " + std::to_string(end - begin) + " bytes, shape " + to_string(shape) + " of " + dt +
+                " needs " + std::to_string(count * elem));
+    }
+    entries.push_back({name, begin, end});
+    const char* p = data.data() + begin;
+    Tensor t;
+    if (dt == "F32") {
+      t = Tensor::from_data(DType::f32, shape, p);
+    } else if (dt == "F64") {
+      t = Tensor::from_data(DType::f64, shape, p);
+    } else if (dt == "I32") {
+      t = Tensor::from_data(DType::i32, shape, p);
+    } else if (dt == "F16" || dt == "BF16") {
+      t = Tensor::zeros(DType::f32, shape);
+      float* o = t.data_as<float>();
+      for (uint64_t i = 0; i < count; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        o[i] = dt == "F16" ? half_to_float(h) : bf16_to_float(h);
+      }
+    } else {
+      t = Tensor::zeros(DType::i32, shape);
+      int32_t* o = t.data_as<int32_t>();
+      for (uint64_t i = 0; i < count; ++i) {
+        int64_t x = 0;
+        if (dt == "I64") {
+          std::memcpy(&x, p + 8 * i, 8);
+        } else if (dt == "I16") {
+          int16_t s;
+          std::memcpy(&s, p + 2 * i, 2);
+          x = s;
+        } else if (dt == "I8") {
+          x = static_cast<int8_t>(p[i]);
+        } else {
+          x = static_cast<uint8_t>(p[i]);
+        }
+        if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
+          throw bad("value " + std::to_string(x) + " at " + std::to_string(i) + " does not fit i32");
+        }
+        o[i] = static_cast<int32_t>(x);
+      }
+    }
+    st.tensors.emplace_back(name, t);
+  }
+  // Tensors may not overlap: a corrupt file could otherwise alias them.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < entries.size(); ++i) {
+    if (entries[i].begin < entries[i - 1].end && entries[i].begin != entries[i].end) {
+      throw IoError(path + ": tensors '" + entries[i - 1].name + "' and '" + entries[i].name + "' overlap");
+    }
+  }
+  // File order is data order: sort by offset so writers and readers agree.
+  std::stable_sort(st.tensors.begin(), st.tensors.end(), [&](const auto& a, const auto& b) {
+    auto pos = [&](const std::string& n) {
+      for (const Entry& e : entries) {
+        if (e.name == n) return e.begin;
+      }
+      return uint64_t(0);
+    };
+    return pos(a.first) < pos(b.first);
+  });
+  return st;
+}
+
+}  // namespace nabla

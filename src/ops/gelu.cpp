@@ -1,0 +1,49 @@
+// gelu: GELU with the tanh approximation,
+//   y = 0.5 x (1 + tanh(k (x + a x^3))),  k = sqrt(2/pi), a = 0.044715
+// (PyTorch's approximate="tanh"; the exact form is gelu_erf).
+#include "ops/elementwise.h"
+
+namespace nabla {
+namespace ops {
+namespace {
+
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kCubic = 0.044715;
+
+struct Fn {
+  template <class T>
+  T operator()(T x) const {
+    return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kCubic) * x * x * x)));
+  }
+};
+
+Tensor composite(const std::vector<Tensor>& in, const Attrs&) {
+  const Tensor& x = in[0];
+  Tensor inner = scale(x + scale(x * x * x, kCubic), kSqrt2OverPi);
+  return scale(x * (1.0 + tanh(inner)), 0.5);
+}
+
+// x, dx same shape: dx = dy * gelu'(x), a fused op of its own (gelu_back).
+Grads backward(const BackwardArgs& g) { return {gelu_back(g.inputs[0], g.dout)}; }
+
+}  // namespace
+
+extern const OpDef op_gelu{
+    .name = "gelu",
+    .summary = "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GELU's tanh approximation; fused",
+    .inputs = {{"x", Diff::yes}},
+    .elementwise = true,
+    .fused = true,
+    .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("gelu", in); },
+    .forward = unary_forward<Fn>,
+    .backward = backward,
+    .composite = composite,
+    // Scaled by 3 so inputs reach the tails, where tanh saturates.
+    .cases = [] { return unary_cases([](const Tensor& x) { return gelu(x * 3.0); }); },
+};
+
+}  // namespace ops
+
+Tensor gelu(const Tensor& x) { return apply(ops::op_gelu, {x}); }
+
+}  // namespace nabla

@@ -1,0 +1,112 @@
+// layer_norm_back: the gradient of layer_norm(x, eps) with respect to x.
+//
+//   x, dy, dx [..., C]   xhat = (x - mean) * rstd,  rstd = 1 / sqrt(var + eps)
+//   dx = rstd * (dy - mean(dy) - xhat * mean(dy * xhat))      (means over C)
+//
+// It has no backward rule of its own: it differentiates through its
+// composite, which gives layer_norm second derivatives.
+#include <cmath>
+
+#include "nabla/graph.h"
+#include "ops/norm.h"
+
+namespace nabla {
+namespace ops {
+namespace {
+
+// One row per work item, statistics in double. x and dy may have any strides
+// (dy is often a transposed or broadcast gradient).
+template <class T>
+void layer_norm_back_kernel(const KernelArgs& a) {
+  const TensorView &x = a.in[0], &dy = a.in[1];
+  const T* xp = x.ptr<T>();
+  const T* dyp = dy.ptr<T>();
+  T* out = a.out.ptr<T>();
+  const int64_t cols = a.out.shape.back();
+  const int64_t sx = x.strides.back(), sd = dy.strides.back();
+  const double eps = norm_eps(*a.attrs);
+  const double n = double(cols);
+  for_each_row<2>(a, [&](int64_t row, const std::array<int64_t, 2>& off) {
+    const T* xr = xp + off[0];
+    const T* dr = dyp + off[1];
+    T* dxr = out + row * cols;
+    double mean = 0;
+    for (int64_t j = 0; j < cols; ++j) mean += double(xr[j * sx]);
+    mean /= n;
+    double var = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      double d = double(xr[j * sx]) - mean;
+      var += d * d;
+    }
+    double rstd = 1.0 / std::sqrt(var / n + eps);
+    double mean_dy = 0, mean_dy_xhat = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      double g = double(dr[j * sd]);
+      mean_dy += g;
+      mean_dy_xhat += g * (double(xr[j * sx]) - mean) * rstd;
+    }
+    mean_dy /= n;
+    mean_dy_xhat /= n;
+    for (int64_t j = 0; j < cols; ++j) {
+      double xhat = (double(xr[j * sx]) - mean) * rstd;
+      dxr[j] = static_cast<T>(rstd * (double(dr[j * sd]) - mean_dy - xhat * mean_dy_xhat));
+    }
+  });
+}
+
+void layer_norm_back_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "layer_norm_back",
+                    [&]<class T>() { layer_norm_back_kernel<T>(a); });
+}
+
+Tensor layer_norm_back_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
+  const Tensor &x = in[0], &dy = in[1];
+  Tensor xc = x - mean(x, {-1}, true);
+  Tensor rstd = rsqrt(mean(square(xc), {-1}, true) + norm_eps(attrs));
+  Tensor xhat = xc * rstd;
+  return rstd * (dy - mean(dy, {-1}, true) - xhat * mean(dy * xhat, {-1}, true));
+}
+
+std::vector<GradCase> layer_norm_back_cases() {
+  using V = std::vector<Tensor>;
+  return {
+      {"matrix",
+       {normal({3, 5}), normal({3, 5})},
+       [](const V& x) { return layer_norm_back(x[0], x[1], 1e-5); }},
+      {"rank3",
+       {normal({2, 3, 4}), normal({2, 3, 4})},
+       [](const V& x) { return layer_norm_back(x[0], x[1], 1e-5); }},
+      {"large_eps",
+       {normal({4, 6}), normal({4, 6})},
+       [](const V& x) { return layer_norm_back(x[0], x[1], 0.5); }},
+      // Second order: d/dx of <v, d layer_norm(x) / dx>, through this op.
+      {"second_order",
+       {normal({3, 5})},
+       [](const V& x) {
+         Tensor y = layer_norm(x[0], 1e-5);
+         return grad(sum(y * y * y), {x[0]})[0];
+       }},
+  };
+}
+
+}  // namespace
+
+extern const OpDef op_layer_norm_back{
+    .name = "layer_norm_back",
+    .summary = "the gradient of layer_norm: rstd (dy - mean(dy) - xhat mean(dy xhat)); fused",
+    .inputs = {{"x", Diff::yes}, {"dy", Diff::yes}},
+    .fused = true,
+    .infer = [](const std::vector<Tensor>& in,
+                const Attrs& at) { return infer_norm("layer_norm_back", in, at); },
+    .forward = layer_norm_back_forward,
+    .composite = layer_norm_back_composite,
+    .cases = layer_norm_back_cases,
+};
+
+}  // namespace ops
+
+Tensor layer_norm_back(const Tensor& x, const Tensor& dy, double eps) {
+  return apply(ops::op_layer_norm_back, {x, dy}, ops::norm_attrs(eps));
+}
+
+}  // namespace nabla

@@ -1,0 +1,155 @@
+// softmax: softmax(scale * x + mask) over the last axis.
+// x [..., Tq, Tk]; mask: additive, broadcastable to x (-inf hides a position);
+// causal hides positions j > i + (Tk - Tq) of the last two axes, so the last
+// query sees every key (the KV-cache convention).
+// inputs: x, mask (a scalar 0 when the caller gives none); attrs: ints {causal},
+// reals {scale}. A row with every position hidden gives NaN, as the composite
+// (and PyTorch) does.
+#include <cmath>
+#include <limits>
+
+#include "ops/last_axis.h"
+
+namespace nabla {
+namespace ops {
+namespace {
+
+Meta softmax_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
+  const Tensor &x = in[0], &mask = in[1];
+  require_floating("softmax", x, "x");
+  require_same_dtype("softmax", x, mask);
+  if (x.rank() < 1) throw ShapeError("softmax: x must have at least 1 axis, got a scalar");
+  if (attrs.ints[0] && x.rank() < 2) {
+    throw ShapeError("softmax: causal needs x of rank >= 2 ([..., Tq, Tk]), got " +
+                     to_string(x.shape()));
+  }
+  if (broadcast_shapes(x.shape(), mask.shape(), "softmax") != x.shape()) {
+    throw ShapeError("softmax: mask " + to_string(mask.shape()) + " does not broadcast to x " +
+                     to_string(x.shape()));
+  }
+  return {x.dtype(), x.shape()};
+}
+
+// Number of visible positions of row `row` (before the first causally hidden one).
+int64_t causal_visible(int64_t row, int64_t tq, int64_t tk) {
+  return std::clamp<int64_t>(row % tq + (tk - tq) + 1, 0, tk);
+}
+
+template <class T>
+void softmax_kernel(const KernelArgs& a) {
+  const TensorView &x = a.in[0], &m = a.in[1];
+  const Shape& shape = a.out.shape;
+  bool causal = a.attrs->ints[0] != 0;
+  double scale = a.attrs->reals[0];
+  int64_t tq = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
+  RowWalker<2> rows(shape, {x.strides, cpu::broadcast_strides(m.shape, m.strides, shape)});
+  int64_t len = rows.len(), xs = rows.inner(0), ms = rows.inner(1);
+  const T *xp = x.ptr<T>(), *mp = m.ptr<T>();
+  T* out = a.out.ptr<T>();
+  a.parallel_for(rows.rows(), row_grain(len), [&](int64_t b, int64_t e) {
+    rows.run(b, e, [&](int64_t r, const std::array<int64_t, 2>& o) {
+      const T *xr = xp + o[0], *mr = mp + o[1];
+      T* y = out + r * len;
+      int64_t visible = causal ? causal_visible(r, tq, len) : len;
+      auto z = [&](int64_t j) { return double(xr[j * xs]) * scale + double(mr[j * ms]); };
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < visible; ++j) {
+        double v = z(j);
+        mx = (v > mx || v != v) ? v : mx;
+      }
+      if (mx == -std::numeric_limits<double>::infinity()) {
+        // Every position hidden: 0/0, NaN as in the composite.
+        std::fill(y, y + len, std::numeric_limits<T>::quiet_NaN());
+        return;
+      }
+      // Subtracting the row max keeps exp() in range.
+      double total = 0;
+      for (int64_t j = 0; j < visible; ++j) {
+        double ej = std::exp(z(j) - mx);
+        y[j] = static_cast<T>(ej);
+        total += ej;
+      }
+      for (int64_t j = 0; j < visible; ++j) y[j] = static_cast<T>(double(y[j]) / total);
+      for (int64_t j = visible; j < len; ++j) y[j] = T(0);
+    });
+  });
+}
+
+void softmax_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "softmax", [&]<class T>() { softmax_kernel<T>(a); });
+}
+
+// dx = scale * y * (dy - sum(dy * y)); the mask is a constant.
+Grads softmax_backward(const BackwardArgs& g) {
+  return {softmax_back(g.out, g.dout, g.attrs.reals[0]), Tensor()};
+}
+
+// i32 [tq, tk]: 1 where a query may see a key under the causal rule.
+Tensor causal_keep(int64_t tq, int64_t tk) {
+  std::vector<int32_t> keep(static_cast<size_t>(tq * tk));
+  for (int64_t i = 0; i < tq; ++i) {
+    for (int64_t j = 0; j < tk; ++j) keep[i * tk + j] = j < causal_visible(i, tq, tk) ? 1 : 0;
+  }
+  return Tensor::from_vector<int32_t>({tq, tk}, keep);
+}
+
+Tensor softmax_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
+  Tensor z = in[0] * attrs.reals[0] + in[1];
+  if (attrs.ints[0]) {
+    z = where(causal_keep(z.dim(-2), z.dim(-1)), z,
+              scalar_like(-std::numeric_limits<double>::infinity(), z));
+  }
+  Tensor e = exp(z - max(z, {-1}, true));
+  return e / sum(e, {-1}, true);
+}
+
+// A mask of 0 and -inf for x [2, 2, 3, 4], broadcast over axis 1; every row
+// keeps at least one position.
+Tensor inf_mask(const Tensor& like) {
+  std::vector<int32_t> keep = {1, 0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 1,  //
+                               0, 0, 0, 1, 1, 1, 0, 1, 1, 0, 1, 0};
+  Tensor cond = Tensor::from_vector<int32_t>({2, 1, 3, 4}, keep);
+  return where(cond, scalar_like(0.0, like),
+               scalar_like(-std::numeric_limits<double>::infinity(), like));
+}
+
+std::vector<GradCase> softmax_cases() {
+  using X = const std::vector<Tensor>&;
+  return {
+      {"matrix", {normal({3, 5})}, [](X x) { return softmax(x[0]); }},
+      {"vector", {normal({6})}, [](X x) { return softmax(x[0]); }},
+      {"rank3_scaled", {normal({2, 3, 4})}, [](X x) { return softmax(x[0], 0.7); }},
+      {"finite_mask",
+       {normal({2, 3, 4}), constant(normal({3, 4}))},
+       [](X x) { return softmax(x[0], 1.3, x[1]); }},
+      {"inf_mask", {normal({2, 2, 3, 4})}, [](X x) { return softmax(x[0], 0.5, inf_mask(x[0])); }},
+      {"causal", {normal({2, 3, 3})}, [](X x) { return softmax(x[0], 1.0, Tensor(), true); }},
+      {"causal_more_keys_masked",
+       {normal({2, 3, 5}), constant(normal({2, 1, 5}))},
+       [](X x) { return softmax(x[0], 0.8, x[1], true); }},
+  };
+}
+
+}  // namespace
+
+extern const OpDef op_softmax{
+    .name = "softmax",
+    .summary = "softmax(scale * x + mask) over the last axis; additive and causal masks",
+    .inputs = {{"x", Diff::yes}, {"mask", Diff::no}},
+    .fused = true,
+    .infer = softmax_infer,
+    .forward = softmax_forward,
+    .backward = softmax_backward,
+    .composite = softmax_composite,
+    .cases = softmax_cases,
+};
+
+}  // namespace ops
+
+Tensor softmax(const Tensor& x, double scale, const Tensor& mask, bool causal) {
+  if (!x.defined()) throw UsageError("softmax: x is an undefined tensor");
+  Tensor m = mask.defined() ? mask : Tensor::scalar(0.0, x.dtype());
+  return apply(ops::op_softmax, {x, m}, Attrs{{causal ? 1 : 0}, {scale}});
+}
+
+}  // namespace nabla

@@ -1,0 +1,49 @@
+// rope against the rotation written out by hand, in both pairings.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "nabla/nabla.hpp"
+
+using namespace nabla;
+
+namespace {
+
+// x [T = 2, D = 4]; pair i turns by pos * base^(-2i/D).
+void expect_rope(RopeMode mode) {
+  std::vector<double> x = {1, 2, 3, 4, -1, 0.5, 2, -3};
+  std::vector<int32_t> pos = {3, 7};
+  const double base = 100;
+  std::vector<double> got = eval(rope(Tensor::from_vector<double>({2, 4}, x),
+                                      Tensor::from_vector<int32_t>({2}, pos), base, mode))
+                                .to_vector<double>();
+  for (int t = 0; t < 2; ++t) {
+    for (int i = 0; i < 2; ++i) {
+      double th = pos[t] * std::pow(base, -2.0 * i / 4.0);
+      int a = mode == RopeMode::neox ? i : 2 * i, b = mode == RopeMode::neox ? i + 2 : 2 * i + 1;
+      double xa = x[t * 4 + a], xb = x[t * 4 + b];
+      EXPECT_NEAR(got[t * 4 + a], xa * std::cos(th) - xb * std::sin(th), 1e-12);
+      EXPECT_NEAR(got[t * 4 + b], xa * std::sin(th) + xb * std::cos(th), 1e-12);
+    }
+  }
+}
+
+TEST(Rope, NeoxPairsHalves) { expect_rope(RopeMode::neox); }
+TEST(Rope, OriginalPairsNeighbours) { expect_rope(RopeMode::original); }
+
+TEST(Rope, OffsetMeansConsecutivePositions) {
+  Tensor x = Tensor::from_vector<double>({3, 2}, {1, 2, 3, 4, 5, 6});
+  std::vector<double> a = eval(rope(x, int64_t{5})).to_vector<double>();
+  std::vector<double> b =
+      eval(rope(x, Tensor::from_vector<int32_t>({3}, {5, 6, 7}))).to_vector<double>();
+  EXPECT_EQ(a, b);
+}
+
+TEST(Rope, RejectsBadShapes) {
+  EXPECT_THROW(rope(Tensor::zeros(DType::f32, {2, 3}), int64_t{0}), ShapeError);
+  EXPECT_THROW(
+      rope(Tensor::zeros(DType::f32, {2, 4}), Tensor::from_vector<int32_t>({3}, {0, 1, 2})),
+      ShapeError);
+}
+
+}  // namespace
