@@ -36,4 +36,45 @@ struct TrainMlpArgs {
 };
 int run_train_mlp(const TrainMlpArgs& opt);
 
+struct TrainVitArgs {
+  std::string preset = "fmnist";
+  std::string dataset = "fashion-mnist";
+  std::string data;  // "" = the dataset's default location
+  int epochs = 30;
+  int batch = 128;
+  double lr = 2e-3;
+  double weight_decay = 0.05;
+  int warmup = 500;
+  double clip = 1.0;
+  double drop_rate = -1;  // < 0: the preset's
+  int crop_pad = 2;
+  bool hflip = true;
+  int threads = 0;
+  uint64_t seed = 1;
+  int64_t max_steps = 0;     // 0: all epochs
+  int64_t train_subset = 0;  // 0: every training image
+  int64_t test_subset = 0;
+  int eval_batch = 500;
+  int log_every = 50;
+  std::string save;    // checkpoint path ("" = none); the CSV and SVG go beside it
+  std::string resume;  // training checkpoint to continue
+  std::string log;     // CSV path, overriding the one beside the checkpoint
+};
+int run_train_vit(const TrainVitArgs& opt);
+
+struct EvalArgs {
+  std::string checkpoint;
+  std::string dataset = "fashion-mnist";
+  std::string data;
+  int batch = 500;
+  int threads = 0;
+};
+int run_eval(const EvalArgs& opt);
+
+struct GradArgs {
+  std::string weights, batch, out;
+  int threads = 0;
+};
+int run_grad(const GradArgs& opt);
+
 }  // namespace nabla::cli

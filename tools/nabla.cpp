@@ -1,6 +1,6 @@
 // The `nabla` command-line tool: parses arguments with CLI11 and runs one
 // subcommand (commands.h). Bad command lines exit with status 2 and a
-// one-line message; nabla errors exit with status 1.
+// one-line message, and so do errors in data, files or options.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -115,6 +115,62 @@ int main(int argc, char** argv) {
   mlp_cmd->add_option("--seed", mlp.seed, "Seed for data, weights and batches")
       ->capture_default_str();
 
+  TrainVitArgs vit;
+  CLI::App* vit_cmd = train_cmd->add_subcommand("vit", "A Vision Transformer on real images (Fashion-MNIST by default)");
+  vit_cmd->add_option("--preset", vit.preset, "Model preset: fmnist, vit-tiny")
+      ->check(CLI::IsMember({"fmnist", "vit-tiny"}))
+      ->capture_default_str();
+  vit_cmd->add_option("--dataset", vit.dataset, "fashion-mnist or cifar10")
+      ->check(CLI::IsMember({"fashion-mnist", "cifar10"}))
+      ->capture_default_str();
+  vit_cmd->add_option("--data", vit.data, "Dataset directory (default: the installed Fashion-MNIST)");
+  add_int(vit_cmd, "--epochs", vit.epochs, "Epochs", 1, 100'000);
+  add_int(vit_cmd, "--batch", vit.batch, "Batch size", 1, 1'000'000);
+  vit_cmd->add_option("--lr", vit.lr, "Peak learning rate (AdamW)")->check(positive_number())->capture_default_str();
+  vit_cmd->add_option("--weight-decay", vit.weight_decay, "AdamW weight decay")
+      ->check(CLI::Range(0.0, 10.0))
+      ->capture_default_str();
+  add_int(vit_cmd, "--warmup", vit.warmup, "Warmup steps", 0, 100'000'000);
+  vit_cmd->add_option("--clip", vit.clip, "Gradient clipping by global norm (0: off)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  vit_cmd->add_option("--dropout", vit.drop_rate, "Dropout rate (default: the preset's)")->check(CLI::Range(0.0, 0.99));
+  add_int(vit_cmd, "--crop-pad", vit.crop_pad, "Random-crop padding in pixels (0: no crop)", 0, 64);
+  vit_cmd->add_option("--hflip", vit.hflip, "Random horizontal flips")->capture_default_str();
+  add_int(vit_cmd, "--threads", vit.threads, "Threads (0: all cores)", 0, 256);
+  vit_cmd->add_option("--seed", vit.seed, "Seed for weights, data order, augmentation, dropout")->capture_default_str();
+  vit_cmd->add_option("--max-steps", vit.max_steps, "Stop after this many steps (0: run every epoch)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  vit_cmd->add_option("--train-subset", vit.train_subset, "Use only the first N training images")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  vit_cmd->add_option("--test-subset", vit.test_subset, "Evaluate on the first N test images only")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  add_int(vit_cmd, "--eval-batch", vit.eval_batch, "Evaluation batch size", 1, 1'000'000);
+  add_int(vit_cmd, "--log-every", vit.log_every, "Steps per progress line in logs", 1, 1'000'000);
+  vit_cmd->add_option("--save", vit.save, "Checkpoint path (safetensors); the CSV log and SVG plot go beside it");
+  vit_cmd->add_option("--resume", vit.resume, "Continue a run from its training checkpoint")
+      ->check(CLI::ExistingFile);
+  vit_cmd->add_option("--log", vit.log, "CSV log path");
+
+  EvalArgs eval;
+  CLI::App* eval_cmd = app.add_subcommand("eval", "Test accuracy of a ViT checkpoint");
+  eval_cmd->add_option("checkpoint", eval.checkpoint, "Checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
+  eval_cmd->add_option("--dataset", eval.dataset, "fashion-mnist or cifar10")
+      ->check(CLI::IsMember({"fashion-mnist", "cifar10"}));
+  eval_cmd->add_option("--data", eval.data, "Dataset directory");
+  add_int(eval_cmd, "--batch", eval.batch, "Batch size", 1, 1'000'000);
+  add_int(eval_cmd, "--threads", eval.threads, "Threads (0: all cores)", 0, 256);
+
+  GradArgs gradargs;
+  CLI::App* gradient_cmd =
+      app.add_subcommand("grad", "Loss and every parameter's gradient for one batch, written as safetensors");
+  gradient_cmd->add_option("--weights", gradargs.weights, "Model checkpoint")->required()->check(CLI::ExistingFile);
+  gradient_cmd->add_option("--batch", gradargs.batch, "Batch file (safetensors: images and labels, or tokens)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  gradient_cmd->add_option("--out", gradargs.out, "Output safetensors (grad.<name> and loss)")->required();
+  add_int(gradient_cmd, "--threads", gradargs.threads, "Threads (0: all cores)", 0, 256);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -139,9 +195,13 @@ int main(int argc, char** argv) {
     if (ops_cmd->parsed()) return run_ops(ops);
     if (grad_cmd->parsed()) return run_gradcheck(grad);
     if (mlp_cmd->parsed()) return run_train_mlp(mlp);
+    if (vit_cmd->parsed()) return run_train_vit(vit);
+    if (eval_cmd->parsed()) return run_eval(eval);
+    if (gradient_cmd->parsed()) return run_grad(gradargs);
   } catch (const nabla::Error& e) {
+    // Bad data, files or options: a one-line message and the usage status.
     fmt::print(stderr, "nabla: error: {}\n", e.what());
-    return kExitFailed;
+    return kExitUsage;
   } catch (const std::exception& e) {
     fmt::print(stderr, "nabla: internal error: {}\n", e.what());
     return kExitFailed;

@@ -21,6 +21,8 @@ struct ExecOptions {
   // For tests: caps every kernel's chunk size so work is split finely and
   // chunk boundaries are exercised; results must not change. 0: no cap.
   int64_t max_grain = 0;
+  // Time every kernel (also NABLA_PROFILE=1); see Executor::profile().
+  bool profile = false;
 };
 
 struct MemoryReport {
@@ -40,6 +42,9 @@ class Executor {
   void run();
 
   const MemoryReport& memory() const;
+  // Per-op kernel time over every run() so far, largest first, one line per
+  // op: "matmul  41.2%  812.3 ms  2400 calls". Empty unless profiling.
+  std::string profile() const;
   int threads() const;
 
   // The values of an output, leaf, or view of either, after run(); in
@@ -52,6 +57,10 @@ class Executor {
     read_checked(t, dtype_of<T>(), out.data(), out.size() * sizeof(T));
     return out;
   }
+  // Address of a readable tensor's first element, for contiguous tensors
+  // (e.g. gradients made contiguous for an optimizer); valid across runs.
+  // UsageError for a strided tensor or one whose memory the plan reuses.
+  const void* data(const Tensor& t) const;
   // A new leaf holding a contiguous copy of t's value.
   Tensor fetch(const Tensor& t) const;
 

@@ -177,7 +177,7 @@ Tensor rope(const Tensor& x, int64_t offset, double base = 10000.0, RopeMode mod
 // Zeroes elements with probability p and scales the rest by 1/(1-p); the mask
 // is a hash of seed (i32, one element) and the element's position. train =
 // false or p = 0 returns x.
-Tensor dropout(const Tensor& x, double p, const Tensor& seed, bool train = true);
+Tensor dropout(const Tensor& x, double p, const Tensor& seed, bool train = true, int64_t salt = 0);
 
 // ---- Shaping and indexing.
 // Constant padding: one (before, after) pair per axis of x.

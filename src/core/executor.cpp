@@ -2,7 +2,11 @@
 // the kernels in topological order.
 #include "nabla/executor.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -31,6 +35,7 @@ struct Executor::Impl {
   };
   std::vector<Step> steps;
   ExecOptions options;
+  std::vector<double> step_seconds;  // profiling: total per step
 
   void* base(const Node* n) const {
     const Node* r = n->root();
@@ -92,6 +97,8 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
   m.options = options;
   if (m.options.threads <= 0) m.options.threads = cpu::default_threads();
   m.options.check_finite = m.options.check_finite || env_check_finite();
+  const char* prof = std::getenv("NABLA_PROFILE");
+  m.options.profile = m.options.profile || (prof && *prof && std::strcmp(prof, "0") != 0);
   m.outputs = graph.outputs();
   m.order = topo_order(m.outputs);
   for (size_t i = 0; i < m.order.size(); ++i) {
@@ -141,10 +148,43 @@ Executor::Executor(Executor&&) noexcept = default;
 Executor& Executor::operator=(Executor&&) noexcept = default;
 
 void Executor::run() {
-  for (const Impl::Step& s : impl_->steps) {
-    s.op->forward(s.args);
-    if (impl_->options.check_finite) impl_->check_finite(s);
+  Impl& m = *impl_;
+  if (!m.options.profile) {
+    for (const Impl::Step& s : m.steps) {
+      s.op->forward(s.args);
+      if (m.options.check_finite) m.check_finite(s);
+    }
+    return;
   }
+  m.step_seconds.resize(m.steps.size(), 0.0);
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    m.steps[i].op->forward(m.steps[i].args);
+    m.step_seconds[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (m.options.check_finite) m.check_finite(m.steps[i]);
+  }
+}
+
+std::string Executor::profile() const {
+  const Impl& m = *impl_;
+  std::map<std::string, std::pair<double, int>> by_op;
+  double total = 0;
+  for (size_t i = 0; i < m.step_seconds.size(); ++i) {
+    auto& e = by_op[m.steps[i].op->name];
+    e.first += m.step_seconds[i];
+    e.second += 1;
+    total += m.step_seconds[i];
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_op.begin(), by_op.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::string out;
+  char line[160];
+  for (const auto& [name, e] : rows) {
+    std::snprintf(line, sizeof line, "%-20s %6.1f%% %10.1f ms %6d nodes\n", name.c_str(),
+                  total > 0 ? 100 * e.first / total : 0.0, 1e3 * e.first, e.second);
+    out += line;
+  }
+  return out;
 }
 
 const MemoryReport& Executor::memory() const { return impl_->plan.report; }
@@ -174,6 +214,17 @@ void Executor::read_checked(const Tensor& t, DType dtype, void* dst, size_t byte
   }
   TensorView v = impl_->view(t);
   cpu::copy_strided(v.data, v.shape, v.strides, dtype_size(v.dtype), dst);
+}
+
+const void* Executor::data(const Tensor& t) const {
+  if (!t.defined()) throw UsageError("executor: data() of an undefined tensor");
+  auto it = impl_->pos.find(t.node());
+  if (it == impl_->pos.end()) throw UsageError("executor: " + to_string(t) + " is not part of this graph");
+  if (!impl_->readable[it->second]) {
+    throw UsageError("executor: " + to_string(t) + " is an intermediate whose memory the plan reuses");
+  }
+  if (!t.is_contiguous()) throw UsageError("executor: data() of the strided " + to_string(t) + "; use read()");
+  return impl_->view(t).data;
 }
 
 Tensor Executor::fetch(const Tensor& t) const {

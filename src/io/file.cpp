@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,7 +13,10 @@
 namespace nabla {
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  // The pid and a counter keep concurrent writers of one path (processes or
+  // threads) from sharing a temporary.
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError(path + ": cannot create " + tmp + ": " + std::strerror(errno));
   size_t done = 0;
@@ -28,8 +32,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     done += static_cast<size_t>(n);
   }
   // The data must be on disk before the rename makes it the file.
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int e = errno;
+  int synced = ::fsync(fd), sync_errno = errno;
+  int closed = ::close(fd), close_errno = errno;
+  if (synced != 0 || closed != 0) {
+    int e = synced != 0 ? sync_errno : close_errno;
     ::unlink(tmp.c_str());
     throw IoError(path + ": flush failed: " + std::strerror(e));
   }

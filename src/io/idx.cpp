@@ -2,6 +2,8 @@
 // and RR the rank, then RR big-endian u32 dimensions, then the data.
 #include <zlib.h>
 
+#include <cstdio>
+
 #include "nabla/error.h"
 #include "nabla/io.h"
 
@@ -21,9 +23,20 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
       int err = 0;
       std::string msg = gzerror(f, &err);
       gzclose(f);
+      if (msg.rfind(path + ": ", 0) == 0) msg.erase(0, path.size() + 2);  // zlib prefixes the path
       throw IoError(path + ": corrupt compressed data: " + msg);
     }
-    if (n == 0) break;
+    if (n == 0) {
+      // NOTE: zlib reports a gzip stream cut short as Z_BUF_ERROR but still
+      // returns the bytes it had, so a truncated .gz must be caught here.
+      int err = 0;
+      gzerror(f, &err);
+      if (err == Z_BUF_ERROR) {
+        gzclose(f);
+        throw IoError(path + ": truncated compressed data (unexpected end of the gzip stream)");
+      }
+      break;
+    }
     out.insert(out.end(), buf, buf + n);
     if (out.size() > (size_t(1) << 32)) {
       gzclose(f);
@@ -41,7 +54,9 @@ IdxArray read_idx(const std::string& path) {
   if (bytes.size() < 4) throw IoError(path + ": not an IDX file: " + std::to_string(bytes.size()) + " bytes");
   if (bytes[0] != 0 || bytes[1] != 0) throw IoError(path + ": not an IDX file: bad magic number");
   if (bytes[2] != 0x08) {
-    throw IoError(path + ": IDX element type 0x" + std::to_string(bytes[2]) + " is not supported (only u8, 0x08)");
+    char type[8];
+    std::snprintf(type, sizeof type, "0x%02x", bytes[2]);
+    throw IoError(path + ": IDX element type " + type + " is not supported (only u8, 0x08)");
   }
   int rank = bytes[3];
   if (rank < 1 || rank > 4) throw IoError(path + ": IDX rank " + std::to_string(rank) + " is not 1 to 4");
@@ -53,7 +68,8 @@ IdxArray read_idx(const std::string& path) {
     const uint8_t* p = bytes.data() + 4 + 4 * d;
     uint64_t dim = (uint64_t(p[0]) << 24) | (uint64_t(p[1]) << 16) | (uint64_t(p[2]) << 8) | p[3];
     a.shape.push_back(static_cast<int64_t>(dim));
-    count *= dim;
+    // Dimensions are at most 2^32 - 1 each; saturate so four of them cannot wrap.
+    count = dim != 0 && count > (uint64_t(1) << 40) / dim ? (uint64_t(1) << 40) + 1 : count * dim;
   }
   if (bytes.size() - header != count) {
     throw IoError(path + ": IDX shape " + to_string(a.shape) + " needs " + std::to_string(count) +

@@ -1,5 +1,6 @@
 // safetensors reader and writer. Format: https://github.com/huggingface/safetensors
 // (8-byte LE header size, JSON header, data buffer with offsets relative to it).
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -169,7 +170,10 @@ Safetensors load_safetensors(const std::string& path) {
     const json& off = v["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) throw bad("data_offsets must be integers");
     uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-    if (begin > end || end > data_size) {
+    if (begin > end) {
+      throw bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + ") end before they begin");
+    }
+    if (end > data_size) {
       throw bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside the data of " +
                 std::to_string(data_size) + " bytes");
     }
@@ -220,23 +224,26 @@ Safetensors load_safetensors(const std::string& path) {
     }
     st.tensors.emplace_back(name, t);
   }
-  // Tensors may not overlap: a corrupt file could otherwise alias them.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < entries.size(); ++i) {
-    if (entries[i].begin < entries[i - 1].end && entries[i].begin != entries[i].end) {
-      throw IoError(path + ": tensors '" + entries[i - 1].name + "' and '" + entries[i].name + "' overlap");
+  // Tensors may not overlap: a corrupt file could otherwise alias them. Empty
+  // tensors occupy nothing; the furthest end so far catches an overlap with
+  // any earlier tensor, not only the previous one.
+  std::vector<size_t> order(entries.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entries[a].begin < entries[b].begin; });
+  size_t furthest = entries.size();  // entry with the largest end so far
+  for (size_t i : order) {
+    const Entry& e = entries[i];
+    if (e.begin == e.end) continue;
+    if (furthest != entries.size() && e.begin < entries[furthest].end) {
+      throw IoError(path + ": tensors '" + entries[furthest].name + "' and '" + e.name + "' overlap");
     }
+    if (furthest == entries.size() || e.end > entries[furthest].end) furthest = i;
   }
   // File order is data order: sort by offset so writers and readers agree.
-  std::stable_sort(st.tensors.begin(), st.tensors.end(), [&](const auto& a, const auto& b) {
-    auto pos = [&](const std::string& n) {
-      for (const Entry& e : entries) {
-        if (e.name == n) return e.begin;
-      }
-      return uint64_t(0);
-    };
-    return pos(a.first) < pos(b.first);
-  });
+  std::vector<std::pair<std::string, Tensor>> sorted;
+  sorted.reserve(order.size());
+  for (size_t i : order) sorted.push_back(std::move(st.tensors[i]));
+  st.tensors = std::move(sorted);
   return st;
 }
 

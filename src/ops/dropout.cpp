@@ -3,7 +3,8 @@
 // row-major position: the mask depends on neither layout nor threads, and
 // needs no buffer, since the backward recomputes it. The seed is an i32
 // scalar tensor, so a static training graph draws a new mask each step by
-// rewriting that leaf. attrs: reals {p}.
+// rewriting that leaf; a salt separates the masks of call sites sharing a
+// seed. attrs: ints {salt}, reals {p}.
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -40,7 +41,8 @@ void dropout_kernel(const KernelArgs& a) {
   // integer test, so f32 and f64 runs drop the same elements.
   uint64_t threshold = static_cast<uint64_t>(p * 4294967296.0);
   T keep_scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
-  uint64_t key = mix64(static_cast<uint64_t>(static_cast<uint32_t>(a.in[1].ptr<int32_t>()[0])) +
+  uint64_t salt = a.attrs->ints.empty() ? 0 : static_cast<uint64_t>(a.attrs->ints[0]);
+  uint64_t key = mix64((static_cast<uint64_t>(static_cast<uint32_t>(a.in[1].ptr<int32_t>()[0])) | (salt << 32)) +
                        0x9e3779b97f4a7c15ull);
   T* out = a.out.ptr<T>();
   const T* xp = x.ptr<T>();
@@ -95,11 +97,11 @@ extern const OpDef op_dropout{
 
 }  // namespace ops
 
-Tensor dropout(const Tensor& x, double p, const Tensor& seed, bool train) {
+Tensor dropout(const Tensor& x, double p, const Tensor& seed, bool train, int64_t salt) {
   if (!(p >= 0 && p <= 1))
     throw UsageError("dropout: p must be in [0, 1], got " + std::to_string(p));
   if (!train || p == 0) return x;
-  return apply(ops::op_dropout, {x, seed}, Attrs{{}, {p}});
+  return apply(ops::op_dropout, {x, seed}, Attrs{{salt}, {p}});
 }
 
 }  // namespace nabla

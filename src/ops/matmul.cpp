@@ -168,7 +168,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   }
   Tensor a2 = a.rank() == 1 ? reshape(a, {1, a.dim(0)}) : a;
   Tensor b2 = b.rank() == 1 ? reshape(b, {b.dim(0), 1}) : b;
-  Tensor c = apply(ops::op_matmul, {a2, b2});
+  Tensor c;
+  if (a2.rank() > 2 && b2.rank() == 2 && a2.dim(-1) == b2.dim(0)) {
+    // A batch against one matrix (a linear layer): one GEMM with the batch
+    // folded into M instead of many small ones, and a backward whose weight
+    // gradient is one GEMM over all rows, with no per-batch partial products.
+    Shape out = a2.shape();
+    out.back() = b2.dim(1);
+    c = reshape(apply(ops::op_matmul, {reshape(a2, {-1, a2.dim(-1)}), b2}), out);
+  } else {
+    c = apply(ops::op_matmul, {a2, b2});
+  }
   if (a.rank() == 1 || b.rank() == 1) {
     Shape s = c.shape();
     if (b.rank() == 1) s.erase(s.end() - 1);

@@ -34,6 +34,26 @@ void reduce_kernel(const KernelArgs& a, R r) {
   cpu::Walker<1> red(red_shape, {&red_strides});
   const T* xp = x.ptr<T>();
   T* out = a.out.ptr<T>();
+  if (!x.shape.empty() && !reduced.back() && count > 1) {
+    // The innermost axis is kept (a bias gradient: sum over rows): walk the
+    // reduced positions outermost and add whole rows of outputs at a time.
+    // Every output still folds its elements in the same order as below.
+    a.parallel_for(a.out.numel(), 256, [&](int64_t b, int64_t e) {
+      std::vector<decltype(r.init())> acc(size_t(e - b), r.init());
+      red.run(0, count, [&](const std::array<int64_t, 1>& ro, int64_t rn, const std::array<int64_t, 1>& rs) {
+        for (int64_t k = 0; k < rn; ++k) {
+          const T* base = xp + ro[0] + k * rs[0];
+          int64_t j = 0;
+          kept.run(b, e, [&](const std::array<int64_t, 1>& o, int64_t n, const std::array<int64_t, 1>& s) {
+            const T* p = base + o[0];
+            for (int64_t i = 0; i < n; ++i, ++j) acc[j] = r.step(acc[j], p[i * s[0]]);
+          });
+        }
+      });
+      for (int64_t j = b; j < e; ++j) out[j] = static_cast<T>(r.finish(acc[j - b], count));
+    });
+    return;
+  }
   int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, count));
   a.parallel_for(a.out.numel(), grain, [&](int64_t b, int64_t e) {
     int64_t j = b;  // runs arrive in row-major order of the output

@@ -1,0 +1,46 @@
+// Checkpoints are safetensors files. Model weights use the names of the
+// model's reference implementation (timm, Hugging Face), so the files load
+// there; the metadata holds the model config as JSON under "nabla.config"
+// and, for training checkpoints, the optimizer moments as tensors plus the
+// training position under "nabla.train".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nabla/io.h"
+#include "nabla/nn.h"
+#include "nabla/optim.h"
+
+namespace nabla {
+
+// Where a training run stands: enough, with the weights and optimizer
+// moments, to continue it bit-identically.
+struct TrainPosition {
+  int64_t step = 0;   // optimizer steps taken
+  int64_t epoch = 0;  // current epoch
+  int64_t batch = 0;  // batches of `epoch` already used
+  uint64_t seed = 0;  // run seed (data order, augmentation, dropout)
+  std::string to_json() const;
+  static TrainPosition from_json(const std::string& json, const std::string& file);
+};
+
+void save_checkpoint(const std::string& path, const std::string& config_json, const nn::Params& params,
+                     const optim::AdamW* optimizer = nullptr, const TrainPosition* position = nullptr);
+
+struct Checkpoint {
+  std::string path;
+  std::string config_json;
+  Safetensors file;
+  bool has_position = false;
+  TrainPosition position;
+};
+// IoError naming the file when it is not a nabla checkpoint.
+Checkpoint load_checkpoint(const std::string& path);
+
+// Copies the checkpoint's tensors into `params` by name; every parameter
+// must be present with its shape (IoError naming the first mismatch).
+void load_params(const Checkpoint& ckpt, nn::Params& params);
+
+}  // namespace nabla

@@ -1,0 +1,77 @@
+// Optimizers as one fused update over every parameter at once (one
+// parallel pass over all elements), not a host loop per tensor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nabla/tensor.h"
+
+namespace nabla::optim {
+
+// One parameter leaf (f32, contiguous) and where its gradient lies.
+struct Slot {
+  std::string name;
+  Tensor param;
+  bool decay = true;  // weight decay applies (not to biases, norms, tokens)
+};
+
+// timm's rule: no weight decay for 1-D tensors (biases, norm weights) and
+// for position embeddings and class tokens.
+bool default_decay(const std::string& name, const Tensor& param);
+
+// Global L2 norm over all gradients, summed in a fixed order (the same at
+// any thread count). grads[i] has slots[i].param's element count.
+double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads);
+
+struct AdamWConfig {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.05;
+};
+
+// AdamW (Loshchilov & Hutter): decoupled weight decay p -= lr wd p, and
+// bias-corrected moments m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t).
+class AdamW {
+ public:
+  AdamW(std::vector<Slot> slots, AdamWConfig config, int threads);
+  // grads[i]: contiguous f32 gradient of slots[i].param. grad_scale
+  // multiplies every gradient first (clipping, averaging micro-batches).
+  void step(const std::vector<const float*>& grads, double lr, double grad_scale = 1.0);
+
+  int64_t steps() const { return t_; }
+  const std::vector<Slot>& slots() const { return slots_; }
+  // Moments as named leaves ("optimizer.exp_avg.<name>", "optimizer.exp_avg_sq.<name>")
+  // for checkpoints, and back.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t steps);
+
+ private:
+  std::vector<Slot> slots_;
+  AdamWConfig config_;
+  int threads_;
+  int64_t t_ = 0;
+  std::vector<Tensor> m_, v_;
+  std::vector<int64_t> offsets_;  // start of each slot in the concatenated element space
+};
+
+// SGD with momentum (PyTorch's form: buf = mu buf + g; p -= lr buf) and
+// coupled weight decay g += wd p.
+class Sgd {
+ public:
+  Sgd(std::vector<Slot> slots, double momentum, double weight_decay, int threads);
+  void step(const std::vector<const float*>& grads, double lr, double grad_scale = 1.0);
+
+ private:
+  std::vector<Slot> slots_;
+  double momentum_, weight_decay_;
+  int threads_;
+  std::vector<Tensor> buf_;
+  std::vector<int64_t> offsets_;
+};
+
+// Linear warmup from 0 to base over `warmup` steps, then cosine decay to
+// min_lr at `total` steps.
+double warmup_cosine(int64_t step, int64_t warmup, int64_t total, double base, double min_lr);
+
+}  // namespace nabla::optim

@@ -1,0 +1,157 @@
+// Vision Transformer, timm layout.
+//
+// Dimensions:
+//   N  batch            C  image channels      H, W  image height, width
+//   P  patch size       T  tokens = (H/P)(W/P) (+1 with a cls token)
+//   D  embed_dim        L  depth (blocks)      heads, hd = D / heads
+//   F  MLP width = D * mlp_ratio               K  classes
+//
+// Parameters (timm names):
+//   cls_token                    [1, 1, D]      (global_pool "token" only)
+//   pos_embed                    [1, T, D]
+//   patch_embed.proj.weight      [D, C, P, P]   patch_embed.proj.bias  [D]
+//   blocks.i.norm1.weight/bias   [D]
+//   blocks.i.attn.qkv.weight     [3D, D]        blocks.i.attn.qkv.bias [3D]
+//   blocks.i.attn.proj.weight    [D, D]         blocks.i.attn.proj.bias [D]
+//   blocks.i.norm2.weight/bias   [D]
+//   blocks.i.mlp.fc1.weight      [F, D]         blocks.i.mlp.fc1.bias  [F]
+//   blocks.i.mlp.fc2.weight      [D, F]         blocks.i.mlp.fc2.bias  [D]
+//   norm.weight/bias             [D]
+//   head.weight                  [K, D]         head.bias              [K]
+#include "models/vit.h"
+
+#include <nlohmann/json.hpp>
+
+#include "nabla/error.h"
+
+namespace nabla::models {
+
+void VitConfig::validate() const {
+  auto fail = [](const std::string& m) { throw UsageError("vit config: " + m); };
+  if (img_size <= 0 || patch_size <= 0 || img_size % patch_size) {
+    fail("patch_size " + std::to_string(patch_size) + " must divide img_size " + std::to_string(img_size));
+  }
+  if (in_chans <= 0 || embed_dim <= 0 || depth < 0 || num_heads <= 0 || num_classes <= 0) {
+    fail("sizes must be positive");
+  }
+  if (embed_dim % num_heads) {
+    fail("embed_dim " + std::to_string(embed_dim) + " is not divisible by num_heads " + std::to_string(num_heads));
+  }
+  if (global_pool != "token" && global_pool != "avg") fail("global_pool must be \"token\" or \"avg\"");
+  if (mlp_ratio <= 0) fail("mlp_ratio must be positive");
+  if (!(drop_rate >= 0 && drop_rate < 1)) fail("drop_rate must be in [0, 1)");
+  nn::parse_gelu(gelu);
+}
+
+std::string VitConfig::to_json() const {
+  nlohmann::json j = {{"architecture", "vit"},      {"img_size", img_size},     {"patch_size", patch_size},
+                      {"in_chans", in_chans},       {"embed_dim", embed_dim},   {"depth", depth},
+                      {"num_heads", num_heads},     {"mlp_ratio", mlp_ratio},   {"num_classes", num_classes},
+                      {"global_pool", global_pool}, {"qkv_bias", qkv_bias},     {"norm_eps", norm_eps},
+                      {"gelu", gelu},               {"drop_rate", drop_rate},   {"preset", preset}};
+  return j.dump();
+}
+
+VitConfig VitConfig::from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw IoError(std::string("vit config: not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || j.value("architecture", "") != "vit") {
+    throw IoError("vit config: architecture is \"" + (j.is_object() ? j.value("architecture", "") : "") +
+                  "\", expected \"vit\"");
+  }
+  VitConfig c;
+  try {
+    c.preset = j.value("preset", "");
+    c.img_size = j.at("img_size").get<int64_t>();
+    c.patch_size = j.at("patch_size").get<int64_t>();
+    c.in_chans = j.at("in_chans").get<int64_t>();
+    c.embed_dim = j.at("embed_dim").get<int64_t>();
+    c.depth = j.at("depth").get<int64_t>();
+    c.num_heads = j.at("num_heads").get<int64_t>();
+    c.mlp_ratio = j.at("mlp_ratio").get<double>();
+    c.num_classes = j.at("num_classes").get<int64_t>();
+    c.global_pool = j.value("global_pool", "token");
+    c.qkv_bias = j.value("qkv_bias", true);
+    c.norm_eps = j.value("norm_eps", 1e-6);
+    c.gelu = j.value("gelu", "gelu_erf");
+    c.drop_rate = j.value("drop_rate", 0.0);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(std::string("vit config: ") + e.what());
+  }
+  c.validate();
+  return c;
+}
+
+VitConfig vit_preset(const std::string& name) {
+  VitConfig c;
+  c.preset = name;
+  if (name == "vit-tiny") {
+    // timm's vit_tiny_patch16_224.
+    return c;
+  }
+  if (name == "fmnist") {
+    // 28x28 grey images in 7x7 patches: 16 tokens keep a step cheap enough
+    // on two cores to see ~30 epochs in 15 minutes; mean pooling over tokens.
+    c.img_size = 28;
+    c.patch_size = 7;
+    c.in_chans = 1;
+    c.embed_dim = 128;
+    c.depth = 4;
+    c.num_heads = 4;
+    c.mlp_ratio = 2.0;
+    c.num_classes = 10;
+    c.global_pool = "avg";
+    c.drop_rate = 0.0;
+    return c;
+  }
+  throw UsageError("vit: unknown preset '" + name + "' (presets: vit-tiny, fmnist)");
+}
+
+std::vector<std::string> vit_presets() { return {"vit-tiny", "fmnist"}; }
+
+Vit::Vit(const VitConfig& config, uint64_t seed) : config_(config) {
+  config_.validate();
+  const VitConfig& c = config_;
+  nn::Init init(seed);
+  int64_t D = c.embed_dim, T = c.tokens();
+  nn::Gelu g = nn::parse_gelu(c.gelu);
+  dropout_seed = Tensor::zeros(DType::i32, {});
+  if (c.global_pool == "token") cls_token_ = params_.add("cls_token", init.trunc_normal({1, 1, D}, 0.02));
+  pos_embed_ = params_.add("pos_embed", init.trunc_normal({1, T, D}, 0.02));
+  patch_embed_ = nn::PatchEmbed(params_, "patch_embed.proj", c.in_chans, D, c.patch_size, init);
+  for (int64_t i = 0; i < c.depth; ++i) {
+    std::string p = "blocks." + std::to_string(i);
+    nn::TransformerBlock b;
+    b.norm1 = nn::LayerNorm(params_, p + ".norm1", D, c.norm_eps, init);
+    b.attn = nn::Attention(params_, p + ".attn", "qkv", "proj", D, c.num_heads, c.qkv_bias, false, init);
+    b.norm2 = nn::LayerNorm(params_, p + ".norm2", D, c.norm_eps, init);
+    b.mlp = nn::Mlp(params_, p + ".mlp", "fc1", "fc2", D, c.mlp_hidden(), g, init);
+    b.drop = nn::Dropout{c.drop_rate, dropout_seed};
+    blocks_.push_back(b);
+  }
+  norm_ = nn::LayerNorm(params_, "norm", D, c.norm_eps, init);
+  head_ = nn::Linear(params_, "head", D, c.num_classes, true, init);
+}
+
+Tensor Vit::forward(const Tensor& images, bool train) const {
+  const VitConfig& c = config_;
+  if (images.rank() != 4 || images.dim(1) != c.in_chans || images.dim(2) != c.img_size ||
+      images.dim(3) != c.img_size) {
+    throw ShapeError("vit: images must be [N, " + std::to_string(c.in_chans) + ", " + std::to_string(c.img_size) +
+                     ", " + std::to_string(c.img_size) + "], got " + to_string(images.shape()));
+  }
+  int64_t N = images.dim(0), D = c.embed_dim;
+  Tensor x = patch_embed_(images);                            // [N, T', D]
+  if (c.global_pool == "token") x = concat({expand(cls_token_, {N, 1, D}), x}, 1);
+  x = x + pos_embed_;                                         // [N, T, D]
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i](x, train, int64_t(2 * i));
+  x = norm_(x);
+  Tensor pooled = c.global_pool == "token" ? reshape(slice(x, 1, 0, 1), {N, D}) : mean(x, {1});  // [N, D]
+  return head_(pooled);                                       // [N, K]
+}
+
+}  // namespace nabla::models

@@ -1,0 +1,64 @@
+// Vision Transformer (Dosovitskiy et al.), laid out as timm's
+// VisionTransformer so that parameter names and shapes match its checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nabla/nn.h"
+
+namespace nabla::models {
+
+struct VitConfig {
+  std::string preset;          // informational
+  int64_t img_size = 224;
+  int64_t patch_size = 16;
+  int64_t in_chans = 3;
+  int64_t embed_dim = 192;
+  int64_t depth = 12;
+  int64_t num_heads = 3;
+  double mlp_ratio = 4.0;
+  int64_t num_classes = 1000;
+  std::string global_pool = "token";  // "token" (cls token) or "avg" (mean of patch tokens)
+  bool qkv_bias = true;
+  double norm_eps = 1e-6;             // timm's ViT LayerNorm eps
+  std::string gelu = "gelu_erf";      // timm's nn.GELU is the exact (erf) GELU
+  double drop_rate = 0.0;             // dropout after attention and MLP (timm's proj_drop)
+
+  int64_t tokens() const { return (img_size / patch_size) * (img_size / patch_size) + (global_pool == "token"); }
+  int64_t mlp_hidden() const { return static_cast<int64_t>(embed_dim * mlp_ratio); }
+  // Throws UsageError on inconsistent values (patch does not divide the image...).
+  void validate() const;
+  // {"architecture": "vit", "img_size": ..., ...} with timm's names.
+  std::string to_json() const;
+  static VitConfig from_json(const std::string& json);
+};
+
+// "vit-tiny" (timm vit_tiny_patch16_224), "fmnist" (28x28x1, see vit.cpp).
+VitConfig vit_preset(const std::string& name);
+std::vector<std::string> vit_presets();
+
+class Vit {
+ public:
+  Vit(const VitConfig& config, uint64_t seed);
+
+  // images [N, C, H, W] (normalised) -> logits [N, classes]. With train,
+  // dropout draws from `dropout_seed` (an i32 leaf the trainer rewrites).
+  Tensor forward(const Tensor& images, bool train) const;
+
+  const VitConfig& config() const { return config_; }
+  nn::Params& params() { return params_; }
+  const nn::Params& params() const { return params_; }
+  Tensor dropout_seed;
+
+ private:
+  VitConfig config_;
+  nn::Params params_;
+  Tensor cls_token_, pos_embed_;
+  nn::PatchEmbed patch_embed_;
+  std::vector<nn::TransformerBlock> blocks_;
+  nn::LayerNorm norm_;
+  nn::Linear head_;
+};
+
+}  // namespace nabla::models

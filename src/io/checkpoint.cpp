@@ -1,0 +1,75 @@
+#include "nabla/checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include "nabla/error.h"
+
+namespace nabla {
+
+std::string TrainPosition::to_json() const {
+  return nlohmann::json{{"step", step}, {"epoch", epoch}, {"batch", batch}, {"seed", seed}}.dump();
+}
+
+TrainPosition TrainPosition::from_json(const std::string& text, const std::string& file) {
+  try {
+    nlohmann::json j = nlohmann::json::parse(text);
+    TrainPosition p;
+    p.step = j.at("step").get<int64_t>();
+    p.epoch = j.at("epoch").get<int64_t>();
+    p.batch = j.at("batch").get<int64_t>();
+    p.seed = j.at("seed").get<uint64_t>();
+    if (p.step < 0 || p.epoch < 0 || p.batch < 0) throw IoError("negative position");
+    return p;
+  } catch (const std::exception& e) {
+    throw IoError(file + ": bad nabla.train metadata: " + e.what());
+  }
+}
+
+void save_checkpoint(const std::string& path, const std::string& config_json, const nn::Params& params,
+                     const optim::AdamW* optimizer, const TrainPosition* position) {
+  std::vector<std::pair<std::string, Tensor>> tensors = params.list();
+  // "format": "pt" is what Hugging Face's loaders look for.
+  std::map<std::string, std::string> meta{{"format", "pt"}, {"nabla.config", config_json}};
+  if (optimizer) {
+    for (auto& kv : optimizer->state()) tensors.push_back(kv);
+    meta["nabla.optimizer"] = "adamw:" + std::to_string(optimizer->steps());
+  }
+  if (position) meta["nabla.train"] = position->to_json();
+  save_safetensors(path, tensors, meta);
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  Checkpoint c;
+  c.path = path;
+  c.file = load_safetensors(path);
+  auto it = c.file.metadata.find("nabla.config");
+  if (it == c.file.metadata.end()) {
+    throw IoError(path + ": not a nabla checkpoint: no \"nabla.config\" in the safetensors metadata");
+  }
+  c.config_json = it->second;
+  auto pos = c.file.metadata.find("nabla.train");
+  if (pos != c.file.metadata.end()) {
+    c.has_position = true;
+    c.position = TrainPosition::from_json(pos->second, path);
+  }
+  return c;
+}
+
+void load_params(const Checkpoint& ckpt, nn::Params& params) {
+  for (const auto& [name, p] : params.list()) {
+    const Tensor* t = ckpt.file.find(name);
+    if (!t) throw IoError(ckpt.path + ": missing parameter '" + name + "'");
+    if (t->shape() != p.shape()) {
+      throw IoError(ckpt.path + ": parameter '" + name + "' is " + to_string(t->shape()) + ", the model expects " +
+                    to_string(p.shape()));
+    }
+    if (t->dtype() != p.dtype()) {
+      throw IoError(ckpt.path + ": parameter '" + name + "' is " + dtype_name(t->dtype()) + ", expected " +
+                    dtype_name(p.dtype()));
+    }
+    Tensor dst = p;
+    dst.copy_from(t->data(), size_t(t->numel()) * dtype_size(t->dtype()));
+  }
+}
+
+}  // namespace nabla

@@ -1,0 +1,157 @@
+#include <cmath>
+
+#include "nabla/error.h"
+#include "nabla/nn.h"
+
+namespace nabla::nn {
+
+Tensor Params::add(const std::string& name, Tensor t) {
+  for (const auto& [n, _] : list_) {
+    if (n == name) throw UsageError("params: '" + name + "' is added twice");
+  }
+  t.requires_grad();
+  t.set_name(name);
+  list_.emplace_back(name, t);
+  return t;
+}
+
+const Tensor& Params::get(const std::string& name) const {
+  for (const auto& [n, t] : list_) {
+    if (n == name) return t;
+  }
+  throw UsageError("params: no parameter named '" + name + "'");
+}
+
+int64_t Params::count() const {
+  int64_t n = 0;
+  for (const auto& [_, t] : list_) n += t.numel();
+  return n;
+}
+
+Tensor Init::trunc_normal(Shape shape, double std) {
+  Tensor t = Tensor::zeros(DType::f32, std::move(shape));
+  std::normal_distribution<double> n(0.0, 1.0);
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v;
+    do v = n(rng_);
+    while (std::abs(v) > 2.0);
+    p[i] = static_cast<float>(v * std);
+  }
+  return t;
+}
+
+Tensor Init::normal(Shape shape, double std) {
+  Tensor t = Tensor::zeros(DType::f32, std::move(shape));
+  std::normal_distribution<double> n(0.0, std);
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(n(rng_));
+  return t;
+}
+
+Gelu parse_gelu(const std::string& name) {
+  if (name == "gelu" || name == "gelu_tanh") return Gelu::tanh;
+  if (name == "gelu_erf") return Gelu::erf;
+  if (name == "gelu_quick") return Gelu::quick;
+  throw UsageError("gelu: unknown variant '" + name + "' (expected gelu, gelu_erf or gelu_quick)");
+}
+
+const char* gelu_name(Gelu g) {
+  switch (g) {
+    case Gelu::tanh: return "gelu";
+    case Gelu::erf: return "gelu_erf";
+    case Gelu::quick: return "gelu_quick";
+  }
+  return "?";
+}
+
+Tensor apply_gelu(Gelu g, const Tensor& x) {
+  switch (g) {
+    case Gelu::tanh: return gelu(x);
+    case Gelu::erf: return gelu_erf(x);
+    case Gelu::quick: return gelu_quick(x);
+  }
+  return x;
+}
+
+Linear::Linear(Params& p, const std::string& prefix, int64_t in, int64_t out, bool with_bias, Init& init,
+               double std) {
+  weight = p.add(prefix + ".weight", init.trunc_normal({out, in}, std));
+  if (with_bias) bias = p.add(prefix + ".bias", init.zeros({out}));
+}
+
+// x [..., in] @ W^T: matmul reads the transposed view without a copy.
+Tensor Linear::operator()(const Tensor& x) const {
+  Tensor y = matmul(x, transpose(weight));
+  return bias.defined() ? y + bias : y;
+}
+
+LayerNorm::LayerNorm(Params& p, const std::string& prefix, int64_t dim, double eps_, Init& init) : eps(eps_) {
+  weight = p.add(prefix + ".weight", init.ones({dim}));
+  bias = p.add(prefix + ".bias", init.zeros({dim}));
+}
+
+Embedding::Embedding(Params& p, const std::string& name, int64_t vocab, int64_t dim, Init& init, double std) {
+  weight = p.add(name, init.normal({vocab, dim}, std));
+}
+
+Tensor Dropout::operator()(const Tensor& x, bool train, int64_t salt) const {
+  if (!train || p <= 0 || !seed.defined()) return x;
+  // Each call site gets its own mask stream: the seed leaf plus its salt.
+  return dropout(x, p, seed, true, salt);
+}
+
+Attention::Attention(Params& p, const std::string& prefix, const std::string& qkv_name,
+                     const std::string& proj_name, int64_t dim, int64_t heads_, bool qkv_bias, bool causal_,
+                     Init& init, double proj_std)
+    : heads(heads_), causal(causal_) {
+  if (dim % heads != 0) {
+    throw UsageError("attention: width " + std::to_string(dim) + " is not divisible by " + std::to_string(heads) +
+                     " heads");
+  }
+  qkv = Linear(p, prefix + "." + qkv_name, dim, 3 * dim, qkv_bias, init);
+  proj = Linear(p, prefix + "." + proj_name, dim, dim, true, init, proj_std);
+}
+
+// x [N, T, D] -> q, k, v [N, T, D] -> [N, H, T, hd] each -> [N, T, D].
+// q, k and v come from row slices of the fused weight [3D, D]: the same
+// maths as slicing the fused output, but the backward scatters into the
+// small weight instead of zero-filling and summing three activation-sized
+// gradients.
+Tensor Attention::operator()(const Tensor& x) const {
+  int64_t N = x.dim(0), T = x.dim(1), D = x.dim(2), hd = D / heads;
+  auto project = [&](int64_t i) {
+    Tensor y = matmul(x, transpose(slice(qkv.weight, 0, i * D, (i + 1) * D)));
+    if (qkv.bias.defined()) y = y + slice(qkv.bias, 0, i * D, (i + 1) * D);
+    return permute(reshape(y, {N, T, heads, hd}), {0, 2, 1, 3});
+  };
+  Tensor o = scaled_dot_product_attention(project(0), project(1), project(2), Tensor(), causal);
+  return proj(reshape(permute(o, {0, 2, 1, 3}), {N, T, D}));
+}
+
+Mlp::Mlp(Params& p, const std::string& prefix, const std::string& fc1_name, const std::string& fc2_name,
+         int64_t dim, int64_t hidden, Gelu gelu_, Init& init, double fc2_std)
+    : gelu(gelu_) {
+  fc1 = Linear(p, prefix + "." + fc1_name, dim, hidden, true, init);
+  fc2 = Linear(p, prefix + "." + fc2_name, hidden, dim, true, init, fc2_std);
+}
+
+Tensor TransformerBlock::operator()(const Tensor& x, bool train, int64_t salt) const {
+  Tensor h = x + drop(attn(norm1(x)), train, salt);
+  return h + drop(mlp(norm2(h)), train, salt + 1);
+}
+
+PatchEmbed::PatchEmbed(Params& p, const std::string& prefix, int64_t in_chans, int64_t dim, int64_t patch_,
+                       Init& init)
+    : patch(patch_) {
+  weight = p.add(prefix + ".weight", init.trunc_normal({dim, in_chans, patch, patch}, 0.02));
+  bias = p.add(prefix + ".bias", init.zeros({dim}));
+}
+
+// conv [N, D, H/P, W/P] -> [N, D, T] -> tokens [N, T, D] (a transposed view).
+Tensor PatchEmbed::operator()(const Tensor& images) const {
+  Tensor y = conv_2d(images, weight, bias, patch);
+  return transpose(reshape(y, {y.dim(0), y.dim(1), y.dim(2) * y.dim(3)}));
+}
+
+}  // namespace nabla::nn

@@ -1,0 +1,169 @@
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/thread_pool.h"
+#include "nabla/error.h"
+#include "nabla/optim.h"
+
+namespace nabla::optim {
+
+namespace {
+
+// Elements per chunk of the fused update: fixed, so every element is updated
+// by the same arithmetic whatever the thread count.
+constexpr int64_t kGrain = 1 << 15;
+
+std::vector<int64_t> slot_offsets(const std::vector<Slot>& slots) {
+  std::vector<int64_t> off{0};
+  for (const Slot& s : slots) {
+    if (!s.param.defined() || !s.param.is_leaf() || s.param.dtype() != DType::f32) {
+      throw DTypeError("optimizer: parameter '" + s.name + "' must be an f32 leaf");
+    }
+    off.push_back(off.back() + s.param.numel());
+  }
+  return off;
+}
+
+// Runs fn(slot, begin, end) over [begin, end) element ranges of each slot,
+// for the concatenation of all slots split into fixed chunks.
+template <class F>
+void for_each_range(const std::vector<int64_t>& off, int threads, F&& fn) {
+  int64_t total = off.back();
+  cpu::parallel_for(threads, total, kGrain, [&](int64_t b, int64_t e) {
+    size_t s = std::upper_bound(off.begin(), off.end(), b) - off.begin() - 1;
+    while (b < e) {
+      int64_t end = std::min(e, off[s + 1]);
+      if (end > b) fn(s, b - off[s], end - off[s]);
+      b = end;
+      ++s;
+    }
+  });
+}
+
+void check_grads(const std::vector<const float*>& grads, size_t n) {
+  if (grads.size() != n) {
+    throw UsageError("optimizer: " + std::to_string(grads.size()) + " gradients for " + std::to_string(n) +
+                     " parameters");
+  }
+}
+
+}  // namespace
+
+bool default_decay(const std::string& name, const Tensor& param) {
+  if (param.rank() <= 1) return false;
+  return name != "pos_embed" && name != "cls_token" && name.find("wpe") == std::string::npos;
+}
+
+double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads) {
+  std::vector<int64_t> off{0};
+  for (int64_t n : sizes) off.push_back(off.back() + n);
+  int64_t chunks = (off.back() + kGrain - 1) / kGrain;
+  // One partial sum per fixed chunk, added in chunk order: deterministic.
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+  cpu::parallel_for(threads, off.back(), kGrain, [&](int64_t b, int64_t e) {
+    double acc = 0;
+    size_t s = std::upper_bound(off.begin(), off.end(), b) - off.begin() - 1;
+    for (int64_t i = b; i < e;) {
+      int64_t end = std::min(e, off[s + 1]);
+      const float* g = grads[s] + (i - off[s]);
+      for (int64_t k = 0; k < end - i; ++k) acc += double(g[k]) * g[k];
+      i = end;
+      ++s;
+    }
+    partial[b / kGrain] = acc;
+  });
+  double total = 0;
+  for (double p : partial) total += p;
+  return std::sqrt(total);
+}
+
+AdamW::AdamW(std::vector<Slot> slots, AdamWConfig config, int threads)
+    : slots_(std::move(slots)), config_(config), threads_(threads) {
+  offsets_ = slot_offsets(slots_);
+  for (const Slot& s : slots_) {
+    m_.push_back(Tensor::zeros(DType::f32, s.param.shape()));
+    v_.push_back(Tensor::zeros(DType::f32, s.param.shape()));
+  }
+}
+
+void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_scale) {
+  check_grads(grads, slots_.size());
+  ++t_;
+  const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
+  const double bc1 = 1 - std::pow(config_.beta1, double(t_)), bc2 = 1 - std::pow(config_.beta2, double(t_));
+  const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1 / std::sqrt(bc2)), gs = float(grad_scale);
+  for_each_range(offsets_, threads_, [&](size_t s, int64_t b, int64_t e) {
+    float* p = slots_[s].param.data_as<float>();
+    float* m = m_[s].data_as<float>();
+    float* v = v_[s].data_as<float>();
+    const float* g = grads[s];
+    const float decay = slots_[s].decay ? float(1 - lr * config_.weight_decay) : 1.0f;
+    for (int64_t i = b; i < e; ++i) {
+      float gi = g[i] * gs;
+      m[i] = b1 * m[i] + (1 - b1) * gi;
+      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+      p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+    }
+  });
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamW::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    out.emplace_back("optimizer.exp_avg." + slots_[i].name, m_[i]);
+    out.emplace_back("optimizer.exp_avg_sq." + slots_[i].name, v_[i]);
+  }
+  return out;
+}
+
+void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t steps) {
+  auto find = [&](const std::string& name) -> const Tensor& {
+    for (const auto& [n, t] : tensors) {
+      if (n == name) return t;
+    }
+    throw IoError("optimizer state: missing '" + name + "'");
+  };
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Tensor& m = find("optimizer.exp_avg." + slots_[i].name);
+    const Tensor& v = find("optimizer.exp_avg_sq." + slots_[i].name);
+    if (m.shape() != slots_[i].param.shape() || v.shape() != slots_[i].param.shape() || m.dtype() != DType::f32 ||
+        v.dtype() != DType::f32) {
+      throw IoError("optimizer state: moments of '" + slots_[i].name + "' do not match its shape " +
+                    to_string(slots_[i].param.shape()));
+    }
+    m_[i].copy_from(m.data(), size_t(m.numel()) * 4);
+    v_[i].copy_from(v.data(), size_t(v.numel()) * 4);
+  }
+  t_ = steps;
+}
+
+Sgd::Sgd(std::vector<Slot> slots, double momentum, double weight_decay, int threads)
+    : slots_(std::move(slots)), momentum_(momentum), weight_decay_(weight_decay), threads_(threads) {
+  offsets_ = slot_offsets(slots_);
+  for (const Slot& s : slots_) buf_.push_back(Tensor::zeros(DType::f32, s.param.shape()));
+}
+
+void Sgd::step(const std::vector<const float*>& grads, double lr, double grad_scale) {
+  check_grads(grads, slots_.size());
+  const float mu = float(momentum_), gs = float(grad_scale), rate = float(lr);
+  for_each_range(offsets_, threads_, [&](size_t s, int64_t b, int64_t e) {
+    float* p = slots_[s].param.data_as<float>();
+    float* buf = buf_[s].data_as<float>();
+    const float* g = grads[s];
+    const float wd = slots_[s].decay ? float(weight_decay_) : 0.0f;
+    for (int64_t i = b; i < e; ++i) {
+      float gi = g[i] * gs + wd * p[i];
+      buf[i] = mu * buf[i] + gi;
+      p[i] -= rate * buf[i];
+    }
+  });
+}
+
+double warmup_cosine(int64_t step, int64_t warmup, int64_t total, double base, double min_lr) {
+  if (warmup > 0 && step < warmup) return base * double(step + 1) / double(warmup);
+  if (step >= total) return min_lr;
+  double progress = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
+  return min_lr + 0.5 * (base - min_lr) * (1 + std::cos(M_PI * progress));
+}
+
+}  // namespace nabla::optim

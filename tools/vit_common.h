@@ -1,0 +1,65 @@
+// What the ViT commands (train, eval, grad) share: dataset selection,
+// evaluation on a test set, and the training log files.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/vit.h"
+#include "nabla/data.h"
+#include "nabla/executor.h"
+
+namespace nabla::cli {
+
+struct VitData {
+  ImageDataset train, test;
+  Normalize normalize;
+  std::string description;
+};
+// dataset: "fashion-mnist" or "cifar10"; dir "" = the default location.
+// Checks that the images fit the model (size, channels, classes).
+VitData load_vit_data(const std::string& dataset, const std::string& dir, const models::VitConfig& cfg);
+// Keeps the first n samples (smoke tests, quick runs).
+void shrink(ImageDataset& d, int64_t n);
+
+// Predictions equal to the labels, from logits [B, classes].
+int64_t count_correct(const std::vector<float>& logits, const Tensor& labels, int64_t classes);
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+  int64_t count = 0;
+};
+
+// A forward-only graph over the model's weight leaves (no dropout), planned
+// once, run over the whole set in batches.
+class VitEvaluator {
+ public:
+  VitEvaluator(const models::Vit& model, const ImageDataset& data, const Normalize& normalize, int64_t batch,
+               int threads);
+  EvalResult run();
+
+ private:
+  const ImageDataset& data_;
+  std::unique_ptr<BatchLoader> loader_;
+  Tensor images_, labels_, logits_, loss_;
+  std::unique_ptr<Executor> executor_;
+  int64_t classes_;
+};
+
+// The CSV log of the curves and their SVG plot, next to the checkpoint (or
+// at --log). Both optional: no paths, no files.
+class TrainLogFiles {
+ public:
+  TrainLogFiles(const std::string& checkpoint, const std::string& csv);
+  ~TrainLogFiles();
+  // step, epoch, train loss, train acc, test loss, test acc, images/s, lr, seconds (NaN: none).
+  void row(const std::vector<double>& values);
+  void plot();  // rewrites the SVG from the rows so far
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nabla::cli
