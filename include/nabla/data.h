@@ -72,7 +72,8 @@ struct Normalize {
 // Serves an epoch as batches in a shuffled (or natural) order. A background
 // thread prepares the next batch while the caller works on the current one.
 //
-//   BatchLoader loader(data, 64, /*shuffle=*/true, /*drop_last=*/true, {}, Normalize::fashion_mnist(), seed);
+//   BatchLoader loader(data, 64, /*shuffle=*/true, /*drop_last=*/true, Augment{},
+//                      Normalize::fashion_mnist(), seed);
 //   for (int epoch = 0; epoch < epochs; ++epoch) {
 //     loader.start_epoch(epoch);
 //     while (loader.next(images, labels)) { ... }
@@ -83,8 +84,8 @@ struct Normalize {
 // and stay unchanged while it runs.
 class BatchLoader {
  public:
-  BatchLoader(const ImageDataset& data, int64_t batch_size, bool shuffle, bool drop_last, Augment augment,
-              Normalize normalize, uint64_t seed, bool prefetch = true);
+  BatchLoader(const ImageDataset& data, int64_t batch_size, bool shuffle, bool drop_last,
+              Augment augment, Normalize normalize, uint64_t seed, bool prefetch = true);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;

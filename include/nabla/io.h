@@ -43,7 +43,7 @@ struct IdxArray {
 };
 IdxArray read_idx(const std::string& path);
 
-// Writes a file atomically: to `path` + ".tmp-<pid>", fsync, rename.
+// Writes a file atomically: to a temporary beside it, fsync, rename.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 }  // namespace nabla

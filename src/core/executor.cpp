@@ -184,6 +184,19 @@ std::string Executor::profile() const {
                   total > 0 ? 100 * e.first / total : 0.0, 1e3 * e.first, e.second);
     out += line;
   }
+  // The slowest single nodes, with their operand shapes.
+  std::vector<size_t> idx(m.step_seconds.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return m.step_seconds[a] > m.step_seconds[b]; });
+  out += "slowest nodes:\n";
+  for (size_t k = 0; k < std::min<size_t>(12, idx.size()); ++k) {
+    const Node* n = m.order[m.steps[idx[k]].position].node();
+    std::string ins;
+    for (const Tensor& in : n->inputs) ins += (ins.empty() ? "" : ", ") + to_string(in.shape()) + (in.is_contiguous() ? "" : "s");
+    std::snprintf(line, sizeof line, "  %-16s %8.1f ms  %s <- %s\n", n->op->name, 1e3 * m.step_seconds[idx[k]],
+                  to_string(n->shape).c_str(), ins.c_str());
+    out += line;
+  }
   return out;
 }
 

@@ -58,27 +58,35 @@ std::vector<float> channel_values(const std::vector<float>& v, float fallback, i
 
 BatchLoader::BatchLoader(const ImageDataset& data, int64_t batch_size, bool shuffle, bool drop_last,
                          Augment augment, Normalize normalize, uint64_t seed, bool prefetch)
-    : data_(data), batch_size_(batch_size), shuffle_(shuffle), augment_(augment), seed_(seed), prefetch_(prefetch) {
+    : data_(data),
+      batch_size_(batch_size),
+      shuffle_(shuffle),
+      augment_(augment),
+      seed_(seed),
+      prefetch_(prefetch) {
   const ImageDataset& d = data;
-  if (batch_size < 1) throw UsageError("BatchLoader: batch size must be >= 1, got " + std::to_string(batch_size));
+  if (batch_size < 1)
+    throw UsageError("BatchLoader: batch size must be >= 1, got " + std::to_string(batch_size));
   if (d.n < 1 || d.channels < 1 || d.height < 1 || d.width < 1 || d.classes < 1) {
     throw UsageError("BatchLoader: empty dataset: n " + std::to_string(d.n) + ", image " +
-                     std::to_string(d.channels) + "x" + std::to_string(d.height) + "x" + std::to_string(d.width) +
-                     ", classes " + std::to_string(d.classes));
+                     std::to_string(d.channels) + "x" + std::to_string(d.height) + "x" +
+                     std::to_string(d.width) + ", classes " + std::to_string(d.classes));
   }
   if (static_cast<int64_t>(d.pixels.size()) != d.n * d.image_size() ||
       static_cast<int64_t>(d.labels.size()) != d.n) {
     throw UsageError("BatchLoader: dataset of " + std::to_string(d.n) + " images of " +
-                     std::to_string(d.image_size()) + " pixels holds " + std::to_string(d.pixels.size()) +
-                     " pixels and " + std::to_string(d.labels.size()) + " labels");
+                     std::to_string(d.image_size()) + " pixels holds " +
+                     std::to_string(d.pixels.size()) + " pixels and " +
+                     std::to_string(d.labels.size()) + " labels");
   }
   if (augment.pad < 0 || augment.pad > 4096) {
-    throw UsageError("BatchLoader: crop padding must be in [0, 4096], got " + std::to_string(augment.pad));
+    throw UsageError("BatchLoader: crop padding must be in [0, 4096], got " +
+                     std::to_string(augment.pad));
   }
   batches_ = drop_last ? d.n / batch_size : (d.n + batch_size - 1) / batch_size;
   if (batches_ == 0) {
-    throw UsageError("BatchLoader: batch size " + std::to_string(batch_size) + " with drop_last leaves no batch of " +
-                     std::to_string(d.n) + " samples");
+    throw UsageError("BatchLoader: batch size " + std::to_string(batch_size) +
+                     " with drop_last leaves no batch of " + std::to_string(d.n) + " samples");
   }
 
   std::vector<float> mean = channel_values(normalize.mean, 0.0f, d.channels, "mean");
@@ -86,10 +94,12 @@ BatchLoader::BatchLoader(const ImageDataset& data, int64_t batch_size, bool shuf
   lut_.resize(d.channels * 256);
   for (int64_t c = 0; c < d.channels; ++c) {
     if (!(stdev[c] > 0.0f) || !std::isfinite(stdev[c]) || !std::isfinite(mean[c])) {
-      throw UsageError("BatchLoader: channel " + std::to_string(c) + " needs a finite mean and a std > 0, got " +
-                       std::to_string(mean[c]) + " and " + std::to_string(stdev[c]));
+      throw UsageError("BatchLoader: channel " + std::to_string(c) +
+                       " needs a finite mean and a std > 0, got " + std::to_string(mean[c]) +
+                       " and " + std::to_string(stdev[c]));
     }
-    for (int v = 0; v < 256; ++v) lut_[c * 256 + v] = (static_cast<float>(v) / 255.0f - mean[c]) / stdev[c];
+    for (int v = 0; v < 256; ++v)
+      lut_[c * 256 + v] = (static_cast<float>(v) / 255.0f - mean[c]) / stdev[c];
   }
 
   if (prefetch_) {
@@ -227,8 +237,8 @@ int64_t BatchLoader::fill(const Job& job, float* images, int32_t* labels) const 
     int64_t index = (*job.order)[position];
     int32_t label = d.labels[index];
     if (label < 0 || label >= d.classes) {
-      throw UsageError("BatchLoader: sample " + std::to_string(index) + " has label " + std::to_string(label) +
-                       ", outside [0, " + std::to_string(d.classes) + ")");
+      throw UsageError("BatchLoader: sample " + std::to_string(index) + " has label " +
+                       std::to_string(label) + ", outside [0, " + std::to_string(d.classes) + ")");
     }
     labels[r] = label;
     const uint8_t* src = d.pixels.data() + index * image;

@@ -54,20 +54,24 @@ ImageDataset load_idx_dataset(const std::string& images_path, const std::string&
   IdxArray labels = read_idx(labels_path);
   const Shape& s = images.shape;
   if (s.size() != 3 && s.size() != 4) {
-    throw IoError(images_path + ": images must have rank 3 [N, H, W] or 4 [N, C, H, W], got shape " +
+    throw IoError(images_path +
+                  ": images must have rank 3 [N, H, W] or 4 [N, C, H, W], got shape " +
                   to_string(s));
   }
   for (int64_t d : s) {
-    if (d == 0) throw IoError(images_path + ": images have an empty dimension: shape " + to_string(s));
+    if (d == 0)
+      throw IoError(images_path + ": images have an empty dimension: shape " + to_string(s));
   }
   if (labels.shape.size() != 1) {
-    throw IoError(labels_path + ": labels must have rank 1 [N], got shape " + to_string(labels.shape));
+    throw IoError(labels_path + ": labels must have rank 1 [N], got shape " +
+                  to_string(labels.shape));
   }
   if (labels.shape[0] != s[0]) {
-    throw IoError(labels_path + ": holds " + std::to_string(labels.shape[0]) + " labels, but " + images_path +
-                  " holds " + std::to_string(s[0]) + " images");
+    throw IoError(labels_path + ": holds " + std::to_string(labels.shape[0]) + " labels, but " +
+                  images_path + " holds " + std::to_string(s[0]) + " images");
   }
-  if (classes < 0) throw UsageError("load_idx_dataset: classes must be >= 0, got " + std::to_string(classes));
+  if (classes < 0)
+    throw UsageError("load_idx_dataset: classes must be >= 0, got " + std::to_string(classes));
 
   ImageDataset d;
   d.n = s[0];
@@ -82,8 +86,8 @@ ImageDataset load_idx_dataset(const std::string& images_path, const std::string&
   } else {
     for (int64_t i = 0; i < d.n; ++i) {
       if (d.labels[i] >= classes) {
-        throw IoError(labels_path + ": label " + std::to_string(d.labels[i]) + " of sample " + std::to_string(i) +
-                      " is outside [0, " + std::to_string(classes) + ")");
+        throw IoError(labels_path + ": label " + std::to_string(d.labels[i]) + " of sample " +
+                      std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
       }
     }
     d.classes = classes;
@@ -92,14 +96,15 @@ ImageDataset load_idx_dataset(const std::string& images_path, const std::string&
 }
 
 const std::vector<std::string>& fashion_mnist_class_names() {
-  static const std::vector<std::string> names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                                 "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  static const std::vector<std::string> names = {"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                                 "Coat",        "Sandal",    "Shirt",    "Sneaker",
+                                                 "Bag",         "Ankle boot"};
   return names;
 }
 
 const std::vector<std::string>& cifar10_class_names() {
-  static const std::vector<std::string> names = {"airplane", "automobile", "bird",  "cat",  "deer",
-                                                 "dog",      "frog",       "horse", "ship", "truck"};
+  static const std::vector<std::string> names = {
+      "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
   return names;
 }
 
@@ -117,7 +122,8 @@ ImageDataset load_fashion_mnist(const std::string& dir_in, bool train) {
   std::string dir = dir_in.empty() ? find_fashion_mnist() : dir_in;
   if (dir.empty()) {
     throw IoError(
-        "Fashion-MNIST not found in $NABLA_DATA/fashion-mnist or /usr/share/datasets/fashion-mnist: install "
+        "Fashion-MNIST not found in $NABLA_DATA/fashion-mnist or "
+        "/usr/share/datasets/fashion-mnist: install "
         "Debian's dataset-fashion-mnist package or set NABLA_DATA");
   }
   std::string paths[2];
@@ -125,23 +131,27 @@ ImageDataset load_fashion_mnist(const std::string& dir_in, bool train) {
     const char* name = kFashionFiles[train][i];
     paths[i] = existing(dir, name);
     if (paths[i].empty()) {
-      throw IoError(dir + ": has neither " + name + " nor " + name + ".gz (not a Fashion-MNIST directory)");
+      throw IoError(dir + ": has neither " + name + " nor " + name +
+                    ".gz (not a Fashion-MNIST directory)");
     }
   }
   ImageDataset d = load_idx_dataset(paths[0], paths[1], 10);
   if (d.channels != 1 || d.height != 28 || d.width != 28) {
-    throw IoError(paths[0] + ": Fashion-MNIST images are 28x28 grey, got " + std::to_string(d.channels) + "x" +
-                  std::to_string(d.height) + "x" + std::to_string(d.width));
+    throw IoError(paths[0] + ": Fashion-MNIST images are 28x28 grey, got " +
+                  std::to_string(d.channels) + "x" + std::to_string(d.height) + "x" +
+                  std::to_string(d.width));
   }
   d.class_names = fashion_mnist_class_names();
   return d;
 }
 
 ImageDataset load_cifar10(const std::string& dir_in, bool train) {
-  constexpr int64_t kChannels = 3, kSide = 32, kImage = kChannels * kSide * kSide, kRecord = 1 + kImage;
+  constexpr int64_t kChannels = 3, kSide = 32, kImage = kChannels * kSide * kSide,
+                    kRecord = 1 + kImage;
   std::string dir = dir_in;
   std::error_code ec;
-  if (!fs::exists(dir + "/test_batch.bin", ec) && fs::is_directory(dir + "/cifar-10-batches-bin", ec)) {
+  if (!fs::exists(dir + "/test_batch.bin", ec) &&
+      fs::is_directory(dir + "/cifar-10-batches-bin", ec)) {
     dir += "/cifar-10-batches-bin";
   }
   std::vector<std::string> files;
@@ -168,8 +178,8 @@ ImageDataset load_cifar10(const std::string& dir_in, bool train) {
     for (int64_t r = 0; r < records; ++r) {
       const auto* rec = reinterpret_cast<const uint8_t*>(bytes.data()) + r * kRecord;
       if (rec[0] >= 10) {
-        throw IoError(path + ": record " + std::to_string(r) + " has label " + std::to_string(rec[0]) +
-                      ", expected 0 to 9");
+        throw IoError(path + ": record " + std::to_string(r) + " has label " +
+                      std::to_string(rec[0]) + ", expected 0 to 9");
       }
       d.labels.push_back(rec[0]);
       d.pixels.insert(d.pixels.end(), rec + 1, rec + kRecord);

@@ -51,7 +51,8 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
 
 IdxArray read_idx(const std::string& path) {
   std::vector<uint8_t> bytes = read_maybe_gzip(path);
-  if (bytes.size() < 4) throw IoError(path + ": not an IDX file: " + std::to_string(bytes.size()) + " bytes");
+  if (bytes.size() < 4)
+    throw IoError(path + ": not an IDX file: " + std::to_string(bytes.size()) + " bytes");
   if (bytes[0] != 0 || bytes[1] != 0) throw IoError(path + ": not an IDX file: bad magic number");
   if (bytes[2] != 0x08) {
     char type[8];
@@ -59,7 +60,8 @@ IdxArray read_idx(const std::string& path) {
     throw IoError(path + ": IDX element type " + type + " is not supported (only u8, 0x08)");
   }
   int rank = bytes[3];
-  if (rank < 1 || rank > 4) throw IoError(path + ": IDX rank " + std::to_string(rank) + " is not 1 to 4");
+  if (rank < 1 || rank > 4)
+    throw IoError(path + ": IDX rank " + std::to_string(rank) + " is not 1 to 4");
   size_t header = 4 + 4 * size_t(rank);
   if (bytes.size() < header) throw IoError(path + ": truncated IDX header");
   IdxArray a;

@@ -21,9 +21,12 @@ constexpr uint64_t kMaxHeader = 100u << 20;
 
 const char* st_dtype(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::i32: return "I32";
+    case DType::f32:
+      return "F32";
+    case DType::f64:
+      return "F64";
+    case DType::i32:
+      return "I32";
   }
   return "?";
 }
@@ -74,19 +77,25 @@ const Tensor& Safetensors::at(const std::string& name) const {
   return *t;
 }
 
-void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__" || name.empty()) throw UsageError(path + ": invalid tensor name '" + name + "'");
-    if (header.contains(name)) throw UsageError(path + ": tensor name '" + name + "' appears twice");
+    if (name == "__metadata__" || name.empty())
+      throw UsageError(path + ": invalid tensor name '" + name + "'");
+    if (header.contains(name))
+      throw UsageError(path + ": tensor name '" + name + "' appears twice");
     if (!t.defined() || !t.is_leaf()) {
-      throw UsageError(path + ": tensor '" + name + "' is not a leaf with data (fetch it from the executor first)");
+      throw UsageError(path + ": tensor '" + name +
+                       "' is not a leaf with data (fetch it from the executor first)");
     }
     uint64_t bytes = uint64_t(t.numel()) * dtype_size(t.dtype());
-    header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    header[name] = {{"dtype", st_dtype(t.dtype())},
+                    {"shape", t.shape()},
+                    {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string h = header.dump();
@@ -109,7 +118,9 @@ Safetensors load_safetensors(const std::string& path) {
   in.seekg(0, std::ios::end);
   uint64_t size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
-  if (size < 8) throw IoError(path + ": not a safetensors file: " + std::to_string(size) + " bytes, need at least 8");
+  if (size < 8)
+    throw IoError(path + ": not a safetensors file: " + std::to_string(size) +
+                  " bytes, need at least 8");
   unsigned char len[8];
   in.read(reinterpret_cast<char*>(len), 8);
   uint64_t hlen = 0;
@@ -144,13 +155,17 @@ Safetensors load_safetensors(const std::string& path) {
     if (name == "__metadata__") {
       if (!v.is_object()) throw IoError(path + ": __metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) throw IoError(path + ": metadata '" + m.key() + "' is not a string");
+        if (!m.value().is_string())
+          throw IoError(path + ": metadata '" + m.key() + "' is not a string");
         st.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    auto bad = [&](const std::string& what) { return IoError(path + ": tensor '" + name + "': " + what); };
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {
+    auto bad = [&](const std::string& what) {
+      return IoError(path + ": tensor '" + name + "': " + what);
+    };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets")) {
       throw bad("needs dtype, shape and data_offsets");
     }
     if (!v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
@@ -163,25 +178,32 @@ Safetensors load_safetensors(const std::string& path) {
     for (const json& d : v["shape"]) {
       if (!d.is_number_unsigned()) throw bad("shape entries must be non-negative integers");
       uint64_t x = d.get<uint64_t>();
-      if (x > (uint64_t(1) << 40) || (x && count > (uint64_t(1) << 40) / x)) throw bad("shape too large");
+      if (x > (uint64_t(1) << 40) || (x && count > (uint64_t(1) << 40) / x))
+        throw bad("shape too large");
       count *= x;
       shape.push_back(static_cast<int64_t>(x));
     }
     const json& off = v["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) throw bad("data_offsets must be integers");
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      throw bad("data_offsets must be integers");
     uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end) {
-      throw bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + ") end before they begin");
+      throw bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                ") end before they begin");
     }
     if (end > data_size) {
-      throw bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside the data of " +
-                std::to_string(data_size) + " bytes");
+      throw bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                ") outside the data of " + std::to_string(data_size) + " bytes");
     }
-    size_t elem = dt == "F64" || dt == "I64" ? 8 : dt == "F32" || dt == "I32" ? 4 : dt == "F16" || dt == "BF16" || dt == "I16" ? 2 : dt == "I8" || dt == "U8" || dt == "BOOL" ? 1 : 0;
+    size_t elem = dt == "F64" || dt == "I64"                   ? 8
+                  : dt == "F32" || dt == "I32"                 ? 4
+                  : dt == "F16" || dt == "BF16" || dt == "I16" ? 2
+                  : dt == "I8" || dt == "U8" || dt == "BOOL"   ? 1
+                                                               : 0;
     if (elem == 0) throw bad("unsupported dtype " + dt);
     if (end - begin != count * elem) {
-      throw bad("holds " + std::to_string(end - begin) + " bytes, shape " + to_string(shape) + " of " + dt +
-                " needs " + std::to_string(count * elem));
+      throw bad("holds " + std::to_string(end - begin) + " bytes, shape " + to_string(shape) +
+                " of " + dt + " needs " + std::to_string(count * elem));
     }
     entries.push_back({name, begin, end});
     const char* p = data.data() + begin;
@@ -217,7 +239,8 @@ Safetensors load_safetensors(const std::string& path) {
           x = static_cast<uint8_t>(p[i]);
         }
         if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
-          throw bad("value " + std::to_string(x) + " at " + std::to_string(i) + " does not fit i32");
+          throw bad("value " + std::to_string(x) + " at " + std::to_string(i) +
+                    " does not fit i32");
         }
         o[i] = static_cast<int32_t>(x);
       }
@@ -229,13 +252,15 @@ Safetensors load_safetensors(const std::string& path) {
   // any earlier tensor, not only the previous one.
   std::vector<size_t> order(entries.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entries[a].begin < entries[b].begin; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return entries[a].begin < entries[b].begin; });
   size_t furthest = entries.size();  // entry with the largest end so far
   for (size_t i : order) {
     const Entry& e = entries[i];
     if (e.begin == e.end) continue;
     if (furthest != entries.size() && e.begin < entries[furthest].end) {
-      throw IoError(path + ": tensors '" + entries[furthest].name + "' and '" + e.name + "' overlap");
+      throw IoError(path + ": tensors '" + entries[furthest].name + "' and '" + e.name +
+                    "' overlap");
     }
     if (furthest == entries.size() || e.end > entries[furthest].end) furthest = i;
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -185,11 +186,25 @@ void svg_panel(std::string& out, const PlotPanel& panel, double ox, double oy) {
     }
   }
 
-  // Legend, top right inside the plot area, on a white box.
+  // Legend on a white box, in the inside corner that hides the fewest points
+  // (top right unless the curves run there, as accuracy curves do).
   size_t longest = 0;
   for (const PlotCurve& c : panel.curves) longest = std::max(longest, c.label.size());
   double lw = 34 + 7.0 * double(longest), lh = 8 + 16.0 * double(panel.curves.size());
-  double lx = kLeft + pw - lw - 8, ly = kTop + 8;
+  double lx = 0, ly = 0;
+  size_t fewest = SIZE_MAX;
+  for (auto [cx, cy] : {std::pair{kLeft + pw - lw - 8, kTop + 8}, std::pair{kLeft + pw - lw - 8, kTop + ph - lh - 8},
+                        std::pair{kLeft + 8, kTop + 8}, std::pair{kLeft + 8, kTop + ph - lh - 8}}) {
+    size_t hidden = 0;
+    for (const PlotCurve& c : panel.curves) {
+      for (auto [x, y] : c.xy) {
+        double X = px(x), Y = py(y);
+        // Margins of 6 units keep lines that pass just outside the box clear of it.
+        hidden += X >= cx - 6 && X <= cx + lw + 6 && Y >= cy - 6 && Y <= cy + lh + 6;
+      }
+    }
+    if (hidden < fewest) fewest = hidden, lx = cx, ly = cy;
+  }
   out += "<g class=\"legend\">\n<rect x=\"" + fmt("%.2f", lx) + "\" y=\"" + fmt("%.2f", ly) + "\" width=\"" +
          fmt("%.2f", lw) + "\" height=\"" + fmt("%.2f", lh) +
          "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n";

@@ -1,4 +1,6 @@
 // Datasets (IDX, Fashion-MNIST, CIFAR-10) and the batch loader.
+#include "nabla/data.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -12,7 +14,6 @@
 #include <map>
 #include <set>
 
-#include "nabla/data.h"
 #include "nabla/error.h"
 #include "nabla/io.h"
 
@@ -28,8 +29,8 @@ class TempDir {
  public:
   TempDir() {
     const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = testing::TempDir() + "nabla_data_" + info->test_suite_name() + "_" + info->name() + "_" +
-            std::to_string(::getpid());
+    path_ = testing::TempDir() + "nabla_data_" + info->test_suite_name() + "_" + info->name() +
+            "_" + std::to_string(::getpid());
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -41,7 +42,8 @@ class TempDir {
   std::string path_;
 };
 
-std::string idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data, uint8_t type = 0x08) {
+std::string idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data,
+                      uint8_t type = 0x08) {
   std::string b = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
   for (uint32_t d : dims) {
     for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<char>((d >> s) & 0xff));
@@ -59,7 +61,8 @@ void write_raw(const std::string& path, const std::string& bytes) {
 void write_gzip(const std::string& path, const std::string& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr) << path;
-  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
+  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
+            static_cast<int>(bytes.size()));
   ASSERT_EQ(gzclose(f), Z_OK);
 }
 
@@ -69,14 +72,16 @@ std::string read_raw(const std::string& path) {
 }
 
 // `f` throws an IoError whose message names `path` and contains `what`.
-void expect_io_error(const std::function<void()>& f, const std::string& path, const std::string& what) {
+void expect_io_error(const std::function<void()>& f, const std::string& path,
+                     const std::string& what) {
   try {
     f();
     ADD_FAILURE() << "expected an IoError about " << path << " (" << what << ")";
   } catch (const IoError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find(path), std::string::npos) << "message does not name the file: " << msg;
-    EXPECT_NE(msg.find(what), std::string::npos) << "message does not say '" << what << "': " << msg;
+    EXPECT_NE(msg.find(what), std::string::npos)
+        << "message does not say '" << what << "': " << msg;
   }
 }
 
@@ -97,7 +102,8 @@ ImageDataset make_dataset(int64_t n, int64_t c, int64_t h, int64_t w, int64_t cl
   d.classes = classes;
   d.pixels.resize(n * c * h * w);
   for (int64_t i = 0; i < n; ++i) {
-    for (int64_t k = 0; k < c * h * w; ++k) d.pixels[i * c * h * w + k] = static_cast<uint8_t>(k == 0 ? i : 7 * k + i);
+    for (int64_t k = 0; k < c * h * w; ++k)
+      d.pixels[i * c * h * w + k] = static_cast<uint8_t>(k == 0 ? i : 7 * k + i);
     d.labels.push_back(static_cast<int32_t>(i % classes));
   }
   return d;
@@ -107,7 +113,9 @@ struct Batch {
   std::vector<float> images;
   std::vector<int32_t> labels;
   int64_t rows = 0;
-  bool operator==(const Batch& o) const { return images == o.images && labels == o.labels && rows == o.rows; }
+  bool operator==(const Batch& o) const {
+    return images == o.images && labels == o.labels && rows == o.rows;
+  }
 };
 
 // The rest of the current epoch.
@@ -128,7 +136,8 @@ std::vector<Batch> drain(BatchLoader& loader, const ImageDataset& d) {
 std::vector<int64_t> sample_order(const std::vector<Batch>& batches, const ImageDataset& d) {
   std::vector<int64_t> order;
   for (const Batch& b : batches) {
-    for (int64_t r = 0; r < b.rows; ++r) order.push_back(std::lround(b.images[r * d.image_size()] * 255.0f));
+    for (int64_t r = 0; r < b.rows; ++r)
+      order.push_back(std::lround(b.images[r * d.image_size()] * 255.0f));
   }
   return order;
 }
@@ -161,7 +170,8 @@ TEST(Idx, BadFilesNameTheFile) {
     write_raw(dir.file(name), bytes);
     expect_io_error([&] { read_idx(dir.file(name)); }, dir.file(name), what);
   };
-  expect_io_error([&] { read_idx(dir.file("missing.idx")); }, dir.file("missing.idx"), "cannot open");
+  expect_io_error([&] { read_idx(dir.file("missing.idx")); }, dir.file("missing.idx"),
+                  "cannot open");
   check("empty.idx", "", "not an IDX file");
   check("magic.idx", std::string("\x01\x02", 2) + good.substr(2), "bad magic");
   check("type.idx", idx_bytes({2, 3}, iota_bytes(6), 0x0d), "element type 0x0d");
@@ -171,7 +181,8 @@ TEST(Idx, BadFilesNameTheFile) {
   check("short.idx", good.substr(0, good.size() - 1), "needs 6 bytes of data, the file has 5");
   check("long.idx", good + "x", "the file has 7");
   // Dimensions whose product overflows 64 bits must not wrap to a small size.
-  check("huge.idx", idx_bytes({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {1, 2}), "bytes of data");
+  check("huge.idx", idx_bytes({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {1, 2}),
+        "bytes of data");
 }
 
 TEST(Idx, BadGzipNamesTheFile) {
@@ -184,16 +195,20 @@ TEST(Idx, BadGzipNamesTheFile) {
   ASSERT_GT(gz.size(), 100u);
 
   write_raw(dir.file("cut.gz"), gz.substr(0, gz.size() / 2));
-  expect_io_error([&] { read_idx(dir.file("cut.gz")); }, dir.file("cut.gz"), "truncated compressed data");
+  expect_io_error([&] { read_idx(dir.file("cut.gz")); }, dir.file("cut.gz"),
+                  "truncated compressed data");
   // Only the trailer (CRC, length) missing: every data byte is there, yet the
   // file is cut short.
   write_raw(dir.file("notrailer.gz"), gz.substr(0, gz.size() - 4));
-  expect_io_error([&] { read_idx(dir.file("notrailer.gz")); }, dir.file("notrailer.gz"), "truncated compressed data");
+  expect_io_error([&] { read_idx(dir.file("notrailer.gz")); }, dir.file("notrailer.gz"),
+                  "truncated compressed data");
 
   std::string corrupt = gz;
-  for (size_t i = gz.size() / 2; i < gz.size() / 2 + 16; ++i) corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5a);
+  for (size_t i = gz.size() / 2; i < gz.size() / 2 + 16; ++i)
+    corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5a);
   write_raw(dir.file("corrupt.gz"), corrupt);
-  expect_io_error([&] { read_idx(dir.file("corrupt.gz")); }, dir.file("corrupt.gz"), "corrupt compressed data");
+  expect_io_error([&] { read_idx(dir.file("corrupt.gz")); }, dir.file("corrupt.gz"),
+                  "corrupt compressed data");
 }
 
 TEST(IdxDataset, LoadsAndValidates) {
@@ -223,11 +238,14 @@ TEST(IdxDataset, LoadsAndValidates) {
   EXPECT_EQ(d4.width, 2);
 
   write_raw(dir.file("rank2"), idx_bytes({3, 4}, iota_bytes(12)));
-  expect_io_error([&] { load_idx_dataset(dir.file("rank2"), labels); }, dir.file("rank2"), "rank 3");
+  expect_io_error([&] { load_idx_dataset(dir.file("rank2"), labels); }, dir.file("rank2"),
+                  "rank 3");
   write_raw(dir.file("empty_dim"), idx_bytes({3, 0, 2}, {}));
-  expect_io_error([&] { load_idx_dataset(dir.file("empty_dim"), labels); }, dir.file("empty_dim"), "empty");
+  expect_io_error([&] { load_idx_dataset(dir.file("empty_dim"), labels); }, dir.file("empty_dim"),
+                  "empty");
   write_raw(dir.file("labels2d"), idx_bytes({3, 1}, {0, 1, 2}));
-  expect_io_error([&] { load_idx_dataset(images, dir.file("labels2d")); }, dir.file("labels2d"), "rank 1");
+  expect_io_error([&] { load_idx_dataset(images, dir.file("labels2d")); }, dir.file("labels2d"),
+                  "rank 1");
   write_raw(dir.file("labels4"), idx_bytes({4}, {0, 1, 2, 3}));
   expect_io_error([&] { load_idx_dataset(images, dir.file("labels4")); }, dir.file("labels4"),
                   "holds 4 labels, but " + images + " holds 3 images");
@@ -244,12 +262,15 @@ TEST(FashionMnist, FindsNablaDataAndUncompressedNames) {
   ::setenv("NABLA_DATA", dir.path().c_str(), 1);
 
   // Incomplete: not chosen.
-  write_raw(fm + "/train-images-idx3-ubyte", idx_bytes({2, 28, 28}, std::vector<uint8_t>(2 * 784, 9)));
-  std::string fallback = fs::exists(std::string(kSystemFashion) + "/train-labels-idx1-ubyte.gz") ? kSystemFashion : "";
+  write_raw(fm + "/train-images-idx3-ubyte",
+            idx_bytes({2, 28, 28}, std::vector<uint8_t>(2 * 784, 9)));
+  std::string fallback =
+      fs::exists(std::string(kSystemFashion) + "/train-labels-idx1-ubyte.gz") ? kSystemFashion : "";
   EXPECT_EQ(find_fashion_mnist(), fallback);
 
   write_raw(fm + "/train-labels-idx1-ubyte", idx_bytes({2}, {3, 9}));
-  write_gzip(fm + "/t10k-images-idx3-ubyte.gz", idx_bytes({1, 28, 28}, std::vector<uint8_t>(784, 1)));
+  write_gzip(fm + "/t10k-images-idx3-ubyte.gz",
+             idx_bytes({1, 28, 28}, std::vector<uint8_t>(784, 1)));
   write_gzip(fm + "/t10k-labels-idx1-ubyte.gz", idx_bytes({1}, {4}));
   EXPECT_EQ(find_fashion_mnist(), fm);
   ImageDataset train = load_fashion_mnist("", true);
@@ -265,17 +286,21 @@ TEST(FashionMnist, FindsNablaDataAndUncompressedNames) {
   write_raw(fm + "/train-images-idx3-ubyte", idx_bytes({2, 4, 4}, std::vector<uint8_t>(32, 9)));
   expect_io_error([&] { load_fashion_mnist(fm, true); }, fm + "/train-images-idx3-ubyte", "28x28");
   write_gzip(fm + "/t10k-labels-idx1-ubyte.gz", idx_bytes({1}, {10}));
-  expect_io_error([&] { load_fashion_mnist(fm, false); }, fm + "/t10k-labels-idx1-ubyte.gz", "label 10");
+  expect_io_error([&] { load_fashion_mnist(fm, false); }, fm + "/t10k-labels-idx1-ubyte.gz",
+                  "label 10");
   expect_io_error([&] { load_fashion_mnist(dir.file("nowhere"), true); }, dir.file("nowhere"),
                   "train-images-idx3-ubyte.gz");
 
-  if (old) ::setenv("NABLA_DATA", saved.c_str(), 1);
-  else ::unsetenv("NABLA_DATA");
+  if (old)
+    ::setenv("NABLA_DATA", saved.c_str(), 1);
+  else
+    ::unsetenv("NABLA_DATA");
 }
 
 TEST(FashionMnist, RealDataset) {
   if (!fs::exists(kSystemFashion)) {
-    GTEST_SKIP() << kSystemFashion << " is absent: install Debian's dataset-fashion-mnist (scripts/install-deps)";
+    GTEST_SKIP() << kSystemFashion
+                 << " is absent: install Debian's dataset-fashion-mnist (scripts/install-deps)";
   }
   for (bool train : {true, false}) {
     ImageDataset d = load_fashion_mnist(kSystemFashion, train);
@@ -335,7 +360,8 @@ TEST(Cifar10, ReadsBinaryBatches) {
     for (int r = 0; r < records; ++r) bytes += record(f, r);
     write_raw(dir_path + "/" + name, bytes);
   };
-  for (int f = 1; f <= 5; ++f) write_batch(dir.path(), "data_batch_" + std::to_string(f) + ".bin", f, f);
+  for (int f = 1; f <= 5; ++f)
+    write_batch(dir.path(), "data_batch_" + std::to_string(f) + ".bin", f, f);
   write_batch(dir.path(), "test_batch.bin", 0, 2);
 
   ImageDataset train = load_cifar10(dir.path(), true);
@@ -352,8 +378,10 @@ TEST(Cifar10, ReadsBinaryBatches) {
       std::string rec = record(f, r);
       EXPECT_EQ(train.labels[i], (f + r) % 10);
       // CHW: channel 1, row 2, column 3 is byte 1024 + 64 + 3 of the image.
-      EXPECT_EQ(train.pixels[i * 3072 + 1024 + 64 + 3], static_cast<uint8_t>(rec[1 + 1024 + 64 + 3]));
-      EXPECT_EQ(rec.substr(1), std::string(train.pixels.begin() + i * 3072, train.pixels.begin() + (i + 1) * 3072));
+      EXPECT_EQ(train.pixels[i * 3072 + 1024 + 64 + 3],
+                static_cast<uint8_t>(rec[1 + 1024 + 64 + 3]));
+      EXPECT_EQ(rec.substr(1), std::string(train.pixels.begin() + i * 3072,
+                                           train.pixels.begin() + (i + 1) * 3072));
     }
   }
   ImageDataset test = load_cifar10(dir.path(), false);
@@ -378,9 +406,11 @@ TEST(Cifar10, BadFilesNameTheFile) {
   std::string bad_label = good;
   bad_label[3073] = 10;
   write_raw(dir.file("test_batch.bin"), bad_label);
-  expect_io_error([&] { load_cifar10(dir.path(), false); }, dir.file("test_batch.bin"), "record 1 has label 10");
+  expect_io_error([&] { load_cifar10(dir.path(), false); }, dir.file("test_batch.bin"),
+                  "record 1 has label 10");
   for (int f : {1, 2, 4, 5}) write_raw(dir.file("data_batch_" + std::to_string(f) + ".bin"), good);
-  expect_io_error([&] { load_cifar10(dir.path(), true); }, dir.file("data_batch_3.bin"), "cannot open");
+  expect_io_error([&] { load_cifar10(dir.path(), true); }, dir.file("data_batch_3.bin"),
+                  "cannot open");
 }
 
 // ---- BatchLoader
@@ -507,7 +537,8 @@ TEST(BatchLoader, CropAndFlip) {
   d.width = W;
   d.classes = 1;
   d.labels = {0};
-  for (int64_t k = 0; k < C * H * W; ++k) d.pixels.push_back(static_cast<uint8_t>(10 + k));  // distinct, non-zero
+  for (int64_t k = 0; k < C * H * W; ++k)
+    d.pixels.push_back(static_cast<uint8_t>(10 + k));  // distinct, non-zero
 
   // out(c, y, x) = padded image at (y + pad + dy, x' + pad + dx), x' mirrored when flipped.
   auto transform = [&](int dy, int dx, bool flip) {
@@ -516,14 +547,17 @@ TEST(BatchLoader, CropAndFlip) {
       for (int64_t y = 0; y < H; ++y) {
         for (int64_t x = 0; x < W; ++x) {
           int64_t sy = y + dy, sx = (flip ? W - 1 - x : x) + dx;
-          if (sy >= 0 && sy < H && sx >= 0 && sx < W) out[(c * H + y) * W + x] = d.pixels[(c * H + sy) * W + sx];
+          if (sy >= 0 && sy < H && sx >= 0 && sx < W)
+            out[(c * H + y) * W + x] = d.pixels[(c * H + sy) * W + sx];
         }
       }
     }
     return out;
   };
   // The reference itself on the first row [10 11 12 13].
-  auto first_row = [&](const std::vector<uint8_t>& image) { return std::vector<uint8_t>(image.begin(), image.begin() + W); };
+  auto first_row = [&](const std::vector<uint8_t>& image) {
+    return std::vector<uint8_t>(image.begin(), image.begin() + W);
+  };
   EXPECT_EQ(first_row(transform(0, 0, true)), (std::vector<uint8_t>{13, 12, 11, 10}));
   EXPECT_EQ(first_row(transform(0, 1, false)), (std::vector<uint8_t>{11, 12, 13, 0}));
   // Row 1 is [14 15 16 17]; a window one pixel left is [0 14 15 16], mirrored [16 15 14 0].
@@ -546,7 +580,8 @@ TEST(BatchLoader, CropAndFlip) {
     loader.start_epoch(epoch);
     ASSERT_TRUE(loader.next(out.data(), &label));
     std::vector<uint8_t> got(out.size());
-    for (size_t k = 0; k < out.size(); ++k) got[k] = static_cast<uint8_t>(std::lround(out[k] * 255.0f));
+    for (size_t k = 0; k < out.size(); ++k)
+      got[k] = static_cast<uint8_t>(std::lround(out[k] * 255.0f));
     auto it = candidates.find(key(got));
     ASSERT_NE(it, candidates.end()) << "epoch " << epoch << ": not a crop or flip of the image";
     ++it->second;
@@ -580,14 +615,16 @@ TEST(BatchLoader, SamplesOfABatchDrawTheirOwnAugmentation) {
   std::vector<int32_t> labels(64);
   ASSERT_TRUE(loader.next(out.data(), labels.data()));
   std::set<std::vector<float>> distinct;
-  for (int64_t r = 0; r < 64; ++r) distinct.insert(std::vector<float>(out.begin() + r * 36, out.begin() + (r + 1) * 36));
+  for (int64_t r = 0; r < 64; ++r)
+    distinct.insert(std::vector<float>(out.begin() + r * 36, out.begin() + (r + 1) * 36));
   EXPECT_GT(distinct.size(), 20u);
 }
 
 TEST(BatchLoader, SkipReproducesTheBatches) {
   ImageDataset d = make_dataset(50, 2, 4, 4);
   auto make = [&] {
-    return std::make_unique<BatchLoader>(d, 8, true, false, Augment{1, true}, Normalize{{0.3f, 0.4f}, {0.2f, 0.5f}}, 99);
+    return std::make_unique<BatchLoader>(d, 8, true, false, Augment{1, true},
+                                         Normalize{{0.3f, 0.4f}, {0.2f, 0.5f}}, 99);
   };
   auto reference = make();
   reference->start_epoch(3);
@@ -603,7 +640,8 @@ TEST(BatchLoader, SkipReproducesTheBatches) {
     EXPECT_EQ(resumed->batch_index(), k);
     std::vector<Batch> rest = drain(*resumed, d);
     ASSERT_EQ(rest.size(), full.size() - k);
-    for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], full[k + i]) << "skip " << k << ", batch " << i;
+    for (size_t i = 0; i < rest.size(); ++i)
+      EXPECT_EQ(rest[i], full[k + i]) << "skip " << k << ", batch " << i;
   }
   // Skipping in steps, mid-epoch, after a batch was prefetched.
   auto stepped = make();
@@ -657,7 +695,8 @@ TEST(BatchLoader, WorkerErrorsReachTheCaller) {
         loader.next(images.data(), labels.data());
         ADD_FAILURE() << "a label outside [0, classes) was served";
       } catch (const UsageError& e) {
-        EXPECT_NE(std::string(e.what()).find("sample 5 has label 200"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("sample 5 has label 200"), std::string::npos)
+            << e.what();
       }
       EXPECT_EQ(loader.batch_index(), 1) << "a failed batch is not consumed";
     }

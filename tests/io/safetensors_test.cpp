@@ -34,7 +34,8 @@ class TempDir {
   std::string file(const std::string& name) const { return path_ + "/" + name; }
   std::vector<std::string> listing() const {
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(path_))
+      names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     return names;
   }
@@ -70,20 +71,23 @@ std::string raw_bytes(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
-void expect_io_error(const std::function<void()>& f, const std::string& path, const std::string& what) {
+void expect_io_error(const std::function<void()>& f, const std::string& path,
+                     const std::string& what) {
   try {
     f();
     ADD_FAILURE() << "expected an IoError about " << path << " (" << what << ")";
   } catch (const IoError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find(path), std::string::npos) << "message does not name the file: " << msg;
-    EXPECT_NE(msg.find(what), std::string::npos) << "message does not say '" << what << "': " << msg;
+    EXPECT_NE(msg.find(what), std::string::npos)
+        << "message does not say '" << what << "': " << msg;
   }
 }
 
 std::vector<std::pair<std::string, Tensor>> sample_tensors() {
   return {
-      {"blocks.0.attn.qkv.weight", Tensor::from_vector<float>({2, 3}, {1.5f, -2.0f, 3.25f, 0.0f, -0.0f, 1e-30f})},
+      {"blocks.0.attn.qkv.weight",
+       Tensor::from_vector<float>({2, 3}, {1.5f, -2.0f, 3.25f, 0.0f, -0.0f, 1e-30f})},
       {"scale", Tensor::from_vector<double>({4}, {1.0, -1e300, 3.141592653589793, 5e-324})},
       {"ids", Tensor::from_vector<int32_t>({2, 2}, {0, -1, std::numeric_limits<int32_t>::max(),
                                                     std::numeric_limits<int32_t>::min()})},
@@ -98,7 +102,8 @@ TEST(Safetensors, RoundTrip) {
   TempDir dir;
   std::string path = dir.file("model.safetensors");
   auto tensors = sample_tensors();
-  std::map<std::string, std::string> meta = {{"format", "pt"}, {"step", "12"}, {"note", "quotes \" and \\ ok"}};
+  std::map<std::string, std::string> meta = {
+      {"format", "pt"}, {"step", "12"}, {"note", "quotes \" and \\ ok"}};
   save_safetensors(path, tensors, meta);
   Safetensors st = load_safetensors(path);
   EXPECT_EQ(st.metadata, meta);
@@ -154,7 +159,9 @@ TEST(Safetensors, FileFollowsTheSpecByteForByte) {
   for (const auto& [name, t] : tensors) {
     ASSERT_TRUE(header.contains(name)) << name;
     const json& e = header[name];
-    EXPECT_EQ(e["dtype"], t.dtype() == DType::f32 ? "F32" : t.dtype() == DType::f64 ? "F64" : "I32");
+    EXPECT_EQ(e["dtype"], t.dtype() == DType::f32   ? "F32"
+                          : t.dtype() == DType::f64 ? "F64"
+                                                    : "I32");
     EXPECT_EQ(e["shape"].get<Shape>(), t.shape());
     uint64_t begin = e["data_offsets"][0], end = e["data_offsets"][1];
     ASSERT_EQ(end - begin, t.numel() * dtype_size(t.dtype())) << name;
@@ -186,11 +193,13 @@ TEST(Safetensors, ReadsFilesWrittenByOthers) {
   std::vector<uint16_t> f16 = {0x3c00, 0xc000, 0x7bff, 0x0001, 0x8000, 0x7c00, 0x7e00, 0x0400};
   // BF16: 1, -5, 3.140625.
   std::vector<uint16_t> bf16 = {0x3f80, 0xc0a0, 0x4049};
-  std::vector<int64_t> i64 = {-3, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()};
+  std::vector<int64_t> i64 = {-3, std::numeric_limits<int32_t>::max(),
+                              std::numeric_limits<int32_t>::min()};
   std::vector<int16_t> i16 = {-32768, 7};
   std::vector<int8_t> i8 = {-128, 127};
   std::vector<uint8_t> u8 = {0, 255};
-  std::string data = raw_bytes(f16) + raw_bytes(bf16) + raw_bytes(i64) + raw_bytes(i16) + raw_bytes(i8) + raw_bytes(u8);
+  std::string data = raw_bytes(f16) + raw_bytes(bf16) + raw_bytes(i64) + raw_bytes(i16) +
+                     raw_bytes(i8) + raw_bytes(u8);
   json header = {
       {"h", {{"dtype", "F16"}, {"shape", {2, 4}}, {"data_offsets", {0, 16}}}},
       {"b", {{"dtype", "BF16"}, {"shape", {3}}, {"data_offsets", {16, 22}}}},
@@ -204,7 +213,8 @@ TEST(Safetensors, ReadsFilesWrittenByOthers) {
   Safetensors st = load_safetensors(path);
   std::vector<std::string> order;
   for (const auto& [name, t] : st.tensors) order.push_back(name);
-  EXPECT_EQ(order, (std::vector<std::string>{"h", "b", "l", "s", "c", "u"})) << "tensors come in data order";
+  EXPECT_EQ(order, (std::vector<std::string>{"h", "b", "l", "s", "c", "u"}))
+      << "tensors come in data order";
   EXPECT_EQ(st.metadata.at("format"), "np");
 
   const Tensor& h = st.at("h");
@@ -223,7 +233,8 @@ TEST(Safetensors, ReadsFilesWrittenByOthers) {
   EXPECT_EQ(st.at("b").to_vector<float>(), (std::vector<float>{1.0f, -5.0f, 3.140625f}));
   EXPECT_EQ(st.at("l").dtype(), DType::i32);
   EXPECT_EQ(st.at("l").to_vector<int32_t>(),
-            (std::vector<int32_t>{-3, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()}));
+            (std::vector<int32_t>{-3, std::numeric_limits<int32_t>::max(),
+                                  std::numeric_limits<int32_t>::min()}));
   EXPECT_EQ(st.at("s").to_vector<int32_t>(), (std::vector<int32_t>{-32768, 7}));
   EXPECT_EQ(st.at("c").to_vector<int32_t>(), (std::vector<int32_t>{-128, 127}));
   EXPECT_EQ(st.at("u").to_vector<int32_t>(), (std::vector<int32_t>{0, 255}));
@@ -247,7 +258,8 @@ TEST(Safetensors, CorruptFilesNameTheFile) {
     write_raw(path, bytes);
     expect_io_error([&] { load_safetensors(path); }, path, what);
   };
-  expect_io_error([&] { load_safetensors(dir.file("missing")); }, dir.file("missing"), "cannot open");
+  expect_io_error([&] { load_safetensors(dir.file("missing")); }, dir.file("missing"),
+                  "cannot open");
   check("", "0 bytes, need at least 8");
   check(std::string("\x10\0\0", 3), "3 bytes, need at least 8");
   check(le64(100) + "{}", "header length 100 does not fit the file of 10 bytes");
@@ -256,24 +268,33 @@ TEST(Safetensors, CorruptFilesNameTheFile) {
   check(st_file("[1, 2]", ""), "header is not a JSON object");
   check(st_file(json{{"a", entry("F32", {4}, 0, 16)}}.dump(), f32x4.substr(0, 12)),
         "tensor 'a': data_offsets [0, 16) outside the data of 12 bytes");
-  check(st_file(json{{"a", entry("F32", {0}, 8, 4)}}.dump(), f32x4), "data_offsets [8, 4) end before they begin");
-  check(st_file(json{{"a", entry("F32", {4}, 0, 16)}, {"b", entry("F32", {2}, 8, 16)}}.dump(), f32x4),
-        "tensors 'a' and 'b' overlap");
+  check(st_file(json{{"a", entry("F32", {0}, 8, 4)}}.dump(), f32x4),
+        "data_offsets [8, 4) end before they begin");
+  check(
+      st_file(json{{"a", entry("F32", {4}, 0, 16)}, {"b", entry("F32", {2}, 8, 16)}}.dump(), f32x4),
+      "tensors 'a' and 'b' overlap");
   // An empty tensor between them must not hide an overlap with an earlier one.
-  check(st_file(json{{"a", entry("F32", {4}, 0, 16)}, {"b", entry("F32", {0}, 4, 4)}, {"c", entry("F32", {1}, 8, 12)}}
+  check(st_file(json{{"a", entry("F32", {4}, 0, 16)},
+                     {"b", entry("F32", {0}, 4, 4)},
+                     {"c", entry("F32", {1}, 8, 12)}}
                     .dump(),
                 f32x4),
         "tensors 'a' and 'c' overlap");
   check(st_file(json{{"a", entry("F32", {3}, 0, 16)}}.dump(), f32x4),
         "tensor 'a': holds 16 bytes, shape [3] of F32 needs 12");
   check(st_file(json{{"a", entry("F64", {4}, 0, 16)}}.dump(), f32x4), "shape [4] of F64 needs 32");
-  check(st_file(json{{"a", entry("Q4", {4}, 0, 16)}}.dump(), f32x4), "tensor 'a': unsupported dtype Q4");
-  check(st_file(json{{"a", {{"dtype", "F32"}, {"shape", {4}}}}}.dump(), f32x4), "needs dtype, shape and data_offsets");
-  check(st_file(json{{"a", {{"dtype", "F32"}, {"shape", {-4}}, {"data_offsets", {0, 16}}}}}.dump(), f32x4),
+  check(st_file(json{{"a", entry("Q4", {4}, 0, 16)}}.dump(), f32x4),
+        "tensor 'a': unsupported dtype Q4");
+  check(st_file(json{{"a", {{"dtype", "F32"}, {"shape", {4}}}}}.dump(), f32x4),
+        "needs dtype, shape and data_offsets");
+  check(st_file(json{{"a", {{"dtype", "F32"}, {"shape", {-4}}, {"data_offsets", {0, 16}}}}}.dump(),
+                f32x4),
         "shape entries must be non-negative integers");
-  check(st_file(json{{"a", {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, -16}}}}}.dump(), f32x4),
+  check(st_file(json{{"a", {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, -16}}}}}.dump(),
+                f32x4),
         "data_offsets must be integers");
-  check(st_file(json{{"__metadata__", {{"step", 3}}}}.dump(), ""), "metadata 'step' is not a string");
+  check(st_file(json{{"__metadata__", {{"step", 3}}}}.dump(), ""),
+        "metadata 'step' is not a string");
   check(st_file(json{{"__metadata__", {1, 2}}}.dump(), ""), "__metadata__ is not an object");
   // The file is fine: separate data-size checks must not reject it.
   write_raw(path, st_file(json{{"a", entry("F32", {2, 2}, 0, 16)}}.dump(), f32x4));
@@ -288,7 +309,8 @@ TEST(Safetensors, FailedSaveLeavesTheFileIntact) {
 
   Tensor a = Tensor::from_vector<float>({2}, {1, 2});
   Tensor b = Tensor::from_vector<float>({2}, {3, 4});
-  auto expect_usage = [&](const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& what) {
+  auto expect_usage = [&](const std::vector<std::pair<std::string, Tensor>>& tensors,
+                          const std::string& what) {
     try {
       save_safetensors(path, tensors);
       ADD_FAILURE() << "save should fail: " << what;
@@ -297,10 +319,12 @@ TEST(Safetensors, FailedSaveLeavesTheFileIntact) {
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
     }
     EXPECT_EQ(read_raw(path), before) << "the old file is untouched";
-    EXPECT_EQ(dir.listing(), (std::vector<std::string>{"ckpt.safetensors"})) << "no temporary left behind";
+    EXPECT_EQ(dir.listing(), (std::vector<std::string>{"ckpt.safetensors"}))
+        << "no temporary left behind";
   };
   expect_usage({{"a", a}, {"sum", a + b}}, "tensor 'sum' is not a leaf");
-  expect_usage({{"a", a}, {"t", transpose(Tensor::zeros(DType::f32, {2, 3}))}}, "tensor 't' is not a leaf");
+  expect_usage({{"a", a}, {"t", transpose(Tensor::zeros(DType::f32, {2, 3}))}},
+               "tensor 't' is not a leaf");
   expect_usage({{"a", a}, {"undefined", Tensor()}}, "tensor 'undefined' is not a leaf");
   expect_usage({{"a", a}, {"a", b}}, "tensor name 'a' appears twice");
   expect_usage({{"__metadata__", a}}, "invalid tensor name '__metadata__'");
@@ -322,7 +346,8 @@ TEST(Safetensors, SaveReplacesAtomically) {
   ASSERT_EQ(st.tensors.size(), 1u);
   EXPECT_EQ(st.at("w").to_vector<float>(), (std::vector<float>{7, 8, 9}));
   EXPECT_EQ(st.metadata.at("step"), "2");
-  EXPECT_EQ(dir.listing(), (std::vector<std::string>{"ckpt.safetensors"})) << "no temporary left behind";
+  EXPECT_EQ(dir.listing(), (std::vector<std::string>{"ckpt.safetensors"}))
+      << "no temporary left behind";
 
   // A reader holding the old file keeps reading the old bytes: the new file
   // is a new inode renamed over the name, never written in place.

@@ -1,0 +1,43 @@
+#!/bin/sh
+# Checks nabla's GGUF writer against an independent reader, @huggingface/gguf
+# (pinned in package-lock.json, installed here into node_modules on first use).
+# Usage: check.sh FIXTURE_PROGRAM WORK_DIR
+#   FIXTURE_PROGRAM  nabla_io_fixtures, which writes WORK_DIR/model.gguf
+# Fails, never skips, when Node.js, npm or the npm registry is missing: a
+# check that cannot run has not passed.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+fixtures=$1
+work=$2
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+command -v node >/dev/null 2>&1 || fail "node is not installed (scripts/install-deps installs nodejs and npm)"
+command -v npm >/dev/null 2>&1 || fail "npm is not installed (scripts/install-deps installs nodejs and npm)"
+# The package declares node >= 20, but read.mjs runs the same on Debian 12's
+# Node.js 18.20 (npm only warns about the engine); older ones are untested.
+major=$(node -p 'process.versions.node.split(".")[0]')
+[ "$major" -ge 18 ] || fail "read.mjs needs Node.js 18 or newer, this is $(node --version)"
+
+# (Re)install when node_modules is missing or older than the lock file.
+if [ ! -f "$here/node_modules/.package-lock.json" ] || [ "$here/package-lock.json" -nt "$here/node_modules/.package-lock.json" ]; then
+  echo "installing @huggingface/gguf into $here/node_modules"
+  (cd "$here" && npm ci --no-audit --no-fund) ||
+    fail "npm ci could not install @huggingface/gguf: is the npm registry reachable?"
+fi
+
+rm -rf "$work"
+mkdir -p "$work"
+"$fixtures" "$work" || fail "$fixtures could not write the fixture files"
+node "$here/read.mjs" "$work/model.gguf" >"$work/model.json" || fail "@huggingface/gguf could not read $work/model.gguf"
+
+# Deep comparison; on a difference, node prints both sides.
+node -e '
+const assert = require("assert"), fs = require("fs");
+const [actual, expected] = process.argv.slice(1).map((p) => JSON.parse(fs.readFileSync(p, "utf8")));
+assert.deepStrictEqual(actual, expected);
+' "$work/model.json" "$here/expected.json" || fail "@huggingface/gguf reads $work/model.gguf differently from $here/expected.json"
+echo "ok: @huggingface/gguf reads $(grep -c '"name"' "$work/model.json") tensors and the metadata as expected"
