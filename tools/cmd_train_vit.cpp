@@ -97,7 +97,7 @@ int run_train_vit(const TrainVitArgs& a) {
              step.executor().memory().unplanned_bytes / 1048576.0);
   if (resume) fmt::print("resumed from {} at step {} (epoch {}, batch {})\n", a.resume, pos.step, pos.epoch + 1, pos.batch);
 
-  TrainLogFiles logs(a.save, a.log);
+  TrainLogFiles logs(a.save, a.log, resume.has_value());
   Progress progress(a.log_every);
   auto start = Clock::now();
   int64_t steps_this_run = 0;
@@ -136,8 +136,15 @@ int run_train_vit(const TrainVitArgs& a) {
                                   100.0 * window_correct / window_seen, rate, lr, format_duration(eta)),
                       report);
       if (report) {
-        logs.row({pos.step, epoch + 1, window_loss / window_steps, double(window_correct) / window_seen, NAN, NAN,
-                  double(window_seen) / seconds_since(window_start), lr, elapsed});
+        TrainRow row;
+        row.step = pos.step;
+        row.epoch = epoch + double(loader.batch_index()) / per_epoch;
+        row.train_loss = window_loss / window_steps;
+        row.train_acc = double(window_correct) / window_seen;
+        row.throughput = double(window_seen) / seconds_since(window_start);
+        row.lr = lr;
+        row.elapsed_s = elapsed;
+        logs.row(row);
         window_loss = 0;
         window_correct = window_seen = window_steps = 0;
         window_start = Clock::now();
@@ -150,7 +157,13 @@ int run_train_vit(const TrainVitArgs& a) {
       last_eval_acc = ev.accuracy;
       fmt::print("epoch {}/{}: test loss {:.4f}, test accuracy {:.2f}% ({} images), {} elapsed\n", epoch + 1,
                  a.epochs, ev.loss, 100 * ev.accuracy, ev.count, format_duration(seconds_since(start)));
-      logs.row({pos.step, epoch + 1, NAN, NAN, ev.loss, ev.accuracy, NAN, NAN, seconds_since(start)});
+      TrainRow row;
+      row.step = pos.step;
+      row.epoch = epoch + double(loader.batch_index()) / per_epoch;
+      row.val_loss = ev.loss;
+      row.val_acc = ev.accuracy;
+      row.elapsed_s = seconds_since(start);
+      logs.row(row);
       if (epoch_done) {
         pos.epoch = epoch + 1;
         pos.batch = 0;

@@ -9,6 +9,7 @@
 #include "models/vit.h"
 #include "nabla/data.h"
 #include "nabla/executor.h"
+#include "nabla/train_log.h"
 
 namespace nabla::cli {
 
@@ -47,19 +48,18 @@ class VitEvaluator {
   int64_t classes_;
 };
 
-// The CSV log of the curves and their SVG plot, next to the checkpoint (or
-// at --log). Both optional: no paths, no files.
+// The CSV log of the curves (beside the checkpoint, or at `csv`) and their
+// SVG plot (beside the checkpoint). No paths, no files. A resumed run appends.
 class TrainLogFiles {
  public:
-  TrainLogFiles(const std::string& checkpoint, const std::string& csv);
-  ~TrainLogFiles();
-  // step, epoch, train loss, train acc, test loss, test acc, images/s, lr, seconds (NaN: none).
-  void row(const std::vector<double>& values);
-  void plot();  // rewrites the SVG from the rows so far
+  TrainLogFiles(const std::string& checkpoint, const std::string& csv, bool resume,
+                const std::string& throughput_column = "images_per_s");
+  void row(const TrainRow& row);
+  void plot();  // rewrites the SVG from every row so far
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<CsvLog> csv_;
+  std::string svg_, title_;
 };
 
 }  // namespace nabla::cli

@@ -167,6 +167,7 @@ void Executor::run() {
 
 std::string Executor::profile() const {
   const Impl& m = *impl_;
+  if (m.step_seconds.empty()) return "";
   std::map<std::string, std::pair<double, int>> by_op;
   double total = 0;
   for (size_t i = 0; i < m.step_seconds.size(); ++i) {
