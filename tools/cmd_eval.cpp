@@ -13,6 +13,7 @@ int run_eval(const EvalArgs& a) {
   models::Vit model(cfg, 0);
   load_params(ckpt, model.params());
   VitData data = load_vit_data(a.dataset, a.data, cfg);
+  check_fits(data, a.dataset, cfg);
   VitEvaluator evaluator(model, data.test, data.normalize, a.batch, a.threads);
   EvalResult r = evaluator.run();
   fmt::print("{}: test accuracy {:.2f}% ({} images), test loss {:.4f}\n", a.checkpoint, 100 * r.accuracy, r.count,

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 
@@ -56,6 +57,15 @@ int run_train_vit(const TrainVitArgs& a) {
   VitData data = load_vit_data(a.dataset, a.data, cfg);
   if (a.train_subset > 0 && a.train_subset < data.train.n) shrink(data.train, a.train_subset);
   if (a.test_subset > 0 && a.test_subset < data.test.n) shrink(data.test, a.test_subset);
+  if (a.resize) {
+    resize(data.train, cfg.in_chans, cfg.img_size);
+    resize(data.test, cfg.in_chans, cfg.img_size);
+    // Grey images replicated to every channel: one normalisation for all.
+    data.normalize = Normalize{std::vector<float>(size_t(cfg.in_chans), data.normalize.mean.at(0)),
+                               std::vector<float>(size_t(cfg.in_chans), data.normalize.std.at(0))};
+    data.description += fmt::format(", resized to {}x{}x{}", cfg.in_chans, cfg.img_size, cfg.img_size);
+  }
+  check_fits(data, a.dataset, cfg);
 
   models::Vit model(cfg, pos.seed);
   if (resume) load_params(*resume, model.params());
@@ -96,6 +106,7 @@ int run_train_vit(const TrainVitArgs& a) {
              step.executor().memory().arena_bytes / 1048576.0,
              step.executor().memory().unplanned_bytes / 1048576.0);
   if (resume) fmt::print("resumed from {} at step {} (epoch {}, batch {})\n", a.resume, pos.step, pos.epoch + 1, pos.batch);
+  std::fflush(stdout);
 
   TrainLogFiles logs(a.save, a.log, resume.has_value());
   Progress progress(a.log_every);
@@ -157,6 +168,7 @@ int run_train_vit(const TrainVitArgs& a) {
       last_eval_acc = ev.accuracy;
       fmt::print("epoch {}/{}: test loss {:.4f}, test accuracy {:.2f}% ({} images), {} elapsed\n", epoch + 1,
                  a.epochs, ev.loss, 100 * ev.accuracy, ev.count, format_duration(seconds_since(start)));
+      std::fflush(stdout);  // progress goes to stderr: keep the two in order in logs
       TrainRow row;
       row.step = pos.step;
       row.epoch = epoch + double(loader.batch_index()) / per_epoch;

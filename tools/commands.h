@@ -48,6 +48,7 @@ struct TrainVitArgs {
   double clip = 1.0;
   double drop_rate = -1;  // < 0: the preset's
   int crop_pad = 2;
+  bool resize = false;  // resize images to the model's size (vit-tiny on Fashion-MNIST)
   bool hflip = true;
   int threads = 0;
   uint64_t seed = 1;

@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
   vit_cmd->add_option("--dropout", vit.drop_rate, "Dropout rate (default: the preset's)")->check(CLI::Range(0.0, 0.99));
   add_int(vit_cmd, "--crop-pad", vit.crop_pad, "Random-crop padding in pixels (0: no crop)", 0, 64);
   vit_cmd->add_option("--hflip", vit.hflip, "Random horizontal flips")->capture_default_str();
+  vit_cmd->add_flag("--resize", vit.resize, "Resize images to the model's size and channels (e.g. vit-tiny)");
   add_int(vit_cmd, "--threads", vit.threads, "Threads (0: all cores)", 0, 256);
   vit_cmd->add_option("--seed", vit.seed, "Seed for weights, data order, augmentation, dropout")->capture_default_str();
   vit_cmd->add_option("--max-steps", vit.max_steps, "Stop after this many steps (0: run every epoch)")

@@ -32,22 +32,61 @@ VitData load_vit_data(const std::string& dataset, const std::string& dir, const 
   } else {
     throw UsageError("train vit: unknown dataset '" + dataset + "' (fashion-mnist or cifar10)");
   }
+  return d;
+}
+
+void check_fits(const VitData& d, const std::string& dataset, const models::VitConfig& cfg) {
   const ImageDataset& t = d.train;
   if (t.channels != cfg.in_chans || t.height != cfg.img_size || t.width != cfg.img_size) {
-    throw ShapeError(fmt::format("train vit: the model takes {}x{}x{} images, {} has {}x{}x{}", cfg.in_chans,
-                                 cfg.img_size, cfg.img_size, dataset, t.channels, t.height, t.width));
+    throw ShapeError(fmt::format("train vit: the model takes {}x{}x{} images, {} has {}x{}x{} (--resize adapts them)",
+                                 cfg.in_chans, cfg.img_size, cfg.img_size, dataset, t.channels, t.height, t.width));
   }
   if (t.classes > cfg.num_classes) {
     throw ShapeError(fmt::format("train vit: the model has {} classes, {} has {}", cfg.num_classes, dataset,
                                  t.classes));
   }
-  return d;
 }
 
 void shrink(ImageDataset& d, int64_t n) {
   d.n = n;
   d.pixels.resize(size_t(n * d.image_size()));
   d.labels.resize(size_t(n));
+}
+
+void resize(ImageDataset& d, int64_t channels, int64_t size) {
+  if (d.channels != channels && d.channels != 1) {
+    throw ShapeError(fmt::format("resize: cannot turn {} channels into {}", d.channels, channels));
+  }
+  double bytes = double(d.n) * channels * size * size;
+  if (bytes > 4e9) {
+    throw UsageError(fmt::format("resize: {} images of {}x{}x{} need {:.1f} GB; use --train-subset/--test-subset",
+                                 d.n, channels, size, size, bytes / 1e9));
+  }
+  std::vector<uint8_t> out(size_t(d.n * channels * size * size));
+  const double sy = double(d.height) / size, sx = double(d.width) / size;
+  for (int64_t i = 0; i < d.n; ++i) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const uint8_t* src = d.pixels.data() + (i * d.channels + (d.channels == 1 ? 0 : c)) * d.height * d.width;
+      uint8_t* dst = out.data() + (i * channels + c) * size * size;
+      for (int64_t y = 0; y < size; ++y) {
+        // Pixel centres aligned, as align_corners=False.
+        double fy = std::clamp((y + 0.5) * sy - 0.5, 0.0, double(d.height - 1));
+        int64_t y0 = int64_t(fy), y1 = std::min(y0 + 1, d.height - 1);
+        double wy = fy - y0;
+        for (int64_t x = 0; x < size; ++x) {
+          double fx = std::clamp((x + 0.5) * sx - 0.5, 0.0, double(d.width - 1));
+          int64_t x0 = int64_t(fx), x1 = std::min(x0 + 1, d.width - 1);
+          double wx = fx - x0;
+          double v = (1 - wy) * ((1 - wx) * src[y0 * d.width + x0] + wx * src[y0 * d.width + x1]) +
+                     wy * ((1 - wx) * src[y1 * d.width + x0] + wx * src[y1 * d.width + x1]);
+          dst[y * size + x] = static_cast<uint8_t>(std::lround(v));
+        }
+      }
+    }
+  }
+  d.pixels = std::move(out);
+  d.channels = channels;
+  d.height = d.width = size;
 }
 
 int64_t count_correct(const std::vector<float>& logits, const Tensor& labels, int64_t classes) {

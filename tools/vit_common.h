@@ -21,8 +21,13 @@ struct VitData {
 // dataset: "fashion-mnist" or "cifar10"; dir "" = the default location.
 // Checks that the images fit the model (size, channels, classes).
 VitData load_vit_data(const std::string& dataset, const std::string& dir, const models::VitConfig& cfg);
+// ShapeError unless the images fit the model (size, channels, classes).
+void check_fits(const VitData& d, const std::string& dataset, const models::VitConfig& cfg);
 // Keeps the first n samples (smoke tests, quick runs).
 void shrink(ImageDataset& d, int64_t n);
+// Bilinear resize to size x size, replicating a grey channel to `channels`:
+// lets a 224x224x3 model (vit-tiny) train on Fashion-MNIST.
+void resize(ImageDataset& d, int64_t channels, int64_t size);
 
 // Predictions equal to the labels, from logits [B, classes].
 int64_t count_correct(const std::vector<float>& logits, const Tensor& labels, int64_t classes);

@@ -76,15 +76,14 @@ struct GgufValue {
   // `GgufValue(uint32_t(1))` is u32, `GgufValue(1)` is i32, `GgufValue(1.0)`
   // is f64. Write the type out (uint64_t{n}, 0.5f) where the reader cares.
   template <class T>
-    requires std::is_arithmetic_v<T>
-  GgufValue(T v) : value(convert(v)) {}
+  requires std::is_arithmetic_v<T> GgufValue(T v) : value(convert(v)) {}
   GgufValue(std::string s) : value(std::move(s)) {}
   GgufValue(const char* s) : value(std::string(s)) {}
   GgufValue(GgufArray a) : value(std::move(a)) {}
   // An array of scalars or strings; its item type follows from T even when empty.
   template <class T>
-    requires(!std::is_same_v<T, GgufValue>)
-  GgufValue(const std::vector<T>& items) : value(GgufArray{GgufValue(T{}).type(), {}}) {
+  requires(!std::is_same_v<T, GgufValue>) GgufValue(const std::vector<T>& items)
+      : value(GgufArray{GgufValue(T{}).type(), {}}) {
     auto& a = std::get<GgufArray>(value);
     for (auto&& x : items) a.items.emplace_back(T(x));  // T(x): vector<bool> yields proxies
   }
@@ -104,18 +103,28 @@ struct GgufValue {
     if constexpr (std::is_same_v<T, bool>) {
       return v;
     } else if constexpr (std::is_floating_point_v<T>) {
-      if constexpr (sizeof(T) == 4) return float(v);
-      else return double(v);
+      if constexpr (sizeof(T) == 4)
+        return float(v);
+      else
+        return double(v);
     } else if constexpr (std::is_signed_v<T>) {
-      if constexpr (sizeof(T) == 1) return int8_t(v);
-      else if constexpr (sizeof(T) == 2) return int16_t(v);
-      else if constexpr (sizeof(T) == 4) return int32_t(v);
-      else return int64_t(v);
+      if constexpr (sizeof(T) == 1)
+        return int8_t(v);
+      else if constexpr (sizeof(T) == 2)
+        return int16_t(v);
+      else if constexpr (sizeof(T) == 4)
+        return int32_t(v);
+      else
+        return int64_t(v);
     } else {
-      if constexpr (sizeof(T) == 1) return uint8_t(v);
-      else if constexpr (sizeof(T) == 2) return uint16_t(v);
-      else if constexpr (sizeof(T) == 4) return uint32_t(v);
-      else return uint64_t(v);
+      if constexpr (sizeof(T) == 1)
+        return uint8_t(v);
+      else if constexpr (sizeof(T) == 2)
+        return uint16_t(v);
+      else if constexpr (sizeof(T) == 4)
+        return uint32_t(v);
+      else
+        return uint64_t(v);
     }
   }
   [[noreturn]] void throw_wrong_type(GgufType wanted) const;
@@ -158,10 +167,10 @@ class GgufWriter {
 
 struct GgufTensor {
   std::string name;
-  Shape shape;         // NumPy order: the file's dims reversed
-  GgmlType type;       // as stored in the file
-  uint64_t offset;     // relative to the start of the data section
-  Tensor tensor;       // leaf of `shape`: F32/F16/BF16 as f32, F64 as f64, I32 as i32
+  Shape shape;      // NumPy order: the file's dims reversed
+  GgmlType type;    // as stored in the file
+  uint64_t offset;  // relative to the start of the data section
+  Tensor tensor;    // leaf of `shape`: F32/F16/BF16 as f32, F64 as f64, I32 as i32
 };
 
 struct GgufFile {

@@ -6,6 +6,7 @@
 #include "nabla/dtype.h"
 #include "nabla/error.h"
 #include "nabla/executor.h"
+#include "nabla/gguf.h"
 #include "nabla/gradcheck.h"
 #include "nabla/graph.h"
 #include "nabla/io.h"
@@ -14,3 +15,5 @@
 #include "nabla/ops.h"
 #include "nabla/shape.h"
 #include "nabla/tensor.h"
+#include "nabla/train_log.h"
+#include "nabla/trainer.h"

@@ -19,12 +19,12 @@ struct TrainRow {
   int64_t step = 0;
   double epoch = kNone;
   double train_loss = kNone;
-  double train_acc = kNone;   // fraction in [0, 1]
+  double train_acc = kNone;  // fraction in [0, 1]
   double val_loss = kNone;
   double val_acc = kNone;
   double throughput = kNone;  // images/s or tokens/s, named by CsvLog's column
   double lr = kNone;
-  double elapsed_s = kNone;   // wall time since training started
+  double elapsed_s = kNone;  // wall time since training started
 };
 
 // Appends rows to a CSV file:
@@ -62,8 +62,8 @@ std::vector<TrainRow> read_csv_log(const std::string& path);
 // ---- SVG line charts
 
 struct PlotCurve {
-  std::string label;                           // legend text
-  std::vector<std::pair<double, double>> xy;   // points in x order; non-finite y are skipped
+  std::string label;                          // legend text
+  std::vector<std::pair<double, double>> xy;  // points in x order; non-finite y are skipped
 };
 
 struct PlotPanel {

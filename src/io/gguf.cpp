@@ -20,10 +20,10 @@ namespace {
 constexpr char kMagic[4] = {'G', 'G', 'U', 'F'};
 constexpr uint32_t kVersion = 3;
 constexpr uint32_t kDefaultAlignment = 32;
-constexpr int kMaxDims = 4;               // GGML_MAX_DIMS
-constexpr size_t kMaxKeyBytes = 65535;    // spec
-constexpr size_t kMaxNameBytes = 64;      // spec; ggml needs one byte less (see add_tensor)
-constexpr int kMaxArrayDepth = 8;         // nested arrays: bounds the reader's recursion
+constexpr int kMaxDims = 4;             // GGML_MAX_DIMS
+constexpr size_t kMaxKeyBytes = 65535;  // spec
+constexpr size_t kMaxNameBytes = 64;    // spec; ggml needs one byte less (see add_tensor)
+constexpr int kMaxArrayDepth = 8;       // nested arrays: bounds the reader's recursion
 // Smallest encodings, used to reject counts the file cannot hold before
 // allocating for them: a key-value pair is a key length (8), a type (4) and at
 // least one byte of value; a tensor info is a name length (8), n_dims (4), a
@@ -34,10 +34,11 @@ constexpr uint64_t kMinTensorInfoBytes = 24;
 // Scalars are copied through their bit pattern: the file is little-endian.
 static_assert(std::endian::native == std::endian::little, "GGUF I/O assumes a little-endian host");
 static_assert(std::variant_size_v<GgufValue::Storage> == 13, "one alternative per GgufType");
-static_assert(std::is_same_v<std::variant_alternative_t<size_t(GgufType::string), GgufValue::Storage>,
-                             std::string>);
-static_assert(std::is_same_v<std::variant_alternative_t<size_t(GgufType::f64), GgufValue::Storage>,
-                             double>);
+static_assert(
+    std::is_same_v<std::variant_alternative_t<size_t(GgufType::string), GgufValue::Storage>,
+                   std::string>);
+static_assert(
+    std::is_same_v<std::variant_alternative_t<size_t(GgufType::f64), GgufValue::Storage>, double>);
 
 uint64_t align_up(uint64_t x, uint64_t a) { return x + (a - x % a) % a; }
 
@@ -46,17 +47,22 @@ uint64_t min_value_bytes(GgufType t) {
   switch (t) {
     case GgufType::u8:
     case GgufType::i8:
-    case GgufType::boolean: return 1;
+    case GgufType::boolean:
+      return 1;
     case GgufType::u16:
-    case GgufType::i16: return 2;
+    case GgufType::i16:
+      return 2;
     case GgufType::u32:
     case GgufType::i32:
-    case GgufType::f32: return 4;
+    case GgufType::f32:
+      return 4;
     case GgufType::u64:
     case GgufType::i64:
     case GgufType::f64:
-    case GgufType::string: return 8;  // the length
-    case GgufType::array: return 12;  // item type + length
+    case GgufType::string:
+      return 8;  // the length
+    case GgufType::array:
+      return 12;  // item type + length
   }
   return 1;
 }
@@ -64,21 +70,25 @@ uint64_t min_value_bytes(GgufType t) {
 const char* ggml_type_name(uint32_t t) {
   // ggml_type numbering; gaps are types ggml removed.
   static const char* const names[] = {
-      "F32",  "F16",     "Q4_0",   "Q4_1",    "Q4_2",   "Q4_3",  "Q5_0",  "Q5_1",   "Q8_0",  "Q8_1",
-      "Q2_K", "Q3_K",    "Q4_K",   "Q5_K",    "Q6_K",   "Q8_K",  "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
-      "IQ4_NL", "IQ3_S", "IQ2_S",  "IQ4_XS",  "I8",     "I16",   "I32",   "I64",    "F64",   "IQ1_M",
-      "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8",
-      "IQ4_NL_8_8", "MXFP4"};
+      "F32",   "F16",        "Q4_0",       "Q4_1",       "Q4_2",     "Q4_3",     "Q5_0",
+      "Q5_1",  "Q8_0",       "Q8_1",       "Q2_K",       "Q3_K",     "Q4_K",     "Q5_K",
+      "Q6_K",  "Q8_K",       "IQ2_XXS",    "IQ2_XS",     "IQ3_XXS",  "IQ1_S",    "IQ4_NL",
+      "IQ3_S", "IQ2_S",      "IQ4_XS",     "I8",         "I16",      "I32",      "I64",
+      "F64",   "IQ1_M",      "BF16",       "Q4_0_4_4",   "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",
+      "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
   return t < std::size(names) ? names[t] : nullptr;
 }
 
 size_t ggml_type_size(GgmlType t) {
   switch (t) {
     case GgmlType::f32:
-    case GgmlType::i32: return 4;
-    case GgmlType::f64: return 8;
+    case GgmlType::i32:
+      return 4;
+    case GgmlType::f64:
+      return 8;
     case GgmlType::f16:
-    case GgmlType::bf16: return 2;
+    case GgmlType::bf16:
+      return 2;
   }
   return 0;
 }
@@ -222,22 +232,33 @@ class Reader {
 
 GgufValue read_value(Reader& r, GgufType type, const std::string& what, int depth) {
   switch (type) {
-    case GgufType::u8: return r.scalar<uint8_t>(what);
-    case GgufType::i8: return r.scalar<int8_t>(what);
-    case GgufType::u16: return r.scalar<uint16_t>(what);
-    case GgufType::i16: return r.scalar<int16_t>(what);
-    case GgufType::u32: return r.scalar<uint32_t>(what);
-    case GgufType::i32: return r.scalar<int32_t>(what);
-    case GgufType::f32: return r.scalar<float>(what);
-    case GgufType::u64: return r.scalar<uint64_t>(what);
-    case GgufType::i64: return r.scalar<int64_t>(what);
-    case GgufType::f64: return r.scalar<double>(what);
+    case GgufType::u8:
+      return r.scalar<uint8_t>(what);
+    case GgufType::i8:
+      return r.scalar<int8_t>(what);
+    case GgufType::u16:
+      return r.scalar<uint16_t>(what);
+    case GgufType::i16:
+      return r.scalar<int16_t>(what);
+    case GgufType::u32:
+      return r.scalar<uint32_t>(what);
+    case GgufType::i32:
+      return r.scalar<int32_t>(what);
+    case GgufType::f32:
+      return r.scalar<float>(what);
+    case GgufType::u64:
+      return r.scalar<uint64_t>(what);
+    case GgufType::i64:
+      return r.scalar<int64_t>(what);
+    case GgufType::f64:
+      return r.scalar<double>(what);
     case GgufType::boolean: {
       uint8_t b = r.scalar<uint8_t>(what);
       if (b > 1) throw r.error(what + ": bool byte is " + std::to_string(b) + ", must be 0 or 1");
       return b == 1;
     }
-    case GgufType::string: return r.string(what, std::numeric_limits<uint64_t>::max());
+    case GgufType::string:
+      return r.string(what, std::numeric_limits<uint64_t>::max());
     case GgufType::array: {
       if (depth >= kMaxArrayDepth) {
         throw r.error(what + ": arrays nest deeper than " + std::to_string(kMaxArrayDepth));
@@ -269,19 +290,32 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& what, int dept
 
 const char* gguf_type_name(GgufType t) {
   switch (t) {
-    case GgufType::u8: return "u8";
-    case GgufType::i8: return "i8";
-    case GgufType::u16: return "u16";
-    case GgufType::i16: return "i16";
-    case GgufType::u32: return "u32";
-    case GgufType::i32: return "i32";
-    case GgufType::f32: return "f32";
-    case GgufType::boolean: return "bool";
-    case GgufType::string: return "string";
-    case GgufType::array: return "array";
-    case GgufType::u64: return "u64";
-    case GgufType::i64: return "i64";
-    case GgufType::f64: return "f64";
+    case GgufType::u8:
+      return "u8";
+    case GgufType::i8:
+      return "i8";
+    case GgufType::u16:
+      return "u16";
+    case GgufType::i16:
+      return "i16";
+    case GgufType::u32:
+      return "u32";
+    case GgufType::i32:
+      return "i32";
+    case GgufType::f32:
+      return "f32";
+    case GgufType::boolean:
+      return "bool";
+    case GgufType::string:
+      return "string";
+    case GgufType::array:
+      return "array";
+    case GgufType::u64:
+      return "u64";
+    case GgufType::i64:
+      return "i64";
+    case GgufType::f64:
+      return "f64";
   }
   return "?";
 }
@@ -299,10 +333,12 @@ void GgufValue::throw_wrong_type(GgufType wanted) const {
 
 void GgufWriter::set(const std::string& key, GgufValue value) {
   if (key.empty() || key.size() > kMaxKeyBytes) {
-    throw UsageError("gguf: metadata key must be 1 to 65535 bytes, got " + std::to_string(key.size()));
+    throw UsageError("gguf: metadata key must be 1 to 65535 bytes, got " +
+                     std::to_string(key.size()));
   }
   for (unsigned char c : key) {
-    if (c == 0 || c > 0x7f) throw UsageError("gguf: metadata key '" + key + "' is not printable ASCII");
+    if (c == 0 || c > 0x7f)
+      throw UsageError("gguf: metadata key '" + key + "' is not printable ASCII");
   }
   check_array_types(key, value, 0);
   if (key == "general.alignment") {
@@ -344,7 +380,8 @@ void GgufWriter::add_tensor(const std::string& name, const Tensor& leaf) {
                                                : GgmlType::i32;
   std::string bytes;
   if (leaf.numel() > 0) {
-    bytes.assign(static_cast<const char*>(leaf.data()), size_t(leaf.numel()) * dtype_size(leaf.dtype()));
+    bytes.assign(static_cast<const char*>(leaf.data()),
+                 size_t(leaf.numel()) * dtype_size(leaf.dtype()));
   }
   tensors_.push_back({name, leaf.shape(), type, std::move(bytes)});
 }
@@ -422,7 +459,8 @@ GgufFile read_gguf(const std::string& path) {
     char hex[16];
     std::snprintf(hex, sizeof hex, "%02x %02x %02x %02x", uint8_t(magic[0]), uint8_t(magic[1]),
                   uint8_t(magic[2]), uint8_t(magic[3]));
-    throw r.error(std::string("not a GGUF file: magic is ") + hex + ", expected 47 47 55 46 (\"GGUF\")");
+    throw r.error(std::string("not a GGUF file: magic is ") + hex +
+                  ", expected 47 47 55 46 (\"GGUF\")");
   }
   uint32_t version = r.scalar<uint32_t>("version");
   if (version == 0x02000000u || version == 0x03000000u) {
@@ -458,10 +496,12 @@ GgufFile read_gguf(const std::string& path) {
   if (const GgufValue* a = file.find_value("general.alignment")) {
     const uint32_t* p = std::get_if<uint32_t>(&a->value);
     if (!p) {
-      throw r.error(std::string("general.alignment is ") + gguf_type_name(a->type()) + ", must be u32");
+      throw r.error(std::string("general.alignment is ") + gguf_type_name(a->type()) +
+                    ", must be u32");
     }
     if (*p == 0 || *p % 8 != 0) {
-      throw r.error("general.alignment is " + std::to_string(*p) + ", must be a non-zero multiple of 8");
+      throw r.error("general.alignment is " + std::to_string(*p) +
+                    ", must be a non-zero multiple of 8");
     }
     file.alignment = *p;
   } else {
@@ -485,7 +525,8 @@ GgufFile read_gguf(const std::string& path) {
       uint64_t x = r.scalar<uint64_t>(what + " dims");
       // 2^61 elements of 8 bytes still fit a u64 byte count.
       if (x > (uint64_t(1) << 61) || (x != 0 && count > (uint64_t(1) << 61) / x)) {
-        throw r.error(what + " is too large: dimension " + std::to_string(d) + " is " + std::to_string(x));
+        throw r.error(what + " is too large: dimension " + std::to_string(d) + " is " +
+                      std::to_string(x));
       }
       count *= x;
       ggml_dims.push_back(static_cast<int64_t>(x));
@@ -503,8 +544,8 @@ GgufFile read_gguf(const std::string& path) {
     t.type = static_cast<GgmlType>(type);
     t.offset = r.scalar<uint64_t>(what + " offset");
     if (t.offset % file.alignment != 0) {
-      throw r.error(what + " offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
-                    std::to_string(file.alignment));
+      throw r.error(what + " offset " + std::to_string(t.offset) +
+                    " is not a multiple of the alignment " + std::to_string(file.alignment));
     }
     file.tensors.push_back(std::move(t));
   }
@@ -531,7 +572,8 @@ GgufFile read_gguf(const std::string& path) {
     }
     spans.push_back({t.offset, t.offset + bytes, &t.name});
   }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < spans.size(); ++i) {
     if (spans[i].begin < spans[i - 1].end && spans[i].begin != spans[i].end) {
       throw r.error("tensors '" + *spans[i - 1].name + "' and '" + *spans[i].name + "' overlap");
@@ -554,7 +596,9 @@ GgufFile read_gguf(const std::string& path) {
         }
       }
     } else {
-      DType dt = t.type == GgmlType::f32 ? DType::f32 : t.type == GgmlType::f64 ? DType::f64 : DType::i32;
+      DType dt = t.type == GgmlType::f32   ? DType::f32
+                 : t.type == GgmlType::f64 ? DType::f64
+                                           : DType::i32;
       t.tensor = Tensor::zeros(dt, t.shape);
       r.read(t.tensor.data(), uint64_t(t.tensor.numel()) * dtype_size(dt), what);
     }

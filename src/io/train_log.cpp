@@ -31,8 +31,10 @@ std::string cell(double v) { return std::isnan(v) ? std::string() : fmt("%.7g", 
 std::vector<std::string> split(const std::string& line, char sep) {
   std::vector<std::string> out(1);
   for (char c : line) {
-    if (c == sep) out.emplace_back();
-    else out.back().push_back(c);
+    if (c == sep)
+      out.emplace_back();
+    else
+      out.back().push_back(c);
   }
   return out;
 }
@@ -49,12 +51,21 @@ std::string escape_xml(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
       // Control characters other than tab and newlines are not allowed in XML.
-      default: out.push_back((unsigned char)c < 0x20 && c != '\t' && c != '\n' && c != '\r' ? '?' : c);
+      default:
+        out.push_back((unsigned char)c < 0x20 && c != '\t' && c != '\n' && c != '\r' ? '?' : c);
     }
   }
   return out;
@@ -99,9 +110,12 @@ const char* const kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#946
 
 void svg_panel(std::string& out, const PlotPanel& panel, double ox, double oy) {
   const double pw = kPanelW - kLeft - kRight, ph = kPanelH - kTop - kBottom;
-  out += "<g class=\"panel\" transform=\"translate(" + fmt("%.0f", ox) + "," + fmt("%.0f", oy) + ")\">\n";
-  out += "<text class=\"panel-title\" x=\"" + fmt("%.1f", kLeft + pw / 2) + "\" y=\"22\" text-anchor=\"middle\" "
-         "font-size=\"14\" font-weight=\"bold\">" + escape_xml(panel.title) + "</text>\n";
+  out += "<g class=\"panel\" transform=\"translate(" + fmt("%.0f", ox) + "," + fmt("%.0f", oy) +
+         ")\">\n";
+  out += "<text class=\"panel-title\" x=\"" + fmt("%.1f", kLeft + pw / 2) +
+         "\" y=\"22\" text-anchor=\"middle\" "
+         "font-size=\"14\" font-weight=\"bold\">" +
+         escape_xml(panel.title) + "</text>\n";
 
   double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
   for (const PlotCurve& c : panel.curves) {
@@ -120,39 +134,42 @@ void svg_panel(std::string& out, const PlotPanel& panel, double ox, double oy) {
   // Grid and tick labels. Ticks are counted, not accumulated, so rounding
   // cannot add or drop the last one.
   out += "<g class=\"grid\" stroke=\"#e5e5e5\" stroke-width=\"1\">\n";
-  int nx = int(std::lround((ax.hi - ax.lo) / ax.step)), ny = int(std::lround((ay.hi - ay.lo) / ay.step));
+  int nx = int(std::lround((ax.hi - ax.lo) / ax.step)),
+      ny = int(std::lround((ay.hi - ay.lo) / ay.step));
   for (int i = 0; i <= nx; ++i) {
     double x = px(ax.lo + i * ax.step);
-    out += "<line x1=\"" + fmt("%.2f", x) + "\" y1=\"" + fmt("%.2f", kTop) + "\" x2=\"" + fmt("%.2f", x) +
-           "\" y2=\"" + fmt("%.2f", kTop + ph) + "\"/>\n";
+    out += "<line x1=\"" + fmt("%.2f", x) + "\" y1=\"" + fmt("%.2f", kTop) + "\" x2=\"" +
+           fmt("%.2f", x) + "\" y2=\"" + fmt("%.2f", kTop + ph) + "\"/>\n";
   }
   for (int i = 0; i <= ny; ++i) {
     double y = py(ay.lo + i * ay.step);
-    out += "<line x1=\"" + fmt("%.2f", kLeft) + "\" y1=\"" + fmt("%.2f", y) + "\" x2=\"" + fmt("%.2f", kLeft + pw) +
-           "\" y2=\"" + fmt("%.2f", y) + "\"/>\n";
+    out += "<line x1=\"" + fmt("%.2f", kLeft) + "\" y1=\"" + fmt("%.2f", y) + "\" x2=\"" +
+           fmt("%.2f", kLeft + pw) + "\" y2=\"" + fmt("%.2f", y) + "\"/>\n";
   }
   out += "</g>\n<g class=\"ticks\" font-size=\"11\" fill=\"#333\">\n";
   for (int i = 0; i <= nx; ++i) {
     double v = ax.lo + i * ax.step, x = px(v);
-    out += "<line x1=\"" + fmt("%.2f", x) + "\" y1=\"" + fmt("%.2f", kTop + ph) + "\" x2=\"" + fmt("%.2f", x) +
-           "\" y2=\"" + fmt("%.2f", kTop + ph + 5) + "\" stroke=\"#333\"/>\n";
-    out += "<text x=\"" + fmt("%.2f", x) + "\" y=\"" + fmt("%.2f", kTop + ph + 18) + "\" text-anchor=\"middle\">" +
-           tick_label(v, ax.step) + "</text>\n";
+    out += "<line x1=\"" + fmt("%.2f", x) + "\" y1=\"" + fmt("%.2f", kTop + ph) + "\" x2=\"" +
+           fmt("%.2f", x) + "\" y2=\"" + fmt("%.2f", kTop + ph + 5) + "\" stroke=\"#333\"/>\n";
+    out += "<text x=\"" + fmt("%.2f", x) + "\" y=\"" + fmt("%.2f", kTop + ph + 18) +
+           "\" text-anchor=\"middle\">" + tick_label(v, ax.step) + "</text>\n";
   }
   for (int i = 0; i <= ny; ++i) {
     double v = ay.lo + i * ay.step, y = py(v);
-    out += "<line x1=\"" + fmt("%.2f", kLeft - 5) + "\" y1=\"" + fmt("%.2f", y) + "\" x2=\"" + fmt("%.2f", kLeft) +
-           "\" y2=\"" + fmt("%.2f", y) + "\" stroke=\"#333\"/>\n";
-    out += "<text x=\"" + fmt("%.2f", kLeft - 8) + "\" y=\"" + fmt("%.2f", y + 4) + "\" text-anchor=\"end\">" +
-           tick_label(v, ay.step) + "</text>\n";
+    out += "<line x1=\"" + fmt("%.2f", kLeft - 5) + "\" y1=\"" + fmt("%.2f", y) + "\" x2=\"" +
+           fmt("%.2f", kLeft) + "\" y2=\"" + fmt("%.2f", y) + "\" stroke=\"#333\"/>\n";
+    out += "<text x=\"" + fmt("%.2f", kLeft - 8) + "\" y=\"" + fmt("%.2f", y + 4) +
+           "\" text-anchor=\"end\">" + tick_label(v, ay.step) + "</text>\n";
   }
   out += "</g>\n";
 
   // Frame and axis labels.
-  out += "<rect class=\"frame\" x=\"" + fmt("%.2f", kLeft) + "\" y=\"" + fmt("%.2f", kTop) + "\" width=\"" +
-         fmt("%.2f", pw) + "\" height=\"" + fmt("%.2f", ph) + "\" fill=\"none\" stroke=\"#333\"/>\n";
-  out += "<text class=\"x-label\" x=\"" + fmt("%.2f", kLeft + pw / 2) + "\" y=\"" + fmt("%.2f", kPanelH - 12) +
-         "\" text-anchor=\"middle\">" + escape_xml(panel.x_label) + "</text>\n";
+  out += "<rect class=\"frame\" x=\"" + fmt("%.2f", kLeft) + "\" y=\"" + fmt("%.2f", kTop) +
+         "\" width=\"" + fmt("%.2f", pw) + "\" height=\"" + fmt("%.2f", ph) +
+         "\" fill=\"none\" stroke=\"#333\"/>\n";
+  out += "<text class=\"x-label\" x=\"" + fmt("%.2f", kLeft + pw / 2) + "\" y=\"" +
+         fmt("%.2f", kPanelH - 12) + "\" text-anchor=\"middle\">" + escape_xml(panel.x_label) +
+         "</text>\n";
   out += "<text class=\"y-label\" transform=\"translate(16," + fmt("%.2f", kTop + ph / 2) +
          ") rotate(-90)\" text-anchor=\"middle\">" + escape_xml(panel.y_label) + "</text>\n";
   if (empty) {
@@ -174,13 +191,15 @@ void svg_panel(std::string& out, const PlotPanel& panel, double ox, double oy) {
       points += fmt("%.2f", px(x)) + "," + fmt("%.2f", py(y));
     }
     if (n == 0) continue;
-    out += "<polyline class=\"curve\" data-label=\"" + escape_xml(c.label) + "\" fill=\"none\" stroke=\"" + color +
+    out += "<polyline class=\"curve\" data-label=\"" + escape_xml(c.label) +
+           "\" fill=\"none\" stroke=\"" + color +
            "\" stroke-width=\"1.6\" stroke-linejoin=\"round\" points=\"" + points + "\"/>\n";
     if (n <= 40) {
       out += "<g fill=\"" + std::string(color) + "\">";
       for (auto [x, y] : c.xy) {
         if (!std::isfinite(x) || !std::isfinite(y)) continue;
-        out += "<circle cx=\"" + fmt("%.2f", px(x)) + "\" cy=\"" + fmt("%.2f", py(y)) + "\" r=\"2.5\"/>";
+        out += "<circle cx=\"" + fmt("%.2f", px(x)) + "\" cy=\"" + fmt("%.2f", py(y)) +
+               "\" r=\"2.5\"/>";
       }
       out += "</g>\n";
     }
@@ -193,7 +212,8 @@ void svg_panel(std::string& out, const PlotPanel& panel, double ox, double oy) {
   double lw = 34 + 7.0 * double(longest), lh = 8 + 16.0 * double(panel.curves.size());
   double lx = 0, ly = 0;
   size_t fewest = SIZE_MAX;
-  for (auto [cx, cy] : {std::pair{kLeft + pw - lw - 8, kTop + 8}, std::pair{kLeft + pw - lw - 8, kTop + ph - lh - 8},
+  for (auto [cx, cy] : {std::pair{kLeft + pw - lw - 8, kTop + 8},
+                        std::pair{kLeft + pw - lw - 8, kTop + ph - lh - 8},
                         std::pair{kLeft + 8, kTop + 8}, std::pair{kLeft + 8, kTop + ph - lh - 8}}) {
     size_t hidden = 0;
     for (const PlotCurve& c : panel.curves) {
@@ -205,14 +225,14 @@ void svg_panel(std::string& out, const PlotPanel& panel, double ox, double oy) {
     }
     if (hidden < fewest) fewest = hidden, lx = cx, ly = cy;
   }
-  out += "<g class=\"legend\">\n<rect x=\"" + fmt("%.2f", lx) + "\" y=\"" + fmt("%.2f", ly) + "\" width=\"" +
-         fmt("%.2f", lw) + "\" height=\"" + fmt("%.2f", lh) +
+  out += "<g class=\"legend\">\n<rect x=\"" + fmt("%.2f", lx) + "\" y=\"" + fmt("%.2f", ly) +
+         "\" width=\"" + fmt("%.2f", lw) + "\" height=\"" + fmt("%.2f", lh) +
          "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n";
   for (size_t i = 0; i < panel.curves.size(); ++i) {
     double y = ly + 12 + 16.0 * double(i);
-    out += "<line x1=\"" + fmt("%.2f", lx + 6) + "\" y1=\"" + fmt("%.2f", y) + "\" x2=\"" + fmt("%.2f", lx + 24) +
-           "\" y2=\"" + fmt("%.2f", y) + "\" stroke=\"" + kColors[i % std::size(kColors)] +
-           "\" stroke-width=\"2\"/>\n";
+    out += "<line x1=\"" + fmt("%.2f", lx + 6) + "\" y1=\"" + fmt("%.2f", y) + "\" x2=\"" +
+           fmt("%.2f", lx + 24) + "\" y2=\"" + fmt("%.2f", y) + "\" stroke=\"" +
+           kColors[i % std::size(kColors)] + "\" stroke-width=\"2\"/>\n";
     out += "<text x=\"" + fmt("%.2f", lx + 29) + "\" y=\"" + fmt("%.2f", y + 4) + "\">" +
            escape_xml(panel.curves[i].label) + "</text>\n";
   }
@@ -225,8 +245,10 @@ void svg_panel(std::string& out, const PlotPanel& panel, double ox, double oy) {
 
 CsvLog::CsvLog(std::string path, std::string throughput_column, Mode mode)
     : path_(std::move(path)), throughput_column_(std::move(throughput_column)) {
-  if (throughput_column_.empty() || throughput_column_.find_first_of(",\"\n\r") != std::string::npos) {
-    throw UsageError("CsvLog: throughput column name '" + throughput_column_ + "' is empty or not a plain CSV name");
+  if (throughput_column_.empty() ||
+      throughput_column_.find_first_of(",\"\n\r") != std::string::npos) {
+    throw UsageError("CsvLog: throughput column name '" + throughput_column_ +
+                     "' is empty or not a plain CSV name");
   }
   bool write_header = true;
   if (mode == Mode::append) {
@@ -234,7 +256,8 @@ CsvLog::CsvLog(std::string path, std::string throughput_column, Mode mode)
     std::string first;
     if (in && read_line(in, first)) {
       if (first != header()) {
-        throw IoError(path_ + ": cannot append: the header is '" + first + "', expected '" + header() + "'");
+        throw IoError(path_ + ": cannot append: the header is '" + first + "', expected '" +
+                      header() + "'");
       }
       write_header = false;
       // A crash can leave a last line without its newline; start on a fresh line.
@@ -268,7 +291,8 @@ std::string CsvLog::header() const {
 
 void CsvLog::append(const TrainRow& r) {
   std::string line = std::to_string(r.step);
-  for (double v : {r.epoch, r.train_loss, r.train_acc, r.val_loss, r.val_acc, r.throughput, r.lr, r.elapsed_s}) {
+  for (double v : {r.epoch, r.train_loss, r.train_acc, r.val_loss, r.val_acc, r.throughput, r.lr,
+                   r.elapsed_s}) {
     line += ',' + cell(v);
   }
   line += '\n';
@@ -283,8 +307,8 @@ std::vector<TrainRow> read_csv_log(const std::string& path) {
   std::string line;
   if (!read_line(in, line)) throw IoError(path + ": empty file, expected a CSV header");
   std::vector<std::string> head = split(line, ',');
-  const char* expected[kColumns] = {"step", "epoch", "train_loss", "train_acc", "val_loss",
-                                    "val_acc", nullptr, "lr", "elapsed_s"};
+  const char* expected[kColumns] = {"step",    "epoch", "train_loss", "train_acc", "val_loss",
+                                    "val_acc", nullptr, "lr",         "elapsed_s"};
   bool ok = head.size() == kColumns;
   for (int i = 0; ok && i < kColumns; ++i) ok = i == kThroughputColumn || head[i] == expected[i];
   if (!ok) throw IoError(path + ": header '" + line + "' is not a training log header");
@@ -297,15 +321,16 @@ std::vector<TrainRow> read_csv_log(const std::string& path) {
     };
     std::vector<std::string> f = split(line, ',');
     if (f.size() != kColumns) {
-      throw bad("has " + std::to_string(f.size()) + " fields, expected " + std::to_string(kColumns));
+      throw bad("has " + std::to_string(f.size()) + " fields, expected " +
+                std::to_string(kColumns));
     }
     TrainRow r;
     char* end = nullptr;
     errno = 0;
     r.step = std::strtoll(f[0].c_str(), &end, 10);
     if (f[0].empty() || *end != '\0' || errno) throw bad("step '" + f[0] + "' is not an integer");
-    double* fields[] = {&r.epoch, &r.train_loss, &r.train_acc, &r.val_loss,
-                        &r.val_acc, &r.throughput, &r.lr, &r.elapsed_s};
+    double* fields[] = {&r.epoch,   &r.train_loss, &r.train_acc, &r.val_loss,
+                        &r.val_acc, &r.throughput, &r.lr,        &r.elapsed_s};
     for (int i = 1; i < kColumns; ++i) {
       if (f[i].empty()) continue;  // not measured: stays NaN
       *fields[i - 1] = std::strtod(f[i].c_str(), &end);
@@ -331,28 +356,32 @@ std::vector<PlotPanel> training_panels(const std::vector<TrainRow>& rows) {
   return {loss, acc};
 }
 
-void write_svg_plot(const std::string& path, const std::vector<PlotPanel>& panels, const std::string& title) {
+void write_svg_plot(const std::string& path, const std::vector<PlotPanel>& panels,
+                    const std::string& title) {
   if (panels.empty()) throw UsageError("write_svg_plot: " + path + ": no panels to draw");
   double top = title.empty() ? 0 : kTitleH;
   double w = kPanelW * double(panels.size()), h = kPanelH + top;
   std::string out;
   out += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt("%.0f", w) + "\" height=\"" + fmt("%.0f", h) +
-         "\" viewBox=\"0 0 " + fmt("%.0f", w) + " " + fmt("%.0f", h) +
+  out += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt("%.0f", w) + "\" height=\"" +
+         fmt("%.0f", h) + "\" viewBox=\"0 0 " + fmt("%.0f", w) + " " + fmt("%.0f", h) +
          "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
   std::string name = title.empty() ? panels[0].title : title;
   out += "<title>" + escape_xml(name) + "</title>\n";
   out += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   if (!title.empty()) {
-    out += "<text class=\"title\" x=\"" + fmt("%.1f", w / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"16\" "
-           "font-weight=\"bold\">" + escape_xml(title) + "</text>\n";
+    out += "<text class=\"title\" x=\"" + fmt("%.1f", w / 2) +
+           "\" y=\"22\" text-anchor=\"middle\" font-size=\"16\" "
+           "font-weight=\"bold\">" +
+           escape_xml(title) + "</text>\n";
   }
   for (size_t i = 0; i < panels.size(); ++i) svg_panel(out, panels[i], kPanelW * double(i), top);
   out += "</svg>\n";
   write_file_atomic(path, out);
 }
 
-void write_svg_plot(const std::string& path, const std::vector<TrainRow>& rows, const std::string& title) {
+void write_svg_plot(const std::string& path, const std::vector<TrainRow>& rows,
+                    const std::string& title) {
   write_svg_plot(path, training_panels(rows), title);
 }
 

@@ -25,8 +25,8 @@ class TempDir {
  public:
   TempDir() {
     const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = testing::TempDir() + "nabla_gguf_" + info->test_suite_name() + "_" + info->name() + "_" +
-            std::to_string(::getpid());
+    path_ = testing::TempDir() + "nabla_gguf_" + info->test_suite_name() + "_" + info->name() +
+            "_" + std::to_string(::getpid());
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -34,7 +34,8 @@ class TempDir {
   std::string file(const std::string& name) const { return path_ + "/" + name; }
   std::vector<std::string> listing() const {
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(path_))
+      names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     return names;
   }
@@ -96,7 +97,8 @@ void expect_io_error(const std::string& path, const std::string& what) {
   } catch (const IoError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
-    EXPECT_NE(msg.find(what), std::string::npos) << "message: " << msg << "\nexpected to contain: " << what;
+    EXPECT_NE(msg.find(what), std::string::npos)
+        << "message: " << msg << "\nexpected to contain: " << what;
   }
 }
 
@@ -104,9 +106,12 @@ Tensor iota(DType dtype, Shape shape, double scale = 1) {
   Tensor t = Tensor::zeros(dtype, shape);
   for (int64_t i = 0; i < t.numel(); ++i) {
     double v = (double(i) - 3) * scale;
-    if (dtype == DType::f32) t.data_as<float>()[i] = float(v);
-    else if (dtype == DType::f64) t.data_as<double>()[i] = v;
-    else t.data_as<int32_t>()[i] = int32_t(v);
+    if (dtype == DType::f32)
+      t.data_as<float>()[i] = float(v);
+    else if (dtype == DType::f64)
+      t.data_as<double>()[i] = v;
+    else
+      t.data_as<int32_t>()[i] = int32_t(v);
   }
   return t;
 }
@@ -141,11 +146,13 @@ TEST(Gguf, RoundTripMetadataAndTensors) {
   w.set("t.strings", std::vector<std::string>{"a", "", "ünïcode"});
   w.set("t.bools", std::vector<bool>{true, false});
   w.set("t.empty", std::vector<float>{});
-  w.set("t.nested", GgufArray{GgufType::array, {std::vector<int32_t>{1, 2}, std::vector<int32_t>{}}});
+  w.set("t.nested",
+        GgufArray{GgufType::array, {std::vector<int32_t>{1, 2}, std::vector<int32_t>{}}});
   w.set("t.u8", uint8_t{201});  // replaces the value, keeps the position
 
-  Tensor a = iota(DType::f32, {3, 5}), b = iota(DType::f32, {7}, 0.5), c = iota(DType::f64, {2, 3, 4}, 0.25),
-         d = iota(DType::i32, {4}, 1000), e = iota(DType::f32, {2, 1, 3, 2}), s = Tensor::scalar(2.5),
+  Tensor a = iota(DType::f32, {3, 5}), b = iota(DType::f32, {7}, 0.5),
+         c = iota(DType::f64, {2, 3, 4}, 0.25), d = iota(DType::i32, {4}, 1000),
+         e = iota(DType::f32, {2, 1, 3, 2}), s = Tensor::scalar(2.5),
          z = Tensor::zeros(DType::f32, {0, 3});
   w.add_tensor("a", a);
   w.add_tensor("b", b);
@@ -162,9 +169,10 @@ TEST(Gguf, RoundTripMetadataAndTensors) {
   EXPECT_EQ(f.alignment, 32u);
   std::vector<std::string> keys;
   for (const auto& [k, v] : f.metadata) keys.push_back(k);
-  EXPECT_EQ(keys, (std::vector<std::string>{"general.architecture", "general.name", "t.u8", "t.i8", "t.u16", "t.i16",
-                                             "t.u32", "t.i32", "t.f32", "t.bool", "t.u64", "t.i64", "t.f64", "t.u32s",
-                                             "t.strings", "t.bools", "t.empty", "t.nested"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"general.architecture", "general.name", "t.u8", "t.i8",
+                                            "t.u16", "t.i16", "t.u32", "t.i32", "t.f32", "t.bool",
+                                            "t.u64", "t.i64", "t.f64", "t.u32s", "t.strings",
+                                            "t.bools", "t.empty", "t.nested"}));
   EXPECT_EQ(f.value("general.architecture").get<std::string>(), "gpt2");
   EXPECT_EQ(f.value("t.u8").get<uint8_t>(), 201);
   EXPECT_EQ(f.value("t.i8").get<int8_t>(), -100);
@@ -227,7 +235,7 @@ TEST(Gguf, ByteLayoutMatchesTheSpec) {
 
   Bytes expect;
   expect.header(2, 1).str("general.alignment").u32(4).u32(64);
-  expect.str("w").u32(2).u64(5).u64(3).u32(0).u64(0);    // NumPy [3, 5] is ggml {5, 3}
+  expect.str("w").u32(2).u64(5).u64(3).u32(0).u64(0);  // NumPy [3, 5] is ggml {5, 3}
   expect.str("b").u32(1).u64(17).u32(0).u64(64);
   expect.pad(64);
   size_t data = expect.s.size();
@@ -250,8 +258,16 @@ TEST(Gguf, ReadsFilesWrittenByOthers) {
   // padding after the last tensor, a tensor of 0 dims, and metadata types our
   // writer never chooses on its own.
   Bytes b;
-  b.header(3, 2, 2).str("k.f16_note").u32(8).str("half").str("k.u16s").u32(9).u32(2).u64(2).le(uint16_t{1}).le(
-      uint16_t{2});
+  b.header(3, 2, 2)
+      .str("k.f16_note")
+      .u32(8)
+      .str("half")
+      .str("k.u16s")
+      .u32(9)
+      .u32(2)
+      .u64(2)
+      .le(uint16_t{1})
+      .le(uint16_t{2});
   b.str("h").u32(1).u64(4).u32(1).u64(0);
   b.str("g").u32(1).u64(2).u32(30).u64(32);
   b.str("s").u32(0).u32(0).u64(64);
@@ -366,13 +382,14 @@ TEST(Gguf, EveryTruncationIsAnError) {
   write_raw(dir.file("cut.gguf"), full.substr(0, required));
   EXPECT_NO_THROW(read_gguf(dir.file("cut.gguf")));
   write_raw(dir.file("cut.gguf"), full.substr(0, 10));
-  expect_io_error(dir.file("cut.gguf"), "truncated: tensor_count needs 8 bytes at offset 8, the file has 10");
+  expect_io_error(dir.file("cut.gguf"),
+                  "truncated: tensor_count needs 8 bytes at offset 8, the file has 10");
 }
 
 TEST(Gguf, RejectsBadTensorInfos) {
   TempDir dir;
-  auto check = [&](const std::string& name, const std::function<void(Bytes&)>& info, const std::string& what,
-                   size_t data_bytes = 64) {
+  auto check = [&](const std::string& name, const std::function<void(Bytes&)>& info,
+                   const std::string& what, size_t data_bytes = 64) {
     Bytes b;
     b.header(1, 0);
     info(b);
@@ -381,29 +398,67 @@ TEST(Gguf, RejectsBadTensorInfos) {
     write_raw(dir.file(name), b.s);
     expect_io_error(dir.file(name), what);
   };
-  check("misaligned.gguf", [](Bytes& b) { b.str("w").u32(1).u64(4).u32(0).u64(4); },
-        "tensor 'w' offset 4 is not a multiple of the alignment 32");
-  check("outside.gguf", [](Bytes& b) { b.str("w").u32(1).u64(4).u32(0).u64(64); },
-        "tensor 'w' at offset 64 with 16 bytes lies outside the data section of 64 bytes");
-  check("toolarge.gguf", [](Bytes& b) { b.str("w").u32(1).u64(17).u32(0).u64(0); }, "lies outside the data section");
-  check("dims.gguf", [](Bytes& b) { b.str("w").u32(5).u64(1).u64(1).u64(1).u64(1).u64(1).u32(0).u64(0); },
-        "tensor 'w' has 5 dimensions, at most 4 allowed");
-  check("overflow.gguf", [](Bytes& b) { b.str("w").u32(2).u64(uint64_t(1) << 40).u64(uint64_t(1) << 40).u32(0).u64(0); },
-        "tensor 'w' is too large");
-  check("quant.gguf", [](Bytes& b) { b.str("w").u32(1).u64(32).u32(2).u64(0); }, "ggml type Q4_0 (2)");
-  check("unknown.gguf", [](Bytes& b) { b.str("w").u32(1).u64(4).u32(99).u64(0); }, "unknown ggml type 99");
-  check("longname.gguf", [](Bytes& b) { b.str(std::string(65, 'n')).u32(1).u64(4).u32(0).u64(0); },
-        "tensor name 0 is 65 bytes, at most 64 allowed");
-  check("hugename.gguf", [](Bytes& b) { b.u64(uint64_t(1) << 62); }, "tensor name 0");
+  check(
+      "misaligned.gguf", [](Bytes& b) { b.str("w").u32(1).u64(4).u32(0).u64(4); },
+      "tensor 'w' offset 4 is not a multiple of the alignment 32");
+  check(
+      "outside.gguf", [](Bytes& b) { b.str("w").u32(1).u64(4).u32(0).u64(64); },
+      "tensor 'w' at offset 64 with 16 bytes lies outside the data section of 64 bytes");
+  check(
+      "toolarge.gguf", [](Bytes& b) { b.str("w").u32(1).u64(17).u32(0).u64(0); },
+      "lies outside the data section");
+  check(
+      "dims.gguf",
+      [](Bytes& b) { b.str("w").u32(5).u64(1).u64(1).u64(1).u64(1).u64(1).u32(0).u64(0); },
+      "tensor 'w' has 5 dimensions, at most 4 allowed");
+  check(
+      "overflow.gguf",
+      [](Bytes& b) {
+        b.str("w").u32(2).u64(uint64_t(1) << 40).u64(uint64_t(1) << 40).u32(0).u64(0);
+      },
+      "tensor 'w' is too large");
+  check(
+      "quant.gguf", [](Bytes& b) { b.str("w").u32(1).u64(32).u32(2).u64(0); },
+      "ggml type Q4_0 (2)");
+  check(
+      "unknown.gguf", [](Bytes& b) { b.str("w").u32(1).u64(4).u32(99).u64(0); },
+      "unknown ggml type 99");
+  check(
+      "longname.gguf", [](Bytes& b) { b.str(std::string(65, 'n')).u32(1).u64(4).u32(0).u64(0); },
+      "tensor name 0 is 65 bytes, at most 64 allowed");
+  check(
+      "hugename.gguf", [](Bytes& b) { b.u64(uint64_t(1) << 62); }, "tensor name 0");
 
   Bytes twice;
-  twice.header(2, 0).str("w").u32(1).u64(4).u32(0).u64(0).str("w").u32(1).u64(4).u32(0).u64(32).pad();
+  twice.header(2, 0)
+      .str("w")
+      .u32(1)
+      .u64(4)
+      .u32(0)
+      .u64(0)
+      .str("w")
+      .u32(1)
+      .u64(4)
+      .u32(0)
+      .u64(32)
+      .pad();
   twice.s.append(64, '\0');
   write_raw(dir.file("twice.gguf"), twice.s);
   expect_io_error(dir.file("twice.gguf"), "tensor name 'w' appears twice");
 
   Bytes overlap;
-  overlap.header(2, 0).str("w").u32(1).u64(16).u32(0).u64(0).str("v").u32(1).u64(4).u32(0).u64(32).pad();
+  overlap.header(2, 0)
+      .str("w")
+      .u32(1)
+      .u64(16)
+      .u32(0)
+      .u64(0)
+      .str("v")
+      .u32(1)
+      .u64(4)
+      .u32(0)
+      .u64(32)
+      .pad();
   overlap.s.append(96, '\0');
   write_raw(dir.file("overlap.gguf"), overlap.s);
   expect_io_error(dir.file("overlap.gguf"), "tensors 'w' and 'v' overlap");
@@ -420,25 +475,40 @@ TEST(Gguf, RejectsBadMetadata) {
     write_raw(dir.file(name), b.s);
     expect_io_error(dir.file(name), what);
   };
-  check("type.gguf", [](Bytes& b) { b.str("k").u32(13).u32(0); }, 1, "metadata 'k': unknown value type 13");
-  check("bool.gguf", [](Bytes& b) { b.str("k").u32(7).raw("\x02"); }, 1, "metadata 'k': bool byte is 2");
-  check("dup.gguf", [](Bytes& b) { b.str("k").u32(4).u32(1).str("k").u32(4).u32(2); }, 2,
-        "metadata key 'k' appears twice");
-  check("array.gguf", [](Bytes& b) { b.str("k").u32(9).u32(6).u64(uint64_t(1) << 40); }, 1,
-        "metadata 'k': array of 1099511627776 f32 items cannot fit");
-  check("arraytype.gguf", [](Bytes& b) { b.str("k").u32(9).u32(77).u64(1); }, 1, "unknown array item type 77");
-  check("string.gguf", [](Bytes& b) { b.str("k").u32(8).u64(uint64_t(1) << 50); }, 1, "truncated: metadata 'k'");
-  check("key.gguf", [](Bytes& b) { b.u64(70000); }, 1, "metadata key 0 is 70000 bytes, at most 65535 allowed");
-  check("nested.gguf",
-        [](Bytes& b) {
-          b.str("k").u32(9);
-          for (int i = 0; i < 9; ++i) b.u32(9).u64(1);
-        },
-        1, "arrays nest deeper than 8");
-  check("align_type.gguf", [](Bytes& b) { b.str("general.alignment").u32(10).u64(32); }, 1,
-        "general.alignment is u64, must be u32");
-  check("align_value.gguf", [](Bytes& b) { b.str("general.alignment").u32(4).u32(12); }, 1,
-        "general.alignment is 12, must be a non-zero multiple of 8");
+  check(
+      "type.gguf", [](Bytes& b) { b.str("k").u32(13).u32(0); }, 1,
+      "metadata 'k': unknown value type 13");
+  check(
+      "bool.gguf", [](Bytes& b) { b.str("k").u32(7).raw("\x02"); }, 1,
+      "metadata 'k': bool byte is 2");
+  check(
+      "dup.gguf", [](Bytes& b) { b.str("k").u32(4).u32(1).str("k").u32(4).u32(2); }, 2,
+      "metadata key 'k' appears twice");
+  check(
+      "array.gguf", [](Bytes& b) { b.str("k").u32(9).u32(6).u64(uint64_t(1) << 40); }, 1,
+      "metadata 'k': array of 1099511627776 f32 items cannot fit");
+  check(
+      "arraytype.gguf", [](Bytes& b) { b.str("k").u32(9).u32(77).u64(1); }, 1,
+      "unknown array item type 77");
+  check(
+      "string.gguf", [](Bytes& b) { b.str("k").u32(8).u64(uint64_t(1) << 50); }, 1,
+      "truncated: metadata 'k'");
+  check(
+      "key.gguf", [](Bytes& b) { b.u64(70000); }, 1,
+      "metadata key 0 is 70000 bytes, at most 65535 allowed");
+  check(
+      "nested.gguf",
+      [](Bytes& b) {
+        b.str("k").u32(9);
+        for (int i = 0; i < 9; ++i) b.u32(9).u64(1);
+      },
+      1, "arrays nest deeper than 8");
+  check(
+      "align_type.gguf", [](Bytes& b) { b.str("general.alignment").u32(10).u64(32); }, 1,
+      "general.alignment is u64, must be u32");
+  check(
+      "align_value.gguf", [](Bytes& b) { b.str("general.alignment").u32(4).u32(12); }, 1,
+      "general.alignment is 12, must be a non-zero multiple of 8");
 }
 
 TEST(Gguf, ValueTypesFollowTheCppType) {

@@ -1,0 +1,80 @@
+// GPT-2 (Radford et al. 2019), laid out as Hugging Face's GPT2Model so that
+// parameter names and shapes match its checkpoints (Conv1D weights [in, out]).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nabla/nn.h"
+
+namespace nabla::models {
+
+struct Gpt2Config {
+  std::string preset;
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;  // context length
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;
+  double layer_norm_epsilon = 1e-5;
+  double dropout = 0.0;  // residual and embedding dropout (resid_pdrop, embd_pdrop)
+  bool bias = true;
+  std::string gelu = "gelu";  // GPT-2's gelu_new: the tanh approximation
+  std::string tokenizer = "gpt2";
+
+  void validate() const;
+  std::string to_json() const;  // Hugging Face names, architecture "gpt2"
+  static Gpt2Config from_json(const std::string& json);
+};
+
+// "gpt2" (124M), "gpt2-small-byte" (byte vocabulary, for 2 cores; see gpt2.cpp).
+Gpt2Config gpt2_preset(const std::string& name);
+
+// y = x W + b with W [in, out]: Hugging Face's Conv1D.
+struct Conv1D {
+  Tensor weight, bias;
+  Conv1D() = default;
+  Conv1D(nn::Params& p, const std::string& prefix, int64_t in, int64_t out, bool bias, nn::Init& init,
+         double std = 0.02);
+  Tensor operator()(const Tensor& x) const;
+};
+
+class Gpt2 {
+ public:
+  Gpt2(const Gpt2Config& config, uint64_t seed);
+
+  // tokens i32 [B, T] -> logits [B, T, V]. With train, dropout draws from
+  // `dropout_seed` (an i32 leaf the trainer rewrites).
+  Tensor forward(const Tensor& tokens, bool train) const;
+
+  // One decoding step with a key/value cache (see gpt2.cpp): built once,
+  // run once per generated token.
+  struct DecodeStep {
+    Tensor token, position, mask;   // inputs: i32 [1], i32 [1], f32 [1, Tmax] (0 or -inf)
+    std::vector<Tensor> k_cache, v_cache;  // per layer [1, H, Tmax, hd] leaves
+    std::vector<Tensor> k_new, v_new;      // per layer [1, H, 1, hd] outputs
+    Tensor logits;                          // [1, V]
+  };
+  DecodeStep decode_step(int64_t max_tokens) const;
+
+  const Gpt2Config& config() const { return config_; }
+  nn::Params& params() { return params_; }
+  const nn::Params& params() const { return params_; }
+  Tensor dropout_seed;
+
+ private:
+  struct Block {
+    nn::LayerNorm ln_1, ln_2;
+    Conv1D c_attn, attn_proj, c_fc, mlp_proj;
+  };
+  Tensor block_forward(const Block& b, const Tensor& x, bool train, int64_t salt) const;
+  Gpt2Config config_;
+  nn::Params params_;
+  nn::Embedding wte_, wpe_;
+  std::vector<Block> blocks_;
+  nn::LayerNorm ln_f_;
+  nn::Dropout drop_;
+};
+
+}  // namespace nabla::models
