@@ -53,6 +53,13 @@ int run_train_vit(const TrainVitArgs& a) {
   } else {
     cfg = models::vit_preset(a.preset);
     if (a.drop_rate >= 0) cfg.drop_rate = a.drop_rate;
+    if (a.patch_size) cfg.patch_size = a.patch_size;
+    if (a.embed_dim) cfg.embed_dim = a.embed_dim;
+    if (a.depth) cfg.depth = a.depth;
+    if (a.heads) cfg.num_heads = a.heads;
+    if (a.mlp_ratio > 0) cfg.mlp_ratio = a.mlp_ratio;
+    if (!a.pool.empty()) cfg.global_pool = a.pool;
+    cfg.validate();
   }
   VitData data = load_vit_data(a.dataset, a.data, cfg);
   if (a.train_subset > 0 && a.train_subset < data.train.n) shrink(data.train, a.train_subset);

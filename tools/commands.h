@@ -47,6 +47,10 @@ struct TrainVitArgs {
   int warmup = 500;
   double clip = 1.0;
   double drop_rate = -1;  // < 0: the preset's
+  // Overrides of the preset's shape (0: keep).
+  int patch_size = 0, embed_dim = 0, depth = 0, heads = 0;
+  double mlp_ratio = 0;
+  std::string pool;
   int crop_pad = 2;
   bool resize = false;  // resize images to the model's size (vit-tiny on Fashion-MNIST)
   bool hflip = true;
@@ -77,5 +81,10 @@ struct GradArgs {
   int threads = 0;
 };
 int run_grad(const GradArgs& opt);
+
+struct ExportArgs {
+  std::string checkpoint, out;
+};
+int run_export_gguf(const ExportArgs& opt);
 
 }  // namespace nabla::cli

@@ -137,6 +137,13 @@ int main(int argc, char** argv) {
   vit_cmd->add_option("--dropout", vit.drop_rate, "Dropout rate (default: the preset's)")->check(CLI::Range(0.0, 0.99));
   add_int(vit_cmd, "--crop-pad", vit.crop_pad, "Random-crop padding in pixels (0: no crop)", 0, 64);
   vit_cmd->add_option("--hflip", vit.hflip, "Random horizontal flips")->capture_default_str();
+  add_int(vit_cmd, "--patch-size", vit.patch_size, "Override the preset's patch size", 0, 1024);
+  add_int(vit_cmd, "--embed-dim", vit.embed_dim, "Override the preset's width", 0, 65536);
+  add_int(vit_cmd, "--depth", vit.depth, "Override the preset's number of blocks", 0, 1024);
+  add_int(vit_cmd, "--heads", vit.heads, "Override the preset's attention heads", 0, 1024);
+  vit_cmd->add_option("--mlp-ratio", vit.mlp_ratio, "Override the preset's MLP ratio")->check(CLI::Range(0.0, 64.0));
+  vit_cmd->add_option("--pool", vit.pool, "Override the preset's pooling: token or avg")
+      ->check(CLI::IsMember({"token", "avg"}));
   vit_cmd->add_flag("--resize", vit.resize, "Resize images to the model's size and channels (e.g. vit-tiny)");
   add_int(vit_cmd, "--threads", vit.threads, "Threads (0: all cores)", 0, 256);
   vit_cmd->add_option("--seed", vit.seed, "Seed for weights, data order, augmentation, dropout")->capture_default_str();
@@ -172,6 +179,15 @@ int main(int argc, char** argv) {
   gradient_cmd->add_option("--out", gradargs.out, "Output safetensors (grad.<name> and loss)")->required();
   add_int(gradient_cmd, "--threads", gradargs.threads, "Threads (0: all cores)", 0, 256);
 
+  ExportArgs exportargs;
+  CLI::App* export_cmd = app.add_subcommand("export", "Write a checkpoint in another format");
+  export_cmd->require_subcommand(0, 1);
+  CLI::App* gguf_cmd = export_cmd->add_subcommand("gguf", "GGUF (ggml, llama.cpp) with the hyperparameters as metadata");
+  gguf_cmd->add_option("checkpoint", exportargs.checkpoint, "Checkpoint (safetensors)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  gguf_cmd->add_option("-o,--out", exportargs.out, "Output .gguf path")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -185,7 +201,7 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   // A command that needs a subcommand and got none: its help, as a usage error.
-  for (CLI::App* cmd : {&app, train_cmd}) {
+  for (CLI::App* cmd : {&app, train_cmd, export_cmd}) {
     if (cmd->parsed() && cmd->get_subcommands().empty()) {
       fmt::print(stderr, "{}", cmd->help());
       return kExitUsage;
@@ -199,6 +215,7 @@ int main(int argc, char** argv) {
     if (vit_cmd->parsed()) return run_train_vit(vit);
     if (eval_cmd->parsed()) return run_eval(eval);
     if (gradient_cmd->parsed()) return run_grad(gradargs);
+    if (gguf_cmd->parsed()) return run_export_gguf(exportargs);
   } catch (const nabla::Error& e) {
     // Bad data, files or options: a one-line message and the usage status.
     fmt::print(stderr, "nabla: error: {}\n", e.what());

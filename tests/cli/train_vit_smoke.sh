@@ -21,3 +21,7 @@ for f in vit.safetensors vit.csv vit.svg; do
 done
 # The checkpoint evaluates to the accuracy the run reported.
 "$nabla" eval "$dir/vit.safetensors" || exit 1
+# The checkpoint exports to GGUF (the writer itself is checked against an
+# independent reader in io_gguf_js_reader).
+"$nabla" export gguf "$dir/vit.safetensors" -o "$dir/vit.gguf" || exit 1
+[ "$(head -c 4 "$dir/vit.gguf")" = "GGUF" ] || { echo "vit.gguf does not start with GGUF"; exit 1; }
