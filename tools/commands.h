@@ -67,6 +67,28 @@ struct TrainVitArgs {
 };
 int run_train_vit(const TrainVitArgs& opt);
 
+struct TrainGpt2Args {
+  std::string preset = "gpt2-small-byte";
+  std::string text;       // file or folder; "" = Debian's fortunes
+  std::string tokenizer;  // "" = the preset's
+  std::string vocab;      // GPT-2 vocabulary folder (encoder.json, vocab.bpe)
+  int64_t steps = 2000;
+  int batch = 8;
+  int context = 0;  // 0: min(n_positions, 256)
+  double lr = 1e-3;
+  double weight_decay = 0.1;
+  int warmup = 100;
+  double clip = 1.0;
+  double dropout = -1;
+  int threads = 0;
+  uint64_t seed = 1;
+  int eval_every = 250;
+  int eval_batches = 16;
+  int log_every = 25;
+  std::string save, resume, log;
+};
+int run_train_gpt2(const TrainGpt2Args& opt);
+
 struct EvalArgs {
   std::string checkpoint;
   std::string dataset = "fashion-mnist";

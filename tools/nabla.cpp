@@ -160,6 +160,32 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   vit_cmd->add_option("--log", vit.log, "CSV log path");
 
+  TrainGpt2Args gpt;
+  CLI::App* gpt_cmd = train_cmd->add_subcommand("gpt2", "GPT-2 from scratch on real text (Debian's fortunes by default)");
+  gpt_cmd->add_option("--preset", gpt.preset, "Model preset: gpt2-small-byte, gpt2")
+      ->check(CLI::IsMember({"gpt2-small-byte", "gpt2"}))
+      ->capture_default_str();
+  gpt_cmd->add_option("--text", gpt.text, "Text file or folder (default: the installed fortunes)");
+  gpt_cmd->add_option("--tokenizer", gpt.tokenizer, "byte or gpt2 (default: the preset's)")
+      ->check(CLI::IsMember({"byte", "gpt2"}));
+  gpt_cmd->add_option("--vocab", gpt.vocab, "Folder with GPT-2's encoder.json and vocab.bpe");
+  gpt_cmd->add_option("--steps", gpt.steps, "Optimizer steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  add_int(gpt_cmd, "--batch", gpt.batch, "Sequences per step", 1, 100'000);
+  add_int(gpt_cmd, "--context", gpt.context, "Tokens per sequence (0: the preset's, at most 256)", 0, 1'000'000);
+  gpt_cmd->add_option("--lr", gpt.lr, "Peak learning rate (AdamW)")->check(positive_number())->capture_default_str();
+  gpt_cmd->add_option("--weight-decay", gpt.weight_decay, "AdamW weight decay")->check(CLI::Range(0.0, 10.0));
+  add_int(gpt_cmd, "--warmup", gpt.warmup, "Warmup steps", 0, 100'000'000);
+  gpt_cmd->add_option("--clip", gpt.clip, "Gradient clipping by global norm (0: off)")->check(CLI::Range(0.0, 1e9));
+  gpt_cmd->add_option("--dropout", gpt.dropout, "Dropout rate (default: the preset's)")->check(CLI::Range(0.0, 0.99));
+  add_int(gpt_cmd, "--threads", gpt.threads, "Threads (0: all cores)", 0, 256);
+  gpt_cmd->add_option("--seed", gpt.seed, "Seed for weights, batches and dropout")->capture_default_str();
+  add_int(gpt_cmd, "--eval-every", gpt.eval_every, "Steps between validation (and checkpoints)", 1, 100'000'000);
+  add_int(gpt_cmd, "--eval-batches", gpt.eval_batches, "Validation batches", 1, 100'000);
+  add_int(gpt_cmd, "--log-every", gpt.log_every, "Steps per progress line in logs", 1, 1'000'000);
+  gpt_cmd->add_option("--save", gpt.save, "Checkpoint path (safetensors); the CSV log and SVG plot go beside it");
+  gpt_cmd->add_option("--resume", gpt.resume, "Continue a run from its training checkpoint")->check(CLI::ExistingFile);
+  gpt_cmd->add_option("--log", gpt.log, "CSV log path");
+
   EvalArgs eval;
   CLI::App* eval_cmd = app.add_subcommand("eval", "Test accuracy of a ViT checkpoint");
   eval_cmd->add_option("checkpoint", eval.checkpoint, "Checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
@@ -213,6 +239,7 @@ int main(int argc, char** argv) {
     if (grad_cmd->parsed()) return run_gradcheck(grad);
     if (mlp_cmd->parsed()) return run_train_mlp(mlp);
     if (vit_cmd->parsed()) return run_train_vit(vit);
+    if (gpt_cmd->parsed()) return run_train_gpt2(gpt);
     if (eval_cmd->parsed()) return run_eval(eval);
     if (gradient_cmd->parsed()) return run_grad(gradargs);
     if (gguf_cmd->parsed()) return run_export_gguf(exportargs);

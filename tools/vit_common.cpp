@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "nabla/error.h"
 #include "nabla/ops.h"
@@ -142,6 +143,12 @@ TrainLogFiles::TrainLogFiles(const std::string& checkpoint, const std::string& c
     base.resize(base.size() - ext.size());
   }
   std::string csv_path = !csv.empty() ? csv : base.empty() ? "" : base + ".csv";
+  // The checkpoint's folder is created on demand, like its files.
+  for (const std::string& p : {checkpoint, csv_path}) {
+    std::filesystem::path parent = std::filesystem::path(p).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  }
   if (!csv_path.empty()) {
     csv_ = std::make_unique<CsvLog>(csv_path, throughput_column,
                                     resume ? CsvLog::Mode::append : CsvLog::Mode::truncate);

@@ -1,0 +1,190 @@
+// `nabla train gpt2`: trains GPT-2 from scratch on real text (Debian's
+// fortunes by default) through nabla's autodiff. The batches are random
+// windows chosen from (seed, step) alone, so a run resumes bit-identically.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "commands.h"
+#include "models/gpt2.h"
+#include "nabla/checkpoint.h"
+#include "nabla/error.h"
+#include "nabla/text_data.h"
+#include "nabla/trainer.h"
+#include "vit_common.h"
+
+namespace nabla::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int32_t step_seed(uint64_t seed, int64_t step) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + uint64_t(step) + 1;
+  z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
+  return static_cast<int32_t>(z >> 33);
+}
+
+// Mean loss over a fixed set of validation windows (the same every time).
+class Gpt2Validator {
+ public:
+  Gpt2Validator(const models::Gpt2& model, std::span<const int32_t> tokens, int64_t batch, int64_t context,
+                int64_t batches, uint64_t seed, int threads)
+      : batcher_(tokens, batch, context, seed), batches_(batches) {
+    tokens_ = Tensor::zeros(DType::i32, {batch, context + 1});
+    Tensor logits = model.forward(slice(tokens_, 1, 0, context), /*train=*/false);
+    loss_ = cross_entropy(logits, slice(tokens_, 1, 1, context + 1));
+    executor_ = std::make_unique<Executor>(Graph({loss_}), ExecOptions{.threads = threads});
+  }
+  double run() {
+    double total = 0;
+    for (int64_t i = 0; i < batches_; ++i) {
+      batcher_.batch(i, tokens_.data_as<int32_t>());
+      executor_->run();
+      total += executor_->read<float>(loss_)[0];
+    }
+    return total / double(batches_);
+  }
+
+ private:
+  TextBatcher batcher_;
+  int64_t batches_;
+  Tensor tokens_, loss_;
+  std::unique_ptr<Executor> executor_;
+};
+
+}  // namespace
+
+int run_train_gpt2(const TrainGpt2Args& a) {
+  models::Gpt2Config cfg;
+  TrainPosition pos;
+  pos.seed = a.seed;
+  std::optional<Checkpoint> resume;
+  if (!a.resume.empty()) {
+    resume = load_checkpoint(a.resume);
+    if (!resume->has_position) throw IoError(a.resume + ": has no training position (\"nabla.train\")");
+    cfg = models::Gpt2Config::from_json(resume->config_json);
+    pos = resume->position;
+  } else {
+    cfg = models::gpt2_preset(a.preset);
+    if (!a.tokenizer.empty()) cfg.tokenizer = a.tokenizer;
+    if (cfg.tokenizer == "gpt2") cfg.vocab_size = std::max<int64_t>(cfg.vocab_size, 50257);
+    if (a.dropout >= 0) cfg.dropout = a.dropout;
+    cfg.validate();
+  }
+  const int64_t B = a.batch, T = a.context > 0 ? a.context : std::min<int64_t>(cfg.n_positions, 256);
+  if (T > cfg.n_positions) {
+    throw UsageError(fmt::format("train gpt2: --context {} exceeds the model's {} positions", T, cfg.n_positions));
+  }
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg.tokenizer, a.vocab);
+  if (tok->vocab_size() > cfg.vocab_size) {
+    throw UsageError(fmt::format("train gpt2: the {} tokenizer has {} tokens, the model {}", tok->name(),
+                                 tok->vocab_size(), cfg.vocab_size));
+  }
+  TextDataOptions topt;
+  topt.path = a.text;
+  TextDataset text = load_text_dataset(*tok, topt);
+  if (int64_t(text.train.size()) <= T + 1 || int64_t(text.val.size()) <= T + 1) {
+    throw UsageError(fmt::format("train gpt2: the text has {} training and {} validation tokens, too few for "
+                                 "windows of {}",
+                                 text.train.size(), text.val.size(), T + 1));
+  }
+
+  models::Gpt2 model(cfg, pos.seed);
+  if (resume) load_params(*resume, model.params());
+  TextBatcher batcher(text.train, B, T, pos.seed);
+
+  Tensor tokens = Tensor::zeros(DType::i32, {B, T + 1}).set_name("tokens");
+  Tensor logits = model.forward(slice(tokens, 1, 0, T), /*train=*/true);     // [B, T, V]
+  Tensor loss = cross_entropy(logits, slice(tokens, 1, 1, T + 1));           // next-token targets
+  optim::AdamWConfig adamw;
+  adamw.beta2 = 0.95;  // GPT-2 / nanoGPT
+  adamw.weight_decay = a.weight_decay;
+  TrainStep step(loss, model.params(), {}, adamw, ExecOptions{.threads = a.threads});
+  if (resume) step.optimizer().load_state(resume->file.tensors, pos.step);
+  Gpt2Validator validator(model, text.val, B, T, a.eval_batches, pos.seed + 1, a.threads);
+
+  fmt::print("GPT-2 '{}' ({:.2f}M parameters): {} layers, {} heads, width {}, context {}, {} tokenizer ({} tokens)\n",
+             cfg.preset, model.params().count() / 1e6, cfg.n_layer, cfg.n_head, cfg.n_embd, T, tok->name(),
+             tok->vocab_size());
+  fmt::print("text: {} documents from {} file(s), {} training and {} validation tokens{}\n", text.documents,
+             text.files.size(), text.train.size(), text.val.size(), text.from_cache ? " (cached)" : "");
+  fmt::print("training: {} steps of {} x {} tokens, AdamW lr {} (warmup {}, cosine), wd {}, {} threads; arena "
+             "{:.1f} MiB planned ({:.1f} MiB without reuse)\n",
+             a.steps, B, T, a.lr, a.warmup, a.weight_decay, step.executor().threads(),
+             step.executor().memory().arena_bytes / 1048576.0, step.executor().memory().unplanned_bytes / 1048576.0);
+  if (resume) fmt::print("resumed from {} at step {}\n", a.resume, pos.step);
+  std::fflush(stdout);
+
+  TrainLogFiles logs(a.save, a.log, resume.has_value(), "tokens_per_s");
+  Progress progress(a.log_every);
+  auto start = Clock::now();
+  int64_t steps_this_run = 0, window_steps = 0;
+  double window_loss = 0, last_val = NAN;
+  auto window_start = Clock::now();
+  auto evaluate_and_save = [&]() {
+    progress.finish();
+    last_val = validator.run();
+    fmt::print("step {}: validation loss {:.4f}, {} elapsed\n", pos.step, last_val,
+               format_duration(seconds_since(start)));
+    std::fflush(stdout);
+    TrainRow row;
+    row.step = pos.step;
+    row.val_loss = last_val;
+    row.elapsed_s = seconds_since(start);
+    logs.row(row);
+    if (!a.save.empty()) {
+      save_checkpoint(a.save, cfg.to_json(), model.params(), &step.optimizer(), &pos);
+      logs.plot();
+    }
+  };
+  while (pos.step < a.steps) {
+    batcher.batch(pos.step, tokens.data_as<int32_t>());
+    model.dropout_seed.data_as<int32_t>()[0] = step_seed(pos.seed, pos.step);
+    step.run();
+    double lr = optim::warmup_cosine(pos.step, a.warmup, a.steps, a.lr, a.lr * 0.1);
+    step.update(lr, a.clip);
+    ++pos.step;
+    ++steps_this_run;
+    float l = step.loss();
+    if (!std::isfinite(l)) {
+      throw Error(fmt::format("train gpt2: the loss became {} at step {}; try a lower --lr", l, pos.step));
+    }
+    window_loss += l;
+    ++window_steps;
+    double elapsed = seconds_since(start);
+    double rate = double(steps_this_run * B * T) / elapsed;
+    bool report = window_steps >= a.log_every || pos.step == a.steps;
+    progress.update(fmt::format("step {}/{} loss {:.4f} {:.0f} tok/s lr {:.2e} ETA {}", pos.step, a.steps,
+                                window_loss / window_steps, rate, lr,
+                                format_duration(double(a.steps - pos.step) * B * T / rate)),
+                    report);
+    if (report) {
+      TrainRow row;
+      row.step = pos.step;
+      row.train_loss = window_loss / window_steps;
+      row.throughput = double(window_steps * B * T) / seconds_since(window_start);
+      row.lr = lr;
+      row.elapsed_s = elapsed;
+      logs.row(row);
+      window_loss = 0;
+      window_steps = 0;
+      window_start = Clock::now();
+    }
+    if (pos.step % a.eval_every == 0 || pos.step == a.steps) evaluate_and_save();
+  }
+  progress.finish();
+  double total = seconds_since(start);
+  fmt::print("done: {} steps in {} ({:.0f} tokens/s); final validation loss {:.4f}\n", steps_this_run,
+             format_duration(total), steps_this_run * B * T / std::max(total, 1e-9), last_val);
+  if (!a.save.empty()) fmt::print("checkpoint: {}\n", a.save);
+  std::string profile = step.executor().profile();
+  if (!profile.empty()) fmt::print("kernel time per op (training step):\n{}", profile);
+  return kExitOk;
+}
+
+}  // namespace nabla::cli
