@@ -89,6 +89,16 @@ struct TrainGpt2Args {
 };
 int run_train_gpt2(const TrainGpt2Args& opt);
 
+struct SampleArgs {
+  std::string checkpoint, prompt, vocab;
+  int tokens = 200;
+  double temperature = 0.8;
+  int top_k = 40;
+  uint64_t seed = 1;
+  int threads = 1;
+};
+int run_sample(const SampleArgs& opt);
+
 struct EvalArgs {
   std::string checkpoint;
   std::string dataset = "fashion-mnist";

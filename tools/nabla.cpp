@@ -186,6 +186,19 @@ int main(int argc, char** argv) {
   gpt_cmd->add_option("--resume", gpt.resume, "Continue a run from its training checkpoint")->check(CLI::ExistingFile);
   gpt_cmd->add_option("--log", gpt.log, "CSV log path");
 
+  SampleArgs sample;
+  CLI::App* sample_cmd = app.add_subcommand("sample", "Generate text from a GPT-2 checkpoint (key/value cache)");
+  sample_cmd->add_option("--checkpoint", sample.checkpoint, "GPT-2 checkpoint")->required()->check(CLI::ExistingFile);
+  sample_cmd->add_option("--prompt", sample.prompt, "Text to continue");
+  add_int(sample_cmd, "--tokens", sample.tokens, "Tokens to generate", 1, 1'000'000);
+  sample_cmd->add_option("--temperature", sample.temperature, "Softmax temperature (0: greedy)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  add_int(sample_cmd, "--top-k", sample.top_k, "Sample among the k likeliest tokens (0: all)", 0, 10'000'000);
+  sample_cmd->add_option("--seed", sample.seed, "Sampling seed")->capture_default_str();
+  sample_cmd->add_option("--vocab", sample.vocab, "Folder with GPT-2's encoder.json and vocab.bpe");
+  add_int(sample_cmd, "--threads", sample.threads, "Threads (0: all cores)", 0, 256);
+
   EvalArgs eval;
   CLI::App* eval_cmd = app.add_subcommand("eval", "Test accuracy of a ViT checkpoint");
   eval_cmd->add_option("checkpoint", eval.checkpoint, "Checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
@@ -243,6 +256,7 @@ int main(int argc, char** argv) {
     if (eval_cmd->parsed()) return run_eval(eval);
     if (gradient_cmd->parsed()) return run_grad(gradargs);
     if (gguf_cmd->parsed()) return run_export_gguf(exportargs);
+    if (sample_cmd->parsed()) return run_sample(sample);
   } catch (const nabla::Error& e) {
     // Bad data, files or options: a one-line message and the usage status.
     fmt::print(stderr, "nabla: error: {}\n", e.what());

@@ -8,6 +8,7 @@ namespace {
 struct Add {
   template <class T>
   T operator()(T a, T b) const { return a + b; }
+  cpu::VecF vec(cpu::VecF a, cpu::VecF b) const { return a + b; }
 };
 
 // d(a + b) = dout for each operand, summed over the axes it was broadcast on.

@@ -4,6 +4,7 @@
 //   x [N, C, H, W] -> y [N, C, OH, OW], OH = (H + 2*PH - KH) / SH + 1
 //
 // The backward is avg_pool_2d_back (dy / (KH*KW) spread over each window).
+#include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 
 namespace nabla {
@@ -49,7 +50,7 @@ void avg_pool_2d_kernel(const KernelArgs& a) {
     }
   };
   a.parallel_for(a.out.shape[0] * C * OH,
-                 std::max<int64_t>(1, 4096 / std::max<int64_t>(1, OW * v.kh * v.kw)), task);
+                 cpu::grain_for(OW * v.kh * v.kw), task);
 }
 
 void avg_pool_2d_forward(const KernelArgs& a) {

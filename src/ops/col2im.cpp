@@ -6,6 +6,7 @@
 // The backward is im2col. Overlapping windows make this a scatter-add: each
 // (n, c) plane is summed by one task, windows in row-major order, so results
 // do not depend on the thread count.
+#include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 
 namespace nabla {
@@ -66,7 +67,7 @@ void col2im_kernel(const KernelArgs& a) {
       }
     }
   };
-  a.parallel_for(a.out.shape[0] * C, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, plane_work)),
+  a.parallel_for(a.out.shape[0] * C, cpu::grain_for(plane_work),
                  task);
 }
 

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cmath>
+#include <concepts>
+#include <type_traits>
 
+#include "backend/cpu/simd.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
 
@@ -11,6 +14,19 @@ namespace nabla::ops {
 
 // Elements per parallel chunk: fixed, so results never depend on threads.
 inline constexpr int64_t kElementwiseGrain = 1 << 14;
+
+// A functor may add a SIMD form of its f32 math, `cpu::VecF vec(cpu::VecF)`
+// (unary) or `vec(cpu::VecF, cpu::VecF)` (binary); the f32 kernel then runs
+// it on every layout (strided operands are gathered into vectors), and f64,
+// the gradient checks' reference, keeps the scalar operator().
+template <class F>
+concept VecUnary = requires(const F& f, cpu::VecF v) {
+  { f.vec(v) } -> std::convertible_to<cpu::VecF>;
+};
+template <class F>
+concept VecBinary = requires(const F& f, cpu::VecF v) {
+  { f.vec(v, v) } -> std::convertible_to<cpu::VecF>;
+};
 
 Meta infer_unary(const char* op, const std::vector<Tensor>& in);
 Meta infer_binary(const char* op, const std::vector<Tensor>& in);
@@ -22,19 +38,24 @@ void unary_kernel(const KernelArgs& a, F f) {
   T* out = a.out.ptr<T>();
   const T* xp = x.ptr<T>();
   int64_t n = a.out.numel();
+  constexpr bool simd = std::is_same_v<T, float> && VecUnary<F>;
+  // out[0, len) = f(in[i * stride]).
+  const auto run = [&](T* op, const T* ip, int64_t stride, int64_t len) {
+    if constexpr (simd) {
+      cpu::map(op, ip, stride, len, [&](cpu::VecF v) { return f.vec(v); });
+    } else {
+      for (int64_t i = 0; i < len; ++i) op[i] = f(ip[i * stride]);
+    }
+  };
   if (x.contiguous) {
-    a.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = f(xp[i]);
-    });
+    a.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) { run(out + b, xp + b, 1, e - b); });
     return;
   }
   Strides os = contiguous_strides(a.out.shape);
   cpu::Walker<2> w(a.out.shape, {&os, &x.strides});
   a.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
     w.run(b, e, [&](const std::array<int64_t, 2>& o, int64_t len, const std::array<int64_t, 2>& s) {
-      T* op = out + o[0];
-      const T* ip = xp + o[1];
-      for (int64_t i = 0; i < len; ++i) op[i] = f(ip[i * s[1]]);
+      run(out + o[0], xp + o[1], s[1], len);
     });
   });
 }
@@ -48,6 +69,24 @@ void binary_kernel(const KernelArgs& a, F f) {
   const T* xp = x.ptr<T>();
   const T* yp = y.ptr<T>();
   int64_t n = a.out.numel();
+  if constexpr (std::is_same_v<T, float> && VecBinary<F>) {
+    const auto vf = [&](cpu::VecF u, cpu::VecF v) { return f.vec(u, v); };
+    if (x.contiguous && y.contiguous && x.shape == a.out.shape && y.shape == a.out.shape) {
+      a.parallel_for(n, kElementwiseGrain,
+                     [&](int64_t b, int64_t e) { cpu::map(out + b, xp + b, 1, yp + b, 1, e - b, vf); });
+      return;
+    }
+    Strides os = contiguous_strides(a.out.shape);
+    Strides xs = cpu::broadcast_strides(x.shape, x.strides, a.out.shape);
+    Strides ys = cpu::broadcast_strides(y.shape, y.strides, a.out.shape);
+    cpu::Walker<3> w(a.out.shape, {&os, &xs, &ys});
+    a.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      w.run(b, e, [&](const std::array<int64_t, 3>& o, int64_t len, const std::array<int64_t, 3>& s) {
+        cpu::map(out + o[0], xp + o[1], s[1], yp + o[2], s[2], len, vf);
+      });
+    });
+    return;
+  }
   if (x.contiguous && y.contiguous && x.shape == a.out.shape && y.shape == a.out.shape) {
     a.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) out[i] = f(xp[i], yp[i]);

@@ -10,6 +10,7 @@ struct Fn {
   T operator()(T x) const {
     return std::erf(x);
   }
+  cpu::VecF vec(cpu::VecF x) const { return cpu::erf(x); }
 };
 
 // d erf(x) = 2/sqrt(pi) e^(-x^2) dx.

@@ -15,6 +15,12 @@ struct Fn {
   T operator()(T x) const {
     return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kCubic) * x * x * x)));
   }
+  // f32 as x sigmoid(2u), the same function (0.5 (1 + tanh u) = sigmoid(2u))
+  // without the cancellation of 1 + tanh u for negative x.
+  cpu::VecF vec(cpu::VecF x) const {
+    const cpu::VecF u = float(kSqrt2OverPi) * cpu::fma(float(kCubic) * x * x, x, x);
+    return x * cpu::sigmoid(u + u);
+  }
 };
 
 Tensor composite(const std::vector<Tensor>& in, const Attrs&) {

@@ -13,6 +13,7 @@ struct Fn {
   T operator()(T x) const {
     return T(0.5) * x * (T(1) + std::erf(x * T(kSqrtHalf)));
   }
+  cpu::VecF vec(cpu::VecF x) const { return 0.5f * x * (1.0f + cpu::erf(x * float(kSqrtHalf))); }
 };
 
 Tensor composite(const std::vector<Tensor>& in, const Attrs&) {

@@ -19,6 +19,11 @@ struct Fn {
     T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
     return dy * (cdf + x * pdf);
   }
+  cpu::VecF vec(cpu::VecF x, cpu::VecF dy) const {
+    const cpu::VecF cdf = 0.5f * (1.0f + cpu::erf(x * float(kSqrtHalf)));
+    const cpu::VecF pdf = float(kInvSqrt2Pi) * cpu::exp(-0.5f * x * x);
+    return dy * cpu::fma(x, pdf, cdf);
+  }
 };
 
 Tensor composite(const std::vector<Tensor>& in, const Attrs&) {

@@ -17,6 +17,11 @@ struct Fn {
     T s = z >= T(0) ? T(1) / (T(1) + std::exp(-z)) : std::exp(z) / (T(1) + std::exp(z));
     return dy * (s + T(kQuick) * x * s * (T(1) - s));
   }
+  cpu::VecF vec(cpu::VecF x, cpu::VecF dy) const {
+    const cpu::VecF z = float(kQuick) * x;
+    const auto [s, one_minus_s] = cpu::sigmoid_pair(z);
+    return dy * cpu::fma(z * s, one_minus_s, s);
+  }
 };
 
 Tensor composite(const std::vector<Tensor>& in, const Attrs&) {

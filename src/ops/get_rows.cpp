@@ -1,5 +1,6 @@
 // get_rows: table[indices], the embedding lookup.
 // table [R, *rest], indices i32 [*I] -> [*I, *rest].
+#include "backend/cpu/thread_pool.h"
 #include "ops/rows.h"
 
 namespace nabla {
@@ -28,7 +29,7 @@ void get_rows_forward(const KernelArgs& a) {
   cpu::Walker<2> w(rest, {&out_strides, &rest_strides});
   auto* src = static_cast<const char*>(table.data);
   auto* dst = static_cast<char*>(a.out.data);
-  a.parallel_for(static_cast<int64_t>(rows.size()), std::max<int64_t>(1, 4096 / std::max<int64_t>(1, width)),
+  a.parallel_for(static_cast<int64_t>(rows.size()), cpu::grain_for(width),
                  [&](int64_t b, int64_t e) {
                    for (int64_t p = b; p < e; ++p) {
                      const char* row = src + rows[p] * table.strides[0] * elem;

@@ -8,6 +8,7 @@
 // channels are one contiguous column range.
 //
 // The backward is col2im (the adjoint: scatter-add of the windows).
+#include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 
 namespace nabla {
@@ -90,7 +91,7 @@ void im2col_kernel(const KernelArgs& a) {
       }
     }
   };
-  a.parallel_for(a.out.shape[0] * L, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, row)), task);
+  a.parallel_for(a.out.shape[0] * L, cpu::grain_for(row), task);
 }
 
 void im2col_forward(const KernelArgs& a) {

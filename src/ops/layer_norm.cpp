@@ -5,12 +5,29 @@
 // var is the biased variance (divided by C), as in PyTorch. The affine form
 // layer_norm(x, gamma, beta, eps) is a composition, differentiated by mul/add.
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
+#include "backend/cpu/simd.h"
 #include "ops/norm.h"
 
 namespace nabla {
 namespace ops {
 namespace {
+
+// One f32 row on cpu::VecF: the mean summed in f64 (a large common offset
+// would cancel in f32), the centred squares and the output in f32 lanes.
+void layer_norm_row_f32(const float* x, int64_t cols, double eps, float* y) {
+  using cpu::VecF;
+  const float mean = float(cpu::sum_f64(x, cols) / double(cols));
+  const float var = cpu::sum_lanes(cols, [&](int64_t i, int64_t n) {
+                      const VecF d = VecF::load(x + i, 1, n) - mean;
+                      return d * d;
+                    }) /
+                    float(cols);
+  const float rstd = float(1.0 / std::sqrt(double(var) + eps));
+  cpu::map(y, x, 1, cols, [&](VecF v) { return (v - mean) * rstd; });
+}
 
 // One row per work item; statistics in double, two passes (mean, then the
 // centred sum of squares), so f32 rows with a large mean keep their accuracy.
@@ -22,9 +39,15 @@ void layer_norm_kernel(const KernelArgs& a) {
   const int64_t cols = a.out.shape.back();
   const int64_t sx = x.strides.back();
   const double eps = norm_eps(*a.attrs);
+  // A strided f32 row is copied here first (one per thread).
+  thread_local std::vector<float> scratch;
   for_each_row<1>(a, [&](int64_t row, const std::array<int64_t, 1>& off) {
     const T* xr = xp + off[0];
     T* yr = out + row * cols;
+    if constexpr (std::is_same_v<T, float>) {
+      layer_norm_row_f32(cpu::gather(xr, sx, cols, scratch), cols, eps, yr);
+      return;
+    }
     double mean = 0;
     for (int64_t j = 0; j < cols; ++j) mean += double(xr[j * sx]);
     mean /= double(cols);

@@ -6,13 +6,37 @@
 // It has no backward rule of its own: it differentiates through its
 // composite, which gives layer_norm second derivatives.
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
+#include "backend/cpu/simd.h"
 #include "nabla/graph.h"
 #include "ops/norm.h"
 
 namespace nabla {
 namespace ops {
 namespace {
+
+// One f32 row on cpu::VecF: the mean of x summed in f64 (see layer_norm.cpp),
+// the other sums and the output in f32 lanes.
+void layer_norm_back_row_f32(const float* x, const float* dy, int64_t cols, double eps, float* dx) {
+  using cpu::VecF;
+  const float n = float(cols);
+  const float mean = float(cpu::sum_f64(x, cols) / double(cols));
+  const float var = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) {
+    const VecF d = VecF::load(x + i, 1, m) - mean;
+    return d * d;
+  }) / n;
+  const float rstd = float(1.0 / std::sqrt(double(var) + eps));
+  const float mean_dy = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) { return VecF::load(dy + i, 1, m); }) / n;
+  const float mean_dy_xhat = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) {
+    return VecF::load(dy + i, 1, m) * ((VecF::load(x + i, 1, m) - mean) * rstd);
+  }) / n;
+  cpu::map(dx, x, 1, dy, 1, cols, [&](VecF xv, VecF g) {
+    const VecF xhat = (xv - mean) * rstd;
+    return rstd * (g - mean_dy - xhat * mean_dy_xhat);
+  });
+}
 
 // One row per work item, statistics in double. x and dy may have any strides
 // (dy is often a transposed or broadcast gradient).
@@ -26,10 +50,17 @@ void layer_norm_back_kernel(const KernelArgs& a) {
   const int64_t sx = x.strides.back(), sd = dy.strides.back();
   const double eps = norm_eps(*a.attrs);
   const double n = double(cols);
+  // Strided f32 rows are copied here first (one pair per thread).
+  thread_local std::vector<float> scratch_x, scratch_dy;
   for_each_row<2>(a, [&](int64_t row, const std::array<int64_t, 2>& off) {
     const T* xr = xp + off[0];
     const T* dr = dyp + off[1];
     T* dxr = out + row * cols;
+    if constexpr (std::is_same_v<T, float>) {
+      layer_norm_back_row_f32(cpu::gather(xr, sx, cols, scratch_x), cpu::gather(dr, sd, cols, scratch_dy),
+                              cols, eps, dxr);
+      return;
+    }
     double mean = 0;
     for (int64_t j = 0; j < cols; ++j) mean += double(xr[j * sx]);
     mean /= n;

@@ -2,6 +2,7 @@
 // Operands reach GEMM without copies when their last two axes are row- or
 // column-major (transposed views included); other layouts are packed first.
 #include <algorithm>
+#include <utility>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/strided.h"
@@ -48,6 +49,43 @@ Operand gemm_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_
   return {false, std::max<int64_t>(cols, 1), true};
 }
 
+// Multiply-adds below which a task is not worth handing to a thread (~5 us).
+constexpr int64_t kMinTileWork = int64_t{1} << 19;
+
+// Tile sizes of C for a batch of n_batch GEMMs [M, K] x [K, N], from the
+// shapes alone. Tiles start at most kMaxTile square and are halved, the longer
+// side first, until the call has kTasks tasks, as long as a tile keeps
+// kMinTile rows and columns and kMinTileWork multiply-adds: a weight gradient
+// (small M and N, K the batch of tokens) still splits over its output, and
+// small GEMMs stay whole. Sizes are multiples of 16 (GEMM micro-kernel
+// widths) and split their dimension evenly. Each tile repacks its panels of A
+// and B, K (mt + nt) moves against K mt nt multiply-adds: cheap from 64 on.
+std::pair<int64_t, int64_t> matmul_tiles(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
+  constexpr int64_t kMaxTile = 512, kMinTile = 64, kTasks = 8;
+  const auto tile = [](int64_t dim, int64_t parts) {
+    const int64_t t = (dim + parts - 1) / parts;
+    return parts == 1 ? std::max<int64_t>(dim, 1) : (t + 15) / 16 * 16;
+  };
+  int64_t parts_m = std::max<int64_t>(1, (M + kMaxTile - 1) / kMaxTile);
+  int64_t parts_n = std::max<int64_t>(1, (N + kMaxTile - 1) / kMaxTile);
+  for (;;) {
+    const int64_t tm = tile(M, parts_m), tn = tile(N, parts_n);
+    const int64_t tasks = n_batch * ((M + tm - 1) / tm) * ((N + tn - 1) / tn);
+    if (tasks >= kTasks) break;
+    // Halve the longer side, or the other one when the longer cannot split.
+    const bool m_ok = tile(M, 2 * parts_m) >= kMinTile && tile(M, 2 * parts_m) * tn * K >= kMinTileWork;
+    const bool n_ok = tile(N, 2 * parts_n) >= kMinTile && tm * tile(N, 2 * parts_n) * K >= kMinTileWork;
+    if (m_ok && (tm >= tn || !n_ok)) {
+      parts_m *= 2;
+    } else if (n_ok) {
+      parts_n *= 2;
+    } else {
+      break;
+    }
+  }
+  return {tile(M, parts_m), tile(N, parts_n)};
+}
+
 template <class T>
 void matmul_kernel(const KernelArgs& args) {
   const TensorView &A = args.in[0], &B = args.in[1];
@@ -76,15 +114,17 @@ void matmul_kernel(const KernelArgs& args) {
     });
   }
 
-  // Tiles of fixed size, independent of the thread count: the same GEMM calls
-  // run whichever thread takes a tile, so results are bit-identical.
-  const int64_t tile_m = 128, tile_n = 512;
+  // Tiles chosen from the shapes alone, never the thread count: the same GEMM
+  // calls run whichever thread takes a tile, so results are bit-identical.
+  const auto [tile_m, tile_n] = matmul_tiles(n_batch, M, N, K);
   int64_t tiles_m = (M + tile_m - 1) / tile_m, tiles_n = (N + tile_n - 1) / tile_n;
   int64_t tasks = n_batch * tiles_m * tiles_n;
   T* C = args.out.ptr<T>();
   const T* Ap = A.ptr<T>();
   const T* Bp = B.ptr<T>();
-  args.parallel_for(tasks, 1, [&](int64_t tb, int64_t te) {
+  // Small batched GEMMs (attention heads) go several to a chunk.
+  const int64_t grain = std::max<int64_t>(1, kMinTileWork / std::max<int64_t>(1, tile_m * tile_n * K));
+  args.parallel_for(tasks, grain, [&](int64_t tb, int64_t te) {
     std::vector<T> pack_a, pack_b;
     for (int64_t t = tb; t < te; ++t) {
       int64_t bi = t / (tiles_m * tiles_n), rem = t % (tiles_m * tiles_n);

@@ -9,6 +9,7 @@
 // `values` the op is linear, its backward max_pool_2d_back(x, dy), whose
 // backward in dy is this op again. The argmax is recomputed from x in both
 // directions rather than stored as an index tensor.
+#include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 
 namespace nabla {
@@ -51,7 +52,7 @@ void max_pool_2d_kernel(const KernelArgs& a) {
     }
   };
   a.parallel_for(a.out.shape[0] * C * OH,
-                 std::max<int64_t>(1, 4096 / std::max<int64_t>(1, OW * v.kh * v.kw)), task);
+                 cpu::grain_for(OW * v.kh * v.kw), task);
 }
 
 void max_pool_2d_forward(const KernelArgs& a) {

@@ -8,6 +8,7 @@
 // which is max_pool_2d_at(x, ddx). Overlapping windows can share an argmax, so
 // this is a scatter-add: each (n, c) plane is summed by one task in window
 // order, and results do not depend on the thread count.
+#include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 
 namespace nabla {
@@ -54,7 +55,7 @@ void max_pool_2d_back_kernel(const KernelArgs& a) {
     }
   };
   a.parallel_for(a.out.shape[0] * C,
-                 std::max<int64_t>(1, 4096 / std::max<int64_t>(1, OH * OW * v.kh * v.kw)), task);
+                 cpu::grain_for(OH * OW * v.kh * v.kw), task);
 }
 
 void max_pool_2d_back_forward(const KernelArgs& a) {

@@ -8,6 +8,7 @@ namespace {
 struct Mul {
   template <class T>
   T operator()(T a, T b) const { return a * b; }
+  cpu::VecF vec(cpu::VecF a, cpu::VecF b) const { return a * b; }
 };
 
 // da = dout * b, db = dout * a, each summed back to its operand's shape.

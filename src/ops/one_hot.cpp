@@ -2,6 +2,7 @@
 // index and 0 elsewhere. An index outside [0, classes) gives a row of zeros
 // (as tf.one_hot does), which is how cross_entropy's composite drops rows
 // labelled ignore_index. attrs: ints {classes, dtype}.
+#include "backend/cpu/thread_pool.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
 
@@ -27,7 +28,7 @@ void one_hot_kernel(const KernelArgs& a) {
   cpu::copy_strided(idx.data, idx.shape, idx.strides, sizeof(int32_t), v.data());
   T* out = a.out.ptr<T>();
   a.parallel_for(static_cast<int64_t>(v.size()),
-                 std::max<int64_t>(1, 4096 / std::max<int64_t>(1, classes)),
+                 cpu::grain_for(classes),
                  [&](int64_t b, int64_t e) {
                    for (int64_t p = b; p < e; ++p) {
                      T* row = out + p * classes;

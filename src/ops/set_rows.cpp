@@ -2,6 +2,7 @@
 // dst [R, *rest], indices i32 [*I], values [*I, *rest] -> [R, *rest].
 // With duplicate indices the last write (in row-major order of indices)
 // wins, deterministically; only that write receives a gradient.
+#include "backend/cpu/thread_pool.h"
 #include "ops/rows.h"
 
 namespace nabla {
@@ -57,7 +58,7 @@ void set_rows_kernel(const KernelArgs& a) {
   cpu::Walker<2> from_val(rest, {&out_rest, &val_rest});
   // One output row per item: each is written once, whatever the duplicates.
   a.parallel_for(
-      n_rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, width)), [&](int64_t b, int64_t e) {
+      n_rows, cpu::grain_for(width), [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) {
           int64_t q = winner[r];
           const T* src = q >= 0 ? vp + base[q] : dp + r * dst.strides[0];

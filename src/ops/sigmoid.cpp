@@ -8,6 +8,7 @@ namespace {
 struct Fn {
   template <class T>
   T operator()(T x) const { return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)); }
+  cpu::VecF vec(cpu::VecF x) const { return cpu::sigmoid(x); }
 };
 
 // d sigmoid = s (1 - s) dx: reuse the output.

@@ -8,6 +8,7 @@ namespace {
 struct Fn {
   template <class T>
   T operator()(T x) const { return x >= T(0) ? x / (T(1) + std::exp(-x)) : x * std::exp(x) / (T(1) + std::exp(x)); }
+  cpu::VecF vec(cpu::VecF x) const { return x * cpu::sigmoid(x); }
 };
 
 // d silu = s (1 + x (1 - s)) dx with s = sigmoid(x).

@@ -7,7 +7,9 @@
 // (and PyTorch) does.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "backend/cpu/simd.h"
 #include "ops/last_axis.h"
 
 namespace nabla {
@@ -35,6 +37,36 @@ int64_t causal_visible(int64_t row, int64_t tq, int64_t tk) {
   return std::clamp<int64_t>(row % tq + (tk - tq) + 1, 0, tk);
 }
 
+// One f32 row on cpu::VecF, y doubling as scratch for z = scale x + mask:
+// the max, then e^(z - max) and its sum (f32 lanes), then the scaling.
+void softmax_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, float scale,
+                     int64_t visible, int64_t len, float* y) {
+  using cpu::VecF;
+  constexpr int W = VecF::kWidth;
+  cpu::map(y, x, xs, m, ms, visible, [&](VecF xv, VecF mv) { return cpu::fma(xv, scale, mv); });
+  // NaN wins, as in the f64 path.
+  VecF vmax = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  for (; j + W <= visible; j += W) {
+    const VecF v = VecF::load(y + j);
+    vmax = cpu::select((v > vmax) | (v != v), v, vmax);
+  }
+  float mx = cpu::reduce_max(vmax);
+  for (; j < visible; ++j) mx = (y[j] > mx || y[j] != y[j]) ? y[j] : mx;
+  if (mx == -std::numeric_limits<float>::infinity()) {
+    std::fill(y, y + len, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  const float total = cpu::sum_lanes(visible, [&](int64_t i, int64_t n) {
+    const VecF e = cpu::exp(VecF::load(y + i, 1, n) - mx);
+    e.store(y + i, n);
+    return e;
+  });
+  const float inv = 1.0f / total;
+  cpu::map(y, y, 1, visible, [&](VecF v) { return v * inv; });
+  std::fill(y + visible, y + len, 0.0f);
+}
+
 template <class T>
 void softmax_kernel(const KernelArgs& a) {
   const TensorView &x = a.in[0], &m = a.in[1];
@@ -51,6 +83,10 @@ void softmax_kernel(const KernelArgs& a) {
       const T *xr = xp + o[0], *mr = mp + o[1];
       T* y = out + r * len;
       int64_t visible = causal ? causal_visible(r, tq, len) : len;
+      if constexpr (std::is_same_v<T, float>) {
+        softmax_row_f32(xr, xs, mr, ms, float(scale), visible, len, y);
+        return;
+      }
       auto z = [&](int64_t j) { return double(xr[j * xs]) * scale + double(mr[j * ms]); };
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < visible; ++j) {

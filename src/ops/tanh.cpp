@@ -8,6 +8,7 @@ namespace {
 struct Fn {
   template <class T>
   T operator()(T x) const { return std::tanh(x); }
+  cpu::VecF vec(cpu::VecF x) const { return cpu::tanh(x); }
 };
 
 // d(tanh x) = (1 - tanh^2 x) dx: reuse the output.

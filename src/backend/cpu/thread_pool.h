@@ -5,6 +5,7 @@
 // That keeps every result bit-identical at 1, 2 or N threads.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -31,6 +32,18 @@ class RangeFn {
 // fn(begin, end) for each chunk on up to `threads` threads, the caller included.
 // Returns when every chunk has run. Exceptions thrown by fn are rethrown here.
 void parallel_for(int threads, int64_t n, int64_t grain, RangeFn fn);
+
+// Work per chunk below which splitting does not pay: waking a worker and
+// waiting for it costs microseconds (tens of them when it slept or its core
+// is busy), about what 16K elements of simple work take.
+inline constexpr int64_t kMinChunkWork = int64_t{1} << 14;
+
+// Items per chunk when each item costs about item_work elements of work:
+// chunks of ~kMinChunkWork, so an op with less work than that in all is one
+// chunk and runs inline on the caller without waking a worker.
+inline int64_t grain_for(int64_t item_work) {
+  return std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, item_work));
+}
 
 // The thread count used when none is given: the machine's hardware threads.
 int default_threads();

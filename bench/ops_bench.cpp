@@ -1,0 +1,311 @@
+// Op kernels as the models run them: each benchmark builds a one-op nabla
+// graph (leaf inputs, the op, an Executor) at ViT shapes and times run().
+// Threads: NABLA_THREADS (default: every core).
+//
+// Counters: bytes_per_second counts the bytes the op must move at least (each
+// input read once, the output written once); copy_GB/s is a parallel memcpy
+// of the same bytes (half read, half written) on the same threads, measured
+// just before the op in the same run, and of_copy the op's rate as a fraction
+// of it: near 1 a bandwidth-bound op is as fast as memory lets it be. matmul
+// also reports GFLOP/s (2 M N K per call). Rates use wall time, so run on an
+// idle machine (on a busy one, compare the CPU column at NABLA_THREADS=1).
+//
+// Presets: fmnist (batch 128, 16 tokens, width 128, MLP 256, 4 heads) and
+// vit-tiny at batch 8 (197 tokens, width 192, MLP 768, 3 heads).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/thread_pool.h"
+#include "nabla/executor.h"
+#include "nabla/graph.h"
+#include "nabla/ops.h"
+#include "nabla/optim.h"
+#include "nabla/tensor.h"
+
+namespace {
+
+using nabla::Shape;
+using nabla::Tensor;
+
+int threads() { return nabla::cpu::default_threads(); }
+
+Tensor random_leaf(const Shape& shape, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(nabla::numel(shape)));
+  for (auto& x : v) x = dist(rng);
+  return Tensor::from_vector<float>(shape, v);
+}
+
+Tensor label_leaf(int64_t rows, int64_t classes) {
+  std::vector<int32_t> v(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) v[i] = static_cast<int32_t>((i * 7919) % classes);
+  return Tensor::from_vector<int32_t>({rows}, v);
+}
+
+int64_t bytes_of(const Tensor& t) {
+  return t.numel() * static_cast<int64_t>(nabla::dtype_size(t.dtype()));
+}
+
+// Bytes per second of a parallel memcpy moving `bytes` in all (bytes / 2
+// copied), split into 64 KiB chunks over the same threads as the ops; the
+// best of several ~10 ms rounds.
+double copy_rate(int64_t bytes) {
+  const int64_t half = std::max<int64_t>(bytes / 2, 64);
+  std::vector<char> src(static_cast<size_t>(half), 1), dst(static_cast<size_t>(half), 0);
+  const int64_t grain = 1 << 16;
+  auto copy = [&] {
+    nabla::cpu::parallel_for(threads(), half, grain, [&](int64_t b, int64_t e) {
+      std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b));
+    });
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  };
+  copy();
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    int64_t reps = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::chrono::duration<double> dt{};
+    do {
+      copy();
+      ++reps;
+      dt = std::chrono::steady_clock::now() - t0;
+    } while (dt.count() < 0.01);
+    best = std::max(best, 2.0 * double(half) * double(reps) / dt.count());
+  }
+  return best;
+}
+
+// Sets the counters from the loop's wall time `seconds`.
+void report(benchmark::State& state, int64_t bytes, double copy, double seconds, double flops = 0) {
+  const double runs = static_cast<double>(state.iterations());
+  const double rate = runs * double(bytes) / seconds;
+  state.SetBytesProcessed(static_cast<int64_t>(runs * double(bytes)));
+  state.counters["copy_GB/s"] = copy * 1e-9;
+  state.counters["of_copy"] = rate / copy;
+  if (flops > 0) state.counters["GFLOP/s"] = runs * flops * 1e-9 / seconds;
+}
+
+// Times out's graph; `bytes`: the traffic per run (0: inputs + output);
+// `flops`: per run, for a GFLOP/s counter (0: none).
+void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const Tensor& out,
+               int64_t bytes = 0, double flops = 0) {
+  if (bytes == 0) {
+    bytes = bytes_of(out);
+    for (const Tensor& t : inputs) bytes += bytes_of(t);
+  }
+  const double copy = copy_rate(bytes);
+  nabla::ExecOptions options;
+  options.threads = threads();
+  nabla::Executor ex(nabla::Graph({out}), options);
+  ex.run();  // warm-up: first touch of the arena
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) ex.run();
+  const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+  report(state, bytes, copy, dt.count(), flops);
+  state.SetLabel(std::to_string(ex.threads()) + " threads");
+}
+
+// ---- matmul: {M, K, N, trans_a, trans_b, batch}. A transposed operand is a
+// transposed view of a row-major leaf, as the models pass weights (Linear's
+// x W^T) and activations (the weight gradient's x^T dy).
+void BM_matmul(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
+  const int64_t batch = state.range(5);
+  Shape sa = ta ? Shape{K, M} : Shape{M, K};
+  Shape sb = tb ? Shape{N, K} : Shape{K, N};
+  if (batch > 1) {
+    sa.insert(sa.begin(), batch);
+    sb.insert(sb.begin(), batch);
+  }
+  Tensor a = random_leaf(sa, 1), b = random_leaf(sb, 2);
+  Tensor av = ta ? nabla::transpose(a) : a, bv = tb ? nabla::transpose(b) : b;
+  run_graph(state, {a, b}, nabla::matmul(av, bv), 0, 2.0 * double(batch * M * N * K));
+}
+
+void matmul_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "K", "N", "ta", "tb", "batch"});
+  // fmnist, 2048 token rows. Forward x W^T: qkv/proj, fc1, fc2.
+  b->Args({2048, 128, 128, 0, 1, 1});
+  b->Args({2048, 128, 256, 0, 1, 1});
+  b->Args({2048, 256, 128, 0, 1, 1});
+  // Input gradients dy W.
+  b->Args({2048, 256, 128, 0, 0, 1});
+  b->Args({2048, 128, 256, 0, 0, 1});
+  // Weight gradients x^T dy: K-heavy, small M and N.
+  b->Args({128, 2048, 128, 1, 0, 1});
+  b->Args({128, 2048, 256, 1, 0, 1});
+  b->Args({256, 2048, 128, 1, 0, 1});
+  // Attention scores q k^T per (image, head): 512 x [16, 32] x [32, 16].
+  b->Args({16, 32, 16, 0, 1, 512});
+  // vit-tiny at batch 8, 1576 token rows: qkv/proj, fc1, fc2, weight gradients.
+  b->Args({1576, 192, 192, 0, 1, 1});
+  b->Args({1576, 192, 768, 0, 1, 1});
+  b->Args({1576, 768, 192, 0, 1, 1});
+  b->Args({192, 1576, 768, 1, 0, 1});
+  b->Args({768, 1576, 192, 1, 0, 1});
+  b->Args({197, 64, 197, 0, 1, 24});
+  b->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_matmul)->Apply(matmul_shapes)->UseRealTime();
+
+// ---- Row ops over [rows, C]: {rows, C}.
+void row_shapes(benchmark::internal::Benchmark* b, int64_t fm_c, int64_t tiny_c) {
+  b->ArgNames({"rows", "C"});
+  b->Args({2048, fm_c});
+  b->Args({1576, tiny_c});
+  b->Unit(benchmark::kMicrosecond);
+}
+
+void BM_layer_norm(benchmark::State& state) {
+  Tensor x = random_leaf({state.range(0), state.range(1)}, 3);
+  run_graph(state, {x}, nabla::layer_norm(x, 1e-6));
+}
+BENCHMARK(BM_layer_norm)->Apply([](auto* b) { row_shapes(b, 128, 192); })->UseRealTime();
+
+void BM_layer_norm_back(benchmark::State& state) {
+  Tensor x = random_leaf({state.range(0), state.range(1)}, 3);
+  Tensor dy = random_leaf({state.range(0), state.range(1)}, 4);
+  run_graph(state, {x, dy}, nabla::layer_norm_back(x, dy, 1e-6));
+}
+BENCHMARK(BM_layer_norm_back)->Apply([](auto* b) { row_shapes(b, 128, 192); })->UseRealTime();
+
+// ---- Activations on the MLP hidden layer.
+void BM_gelu(benchmark::State& state) {
+  Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
+  run_graph(state, {x}, nabla::gelu(x));
+}
+BENCHMARK(BM_gelu)->Apply([](auto* b) { row_shapes(b, 256, 768); })->UseRealTime();
+
+void BM_gelu_back(benchmark::State& state) {
+  Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
+  Tensor dy = random_leaf({state.range(0), state.range(1)}, 6);
+  run_graph(state, {x, dy}, nabla::gelu_back(x, dy));
+}
+BENCHMARK(BM_gelu_back)->Apply([](auto* b) { row_shapes(b, 256, 768); })->UseRealTime();
+
+void BM_gelu_erf(benchmark::State& state) {
+  Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
+  run_graph(state, {x}, nabla::gelu_erf(x));
+}
+BENCHMARK(BM_gelu_erf)->Apply([](auto* b) { row_shapes(b, 256, 768); })->UseRealTime();
+
+void BM_gelu_erf_back(benchmark::State& state) {
+  Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
+  Tensor dy = random_leaf({state.range(0), state.range(1)}, 6);
+  run_graph(state, {x, dy}, nabla::gelu_erf_back(x, dy));
+}
+BENCHMARK(BM_gelu_erf_back)->Apply([](auto* b) { row_shapes(b, 256, 768); })->UseRealTime();
+
+// ---- Elementwise add: a residual (same shape) and a bias (row broadcast).
+void BM_add(benchmark::State& state) {
+  Tensor x = random_leaf({state.range(0), state.range(1)}, 7);
+  Tensor y = state.range(2) ? random_leaf({state.range(1)}, 8) : random_leaf({state.range(0), state.range(1)}, 8);
+  run_graph(state, {x, y}, nabla::add(x, y));
+}
+BENCHMARK(BM_add)
+    ->ArgNames({"rows", "C", "bias"})
+    ->Args({2048, 128, 0})
+    ->Args({2048, 256, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// ---- contiguous: heads back to tokens, [N, H, T, D] -> [N, T, H, D].
+void BM_contiguous(benchmark::State& state) {
+  const int64_t n = state.range(0), h = state.range(1), t = state.range(2), d = state.range(3);
+  Tensor x = random_leaf({n, h, t, d}, 9);
+  run_graph(state, {x}, nabla::contiguous(nabla::permute(x, {0, 2, 1, 3})));
+}
+BENCHMARK(BM_contiguous)
+    ->ArgNames({"N", "H", "T", "D"})
+    ->Args({128, 4, 16, 32})
+    ->Args({8, 3, 197, 64})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// ---- Attention softmax over scores [N, H, T, T]: {N, H, T, causal}.
+void softmax_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"N", "H", "T", "causal"});
+  b->Args({128, 4, 16, 0});
+  b->Args({8, 3, 197, 0});
+  b->Args({8, 3, 197, 1});
+  b->Unit(benchmark::kMicrosecond);
+}
+
+void BM_softmax(benchmark::State& state) {
+  const int64_t t = state.range(2);
+  Tensor x = random_leaf({state.range(0), state.range(1), t, t}, 10);
+  run_graph(state, {x}, nabla::softmax(x, 0.125, Tensor(), state.range(3) != 0));
+}
+BENCHMARK(BM_softmax)->Apply(softmax_shapes)->UseRealTime();
+
+void BM_softmax_back(benchmark::State& state) {
+  const int64_t t = state.range(2);
+  Tensor y = random_leaf({state.range(0), state.range(1), t, t}, 10, 0.0f, 0.1f);
+  Tensor dy = random_leaf({state.range(0), state.range(1), t, t}, 11);
+  run_graph(state, {y, dy}, nabla::softmax_back(y, dy, 0.125));
+}
+BENCHMARK(BM_softmax_back)
+    ->ArgNames({"N", "H", "T"})
+    ->Args({128, 4, 16})
+    ->Args({8, 3, 197})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// ---- Cross-entropy: {rows, classes}; fmnist's head and a GPT-2 sized vocabulary.
+void BM_cross_entropy(benchmark::State& state) {
+  const int64_t rows = state.range(0), classes = state.range(1);
+  Tensor logits = random_leaf({rows, classes}, 12);
+  Tensor labels = label_leaf(rows, classes);
+  run_graph(state, {logits, labels}, nabla::cross_entropy(logits, labels));
+}
+BENCHMARK(BM_cross_entropy)
+    ->ArgNames({"rows", "classes"})
+    ->Args({128, 10})
+    ->Args({256, 50257})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// ---- im2col for the patch embedding: {N, C, H, patch}.
+void BM_im2col(benchmark::State& state) {
+  const int64_t n = state.range(0), c = state.range(1), hw = state.range(2), p = state.range(3);
+  Tensor x = random_leaf({n, c, hw, hw}, 13);
+  run_graph(state, {x}, nabla::im2col(x, p, p));
+}
+BENCHMARK(BM_im2col)
+    ->ArgNames({"N", "C", "HW", "patch"})
+    ->Args({128, 1, 28, 7})
+    ->Args({8, 3, 224, 16})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// ---- AdamW over {params} f32 elements, one slot (the update is one fused
+// pass over every parameter anyway). Reads p, m, v, g; writes p, m, v.
+void BM_adamw(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor p = random_leaf({n}, 14);
+  Tensor g = random_leaf({n}, 15);
+  nabla::optim::AdamW opt({{"w", p, true}}, nabla::optim::AdamWConfig{}, threads());
+  const std::vector<const float*> grads = {g.data_as<float>()};
+  const int64_t bytes = 7 * n * static_cast<int64_t>(sizeof(float));
+  const double copy = copy_rate(bytes);
+  opt.step(grads, 1e-3);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) opt.step(grads, 1e-3);
+  const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+  report(state, bytes, copy, dt.count());
+  state.SetLabel(std::to_string(threads()) + " threads");
+}
+// fmnist's 0.54M parameters, vit-tiny's 5.7M.
+BENCHMARK(BM_adamw)->ArgNames({"params"})->Arg(540000)->Arg(5700000)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace

@@ -1,0 +1,299 @@
+// One SIMD vector type for the f32 kernels, and the elementary functions they
+// need (exp, tanh, erf, sigmoid) written once on it.
+//
+// Vec<float> holds kWidth lanes: 16 with AVX-512F, 8 with AVX2 + FMA, else 4
+// (SSE2 or NEON). It is a GCC/Clang vector extension, so arithmetic and
+// comparisons are plain operators; only FMA uses an intrinsic (ISO C++ builds
+// do not contract a * b + c). Where the target has no 16-byte SIMD the
+// compiler lowers the same code to scalar loops: that is the fallback.
+//
+// Every operation here is lane-wise, so an element's result does not depend
+// on its lane or on what the other lanes hold: kernels built on it are
+// bit-identical whatever their chunking, and strided and contiguous layouts
+// give the same bits (kernels gather strided data into a vector).
+//
+// f64 kernels keep std:: functions: they are the reference the f32 kernels
+// are checked against (rtol 1e-3), so the approximations below only need to
+// be a few ulp from the correctly rounded f32 value; each states its bound,
+// checked by tests/core/simd_test.cpp against the f64 functions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
+#include <arm_neon.h>
+#endif
+
+namespace nabla::cpu {
+
+#if defined(__AVX512F__)
+inline constexpr int kSimdBytes = 64;
+#elif defined(__AVX2__) && defined(__FMA__)
+inline constexpr int kSimdBytes = 32;
+#else
+inline constexpr int kSimdBytes = 16;
+#endif
+
+template <class T>
+struct Vec;
+
+template <>
+struct Vec<float> {
+  static constexpr int kWidth = kSimdBytes / static_cast<int>(sizeof(float));
+  using Raw = float __attribute__((vector_size(kSimdBytes)));
+  using Bits = int32_t __attribute__((vector_size(kSimdBytes)));
+
+  Raw v;
+
+  Vec() = default;
+  Vec(Raw r) : v(r) {}                              // NOLINT: implicit by design
+  Vec(float s) : v(Raw{} + s) {}                    // NOLINT: broadcast
+  static Vec load(const float* p) {
+    Raw r;
+    std::memcpy(&r, p, sizeof r);  // unaligned load
+    return r;
+  }
+  void store(float* p) const { std::memcpy(p, &v, sizeof v); }
+  // Lanes [0, n) from p[i * stride] (n <= kWidth); the other lanes are 0.
+  static Vec load(const float* p, int64_t stride, int64_t n) {
+    if (stride == 1 && n == kWidth) return load(p);
+    if (stride == 0) return Vec(*p);
+    alignas(kSimdBytes) float buf[kWidth] = {};
+    for (int64_t i = 0; i < n; ++i) buf[i] = p[i * stride];
+    return load(buf);
+  }
+  // Writes lanes [0, n) to p[0, n).
+  void store(float* p, int64_t n) const {
+    if (n == kWidth) return store(p);
+    alignas(kSimdBytes) float buf[kWidth];
+    store(buf);
+    std::memcpy(p, buf, static_cast<size_t>(n) * sizeof(float));
+  }
+  float operator[](int i) const { return v[i]; }
+};
+
+using VecF = Vec<float>;
+
+inline VecF operator+(VecF a, VecF b) { return a.v + b.v; }
+inline VecF operator-(VecF a, VecF b) { return a.v - b.v; }
+inline VecF operator*(VecF a, VecF b) { return a.v * b.v; }
+inline VecF operator/(VecF a, VecF b) { return a.v / b.v; }
+inline VecF operator-(VecF a) { return -a.v; }
+inline VecF& operator+=(VecF& a, VecF b) { return a = a + b; }
+inline VecF& operator*=(VecF& a, VecF b) { return a = a * b; }
+
+// Lane masks: all ones where the comparison holds (false for NaN, except !=).
+using MaskF = VecF::Bits;
+inline MaskF operator<(VecF a, VecF b) { return a.v < b.v; }
+inline MaskF operator>(VecF a, VecF b) { return a.v > b.v; }
+inline MaskF operator>=(VecF a, VecF b) { return a.v >= b.v; }
+inline MaskF operator!=(VecF a, VecF b) { return a.v != b.v; }
+// m ? a : b, lane by lane.
+inline VecF select(MaskF m, VecF a, VecF b) { return m ? a.v : b.v; }
+
+inline MaskF bits(VecF a) {
+  MaskF r;
+  std::memcpy(&r, &a.v, sizeof r);
+  return r;
+}
+inline VecF from_bits(MaskF b) {
+  VecF::Raw r;
+  std::memcpy(&r, &b, sizeof r);
+  return r;
+}
+
+// a * b + c with one rounding.
+inline VecF fma(VecF a, VecF b, VecF c) {
+#if defined(__AVX512F__)
+  return _mm512_fmadd_ps(a.v, b.v, c.v);
+#elif defined(__AVX2__) && defined(__FMA__)
+  return _mm256_fmadd_ps(a.v, b.v, c.v);
+#elif defined(__ARM_NEON) && defined(__ARM_FEATURE_FMA)
+  return vfmaq_f32(c.v, a.v, b.v);
+#else
+  return a * b + c;
+#endif
+}
+
+// min and max that return `a` when either operand is NaN, so a NaN input
+// clamped against constants stays NaN (x86 minps/maxps with the constant first).
+inline VecF min(VecF a, VecF b) { return select(b < a, b, a); }
+inline VecF max(VecF a, VecF b) { return select(b > a, b, a); }
+inline VecF abs(VecF a) { return from_bits(bits(a) & 0x7fffffff); }
+
+// Horizontal sum and max, in a fixed lane order.
+inline float reduce_add(VecF a) {
+  float s = 0;
+  for (int i = 0; i < VecF::kWidth; ++i) s += a[i];
+  return s;
+}
+// NaN in any lane gives NaN.
+inline float reduce_max(VecF a) {
+  float m = a[0];
+  for (int i = 1; i < VecF::kWidth; ++i) m = (a[i] > m || a[i] != a[i]) ? a[i] : m;
+  return m;
+}
+
+// Polynomial c[0] + c[1] x + ... + c[N-1] x^(N-1), Horner with FMA.
+template <size_t N>
+inline VecF poly(VecF x, const float (&c)[N]) {
+  VecF p = c[N - 1];
+  for (size_t i = N - 1; i-- > 0;) p = fma(p, x, c[i]);
+  return p;
+}
+
+// e^x. Cephes expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-7
+// polynomial, then scaled by 2^n in two factors so that results down to the
+// subnormals (x >= -103.9) and up to FLT_MAX (x <= 88.72) are right; below
+// that 0, above it +inf; NaN stays NaN. Max relative error 1e-7 (about 1 ulp)
+// on normal results, absolute 2e-45 on subnormal ones.
+inline VecF exp(VecF x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  static constexpr float kP[] = {1.0f,           1.0f,           5.0000001201e-1f, 1.6666665459e-1f,
+                                 4.1665795894e-2f, 8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
+  const VecF xc = min(max(x, -104.0f), 89.0f);
+  const VecF t = fma(xc, kLog2e, kRound);
+  const VecF n = t - kRound;  // round(x / ln2), exact
+  VecF r = fma(n, -kLn2Hi, xc);
+  r = fma(n, -kLn2Lo, r);
+  const VecF p = poly(r, kP);
+  // n as an integer: the low bits of t. 2^n = 2^(n/2, floored) * 2^(the rest),
+  // each a normal float for n in [-150, 128].
+  const MaskF ni = bits(t) - bits(VecF(kRound));
+  const MaskF n1 = ni >> 1, n2 = ni - n1;
+  return p * from_bits((n1 + 127) << 23) * from_bits((n2 + 127) << 23);
+}
+
+// sigmoid(x) and 1 - sigmoid(x) = sigmoid(-x), both without cancellation:
+// with e = e^-|x| <= 1, r = 1 / (1 + e) is the sigmoid of |x| and e r that of
+// -|x|. Max relative error 2e-7 each (0 below x = -104, where e^x underflows).
+struct SigmoidPair {
+  VecF s, one_minus_s;
+};
+inline SigmoidPair sigmoid_pair(VecF x) {
+  const VecF e = exp(-abs(x));
+  const VecF r = 1.0f / (1.0f + e);
+  const VecF er = e * r;
+  const MaskF pos = x >= 0.0f;
+  return {select(pos, r, er), select(pos, er, r)};
+}
+inline VecF sigmoid(VecF x) { return sigmoid_pair(x).s; }
+
+// tanh. Cephes tanhf: for |x| < 0.625 an odd polynomial (no cancellation near
+// 0), else 1 - 2 / (e^(2|x|) + 1) with x's sign. Max relative error 2e-7.
+inline VecF tanh(VecF x) {
+  static constexpr float kP[] = {-3.33332819422e-1f, 1.33314422036e-1f, -5.37397155531e-2f,
+                                 2.06390887954e-2f, -5.70498872745e-3f};
+  const VecF ax = abs(x);
+  const VecF z = x * x;
+  const VecF small = fma(poly(z, kP) * z, x, x);
+  const VecF large = 1.0f - 2.0f / (exp(ax + ax) + 1.0f);
+  const VecF large_signed = from_bits(bits(large) | (bits(x) & int32_t(0x80000000)));
+  return select(ax < 0.625f, small, large_signed);
+}
+
+// erf. A rational x P(x^2) / Q(x^2) on [-4, 4] (Eigen's and XLA's f32 erf),
+// +-1 beyond. Max absolute and relative error 4e-7 (about 6 ulp near +-1;
+// relative for |x| >= 1e-30: subnormal x lose digits). So 1 + erf(x) has
+// 4e-7 absolute accuracy (std::erf in f32 gives 6e-8, from rounding to 1)
+// and little relative accuracy in the far negative tail.
+inline VecF erf(VecF x) {
+  static constexpr float kP[] = {-1.60960333262415e-02f, -2.95459980854025e-03f,
+                                 -7.34990630326855e-04f, -5.69250639462346e-05f,
+                                 -2.10102402082508e-06f, 2.77068142495902e-08f,
+                                 -2.72614225801306e-10f};
+  static constexpr float kQ[] = {-1.42647390514189e-02f, -7.37332916720468e-03f,
+                                 -1.68282697438203e-03f, -2.13374055278905e-04f,
+                                 -1.45660718464996e-05f};
+  const VecF xc = min(max(x, -4.0f), 4.0f);
+  const VecF z = xc * xc;
+  return xc * poly(z, kP) / poly(z, kQ);
+}
+
+// Lanes [0, m) set.
+inline MaskF first_lanes(int64_t m) {
+  MaskF iota;
+  for (int i = 0; i < VecF::kWidth; ++i) iota[i] = i;
+  return iota < static_cast<int32_t>(m);
+}
+
+// The sum over i in [0, n) of the lanes of f(i, m), where f returns the
+// vector for elements [i, i + m): m is kWidth except at the tail, whose lanes
+// past m are dropped (f may load them as anything). f32 lanes, summed in a
+// fixed order.
+template <class F>
+inline float sum_lanes(int64_t n, F&& f) {
+  constexpr int W = VecF::kWidth;
+  VecF acc = 0.0f;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) acc += f(i, int64_t{W});
+  if (i < n) acc += select(first_lanes(n - i), f(i, n - i), 0.0f);
+  return reduce_add(acc);
+}
+
+// The sum of x[0, n) accumulated in f64 lanes, for statistics whose
+// cancellation f32 would not survive (the mean of a row with a large offset).
+inline double sum_f64(const float* x, int64_t n) {
+  using Half = float __attribute__((vector_size(kSimdBytes / 2)));
+  using Wide = double __attribute__((vector_size(kSimdBytes)));
+  constexpr int H = kSimdBytes / 8;
+  Wide acc = {};
+  int64_t i = 0;
+  for (; i + H <= n; i += H) {
+    Half h;
+    std::memcpy(&h, x + i, sizeof h);
+    acc += __builtin_convertvector(h, Wide);
+  }
+  double s = 0;
+  for (int k = 0; k < H; ++k) s += acc[k];
+  for (; i < n; ++i) s += double(x[i]);
+  return s;
+}
+
+// p[i * stride] for i in [0, n) as a contiguous array: p itself when stride
+// is 1, else a copy in buf. Row kernels use it to run one contiguous code path.
+inline const float* gather(const float* p, int64_t stride, int64_t n, std::vector<float>& buf) {
+  if (stride == 1) return p;
+  buf.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) buf[i] = p[i * stride];
+  return buf.data();
+}
+
+// Applies f (VecF -> VecF) to x[0, n) (stride xs, any value) into out[0, n),
+// kWidth elements at a time; the tail runs through the same f on a partial
+// vector, so every element gets the same arithmetic.
+template <class F>
+inline void map(float* out, const float* x, int64_t xs, int64_t n, F&& f) {
+  constexpr int W = VecF::kWidth;
+  int64_t i = 0;
+  if (xs == 1) {
+    for (; i + W <= n; i += W) f(VecF::load(x + i)).store(out + i);
+  }
+  for (; i < n; i += W) {
+    const int64_t m = n - i < W ? n - i : W;
+    f(VecF::load(x + i * xs, xs, m)).store(out + i, m);
+  }
+}
+
+// Two inputs: out[i] = f(x[i * xs], y[i * ys]).
+template <class F>
+inline void map(float* out, const float* x, int64_t xs, const float* y, int64_t ys, int64_t n,
+                F&& f) {
+  constexpr int W = VecF::kWidth;
+  int64_t i = 0;
+  if (xs == 1 && ys == 1) {
+    for (; i + W <= n; i += W) f(VecF::load(x + i), VecF::load(y + i)).store(out + i);
+  }
+  for (; i < n; i += W) {
+    const int64_t m = n - i < W ? n - i : W;
+    f(VecF::load(x + i * xs, xs, m), VecF::load(y + i * ys, ys, m)).store(out + i, m);
+  }
+}
+
+}  // namespace nabla::cpu

@@ -1,0 +1,126 @@
+// The f32 SIMD functions against the f64 std:: ones, at the error bounds
+// src/backend/cpu/simd.h documents, and on the special values.
+#include "backend/cpu/simd.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace nabla::cpu {
+namespace {
+
+// Every 701st float in [lo, hi] (by bit pattern order), f applied per vector.
+template <class F>
+std::vector<std::pair<float, float>> sweep(float lo, float hi, F f) {
+  auto key = [](float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  };
+  auto unkey = [](uint32_t k) {
+    uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    float v;
+    std::memcpy(&v, &u, 4);
+    return v;
+  };
+  std::vector<float> xs;
+  for (uint64_t k = key(lo); k <= key(hi); k += 701) xs.push_back(unkey(static_cast<uint32_t>(k)));
+  xs.push_back(hi);
+  std::vector<float> ys(xs.size());
+  map(ys.data(), xs.data(), 1, static_cast<int64_t>(xs.size()), f);
+  std::vector<std::pair<float, float>> out;
+  for (size_t i = 0; i < xs.size(); ++i) out.emplace_back(xs[i], ys[i]);
+  return out;
+}
+
+// Max of |got - want| / max(|want|, floor).
+template <class F, class R>
+double max_error(float lo, float hi, F f, R ref, double floor) {
+  double worst = 0;
+  for (auto [x, y] : sweep(lo, hi, f)) {
+    const double want = ref(double(x));
+    worst = std::max(worst, std::abs(double(y) - want) / std::max(std::abs(want), floor));
+  }
+  return worst;
+}
+
+constexpr double kTiny = 1e-300;  // a floor that makes the error relative
+
+TEST(Simd, ExpRelativeError) {
+  auto f = [](VecF x) { return exp(x); };
+  auto ref = [](double x) { return std::exp(x); };
+  EXPECT_LT(max_error(-87.0f, 88.72f, f, ref, kTiny), 1e-7);
+  // Subnormal results: absolute.
+  EXPECT_LT(max_error(-110.0f, -87.0f, f, ref, 1.0), 2e-45);
+}
+
+TEST(Simd, TanhRelativeError) {
+  EXPECT_LT(max_error(-20.0f, 20.0f, [](VecF x) { return tanh(x); },
+                      [](double x) { return std::tanh(x); }, kTiny),
+            2e-7);
+}
+
+TEST(Simd, ErfError) {
+  auto f = [](VecF x) { return erf(x); };
+  auto ref = [](double x) { return std::erf(x); };
+  EXPECT_LT(max_error(1e-30f, 10.0f, f, ref, kTiny), 4e-7);
+  EXPECT_LT(max_error(-10.0f, -1e-30f, f, ref, kTiny), 4e-7);
+}
+
+TEST(Simd, SigmoidPairRelativeError) {
+  auto ref = [](double x) { return 1 / (1 + std::exp(-x)); };
+  EXPECT_LT(max_error(-87.0f, 87.0f, [](VecF x) { return sigmoid_pair(x).s; }, ref, kTiny), 2e-7);
+  EXPECT_LT(max_error(-87.0f, 87.0f, [](VecF x) { return sigmoid_pair(x).one_minus_s; },
+                      [&](double x) { return ref(-x); }, kTiny),
+            2e-7);
+}
+
+TEST(Simd, SpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {nan, inf, -inf, 0.0f, 89.0f, -104.0f, 1e30f, -1e30f};
+  std::vector<float> e(x.size()), t(x.size()), r(x.size()), s(x.size());
+  map(e.data(), x.data(), 1, 8, [](VecF v) { return exp(v); });
+  map(t.data(), x.data(), 1, 8, [](VecF v) { return tanh(v); });
+  map(r.data(), x.data(), 1, 8, [](VecF v) { return erf(v); });
+  map(s.data(), x.data(), 1, 8, [](VecF v) { return sigmoid(v); });
+  EXPECT_TRUE(std::isnan(e[0]) && std::isnan(t[0]) && std::isnan(r[0]) && std::isnan(s[0]));
+  EXPECT_EQ(e[1], inf);
+  EXPECT_EQ(e[2], 0.0f);
+  EXPECT_EQ(e[3], 1.0f);
+  EXPECT_EQ(e[4], inf);
+  EXPECT_EQ(e[5], 0.0f);
+  EXPECT_EQ(t[1], 1.0f);
+  EXPECT_EQ(t[2], -1.0f);
+  EXPECT_EQ(t[3], 0.0f);
+  EXPECT_EQ(r[6], 1.0f);
+  EXPECT_EQ(r[7], -1.0f);
+  EXPECT_EQ(s[1], 1.0f);
+  EXPECT_EQ(s[2], 0.0f);
+  EXPECT_EQ(s[3], 0.5f);
+}
+
+// A strided or partial (tail) vector gives the same bits as a full one.
+TEST(Simd, LayoutDoesNotChangeBits) {
+  std::vector<float> x(3 * 37);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.37f * float(i) - 20.0f;
+  auto f = [](VecF v) { return erf(v) + exp(v) * tanh(v); };
+  std::vector<float> flat(x.size()), strided(37);
+  map(flat.data(), x.data(), 1, static_cast<int64_t>(x.size()), f);
+  map(strided.data(), x.data(), 3, 37, f);
+  for (int i = 0; i < 37; ++i) EXPECT_EQ(strided[i], flat[3 * i]) << i;
+}
+
+TEST(Simd, Reductions) {
+  std::vector<float> x(45);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i) + 1e6f;
+  EXPECT_DOUBLE_EQ(sum_f64(x.data(), 45), 45e6 + 990);
+  const float s = sum_lanes(45, [&](int64_t i, int64_t n) { return VecF::load(x.data() + i, 1, n) - 1e6f; });
+  EXPECT_EQ(s, 990.0f);
+}
+
+}  // namespace
+}  // namespace nabla::cpu

@@ -1,0 +1,314 @@
+// Tokenizers: bytes, GPT-2's pre-tokenisation pattern, BPE merges on a small
+// made-up vocabulary, GPT-2's real vocabulary on hand-checked strings, and
+// errors for bad vocabulary files. tests/text/bpe_reference.sh compares with
+// an independent GPT-2 encoder on a large corpus.
+#include "nabla/tokenizer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "nabla/error.h"
+#include "text/unicode.h"
+
+using namespace nabla;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+    path_ = testing::TempDir() + "nabla_tok_" + info->test_suite_name() + "_" + info->name() + "_" +
+            std::to_string(::getpid());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+// GPT-2's byte alphabet, written independently of the library: printable
+// bytes stand for themselves, the rest map to U+0100 onwards in order.
+std::string byte_char(int b) {
+  static const std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> t(256);
+    uint32_t next = 256;
+    for (uint32_t c = 0; c < 256; ++c)
+      t[c] = ((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174)) ? c : next++;
+    return t;
+  }();
+  uint32_t cp = table[b];
+  if (cp < 0x80) return std::string(1, static_cast<char>(cp));
+  return {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// A vocabulary of the 256 bytes (ids 0..255 in byte order) plus `merges`,
+// each adding its concatenation as the next id.
+void write_vocab(const TempDir& dir, const std::vector<std::pair<std::string, std::string>>& merges,
+                 const std::string& extra_token = "") {
+  std::string json = "{";
+  int id = 0;
+  for (int b = 0; b < 256; ++b) json += (b ? ", \"" : "\"") + json_escape(byte_char(b)) + "\": " + std::to_string(id++);
+  std::string bpe = "#version: 0.2\n";
+  auto spell = [](const std::string& bytes) {
+    std::string s;
+    for (char c : bytes) s += byte_char(static_cast<uint8_t>(c));
+    return s;
+  };
+  for (const auto& [a, b] : merges) {
+    json += ", \"" + json_escape(spell(a + b)) + "\": " + std::to_string(id++);
+    bpe += spell(a) + " " + spell(b) + "\n";
+  }
+  if (!extra_token.empty()) json += ", \"" + extra_token + "\": " + std::to_string(id++);
+  write_text(dir.file("encoder.json"), json + "}");
+  write_text(dir.file("vocab.bpe"), bpe);
+}
+
+std::vector<std::string> pieces(std::string_view text) {
+  std::vector<std::string> out;
+  for (std::string_view p : Gpt2Tokenizer::split(text)) out.emplace_back(p);
+  return out;
+}
+
+using Pieces = std::vector<std::string>;
+
+}  // namespace
+
+TEST(ByteTokenizer, RoundTripsEveryByte) {
+  ByteTokenizer tok;
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  std::vector<int32_t> ids = tok.encode(all);
+  ASSERT_EQ(ids.size(), 256u);
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(ids[b], b);
+  EXPECT_EQ(tok.decode(ids), all);
+  EXPECT_EQ(tok.decode(tok.encode("héllo, 世界\n")), "héllo, 世界\n");
+  EXPECT_EQ(tok.vocab_size(), 256);
+  EXPECT_EQ(tok.name(), "byte");
+  EXPECT_EQ(tok.eot_id(), -1);
+}
+
+TEST(ByteTokenizer, DecodeRejectsIdsOutsideTheVocabulary) {
+  ByteTokenizer tok;
+  EXPECT_THROW(tok.decode(std::vector<int32_t>{65, 256}), UsageError);
+  EXPECT_THROW(tok.decode(std::vector<int32_t>{-1}), UsageError);
+}
+
+TEST(MakeTokenizer, NamesAndErrors) {
+  EXPECT_EQ(make_tokenizer("byte")->name(), "byte");
+  EXPECT_THROW(make_tokenizer("sentencepiece"), UsageError);
+  TempDir dir;
+  try {
+    make_tokenizer("gpt2", dir.path());
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.file("encoder.json")), std::string::npos) << e.what();
+  }
+}
+
+TEST(Unicode, Classes) {
+  using namespace nabla::text;
+  EXPECT_EQ(code_class('a'), kLetter);
+  EXPECT_EQ(code_class('Z'), kLetter);
+  EXPECT_EQ(code_class('7'), kNumber);
+  EXPECT_EQ(code_class('_'), kOther);
+  EXPECT_EQ(code_class('\t'), kSpace);
+  EXPECT_EQ(code_class(0xE9), kLetter);     // é
+  EXPECT_EQ(code_class(0x4E2D), kLetter);   // 中 (Lo)
+  EXPECT_EQ(code_class(0x02B0), kLetter);   // ʰ (Lm)
+  EXPECT_EQ(code_class(0x01C5), kLetter);   // ǅ (Lt)
+  EXPECT_EQ(code_class(0x0663), kNumber);   // Arabic-Indic three (Nd)
+  EXPECT_EQ(code_class(0x2167), kNumber);   // Roman numeral eight (Nl)
+  EXPECT_EQ(code_class(0x00BD), kNumber);   // ½ (No)
+  EXPECT_EQ(code_class(0x0301), kOther);    // combining acute (Mn)
+  EXPECT_EQ(code_class(0x1F642), kOther);   // 🙂 (So)
+  EXPECT_EQ(code_class(0x00A0), kSpace);    // no-break space
+  EXPECT_EQ(code_class(0x0085), kSpace);    // next line: White_Space, as in GPT-2's `regex`
+  EXPECT_EQ(code_class(0xFEFF), kOther);    // BOM: not White_Space
+  EXPECT_EQ(code_class(0x3000), kSpace);    // ideographic space
+  EXPECT_EQ(code_class(0x1D518), kLetter);  // 𝔘 (astral Lu)
+  EXPECT_EQ(code_class(0x10FFFF), kOther);
+  EXPECT_STREQ(kUnicodeVersion, "14.0.0");
+}
+
+TEST(Unicode, DecodesUtf8AndFlagsMalformedBytes) {
+  using namespace nabla::text;
+  size_t len = 0;
+  EXPECT_EQ(decode_utf8("\xC3\xA9", 0, len), 0xE9u);
+  EXPECT_EQ(len, 2u);
+  EXPECT_EQ(decode_utf8("\xF0\x9F\x99\x82", 0, len), 0x1F642u);
+  EXPECT_EQ(len, 4u);
+  for (std::string_view bad : {"\x80", "\xC3", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xFF", "\xE4\xB8"}) {
+    EXPECT_EQ(decode_utf8(bad, 0, len), kInvalid) << testing::PrintToString(std::string(bad));
+    EXPECT_EQ(len, 1u);
+  }
+}
+
+// The pattern's pieces, worked out by hand from
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+TEST(Gpt2Split, FollowsThePattern) {
+  EXPECT_EQ(pieces("Hello world"), (Pieces{"Hello", " world"}));
+  EXPECT_EQ(pieces("Hello, world!"), (Pieces{"Hello", ",", " world", "!"}));
+  EXPECT_EQ(pieces("I'm can't we've they'll I'd it's you're"),
+            (Pieces{"I", "'m", " can", "'t", " we", "'ve", " they", "'ll", " I", "'d", " it", "'s", " you", "'re"}));
+  EXPECT_EQ(pieces("'st"), (Pieces{"'s", "t"}));
+  EXPECT_EQ(pieces("IT'S"), (Pieces{"IT", "'", "S"}));  // contractions are lower case only
+  EXPECT_EQ(pieces("''s"), (Pieces{"''", "s"}));       // the run of other characters takes both
+  EXPECT_EQ(pieces("abc123 456"), (Pieces{"abc", "123", " 456"}));
+  // A run of spaces leaves its last space to lead the next piece.
+  EXPECT_EQ(pieces("a   b"), (Pieces{"a", "  ", " b"}));
+  EXPECT_EQ(pieces("   x"), (Pieces{"  ", " x"}));
+  EXPECT_EQ(pieces("x   "), (Pieces{"x", "   "}));  // at the end, the whole run
+  EXPECT_EQ(pieces("a\n\nb"), (Pieces{"a", "\n", "\n", "b"}));
+  EXPECT_EQ(pieces("a\n\n"), (Pieces{"a", "\n\n"}));
+  EXPECT_EQ(pieces("a\tb"), (Pieces{"a", "\t", "b"}));  // only ' ' leads a word
+  EXPECT_EQ(pieces("a \t b"), (Pieces{"a", " \t", " b"}));
+  EXPECT_EQ(pieces(" !!! ?"), (Pieces{" !!!", " ?"}));
+  EXPECT_EQ(pieces("café 東京🙂"), (Pieces{"café", " 東京", "🙂"}));
+  EXPECT_EQ(pieces("e\xCC\x81t\xC3\xA9"), (Pieces{"e", "\xCC\x81", "t\xC3\xA9"}));  // combining mark is not a letter
+  EXPECT_EQ(pieces("a\xC2\x85" "b"), (Pieces{"a", "\xC2\x85", "b"}));                // U+0085 is white space
+  EXPECT_EQ(pieces(""), Pieces{});
+  EXPECT_EQ(pieces("\xFF\xFEok"), (Pieces{"\xFF\xFE", "ok"}));  // malformed bytes are "other"
+}
+
+TEST(Gpt2Bpe, MergesByRankLeftToRight) {
+  TempDir dir;
+  // Ranks: "b c" first, then "a b", "a a", "aa a".
+  write_vocab(dir, {{"b", "c"}, {"a", "b"}, {"a", "a"}, {"aa", "a"}}, "<|endoftext|>");
+  Gpt2Tokenizer tok(dir.path());
+  EXPECT_EQ(tok.vocab_size(), 256 + 4 + 1);
+  EXPECT_EQ(tok.eot_id(), 260);
+  EXPECT_EQ(tok.encode("abc"), (std::vector<int32_t>{'a', 256}));  // "b c" outranks "a b"
+  EXPECT_EQ(tok.encode("ab"), (std::vector<int32_t>{257}));
+  // "a a" merges every pair left to right, then "aa a" joins what it can.
+  EXPECT_EQ(tok.encode("aaa"), (std::vector<int32_t>{259}));
+  EXPECT_EQ(tok.encode("aaaa"), (std::vector<int32_t>{258, 258}));
+  EXPECT_EQ(tok.encode("aaaaa"), (std::vector<int32_t>{258, 259}));
+  EXPECT_EQ(tok.encode(" ab"), (std::vector<int32_t>{' ', 257}));
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  EXPECT_EQ(tok.decode(tok.encode(all)), all);
+  EXPECT_THROW(tok.decode(std::vector<int32_t>{261}), UsageError);
+}
+
+TEST(Gpt2Vocab, CorruptFilesAreIoErrorsNamingTheFile) {
+  auto expect_io_error = [](const TempDir& dir, const std::string& file, const std::string& part) {
+    try {
+      Gpt2Tokenizer tok(dir.path());
+      ADD_FAILURE() << "expected IoError naming " << file;
+    } catch (const IoError& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find(dir.file(file)), std::string::npos) << what;
+      EXPECT_NE(what.find(part), std::string::npos) << what;
+    }
+  };
+  {
+    TempDir dir;
+    write_vocab(dir, {{"a", "b"}});
+    write_text(dir.file("encoder.json"), "{\"a\": 0,");
+    expect_io_error(dir, "encoder.json", "not valid JSON");
+  }
+  {
+    TempDir dir;
+    write_vocab(dir, {{"a", "b"}});
+    write_text(dir.file("encoder.json"), "{\"a\": 0}");
+    expect_io_error(dir, "encoder.json", "no token for byte");
+  }
+  {
+    TempDir dir;
+    write_vocab(dir, {{"a", "b"}});
+    fs::remove(dir.file("vocab.bpe"));
+    expect_io_error(dir, "vocab.bpe", "cannot open");
+  }
+  {
+    TempDir dir;
+    write_vocab(dir, {{"a", "b"}});
+    write_text(dir.file("vocab.bpe"), "#version: 0.2\na b\nx y\n");
+    expect_io_error(dir, "vocab.bpe", "line 3");
+  }
+  {
+    TempDir dir;
+    write_vocab(dir, {{"a", "b"}});
+    write_text(dir.file("vocab.bpe"), "#version: 0.2\nab\n");
+    expect_io_error(dir, "vocab.bpe", "two tokens");
+  }
+}
+
+// GPT-2's real vocabulary (scripts/fetch-gpt2-vocab installs it).
+class Gpt2Real : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string dir = find_gpt2_vocab();
+    if (dir.empty()) GTEST_SKIP() << "GPT-2's vocabulary is not installed: run scripts/fetch-gpt2-vocab";
+    tok_ = std::make_unique<Gpt2Tokenizer>(dir);
+  }
+  std::string text(int32_t id) const { return tok_->decode(std::vector<int32_t>{id}); }
+  std::unique_ptr<Gpt2Tokenizer> tok_;
+};
+
+TEST_F(Gpt2Real, HandCheckedStrings) {
+  EXPECT_EQ(tok_->vocab_size(), 50257);
+  EXPECT_EQ(tok_->eot_id(), 50256);
+  EXPECT_EQ(text(50256), "<|endoftext|>");
+  using Ids = std::vector<int32_t>;
+  // Each id is checked against its text as well as the sequence itself.
+  EXPECT_EQ(tok_->encode("Hello world"), (Ids{15496, 995}));
+  EXPECT_EQ(text(15496), "Hello");
+  EXPECT_EQ(text(995), " world");
+  EXPECT_EQ(tok_->encode("Hello, world!"), (Ids{15496, 11, 995, 0}));
+  EXPECT_EQ(text(11), ",");
+  EXPECT_EQ(text(0), "!");
+  EXPECT_EQ(tok_->encode("I can't believe it's 2024!"), (Ids{40, 460, 470, 1975, 340, 338, 48609, 0}));
+  EXPECT_EQ(text(470), "'t");
+  EXPECT_EQ(text(338), "'s");
+  EXPECT_EQ(text(48609), " 2024");
+  EXPECT_EQ(tok_->encode("\n\n"), (Ids{628}));
+  EXPECT_EQ(tok_->encode("a\n\nb"), (Ids{64, 198, 198, 65}));
+  EXPECT_EQ(tok_->encode("   indented"), (Ids{220, 220, 773, 4714}));
+  // The special token's text is ordinary text to encode().
+  EXPECT_EQ(tok_->encode("<|endoftext|>"), (Ids{27, 91, 437, 1659, 5239, 91, 29}));
+  // Multi-byte characters: é is two bytes, 東京 splits inside a character.
+  EXPECT_EQ(tok_->encode("café 東京 🙂"), (Ids{66, 1878, 2634, 10545, 251, 109, 12859, 105, 32485}));
+  EXPECT_EQ(text(32485), " \xF0\x9F\x99\x82");
+}
+
+TEST_F(Gpt2Real, RoundTripsAnyBytes) {
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  for (const std::string& s : {all, std::string("caf\xC3\xA9 \xFF\xFE broken \xE4\xB8 utf-8\n\t  x"), std::string()})
+    EXPECT_EQ(tok_->decode(tok_->encode(s)), s);
+}
+
+TEST_F(Gpt2Real, SameIdsFromManyThreads) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "word" + std::to_string(i * 7919) + " it's café, ";
+  std::vector<int32_t> expected = tok_->encode(text);
+  std::vector<std::vector<int32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] { got[t] = tok_->encode(text); });
+  for (std::thread& t : threads) t.join();
+  for (const auto& ids : got) EXPECT_EQ(ids, expected);
+}

@@ -1,0 +1,83 @@
+// `nabla tokenize`: encodes stdin with a tokenizer, or decodes ids.
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "cmd_tokenize.h"
+#include "nabla/error.h"
+#include "nabla/tokenizer.h"
+
+namespace nabla::cli {
+namespace {
+
+void write(const std::string& s) {
+  if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) throw IoError("tokenize: cannot write to stdout");
+}
+
+void append_ids(std::string& out, const std::vector<int32_t>& ids) {
+  char buf[16];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ' ';
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, ids[i]);
+    out.append(buf, end);
+  }
+  out += '\n';
+}
+
+std::vector<int32_t> parse_ids(const std::string& line, size_t line_no) {
+  std::vector<int32_t> ids;
+  const char* p = line.data();
+  const char* end = p + line.size();
+  while (p < end) {
+    if (*p == ' ' || *p == '\t' || *p == '\r') {
+      ++p;
+      continue;
+    }
+    int32_t id = 0;
+    auto [next, ec] = std::from_chars(p, end, id);
+    if (ec != std::errc() || (next < end && *next != ' ' && *next != '\t' && *next != '\r')) {
+      const char* stop = p;
+      while (stop < end && *stop != ' ' && *stop != '\t') ++stop;
+      throw UsageError("tokenize --decode: line " + std::to_string(line_no) + ": '" + std::string(p, stop) +
+                       "' is not a token id");
+    }
+    ids.push_back(id);
+    p = next;
+  }
+  return ids;
+}
+
+}  // namespace
+
+int run_tokenize(const TokenizeArgs& opt) {
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(opt.tokenizer, opt.vocab);
+  std::ios::sync_with_stdio(false);
+  std::string out;
+  if (opt.whole && !opt.decode) {
+    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    append_ids(out, tok->encode(text));
+    write(out);
+    return std::fflush(stdout) == 0 ? kExitOk : kExitFailed;
+  }
+  std::string line;
+  for (size_t line_no = 1; std::getline(std::cin, line); ++line_no) {
+    if (opt.decode) {
+      out += tok->decode(parse_ids(line, line_no));
+      out += '\n';
+    } else {
+      append_ids(out, tok->encode(line));
+    }
+    if (out.size() > (1 << 16)) {
+      write(out);
+      out.clear();
+    }
+  }
+  write(out);
+  if (std::cin.bad()) throw IoError("tokenize: cannot read stdin");
+  return std::fflush(stdout) == 0 ? kExitOk : kExitFailed;
+}
+
+}  // namespace nabla::cli
