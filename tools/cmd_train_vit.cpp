@@ -87,7 +87,7 @@ int run_train_vit(const TrainVitArgs& a) {
   // The schedule spans every epoch; --max-steps only stops early, so a run cut
   // short and resumed follows the same learning rates as one that was not.
   const int64_t schedule_steps = per_epoch * a.epochs;
-  const int64_t total_steps = a.max_steps > 0 ? std::min<int64_t>(a.max_steps, schedule_steps) : schedule_steps;
+  int64_t total_steps = a.max_steps > 0 ? std::min<int64_t>(a.max_steps, schedule_steps) : schedule_steps;
 
   // ---- The compiled training step.
   Tensor images = Tensor::zeros(DType::f32, {B, C, S, S}).set_name("images");
@@ -148,6 +148,7 @@ int run_train_vit(const TrainVitArgs& a) {
       double elapsed = seconds_since(start);
       double rate = double(steps_this_run * B) / elapsed;
       double eta = double(total_steps - pos.step) * B / rate;
+      if (a.max_minutes > 0 && elapsed > 60 * a.max_minutes) total_steps = pos.step;  // out of time: wrap up
       bool report = window_steps >= a.log_every || pos.step == total_steps;
       progress.update(fmt::format("epoch {}/{} step {}/{} loss {:.4f} acc {:.1f}% {:.0f} img/s lr {:.2e} ETA {}",
                                   epoch + 1, a.epochs, pos.step, total_steps, window_loss / window_steps,

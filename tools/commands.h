@@ -57,6 +57,7 @@ struct TrainVitArgs {
   int threads = 0;
   uint64_t seed = 1;
   int64_t max_steps = 0;     // 0: all epochs
+  double max_minutes = 0;    // 0: no time limit; else stop training (then evaluate) after this long
   int64_t train_subset = 0;  // 0: every training image
   int64_t test_subset = 0;
   int eval_batch = 500;

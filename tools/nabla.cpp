@@ -149,6 +149,8 @@ int main(int argc, char** argv) {
   vit_cmd->add_option("--seed", vit.seed, "Seed for weights, data order, augmentation, dropout")->capture_default_str();
   vit_cmd->add_option("--max-steps", vit.max_steps, "Stop after this many steps (0: run every epoch)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  vit_cmd->add_option("--max-minutes", vit.max_minutes, "Stop training after this many minutes, then evaluate")
+      ->check(CLI::Range(0.0, 1e7));
   vit_cmd->add_option("--train-subset", vit.train_subset, "Use only the first N training images")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   vit_cmd->add_option("--test-subset", vit.test_subset, "Evaluate on the first N test images only")
