@@ -1,12 +1,14 @@
 // `nabla tokenize`: encodes stdin with a tokenizer, or decodes ids.
+#include "cmd_tokenize.h"
+
 #include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "cmd_tokenize.h"
 #include "nabla/error.h"
 #include "nabla/tokenizer.h"
 
@@ -14,7 +16,8 @@ namespace nabla::cli {
 namespace {
 
 void write(const std::string& s) {
-  if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) throw IoError("tokenize: cannot write to stdout");
+  if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size())
+    throw IoError("tokenize: cannot write to stdout");
 }
 
 void append_ids(std::string& out, const std::vector<int32_t>& ids) {
@@ -41,8 +44,8 @@ std::vector<int32_t> parse_ids(const std::string& line, size_t line_no) {
     if (ec != std::errc() || (next < end && *next != ' ' && *next != '\t' && *next != '\r')) {
       const char* stop = p;
       while (stop < end && *stop != ' ' && *stop != '\t') ++stop;
-      throw UsageError("tokenize --decode: line " + std::to_string(line_no) + ": '" + std::string(p, stop) +
-                       "' is not a token id");
+      throw UsageError("tokenize --decode: line " + std::to_string(line_no) + ": '" +
+                       std::string(p, stop) + "' is not a token id");
     }
     ids.push_back(id);
     p = next;

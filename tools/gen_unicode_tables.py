@@ -49,10 +49,12 @@ def main():
     w('#include "text/unicode.h"\n\nnamespace nabla::text {\n\n')
     w("const char* const kUnicodeVersion = \"%s\";\n\n" % unicodedata.unidata_version)
     w("// Sorted, disjoint, inclusive ranges; code points outside them are kOther.\n")
+    w("// clang-format off\n")
     w("const CodePointRange kCodePointRanges[] = {\n")
     for lo, hi, cls in rows:
         w("    {0x%X, 0x%X, %s},\n" % (lo, hi, cls))
     w("};\n")
+    w("// clang-format on\n")
     w("const size_t kCodePointRangeCount = sizeof(kCodePointRanges) / sizeof(kCodePointRanges[0]);\n\n")
     w("}  // namespace nabla::text\n")
 

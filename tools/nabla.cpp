@@ -10,6 +10,7 @@
 #include <exception>
 #include <string>
 
+#include "cmd_tokenize.h"
 #include "commands.h"
 #include "core/op.h"
 #include "core/op_check.h"
@@ -201,6 +202,18 @@ int main(int argc, char** argv) {
   sample_cmd->add_option("--vocab", sample.vocab, "Folder with GPT-2's encoder.json and vocab.bpe");
   add_int(sample_cmd, "--threads", sample.threads, "Threads (0: all cores)", 0, 256);
 
+  TokenizeArgs tokenize;
+  CLI::App* tokenize_cmd =
+      app.add_subcommand("tokenize", "Encode stdin as token ids, one line of ids per line of text (or decode ids)");
+  tokenize_cmd->add_option("--tokenizer", tokenize.tokenizer, "byte or gpt2")
+      ->check(CLI::IsMember({"byte", "gpt2"}))
+      ->capture_default_str();
+  tokenize_cmd->add_option("--vocab", tokenize.vocab, "Folder holding GPT-2's encoder.json and vocab.bpe (default: found)")
+      ->check(CLI::ExistingDirectory);
+  CLI::Option* decode_flag = tokenize_cmd->add_flag("--decode", tokenize.decode, "Read lines of ids, print their text");
+  tokenize_cmd->add_flag("--whole", tokenize.whole, "Encode all of stdin as one text, newlines included")
+      ->excludes(decode_flag);
+
   EvalArgs eval;
   CLI::App* eval_cmd = app.add_subcommand("eval", "Test accuracy of a ViT checkpoint");
   eval_cmd->add_option("checkpoint", eval.checkpoint, "Checkpoint (safetensors)")->required()->check(CLI::ExistingFile);
@@ -259,6 +272,7 @@ int main(int argc, char** argv) {
     if (gradient_cmd->parsed()) return run_grad(gradargs);
     if (gguf_cmd->parsed()) return run_export_gguf(exportargs);
     if (sample_cmd->parsed()) return run_sample(sample);
+    if (tokenize_cmd->parsed()) return run_tokenize(tokenize);
   } catch (const nabla::Error& e) {
     // Bad data, files or options: a one-line message and the usage status.
     fmt::print(stderr, "nabla: error: {}\n", e.what());

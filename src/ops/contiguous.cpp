@@ -1,6 +1,10 @@
 // contiguous: a row-major copy of a strided view; no node when x already is.
 // Its backward is the identity on whatever layout the gradient has: unlike
 // ggml's CONT, nothing here asks for a contiguous gradient.
+#include <cstdint>
+#include <cstring>
+#include <string>
+
 #include "backend/cpu/strided.h"
 #include "core/op.h"
 
@@ -8,22 +12,36 @@ namespace nabla {
 namespace ops {
 namespace {
 
-void contiguous_forward(const KernelArgs& a) {
+// Copies with E, an unsigned integer of the element's size: a strided run is
+// then a plain loop instead of one memcpy call per element.
+template <class E>
+void copy_kernel(const KernelArgs& a) {
   const TensorView& x = a.in[0];
-  size_t elem = dtype_size(x.dtype);
   Strides os = contiguous_strides(x.shape);
   cpu::Walker<2> w(x.shape, {&os, &x.strides});
-  auto* src = static_cast<const char*>(x.data);
-  auto* dst = static_cast<char*>(a.out.data);
+  const E* src = static_cast<const E*>(x.data);
+  E* dst = static_cast<E*>(a.out.data);
   a.parallel_for(x.numel(), 1 << 14, [&](int64_t b, int64_t e) {
     w.run(b, e, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
+      E* d = dst + o[0];
+      const E* p = src + o[1];
       if (s[1] == 1) {
-        std::memcpy(dst + o[0] * elem, src + o[1] * elem, n * elem);
+        std::memcpy(d, p, n * sizeof(E));
       } else {
-        for (int64_t i = 0; i < n; ++i) std::memcpy(dst + (o[0] + i) * elem, src + (o[1] + i * s[1]) * elem, elem);
+        for (int64_t i = 0; i < n; ++i) d[i] = p[i * s[1]];
       }
     });
   });
+}
+
+void contiguous_forward(const KernelArgs& a) {
+  switch (dtype_size(a.in[0].dtype)) {
+    case 1: return copy_kernel<uint8_t>(a);
+    case 2: return copy_kernel<uint16_t>(a);
+    case 4: return copy_kernel<uint32_t>(a);
+    case 8: return copy_kernel<uint64_t>(a);
+    default: throw DTypeError(std::string("contiguous: no copy for ") + dtype_name(a.in[0].dtype));
+  }
 }
 
 Grads contiguous_backward(const BackwardArgs& g) { return {g.dout}; }

@@ -50,7 +50,13 @@ void reduce_kernel(const KernelArgs& a, R r) {
           int64_t j = 0;
           kept.run(b, e, [&](const std::array<int64_t, 1>& o, int64_t n, const std::array<int64_t, 1>& s) {
             const T* p = base + o[0];
-            for (int64_t i = 0; i < n; ++i, ++j) acc[j] = r.step(acc[j], p[i * s[0]]);
+            auto* q = acc.data() + j;
+            if (s[0] == 1) {  // a plain loop the compiler vectorises
+              for (int64_t i = 0; i < n; ++i) q[i] = r.step(q[i], p[i]);
+            } else {
+              for (int64_t i = 0; i < n; ++i) q[i] = r.step(q[i], p[i * s[0]]);
+            }
+            j += n;
           });
         }
       });

@@ -5,6 +5,7 @@
 // inputs: x, mask (a scalar 0 when the caller gives none); attrs: ints {causal},
 // reals {scale}. A row with every position hidden gives NaN, as the composite
 // (and PyTorch) does.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -43,17 +44,16 @@ void softmax_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, flo
                      int64_t visible, int64_t len, float* y) {
   using cpu::VecF;
   constexpr int W = VecF::kWidth;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   cpu::map(y, x, xs, m, ms, visible, [&](VecF xv, VecF mv) { return cpu::fma(xv, scale, mv); });
-  // NaN wins, as in the f64 path.
-  VecF vmax = -std::numeric_limits<float>::infinity();
-  int64_t j = 0;
-  for (; j + W <= visible; j += W) {
-    const VecF v = VecF::load(y + j);
-    vmax = cpu::select((v > vmax) | (v != v), v, vmax);
+  // A NaN need not win the max: e^(NaN - max) makes the sum, so the row, NaN.
+  VecF vmax = kNegInf;
+  for (int64_t j = 0; j < visible; j += W) {
+    const int64_t n = std::min<int64_t>(W, visible - j);
+    vmax = cpu::max(vmax, cpu::select(cpu::first_lanes(n), VecF::load(y + j, 1, n), kNegInf));
   }
-  float mx = cpu::reduce_max(vmax);
-  for (; j < visible; ++j) mx = (y[j] > mx || y[j] != y[j]) ? y[j] : mx;
-  if (mx == -std::numeric_limits<float>::infinity()) {
+  const float mx = cpu::reduce_max(vmax);
+  if (mx == kNegInf) {
     std::fill(y, y + len, std::numeric_limits<float>::quiet_NaN());
     return;
   }

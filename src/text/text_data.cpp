@@ -7,6 +7,8 @@
 // `key` hashes the cache format, the tokenizer (name, vocabulary size,
 // end-of-text id and the ids of a probe text) and every document's bytes, so
 // changed inputs or another tokenizer miss the entry instead of reusing it.
+#include "nabla/text_data.h"
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -18,7 +20,6 @@
 
 #include "nabla/error.h"
 #include "nabla/io.h"
-#include "nabla/text_data.h"
 
 namespace nabla {
 
@@ -26,7 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-static_assert(std::endian::native == std::endian::little, "the token cache is written in host order");
+static_assert(std::endian::native == std::endian::little,
+              "the token cache is written in host order");
 
 constexpr char kMagic[8] = {'N', 'A', 'B', 'L', 'A', 'T', 'O', 'K'};
 constexpr uint32_t kFormat = 1;
@@ -56,7 +58,8 @@ std::string read_file(const std::string& path) {
 }
 
 bool only_space(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); });
 }
 
 // Splits `text` at lines holding only "%" (with or without a '\r'), dropping
@@ -82,7 +85,8 @@ void split_documents(std::string_view text, std::vector<std::string>& docs) {
 
 std::string default_cache_dir() {
   if (const char* c = std::getenv("NABLA_CACHE"); c && *c) return (fs::path(c) / "text").string();
-  if (const char* home = std::getenv("HOME"); home && *home) return (fs::path(home) / ".cache" / "nabla" / "text").string();
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return (fs::path(home) / ".cache" / "nabla" / "text").string();
   return "";
 }
 
@@ -94,7 +98,8 @@ uint64_t cache_key(const Tokenizer& tok, const std::vector<std::string>& docs) {
   h.u64(static_cast<uint64_t>(tok.eot_id()));
   // The probe stands in for the vocabulary files: another vocabulary of the
   // same size almost surely encodes it differently.
-  std::vector<int32_t> probe = tok.encode("The quick brown fox can't jump 1234 times!\n\tÉté 東京 🙂  ");
+  std::vector<int32_t> probe =
+      tok.encode("The quick brown fox can't jump 1234 times!\n\tÉté 東京 🙂  ");
   h.bytes(probe.data(), probe.size() * sizeof(int32_t));
   h.u64(docs.size());
   for (const std::string& d : docs) h.str(d);
@@ -121,7 +126,8 @@ T get(const std::string& in, size_t at) {
 
 // The cached ids, or false when the file is missing or is not a valid entry
 // for (key, vocab).
-bool read_cache(const std::string& path, uint64_t key, int32_t vocab, int64_t& documents, std::vector<int32_t>& ids) {
+bool read_cache(const std::string& path, uint64_t key, int32_t vocab, int64_t& documents,
+                std::vector<int32_t>& ids) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return false;
   std::string data;
@@ -131,16 +137,18 @@ bool read_cache(const std::string& path, uint64_t key, int32_t vocab, int64_t& d
     return false;
   }
   if (data.size() < kHeaderBytes + 8 || std::memcmp(data.data(), kMagic, 8) != 0) return false;
-  if (get<uint32_t>(data, 8) != kFormat || get<uint32_t>(data, 12) != static_cast<uint32_t>(vocab) ||
-      get<uint64_t>(data, 16) != key) {
+  if (get<uint32_t>(data, 8) != kFormat ||
+      get<uint32_t>(data, 12) != static_cast<uint32_t>(vocab) || get<uint64_t>(data, 16) != key) {
     return false;
   }
   uint64_t n = get<uint64_t>(data, 32);
-  if (n > (data.size() - kHeaderBytes - 8) / 4 || data.size() != kHeaderBytes + 4 * n + 8) return false;
+  if (n > (data.size() - kHeaderBytes - 8) / 4 || data.size() != kHeaderBytes + 4 * n + 8)
+    return false;
   ids.resize(n);
   std::memcpy(ids.data(), data.data() + kHeaderBytes, 4 * n);
   if (get<uint64_t>(data, kHeaderBytes + 4 * n) != checksum(ids)) return false;
-  if (std::any_of(ids.begin(), ids.end(), [&](int32_t id) { return id < 0 || id >= vocab; })) return false;
+  if (std::any_of(ids.begin(), ids.end(), [&](int32_t id) { return id < 0 || id >= vocab; }))
+    return false;
   documents = static_cast<int64_t>(get<uint64_t>(data, 24));
   return true;
 }
@@ -176,7 +184,8 @@ std::string find_fortunes() {
   return fs::is_directory(dir, ec) ? dir : "";
 }
 
-std::vector<std::string> read_text_documents(const std::string& path, std::vector<std::string>* files) {
+std::vector<std::string> read_text_documents(const std::string& path,
+                                             std::vector<std::string>* files) {
   std::error_code ec;
   fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) throw IoError(path + ": no such file or folder");
@@ -184,8 +193,8 @@ std::vector<std::string> read_text_documents(const std::string& path, std::vecto
   if (fs::is_directory(st)) {
     for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
       std::string name = e.path().filename().string();
-      if (e.is_symlink() || !e.is_regular_file() || name.starts_with(".") || name.ends_with(".dat") ||
-          name.ends_with(".u8")) {
+      if (e.is_symlink() || !e.is_regular_file() || name.starts_with(".") ||
+          name.ends_with(".dat") || name.ends_with(".u8")) {
         continue;
       }
       paths.push_back(e.path().string());
@@ -197,19 +206,22 @@ std::vector<std::string> read_text_documents(const std::string& path, std::vecto
   }
   std::vector<std::string> docs;
   for (const std::string& p : paths) split_documents(read_file(p), docs);
-  if (docs.empty()) throw IoError(path + ": no text (" + std::to_string(paths.size()) + " files read)");
+  if (docs.empty())
+    throw IoError(path + ": no text (" + std::to_string(paths.size()) + " files read)");
   if (files) *files = std::move(paths);
   return docs;
 }
 
 TextDataset load_text_dataset(const Tokenizer& tokenizer, const TextDataOptions& options) {
   if (!(options.val_fraction >= 0 && options.val_fraction < 1)) {
-    throw UsageError("load_text_dataset: val_fraction must be in [0, 1), got " + std::to_string(options.val_fraction));
+    throw UsageError("load_text_dataset: val_fraction must be in [0, 1), got " +
+                     std::to_string(options.val_fraction));
   }
   std::string path = options.path.empty() ? find_fortunes() : options.path;
   if (path.empty()) {
     throw IoError(
-        "load_text_dataset: no corpus given and /usr/share/games/fortunes is missing (install Debian's fortunes "
+        "load_text_dataset: no corpus given and /usr/share/games/fortunes is missing (install "
+        "Debian's fortunes "
         "package, or name a file or folder)");
   }
   TextDataset data;
@@ -265,15 +277,16 @@ TextDataset load_text_dataset(const Tokenizer& tokenizer, const TextDataOptions&
   return data;
 }
 
-TextBatcher::TextBatcher(std::span<const int32_t> tokens, int64_t batch, int64_t context, uint64_t seed)
+TextBatcher::TextBatcher(std::span<const int32_t> tokens, int64_t batch, int64_t context,
+                         uint64_t seed)
     : tokens_(tokens), batch_(batch), context_(context), seed_(seed) {
   if (batch < 1 || context < 1) {
-    throw UsageError("TextBatcher: batch and context must be >= 1, got batch " + std::to_string(batch) +
-                     " and context " + std::to_string(context));
+    throw UsageError("TextBatcher: batch and context must be >= 1, got batch " +
+                     std::to_string(batch) + " and context " + std::to_string(context));
   }
   if (static_cast<int64_t>(tokens.size()) < context + 1) {
-    throw UsageError("TextBatcher: " + std::to_string(tokens.size()) + " tokens cannot fill a window of T + 1 = " +
-                     std::to_string(context + 1));
+    throw UsageError("TextBatcher: " + std::to_string(tokens.size()) +
+                     " tokens cannot fill a window of T + 1 = " + std::to_string(context + 1));
   }
 }
 

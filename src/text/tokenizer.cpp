@@ -1,9 +1,10 @@
 // ByteTokenizer, the tokenizer factory and where GPT-2's files are found.
+#include "nabla/tokenizer.h"
+
 #include <cstdlib>
 #include <filesystem>
 
 #include "nabla/error.h"
-#include "nabla/tokenizer.h"
 
 namespace nabla {
 
@@ -29,9 +30,11 @@ std::string find_gpt2_vocab() {
   namespace fs = std::filesystem;
   auto holds_vocab = [](const fs::path& dir) {
     std::error_code ec;
-    return fs::is_regular_file(dir / "encoder.json", ec) && fs::is_regular_file(dir / "vocab.bpe", ec);
+    return fs::is_regular_file(dir / "encoder.json", ec) &&
+           fs::is_regular_file(dir / "vocab.bpe", ec);
   };
-  if (const char* dir = std::getenv("NABLA_GPT2_VOCAB"); dir && *dir && holds_vocab(dir)) return dir;
+  if (const char* dir = std::getenv("NABLA_GPT2_VOCAB"); dir && *dir && holds_vocab(dir))
+    return dir;
   fs::path cache;
   if (const char* c = std::getenv("NABLA_CACHE"); c && *c) {
     cache = c;
@@ -50,7 +53,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::st
     std::string dir = vocab_dir.empty() ? find_gpt2_vocab() : vocab_dir;
     if (dir.empty()) {
       throw IoError(
-          "gpt2 tokenizer: no vocabulary found: run scripts/fetch-gpt2-vocab, or give a directory holding "
+          "gpt2 tokenizer: no vocabulary found: run scripts/fetch-gpt2-vocab, or give a directory "
+          "holding "
           "encoder.json and vocab.bpe (NABLA_GPT2_VOCAB or --vocab)");
     }
     return std::make_unique<Gpt2Tokenizer>(dir);

@@ -150,9 +150,10 @@ void Gpt2Tokenizer::Impl::load_encoder(const std::string& path) {
   std::vector<bool> seen(vocab, false);
   byte_id.fill(-1);
   for (const auto& [token, value] : j.items()) {
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= int64_t(vocab)) {
-      throw IoError(path + ": token " + show(token) + " has id " + value.dump() + ", expected an integer in [0, " +
-                    std::to_string(vocab) + ")");
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+        value.get<int64_t>() >= int64_t(vocab)) {
+      throw IoError(path + ": token " + show(token) + " has id " + value.dump() +
+                    ", expected an integer in [0, " + std::to_string(vocab) + ")");
     }
     int32_t id = value.get<int32_t>();
     if (seen[id]) throw IoError(path + ": id " + std::to_string(id) + " is given to two tokens");
@@ -163,7 +164,8 @@ void Gpt2Tokenizer::Impl::load_encoder(const std::string& path) {
       size_t len;
       uint32_t cp = text::decode_utf8(token, pos, len);
       if (cp == text::kInvalid || cp >= unicode_to_byte.size() || unicode_to_byte[cp] < 0) {
-        throw IoError(path + ": token " + show(token) + " has a character outside GPT-2's byte alphabet");
+        throw IoError(path + ": token " + show(token) +
+                      " has a character outside GPT-2's byte alphabet");
       }
       bytes += static_cast<char>(unicode_to_byte[cp]);
       pos += len;
@@ -173,7 +175,8 @@ void Gpt2Tokenizer::Impl::load_encoder(const std::string& path) {
     id_bytes[id] = std::move(bytes);
   }
   for (int b = 0; b < 256; ++b) {
-    if (byte_id[b] < 0) throw IoError(path + ": no token for byte " + std::to_string(b) + " (every byte needs one)");
+    if (byte_id[b] < 0)
+      throw IoError(path + ": no token for byte " + std::to_string(b) + " (every byte needs one)");
   }
 }
 
@@ -199,7 +202,8 @@ void Gpt2Tokenizer::Impl::load_merges(const std::string& path) {
   auto lookup = [&](const std::string& token, size_t line) {
     auto it = token_id.find(token);
     if (it == token_id.end()) {
-      throw IoError(path + ": line " + std::to_string(line) + ": " + show(token) + " is not in encoder.json");
+      throw IoError(path + ": line " + std::to_string(line) + ": " + show(token) +
+                    " is not in encoder.json");
     }
     return it->second;
   };
@@ -217,13 +221,15 @@ void Gpt2Tokenizer::Impl::load_merges(const std::string& path) {
     size_t space = line.find(' ');
     if (space == std::string_view::npos || space == 0 || space + 1 == line.size() ||
         line.find(' ', space + 1) != std::string_view::npos) {
-      throw IoError(path + ": line " + std::to_string(line_no) + ": expected two tokens separated by a space, got " +
-                    show(line));
+      throw IoError(path + ": line " + std::to_string(line_no) +
+                    ": expected two tokens separated by a space, got " + show(line));
     }
     std::string left(line.substr(0, space)), right(line.substr(space + 1));
-    int32_t a = lookup(left, line_no), b = lookup(right, line_no), ab = lookup(left + right, line_no);
+    int32_t a = lookup(left, line_no), b = lookup(right, line_no),
+            ab = lookup(left + right, line_no);
     if (!merges.emplace(pair_key(a, b), Merge{rank, ab}).second) {
-      throw IoError(path + ": line " + std::to_string(line_no) + ": the merge " + show(line) + " appears twice");
+      throw IoError(path + ": line " + std::to_string(line_no) + ": the merge " + show(line) +
+                    " appears twice");
     }
     ++rank;
   }
@@ -316,8 +322,9 @@ std::string Gpt2Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_size()) {
-      throw UsageError("gpt2 tokenizer: decode: id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                       " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+      throw UsageError("gpt2 tokenizer: decode: id " + std::to_string(ids[i]) + " at position " +
+                       std::to_string(i) + " is outside the vocabulary [0, " +
+                       std::to_string(vocab_size()) + ")");
     }
     text += impl_->id_bytes[ids[i]];
   }

@@ -16,8 +16,8 @@ CodeClass code_class(uint32_t cp) {
   }
   const CodePointRange* end = kCodePointRanges + kCodePointRangeCount;
   // The first range whose last code point is >= cp.
-  const CodePointRange* r =
-      std::lower_bound(kCodePointRanges, end, cp, [](const CodePointRange& a, uint32_t v) { return a.last < v; });
+  const CodePointRange* r = std::lower_bound(
+      kCodePointRanges, end, cp, [](const CodePointRange& a, uint32_t v) { return a.last < v; });
   return r != end && r->first <= cp ? r->cls : kOther;
 }
 

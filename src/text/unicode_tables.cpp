@@ -7,6 +7,7 @@ namespace nabla::text {
 const char* const kUnicodeVersion = "14.0.0";
 
 // Sorted, disjoint, inclusive ranges; code points outside them are kOther.
+// clang-format off
 const CodePointRange kCodePointRanges[] = {
     {0x9, 0xD, kSpace},
     {0x20, 0x20, kSpace},
@@ -801,6 +802,7 @@ const CodePointRange kCodePointRanges[] = {
     {0x2F800, 0x2FA1D, kLetter},
     {0x30000, 0x3134A, kLetter},
 };
+// clang-format on
 const size_t kCodePointRangeCount = sizeof(kCodePointRanges) / sizeof(kCodePointRanges[0]);
 
 }  // namespace nabla::text

@@ -21,8 +21,8 @@ class TempDir {
  public:
   TempDir() {
     const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = testing::TempDir() + "nabla_text_" + info->test_suite_name() + "_" + info->name() + "_" +
-            std::to_string(::getpid());
+    path_ = testing::TempDir() + "nabla_text_" + info->test_suite_name() + "_" + info->name() +
+            "_" + std::to_string(::getpid());
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -49,7 +49,8 @@ std::string read_bytes(const std::string& path) {
 void write_fortune_folder(const TempDir& dir) {
   fs::create_directories(dir.file("corpus"));
   write_text(dir.file("corpus/b_quotes"), "Second file.\n%\n");
-  write_text(dir.file("corpus/a_jokes"), "First joke,\n  two lines.\n%\nSecond joke.\n%\n   \n%\nThird: 100%\n");
+  write_text(dir.file("corpus/a_jokes"),
+             "First joke,\n  two lines.\n%\nSecond joke.\n%\n   \n%\nThird: 100%\n");
   write_text(dir.file("corpus/a_jokes.dat"), std::string("\0\0\0\2binary index", 16));
   fs::create_symlink("a_jokes", dir.file("corpus/a_jokes.u8"));
   write_text(dir.file("corpus/.hidden"), "not read\n");
@@ -62,9 +63,10 @@ TEST(TextDocuments, FortuneFolderSkipsIndexFilesAndSeparators) {
   write_fortune_folder(dir);
   std::vector<std::string> files;
   std::vector<std::string> docs = read_text_documents(dir.file("corpus"), &files);
-  EXPECT_EQ(docs, (std::vector<std::string>{"First joke,\n  two lines.\n", "Second joke.\n", "Third: 100%\n",
-                                            "Second file.\n"}));
-  EXPECT_EQ(files, (std::vector<std::string>{dir.file("corpus/a_jokes"), dir.file("corpus/b_quotes")}));
+  EXPECT_EQ(docs, (std::vector<std::string>{"First joke,\n  two lines.\n", "Second joke.\n",
+                                            "Third: 100%\n", "Second file.\n"}));
+  EXPECT_EQ(files,
+            (std::vector<std::string>{dir.file("corpus/a_jokes"), dir.file("corpus/b_quotes")}));
 }
 
 TEST(TextDocuments, PlainFileIsOneDocument) {
@@ -73,7 +75,8 @@ TEST(TextDocuments, PlainFileIsOneDocument) {
   EXPECT_EQ(read_text_documents(dir.file("book.txt")),
             (std::vector<std::string>{"Call me Ishmael.\r\n%d percent\r\n", "Next."}));
   write_text(dir.file("plain.txt"), "no separators\nat all\n");
-  EXPECT_EQ(read_text_documents(dir.file("plain.txt")), (std::vector<std::string>{"no separators\nat all\n"}));
+  EXPECT_EQ(read_text_documents(dir.file("plain.txt")),
+            (std::vector<std::string>{"no separators\nat all\n"}));
 }
 
 TEST(TextDocuments, MissingOrEmptyInputsAreIoErrors) {
@@ -95,7 +98,8 @@ TEST(TextDataset, TokenisesSplitsAndCaches) {
   opt.val_fraction = 0.25;
   TextDataset a = load_text_dataset(tok, opt);
   // Byte tokens: each document then a newline (the byte tokenizer has no end-of-text id).
-  std::string stream = "First joke,\n  two lines.\n\nSecond joke.\n\nThird: 100%\n\nSecond file.\n\n";
+  std::string stream =
+      "First joke,\n  two lines.\n\nSecond joke.\n\nThird: 100%\n\nSecond file.\n\n";
   std::vector<int32_t> all = a.train;
   all.insert(all.end(), a.val.begin(), a.val.end());
   EXPECT_EQ(all, tok.encode(stream));
@@ -147,7 +151,8 @@ TEST(TextDataset, DamagedCacheIsRebuilt) {
   std::string flipped = good, other_key = good;
   flipped[44] ^= 1;
   other_key[16] ^= 1;
-  for (const std::string& bad : {flipped, good.substr(0, good.size() - 3), std::string("NABLATOK"), other_key}) {
+  for (const std::string& bad :
+       {flipped, good.substr(0, good.size() - 3), std::string("NABLATOK"), other_key}) {
     write_text(a.cache_path, bad);
     TextDataset b = load_text_dataset(tok, opt);
     EXPECT_FALSE(b.from_cache);

@@ -71,7 +71,8 @@ void write_vocab(const TempDir& dir, const std::vector<std::pair<std::string, st
                  const std::string& extra_token = "") {
   std::string json = "{";
   int id = 0;
-  for (int b = 0; b < 256; ++b) json += (b ? ", \"" : "\"") + json_escape(byte_char(b)) + "\": " + std::to_string(id++);
+  for (int b = 0; b < 256; ++b)
+    json += (b ? ", \"" : "\"") + json_escape(byte_char(b)) + "\": " + std::to_string(id++);
   std::string bpe = "#version: 0.2\n";
   auto spell = [](const std::string& bytes) {
     std::string s;
@@ -97,7 +98,7 @@ using Pieces = std::vector<std::string>;
 
 }  // namespace
 
-TEST(ByteTokenizer, RoundTripsEveryByte) {
+TEST(TokenizerByte, RoundTripsEveryByte) {
   ByteTokenizer tok;
   std::string all;
   for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
@@ -111,13 +112,13 @@ TEST(ByteTokenizer, RoundTripsEveryByte) {
   EXPECT_EQ(tok.eot_id(), -1);
 }
 
-TEST(ByteTokenizer, DecodeRejectsIdsOutsideTheVocabulary) {
+TEST(TokenizerByte, DecodeRejectsIdsOutsideTheVocabulary) {
   ByteTokenizer tok;
   EXPECT_THROW(tok.decode(std::vector<int32_t>{65, 256}), UsageError);
   EXPECT_THROW(tok.decode(std::vector<int32_t>{-1}), UsageError);
 }
 
-TEST(MakeTokenizer, NamesAndErrors) {
+TEST(TokenizerFactory, NamesAndErrors) {
   EXPECT_EQ(make_tokenizer("byte")->name(), "byte");
   EXPECT_THROW(make_tokenizer("sentencepiece"), UsageError);
   TempDir dir;
@@ -129,7 +130,7 @@ TEST(MakeTokenizer, NamesAndErrors) {
   }
 }
 
-TEST(Unicode, Classes) {
+TEST(TokenizerUnicode, Classes) {
   using namespace nabla::text;
   EXPECT_EQ(code_class('a'), kLetter);
   EXPECT_EQ(code_class('Z'), kLetter);
@@ -154,14 +155,15 @@ TEST(Unicode, Classes) {
   EXPECT_STREQ(kUnicodeVersion, "14.0.0");
 }
 
-TEST(Unicode, DecodesUtf8AndFlagsMalformedBytes) {
+TEST(TokenizerUnicode, DecodesUtf8AndFlagsMalformedBytes) {
   using namespace nabla::text;
   size_t len = 0;
   EXPECT_EQ(decode_utf8("\xC3\xA9", 0, len), 0xE9u);
   EXPECT_EQ(len, 2u);
   EXPECT_EQ(decode_utf8("\xF0\x9F\x99\x82", 0, len), 0x1F642u);
   EXPECT_EQ(len, 4u);
-  for (std::string_view bad : {"\x80", "\xC3", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xFF", "\xE4\xB8"}) {
+  for (std::string_view bad :
+       {"\x80", "\xC3", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xFF", "\xE4\xB8"}) {
     EXPECT_EQ(decode_utf8(bad, 0, len), kInvalid) << testing::PrintToString(std::string(bad));
     EXPECT_EQ(len, 1u);
   }
@@ -169,14 +171,15 @@ TEST(Unicode, DecodesUtf8AndFlagsMalformedBytes) {
 
 // The pattern's pieces, worked out by hand from
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-TEST(Gpt2Split, FollowsThePattern) {
+TEST(TokenizerGpt2Split, FollowsThePattern) {
   EXPECT_EQ(pieces("Hello world"), (Pieces{"Hello", " world"}));
   EXPECT_EQ(pieces("Hello, world!"), (Pieces{"Hello", ",", " world", "!"}));
   EXPECT_EQ(pieces("I'm can't we've they'll I'd it's you're"),
-            (Pieces{"I", "'m", " can", "'t", " we", "'ve", " they", "'ll", " I", "'d", " it", "'s", " you", "'re"}));
+            (Pieces{"I", "'m", " can", "'t", " we", "'ve", " they", "'ll", " I", "'d", " it", "'s",
+                    " you", "'re"}));
   EXPECT_EQ(pieces("'st"), (Pieces{"'s", "t"}));
   EXPECT_EQ(pieces("IT'S"), (Pieces{"IT", "'", "S"}));  // contractions are lower case only
-  EXPECT_EQ(pieces("''s"), (Pieces{"''", "s"}));       // the run of other characters takes both
+  EXPECT_EQ(pieces("''s"), (Pieces{"''", "s"}));        // the run of other characters takes both
   EXPECT_EQ(pieces("abc123 456"), (Pieces{"abc", "123", " 456"}));
   // A run of spaces leaves its last space to lead the next piece.
   EXPECT_EQ(pieces("a   b"), (Pieces{"a", "  ", " b"}));
@@ -188,13 +191,16 @@ TEST(Gpt2Split, FollowsThePattern) {
   EXPECT_EQ(pieces("a \t b"), (Pieces{"a", " \t", " b"}));
   EXPECT_EQ(pieces(" !!! ?"), (Pieces{" !!!", " ?"}));
   EXPECT_EQ(pieces("café 東京🙂"), (Pieces{"café", " 東京", "🙂"}));
-  EXPECT_EQ(pieces("e\xCC\x81t\xC3\xA9"), (Pieces{"e", "\xCC\x81", "t\xC3\xA9"}));  // combining mark is not a letter
-  EXPECT_EQ(pieces("a\xC2\x85" "b"), (Pieces{"a", "\xC2\x85", "b"}));                // U+0085 is white space
+  EXPECT_EQ(pieces("e\xCC\x81t\xC3\xA9"),
+            (Pieces{"e", "\xCC\x81", "t\xC3\xA9"}));  // combining mark is not a letter
+  EXPECT_EQ(pieces("a\xC2\x85"
+                   "b"),
+            (Pieces{"a", "\xC2\x85", "b"}));  // U+0085 is white space
   EXPECT_EQ(pieces(""), Pieces{});
   EXPECT_EQ(pieces("\xFF\xFEok"), (Pieces{"\xFF\xFE", "ok"}));  // malformed bytes are "other"
 }
 
-TEST(Gpt2Bpe, MergesByRankLeftToRight) {
+TEST(TokenizerGpt2Bpe, MergesByRankLeftToRight) {
   TempDir dir;
   // Ranks: "b c" first, then "a b", "a a", "aa a".
   write_vocab(dir, {{"b", "c"}, {"a", "b"}, {"a", "a"}, {"aa", "a"}}, "<|endoftext|>");
@@ -214,7 +220,7 @@ TEST(Gpt2Bpe, MergesByRankLeftToRight) {
   EXPECT_THROW(tok.decode(std::vector<int32_t>{261}), UsageError);
 }
 
-TEST(Gpt2Vocab, CorruptFilesAreIoErrorsNamingTheFile) {
+TEST(TokenizerGpt2Files, CorruptFilesAreIoErrorsNamingTheFile) {
   auto expect_io_error = [](const TempDir& dir, const std::string& file, const std::string& part) {
     try {
       Gpt2Tokenizer tok(dir.path());
@@ -258,18 +264,19 @@ TEST(Gpt2Vocab, CorruptFilesAreIoErrorsNamingTheFile) {
 }
 
 // GPT-2's real vocabulary (scripts/fetch-gpt2-vocab installs it).
-class Gpt2Real : public testing::Test {
+class TokenizerGpt2Real : public testing::Test {
  protected:
   void SetUp() override {
     std::string dir = find_gpt2_vocab();
-    if (dir.empty()) GTEST_SKIP() << "GPT-2's vocabulary is not installed: run scripts/fetch-gpt2-vocab";
+    if (dir.empty())
+      GTEST_SKIP() << "GPT-2's vocabulary is not installed: run scripts/fetch-gpt2-vocab";
     tok_ = std::make_unique<Gpt2Tokenizer>(dir);
   }
   std::string text(int32_t id) const { return tok_->decode(std::vector<int32_t>{id}); }
   std::unique_ptr<Gpt2Tokenizer> tok_;
 };
 
-TEST_F(Gpt2Real, HandCheckedStrings) {
+TEST_F(TokenizerGpt2Real, HandCheckedStrings) {
   EXPECT_EQ(tok_->vocab_size(), 50257);
   EXPECT_EQ(tok_->eot_id(), 50256);
   EXPECT_EQ(text(50256), "<|endoftext|>");
@@ -281,7 +288,8 @@ TEST_F(Gpt2Real, HandCheckedStrings) {
   EXPECT_EQ(tok_->encode("Hello, world!"), (Ids{15496, 11, 995, 0}));
   EXPECT_EQ(text(11), ",");
   EXPECT_EQ(text(0), "!");
-  EXPECT_EQ(tok_->encode("I can't believe it's 2024!"), (Ids{40, 460, 470, 1975, 340, 338, 48609, 0}));
+  EXPECT_EQ(tok_->encode("I can't believe it's 2024!"),
+            (Ids{40, 460, 470, 1975, 340, 338, 48609, 0}));
   EXPECT_EQ(text(470), "'t");
   EXPECT_EQ(text(338), "'s");
   EXPECT_EQ(text(48609), " 2024");
@@ -291,18 +299,20 @@ TEST_F(Gpt2Real, HandCheckedStrings) {
   // The special token's text is ordinary text to encode().
   EXPECT_EQ(tok_->encode("<|endoftext|>"), (Ids{27, 91, 437, 1659, 5239, 91, 29}));
   // Multi-byte characters: é is two bytes, 東京 splits inside a character.
-  EXPECT_EQ(tok_->encode("café 東京 🙂"), (Ids{66, 1878, 2634, 10545, 251, 109, 12859, 105, 32485}));
+  EXPECT_EQ(tok_->encode("café 東京 🙂"),
+            (Ids{66, 1878, 2634, 10545, 251, 109, 12859, 105, 32485}));
   EXPECT_EQ(text(32485), " \xF0\x9F\x99\x82");
 }
 
-TEST_F(Gpt2Real, RoundTripsAnyBytes) {
+TEST_F(TokenizerGpt2Real, RoundTripsAnyBytes) {
   std::string all;
   for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
-  for (const std::string& s : {all, std::string("caf\xC3\xA9 \xFF\xFE broken \xE4\xB8 utf-8\n\t  x"), std::string()})
+  for (const std::string& s :
+       {all, std::string("caf\xC3\xA9 \xFF\xFE broken \xE4\xB8 utf-8\n\t  x"), std::string()})
     EXPECT_EQ(tok_->decode(tok_->encode(s)), s);
 }
 
-TEST_F(Gpt2Real, SameIdsFromManyThreads) {
+TEST_F(TokenizerGpt2Real, SameIdsFromManyThreads) {
   std::string text;
   for (int i = 0; i < 200; ++i) text += "word" + std::to_string(i * 7919) + " it's café, ";
   std::vector<int32_t> expected = tok_->encode(text);

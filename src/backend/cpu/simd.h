@@ -58,10 +58,14 @@ struct Vec<float> {
     return r;
   }
   void store(float* p) const { std::memcpy(p, &v, sizeof v); }
-  // Lanes [0, n) from p[i * stride] (n <= kWidth); the other lanes are 0.
+  // Lanes [0, n) from p[i * stride] (n <= kWidth); the other lanes are 0
+  // and their memory is not touched.
   static Vec load(const float* p, int64_t stride, int64_t n) {
     if (stride == 1 && n == kWidth) return load(p);
     if (stride == 0) return Vec(*p);
+#if defined(__AVX512F__)
+    if (stride == 1) return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+#endif
     alignas(kSimdBytes) float buf[kWidth] = {};
     for (int64_t i = 0; i < n; ++i) buf[i] = p[i * stride];
     return load(buf);
@@ -69,9 +73,13 @@ struct Vec<float> {
   // Writes lanes [0, n) to p[0, n).
   void store(float* p, int64_t n) const {
     if (n == kWidth) return store(p);
+#if defined(__AVX512F__)
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+#else
     alignas(kSimdBytes) float buf[kWidth];
     store(buf);
     std::memcpy(p, buf, static_cast<size_t>(n) * sizeof(float));
+#endif
   }
   float operator[](int i) const { return v[i]; }
 };
@@ -125,17 +133,51 @@ inline VecF min(VecF a, VecF b) { return select(b < a, b, a); }
 inline VecF max(VecF a, VecF b) { return select(b > a, b, a); }
 inline VecF abs(VecF a) { return from_bits(bits(a) & 0x7fffffff); }
 
-// Horizontal sum and max, in a fixed lane order.
-inline float reduce_add(VecF a) {
-  float s = 0;
-  for (int i = 0; i < VecF::kWidth; ++i) s += a[i];
-  return s;
+namespace simd_detail {
+// Float vectors of 8 to 64 bytes; fold() combines the upper half of a vector
+// with the lower half until one value is left.
+using F8 = float __attribute__((vector_size(8)));
+using F16 = float __attribute__((vector_size(16)));
+using F32 = float __attribute__((vector_size(32)));
+using F64 = float __attribute__((vector_size(64)));
+
+template <class Op>
+inline float fold(F8 v, Op op) {
+  return op(v[0], v[1]);
 }
-// NaN in any lane gives NaN.
+template <class Op>
+float fold(F16 v, Op op);
+template <class Op>
+float fold(F32 v, Op op);
+template <class Half, class V, class Op>
+inline float fold_halves(V v, Op op) {
+  Half lo, hi;
+  std::memcpy(&lo, &v, sizeof lo);
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+  return fold(op(lo, hi), op);
+}
+template <class Op>
+inline float fold(F16 v, Op op) {
+  return fold_halves<F8>(v, op);
+}
+template <class Op>
+inline float fold(F32 v, Op op) {
+  return fold_halves<F16>(v, op);
+}
+template <class Op>
+inline float fold(F64 v, Op op) {
+  return fold_halves<F32>(v, op);
+}
+}  // namespace simd_detail
+
+// Horizontal sum, in a fixed order (a tree over the lanes).
+inline float reduce_add(VecF a) {
+  return simd_detail::fold(a.v, [](auto x, auto y) { return x + y; });
+}
+// Horizontal max. NOTE: a NaN lane may or may not win; callers that must
+// propagate NaN get it from the arithmetic that follows (softmax: e^(z - max)).
 inline float reduce_max(VecF a) {
-  float m = a[0];
-  for (int i = 1; i < VecF::kWidth; ++i) m = (a[i] > m || a[i] != a[i]) ? a[i] : m;
-  return m;
+  return simd_detail::fold(a.v, [](auto x, auto y) { return y > x ? y : x; });
 }
 
 // Polynomial c[0] + c[1] x + ... + c[N-1] x^(N-1), Horner with FMA.
