@@ -158,58 +158,62 @@ void matmul_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_matmul)->Apply(matmul_shapes)->UseRealTime();
 
-// ---- Row ops over [rows, C]: {rows, C}.
+// ---- Row ops over [rows, C]: {rows, C}, fmnist's and vit-tiny's token rows
+// at their width (norms) or MLP width (activations).
 void row_shapes(benchmark::internal::Benchmark* b, int64_t fm_c, int64_t tiny_c) {
   b->ArgNames({"rows", "C"});
   b->Args({2048, fm_c});
   b->Args({1576, tiny_c});
   b->Unit(benchmark::kMicrosecond);
 }
+void width_shapes(benchmark::internal::Benchmark* b) { row_shapes(b, 128, 192); }
+void mlp_shapes(benchmark::internal::Benchmark* b) { row_shapes(b, 256, 768); }
 
 void BM_layer_norm(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 3);
   run_graph(state, {x}, nabla::layer_norm(x, 1e-6));
 }
-BENCHMARK(BM_layer_norm)->Apply([](auto* b) { row_shapes(b, 128, 192); })->UseRealTime();
+BENCHMARK(BM_layer_norm)->Apply(width_shapes)->UseRealTime();
 
 void BM_layer_norm_back(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 3);
   Tensor dy = random_leaf({state.range(0), state.range(1)}, 4);
   run_graph(state, {x, dy}, nabla::layer_norm_back(x, dy, 1e-6));
 }
-BENCHMARK(BM_layer_norm_back)->Apply([](auto* b) { row_shapes(b, 128, 192); })->UseRealTime();
+BENCHMARK(BM_layer_norm_back)->Apply(width_shapes)->UseRealTime();
 
 // ---- Activations on the MLP hidden layer.
 void BM_gelu(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
   run_graph(state, {x}, nabla::gelu(x));
 }
-BENCHMARK(BM_gelu)->Apply([](auto* b) { row_shapes(b, 256, 768); })->UseRealTime();
+BENCHMARK(BM_gelu)->Apply(mlp_shapes)->UseRealTime();
 
 void BM_gelu_back(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
   Tensor dy = random_leaf({state.range(0), state.range(1)}, 6);
   run_graph(state, {x, dy}, nabla::gelu_back(x, dy));
 }
-BENCHMARK(BM_gelu_back)->Apply([](auto* b) { row_shapes(b, 256, 768); })->UseRealTime();
+BENCHMARK(BM_gelu_back)->Apply(mlp_shapes)->UseRealTime();
 
 void BM_gelu_erf(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
   run_graph(state, {x}, nabla::gelu_erf(x));
 }
-BENCHMARK(BM_gelu_erf)->Apply([](auto* b) { row_shapes(b, 256, 768); })->UseRealTime();
+BENCHMARK(BM_gelu_erf)->Apply(mlp_shapes)->UseRealTime();
 
 void BM_gelu_erf_back(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
   Tensor dy = random_leaf({state.range(0), state.range(1)}, 6);
   run_graph(state, {x, dy}, nabla::gelu_erf_back(x, dy));
 }
-BENCHMARK(BM_gelu_erf_back)->Apply([](auto* b) { row_shapes(b, 256, 768); })->UseRealTime();
+BENCHMARK(BM_gelu_erf_back)->Apply(mlp_shapes)->UseRealTime();
 
 // ---- Elementwise add: a residual (same shape) and a bias (row broadcast).
 void BM_add(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 7);
-  Tensor y = state.range(2) ? random_leaf({state.range(1)}, 8) : random_leaf({state.range(0), state.range(1)}, 8);
+  Tensor y = state.range(2) ? random_leaf({state.range(1)}, 8)
+                            : random_leaf({state.range(0), state.range(1)}, 8);
   run_graph(state, {x, y}, nabla::add(x, y));
 }
 BENCHMARK(BM_add)
@@ -306,6 +310,11 @@ void BM_adamw(benchmark::State& state) {
   state.SetLabel(std::to_string(threads()) + " threads");
 }
 // fmnist's 0.54M parameters, vit-tiny's 5.7M.
-BENCHMARK(BM_adamw)->ArgNames({"params"})->Arg(540000)->Arg(5700000)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_adamw)
+    ->ArgNames({"params"})
+    ->Arg(540000)
+    ->Arg(5700000)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace

@@ -36,11 +36,16 @@ void copy_kernel(const KernelArgs& a) {
 
 void contiguous_forward(const KernelArgs& a) {
   switch (dtype_size(a.in[0].dtype)) {
-    case 1: return copy_kernel<uint8_t>(a);
-    case 2: return copy_kernel<uint16_t>(a);
-    case 4: return copy_kernel<uint32_t>(a);
-    case 8: return copy_kernel<uint64_t>(a);
-    default: throw DTypeError(std::string("contiguous: no copy for ") + dtype_name(a.in[0].dtype));
+    case 1:
+      return copy_kernel<uint8_t>(a);
+    case 2:
+      return copy_kernel<uint16_t>(a);
+    case 4:
+      return copy_kernel<uint32_t>(a);
+    case 8:
+      return copy_kernel<uint64_t>(a);
+    default:
+      throw DTypeError(std::string("contiguous: no copy for ") + dtype_name(a.in[0].dtype));
   }
 }
 

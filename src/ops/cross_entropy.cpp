@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "ops/last_axis.h"
 
@@ -40,9 +41,16 @@ void cross_entropy_kernel(const KernelArgs& a) {
   // Per-row losses in parallel, then one sum in row order: deterministic.
   std::vector<double> loss(static_cast<size_t>(rows.rows()), 0.0);
   a.parallel_for(rows.rows(), row_grain(len), [&](int64_t b, int64_t e) {
+    std::vector<float> scratch;  // a strided f32 row, copied
     rows.run(b, e, [&](int64_t r, const std::array<int64_t, 1>& o) {
       if (labels[r] == ignore) return;
       const T* xr = xp + o[0];
+      if constexpr (std::is_same_v<T, float>) {
+        const float* x = cpu::gather(xr, xs, len, scratch);
+        const ExpSum s = exp_sum_f32(x, len);
+        loss[r] = std::log(s.total) - (double(x[labels[r]]) - s.max);
+        return;
+      }
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < len; ++j) {
         double v = xr[j * xs];

@@ -2,10 +2,41 @@
 // the one-hot targets their composites use.
 #pragma once
 
+#include <algorithm>
+#include <limits>
+
+#include "backend/cpu/simd.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
 
 namespace nabla::ops {
+
+// An f32 row's max and sum of e^(x - max), on cpu::VecF (x contiguous):
+// f32 lanes summed in blocks of 1024 elements, the blocks added in f64, so a
+// 50K-class row keeps f32's accuracy. A NaN in x makes the sum NaN.
+struct ExpSum {
+  float max;
+  double total;
+};
+inline ExpSum exp_sum_f32(const float* x, int64_t n) {
+  using cpu::VecF;
+  constexpr int W = VecF::kWidth;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  VecF vmax = kNegInf;
+  for (int64_t j = 0; j < n; j += W) {
+    const int64_t m = std::min<int64_t>(W, n - j);
+    vmax = cpu::max(vmax, cpu::select(cpu::first_lanes(m), VecF::load(x + j, 1, m), kNegInf));
+  }
+  const float mx = cpu::reduce_max(vmax);
+  double total = 0;
+  for (int64_t b = 0; b < n; b += 1024) {
+    const float* xb = x + b;
+    total += cpu::sum_lanes(std::min<int64_t>(1024, n - b), [&](int64_t i, int64_t m) {
+      return cpu::exp(VecF::load(xb + i, 1, m) - mx);
+    });
+  }
+  return {mx, total};
+}
 
 // The i32 labels, one per row in row-major order. A label must be
 // ignore_index or in [0, classes): anything else is a user error naming the

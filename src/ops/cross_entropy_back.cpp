@@ -4,6 +4,7 @@
 // dloss scalar -> [..., C]. attrs: ints {ignore_index}.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "ops/cross_entropy.h"
 #include "ops/last_axis.h"
@@ -44,6 +45,7 @@ void cross_entropy_back_kernel(const KernelArgs& a) {
   const T* xp = x.ptr<T>();
   T* out = a.out.ptr<T>();
   a.parallel_for(rows.rows(), row_grain(len), [&](int64_t b, int64_t e) {
+    std::vector<float> scratch;  // a strided f32 row, copied
     rows.run(b, e, [&](int64_t r, const std::array<int64_t, 1>& o) {
       T* dx = out + r * len;
       if (labels[r] == ignore) {
@@ -51,6 +53,16 @@ void cross_entropy_back_kernel(const KernelArgs& a) {
         return;
       }
       const T* xr = xp + o[0];
+      if constexpr (std::is_same_v<T, float>) {
+        using cpu::VecF;
+        const float* x = cpu::gather(xr, xs, len, scratch);
+        const ExpSum s = exp_sum_f32(x, len);
+        const float inv = float(1.0 / s.total), f = float(factor);
+        const auto p = [&](VecF v) { return cpu::exp(v - s.max) * inv; };
+        cpu::map(dx, x, 1, len, [&](VecF v) { return p(v) * f; });
+        dx[labels[r]] = (p(x[labels[r]])[0] - 1.0f) * f;
+        return;
+      }
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < len; ++j) {
         double v = xr[j * xs];

@@ -8,12 +8,14 @@
 
 #include "backend/cpu/simd.h"
 #include "backend/cpu/strided.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/op.h"
 
 namespace nabla::ops {
 
-// Elements per parallel chunk: fixed, so results never depend on threads.
-inline constexpr int64_t kElementwiseGrain = 1 << 14;
+// Elements per parallel chunk: fixed, so results never depend on threads;
+// an op smaller than one chunk runs inline.
+inline constexpr int64_t kElementwiseGrain = cpu::kMinChunkWork;
 
 // A functor may add a SIMD form of its f32 math, `cpu::VecF vec(cpu::VecF)`
 // (unary) or `vec(cpu::VecF, cpu::VecF)` (binary); the f32 kernel then runs
@@ -48,7 +50,8 @@ void unary_kernel(const KernelArgs& a, F f) {
     }
   };
   if (x.contiguous) {
-    a.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) { run(out + b, xp + b, 1, e - b); });
+    a.parallel_for(n, kElementwiseGrain,
+                   [&](int64_t b, int64_t e) { run(out + b, xp + b, 1, e - b); });
     return;
   }
   Strides os = contiguous_strides(a.out.shape);
@@ -72,8 +75,9 @@ void binary_kernel(const KernelArgs& a, F f) {
   if constexpr (std::is_same_v<T, float> && VecBinary<F>) {
     const auto vf = [&](cpu::VecF u, cpu::VecF v) { return f.vec(u, v); };
     if (x.contiguous && y.contiguous && x.shape == a.out.shape && y.shape == a.out.shape) {
-      a.parallel_for(n, kElementwiseGrain,
-                     [&](int64_t b, int64_t e) { cpu::map(out + b, xp + b, 1, yp + b, 1, e - b, vf); });
+      a.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+        cpu::map(out + b, xp + b, 1, yp + b, 1, e - b, vf);
+      });
       return;
     }
     Strides os = contiguous_strides(a.out.shape);
@@ -81,9 +85,10 @@ void binary_kernel(const KernelArgs& a, F f) {
     Strides ys = cpu::broadcast_strides(y.shape, y.strides, a.out.shape);
     cpu::Walker<3> w(a.out.shape, {&os, &xs, &ys});
     a.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
-      w.run(b, e, [&](const std::array<int64_t, 3>& o, int64_t len, const std::array<int64_t, 3>& s) {
-        cpu::map(out + o[0], xp + o[1], s[1], yp + o[2], s[2], len, vf);
-      });
+      w.run(b, e,
+            [&](const std::array<int64_t, 3>& o, int64_t len, const std::array<int64_t, 3>& s) {
+              cpu::map(out + o[0], xp + o[1], s[1], yp + o[2], s[2], len, vf);
+            });
     });
     return;
   }

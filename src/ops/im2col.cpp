@@ -8,6 +8,8 @@
 // channels are one contiguous column range.
 //
 // The backward is col2im (the adjoint: scatter-add of the windows).
+#include <algorithm>
+
 #include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 
@@ -83,6 +85,13 @@ void im2col_kernel(const KernelArgs& a) {
         for (int64_t ki = 0; ki < v.kh; ++ki) {
           int64_t ih = oh * v.sh - v.ph + ki * v.dh;
           bool row_in = ih >= 0 && ih < H;
+          const int64_t iw0 = ow * v.sw - v.pw;
+          if (row_in && v.dw == 1 && xs[3] == 1 && iw0 >= 0 && iw0 + v.kw <= W) {
+            // The window's row lies inside the image and is contiguous (a
+            // patch embedding's every row): a plain copy.
+            o = std::copy_n(plane + ih * xs[2] + iw0, v.kw, o);
+            continue;
+          }
           for (int64_t kj = 0; kj < v.kw; ++kj) {
             int64_t iw = ow * v.sw - v.pw + kj * v.dw;
             *o++ = row_in && iw >= 0 && iw < W ? plane[ih * xs[2] + iw * xs[3]] : T(0);

@@ -20,12 +20,11 @@ namespace {
 void layer_norm_row_f32(const float* x, int64_t cols, double eps, float* y) {
   using cpu::VecF;
   const float mean = float(cpu::sum_f64(x, cols) / double(cols));
-  const float var = cpu::sum_lanes(cols, [&](int64_t i, int64_t n) {
-                      const VecF d = VecF::load(x + i, 1, n) - mean;
-                      return d * d;
-                    }) /
-                    float(cols);
-  const float rstd = float(1.0 / std::sqrt(double(var) + eps));
+  const float sq = cpu::sum_lanes(cols, [&](int64_t i, int64_t n) {
+    const VecF d = VecF::load(x + i, 1, n) - mean;
+    return d * d;
+  });
+  const float rstd = float(1.0 / std::sqrt(double(sq / float(cols)) + eps));
   cpu::map(y, x, 1, cols, [&](VecF v) { return (v - mean) * rstd; });
 }
 

@@ -23,15 +23,17 @@ void layer_norm_back_row_f32(const float* x, const float* dy, int64_t cols, doub
   using cpu::VecF;
   const float n = float(cols);
   const float mean = float(cpu::sum_f64(x, cols) / double(cols));
-  const float var = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) {
+  const float sq = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) {
     const VecF d = VecF::load(x + i, 1, m) - mean;
     return d * d;
-  }) / n;
-  const float rstd = float(1.0 / std::sqrt(double(var) + eps));
-  const float mean_dy = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) { return VecF::load(dy + i, 1, m); }) / n;
-  const float mean_dy_xhat = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) {
+  });
+  const float rstd = float(1.0 / std::sqrt(double(sq / n) + eps));
+  const float sum_dy =
+      cpu::sum_lanes(cols, [&](int64_t i, int64_t m) { return VecF::load(dy + i, 1, m); });
+  const float sum_dy_xhat = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) {
     return VecF::load(dy + i, 1, m) * ((VecF::load(x + i, 1, m) - mean) * rstd);
-  }) / n;
+  });
+  const float mean_dy = sum_dy / n, mean_dy_xhat = sum_dy_xhat / n;
   cpu::map(dx, x, 1, dy, 1, cols, [&](VecF xv, VecF g) {
     const VecF xhat = (xv - mean) * rstd;
     return rstd * (g - mean_dy - xhat * mean_dy_xhat);
@@ -57,8 +59,8 @@ void layer_norm_back_kernel(const KernelArgs& a) {
     const T* dr = dyp + off[1];
     T* dxr = out + row * cols;
     if constexpr (std::is_same_v<T, float>) {
-      layer_norm_back_row_f32(cpu::gather(xr, sx, cols, scratch_x), cpu::gather(dr, sd, cols, scratch_dy),
-                              cols, eps, dxr);
+      layer_norm_back_row_f32(cpu::gather(xr, sx, cols, scratch_x),
+                              cpu::gather(dr, sd, cols, scratch_dy), cols, eps, dxr);
       return;
     }
     double mean = 0;

@@ -53,13 +53,16 @@ Operand gemm_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_
 constexpr int64_t kMinTileWork = int64_t{1} << 19;
 
 // Tile sizes of C for a batch of n_batch GEMMs [M, K] x [K, N], from the
-// shapes alone. Tiles start at most kMaxTile square and are halved, the longer
-// side first, until the call has kTasks tasks, as long as a tile keeps
-// kMinTile rows and columns and kMinTileWork multiply-adds: a weight gradient
-// (small M and N, K the batch of tokens) still splits over its output, and
-// small GEMMs stay whole. Sizes are multiples of 16 (GEMM micro-kernel
-// widths) and split their dimension evenly. Each tile repacks its panels of A
-// and B, K (mt + nt) moves against K mt nt multiply-adds: cheap from 64 on.
+// shapes alone (never the thread count: determinism). Tiles start at most
+// kMaxTile square and are halved, the longer side first, until the call has
+// kTasks tasks, as long as a tile keeps kMinTileWork multiply-adds and 128
+// rows and columns, or 64 while there are fewer than kTasks / 2 tasks: a
+// weight gradient (small M and N, K the batch of tokens) still splits over
+// its output, and small GEMMs stay whole. Sizes are multiples of 16 (GEMM
+// micro-kernel widths) and split their dimension evenly. Each tile repacks
+// its panels of A and B, K (mt + nt) moves against K mt nt multiply-adds.
+// Zen 4, 2 threads, OpenBLAS: 175-200 GFLOP/s on every fmnist and vit-tiny
+// shape of bench/ops_bench.cpp (one tile per call: 95-100).
 std::pair<int64_t, int64_t> matmul_tiles(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
   constexpr int64_t kMaxTile = 512, kMinTile = 64, kTasks = 8;
   const auto tile = [](int64_t dim, int64_t parts) {
@@ -73,8 +76,11 @@ std::pair<int64_t, int64_t> matmul_tiles(int64_t n_batch, int64_t M, int64_t N, 
     const int64_t tasks = n_batch * ((M + tm - 1) / tm) * ((N + tn - 1) / tn);
     if (tasks >= kTasks) break;
     // Halve the longer side, or the other one when the longer cannot split.
-    const bool m_ok = tile(M, 2 * parts_m) >= kMinTile && tile(M, 2 * parts_m) * tn * K >= kMinTileWork;
-    const bool n_ok = tile(N, 2 * parts_n) >= kMinTile && tm * tile(N, 2 * parts_n) * K >= kMinTileWork;
+    // Tiles narrower than 2 * kMinTile only to reach kTasks / 2 tasks.
+    const int64_t min_tile = tasks < kTasks / 2 ? kMinTile : 2 * kMinTile;
+    const int64_t tm2 = tile(M, 2 * parts_m), tn2 = tile(N, 2 * parts_n);
+    const bool m_ok = tm2 >= min_tile && tm2 * tn * K >= kMinTileWork;
+    const bool n_ok = tn2 >= min_tile && tm * tn2 * K >= kMinTileWork;
     if (m_ok && (tm >= tn || !n_ok)) {
       parts_m *= 2;
     } else if (n_ok) {

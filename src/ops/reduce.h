@@ -42,7 +42,8 @@ void reduce_kernel(const KernelArgs& a, R r) {
     // reduced positions outermost and add whole rows of outputs at a time.
     // Every output still folds its elements in the same order as below.
     // Chunks of >= 64 outputs keep the row walk's overhead small.
-    a.parallel_for(a.out.numel(), std::max<int64_t>(64, cpu::grain_for(count)), [&](int64_t b, int64_t e) {
+    const int64_t grain = std::max<int64_t>(64, cpu::grain_for(count));
+    a.parallel_for(a.out.numel(), grain, [&](int64_t b, int64_t e) {
       std::vector<decltype(r.init())> acc(size_t(e - b), r.init());
       red.run(0, count, [&](const std::array<int64_t, 1>& ro, int64_t rn, const std::array<int64_t, 1>& rs) {
         for (int64_t k = 0; k < rn; ++k) {

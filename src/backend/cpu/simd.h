@@ -50,8 +50,8 @@ struct Vec<float> {
   Raw v;
 
   Vec() = default;
-  Vec(Raw r) : v(r) {}                              // NOLINT: implicit by design
-  Vec(float s) : v(Raw{} + s) {}                    // NOLINT: broadcast
+  Vec(Raw r) : v(r) {}            // NOLINT: implicit by design
+  Vec(float s) : v(Raw{} + s) {}  // NOLINT: broadcast
   static Vec load(const float* p) {
     Raw r;
     std::memcpy(&r, p, sizeof r);  // unaligned load
@@ -135,7 +135,9 @@ inline VecF abs(VecF a) { return from_bits(bits(a) & 0x7fffffff); }
 
 namespace simd_detail {
 // Float vectors of 8 to 64 bytes; fold() combines the upper half of a vector
-// with the lower half until one value is left.
+// with the lower half until one value is left. NOTE: halves come from
+// register shuffles: through memory, a 64-byte store read back as 32-byte
+// loads stalls store forwarding for longer than the whole reduction takes.
 using F8 = float __attribute__((vector_size(8)));
 using F16 = float __attribute__((vector_size(16)));
 using F32 = float __attribute__((vector_size(32)));
@@ -146,27 +148,19 @@ inline float fold(F8 v, Op op) {
   return op(v[0], v[1]);
 }
 template <class Op>
-float fold(F16 v, Op op);
-template <class Op>
-float fold(F32 v, Op op);
-template <class Half, class V, class Op>
-inline float fold_halves(V v, Op op) {
-  Half lo, hi;
-  std::memcpy(&lo, &v, sizeof lo);
-  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
-  return fold(op(lo, hi), op);
-}
-template <class Op>
 inline float fold(F16 v, Op op) {
-  return fold_halves<F8>(v, op);
+  return fold(op(__builtin_shufflevector(v, v, 0, 1), __builtin_shufflevector(v, v, 2, 3)), op);
 }
 template <class Op>
 inline float fold(F32 v, Op op) {
-  return fold_halves<F16>(v, op);
+  return fold(
+      op(__builtin_shufflevector(v, v, 0, 1, 2, 3), __builtin_shufflevector(v, v, 4, 5, 6, 7)), op);
 }
 template <class Op>
 inline float fold(F64 v, Op op) {
-  return fold_halves<F32>(v, op);
+  return fold(op(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7),
+                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)),
+              op);
 }
 }  // namespace simd_detail
 
@@ -188,8 +182,8 @@ inline VecF poly(VecF x, const float (&c)[N]) {
   return p;
 }
 
-// e^x. Cephes expf: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-7
-// polynomial, then scaled by 2^n in two factors so that results down to the
+// e^x. Cephes expf: x = n ln2 + r, |r| <= ln2/2, e^r = 1 + r + r^2 P(r) with
+// P of degree 5, then scaled by 2^n in two factors so that results down to the
 // subnormals (x >= -103.9) and up to FLT_MAX (x <= 88.72) are right; below
 // that 0, above it +inf; NaN stays NaN. Max relative error 1e-7 (about 1 ulp)
 // on normal results, absolute 2e-45 on subnormal ones.
@@ -197,14 +191,14 @@ inline VecF exp(VecF x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  static constexpr float kP[] = {1.0f,           1.0f,           5.0000001201e-1f, 1.6666665459e-1f,
-                                 4.1665795894e-2f, 8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
+  static constexpr float kP[] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
+                                 8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
   const VecF xc = min(max(x, -104.0f), 89.0f);
   const VecF t = fma(xc, kLog2e, kRound);
   const VecF n = t - kRound;  // round(x / ln2), exact
   VecF r = fma(n, -kLn2Hi, xc);
   r = fma(n, -kLn2Lo, r);
-  const VecF p = poly(r, kP);
+  const VecF p = fma(poly(r, kP), r * r, r) + 1.0f;  // 1 + r + r^2 P(r)
   // n as an integer: the low bits of t. 2^n = 2^(n/2, floored) * 2^(the rest),
   // each a normal float for n in [-150, 128].
   const MaskF ni = bits(t) - bits(VecF(kRound));
@@ -214,7 +208,7 @@ inline VecF exp(VecF x) {
 
 // sigmoid(x) and 1 - sigmoid(x) = sigmoid(-x), both without cancellation:
 // with e = e^-|x| <= 1, r = 1 / (1 + e) is the sigmoid of |x| and e r that of
-// -|x|. Max relative error 2e-7 each (0 below x = -104, where e^x underflows).
+// -|x|. Max relative error 2.5e-7 each (0 below x = -104, where e^x underflows).
 struct SigmoidPair {
   VecF s, one_minus_s;
 };
@@ -241,8 +235,8 @@ inline VecF tanh(VecF x) {
 }
 
 // erf. A rational x P(x^2) / Q(x^2) on [-4, 4] (Eigen's and XLA's f32 erf),
-// +-1 beyond. Max absolute and relative error 4e-7 (about 6 ulp near +-1;
-// relative for |x| >= 1e-30: subnormal x lose digits). So 1 + erf(x) has
+// +-1 beyond. Max absolute and relative error 4e-7 with FMA, 5e-7 without
+// (about 7 ulp near +-1; relative for |x| >= 1e-30: subnormal x lose digits). So 1 + erf(x) has
 // 4e-7 absolute accuracy (std::erf in f32 gives 6e-8, from rounding to 1)
 // and little relative accuracy in the far negative tail.
 inline VecF erf(VecF x) {

@@ -80,21 +80,23 @@ class Walker {
       idx[d] = rem % shape_[d];
       rem /= shape_[d];
     }
+    std::array<int64_t, K> offs{};
+    for (size_t k = 0; k < K; ++k) {
+      for (int d = 0; d <= last; ++d) offs[k] += idx[d] * stride_[k][d];
+    }
+    // Offsets follow the multi-index incrementally: short runs (a transpose,
+    // a permute) cost a few adds each, not a dot product per operand.
     int64_t pos = begin;
     while (pos < end) {
-      std::array<int64_t, K> offs{};
-      for (size_t k = 0; k < K; ++k) {
-        int64_t o = 0;
-        for (int d = 0; d <= last; ++d) o += idx[d] * stride_[k][d];
-        offs[k] = o;
-      }
       int64_t n = std::min(shape_[last] - idx[last], end - pos);
-      fn(offs, n, inner);
+      fn(static_cast<const std::array<int64_t, K>&>(offs), n, inner);
       pos += n;
       idx[last] += n;
+      for (size_t k = 0; k < K; ++k) offs[k] += n * inner[k];
       for (int d = last; d > 0 && idx[d] == shape_[d]; --d) {
         idx[d] = 0;
         ++idx[d - 1];
+        for (size_t k = 0; k < K; ++k) offs[k] += stride_[k][d - 1] - shape_[d] * stride_[k][d];
       }
     }
   }
