@@ -2,6 +2,8 @@
 // include/nabla/gguf.h; the spec is ggml's docs/gguf.md.
 #include "nabla/gguf.h"
 
+#include "io/half.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstdio>
@@ -91,27 +93,6 @@ size_t ggml_type_size(GgmlType t) {
       return 2;
   }
   return 0;
-}
-
-float f16_to_f32(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-  if (exp == 0 && mant == 0) {
-    bits = sign;
-  } else if (exp == 0) {  // subnormal: normalise
-    exp = 127 - 15 + 1;
-    while (!(mant & 0x400)) {
-      mant <<= 1;
-      --exp;
-    }
-    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 // ---- writing
@@ -588,12 +569,7 @@ GgufFile read_gguf(const std::string& path) {
       t.tensor = Tensor::zeros(DType::f32, t.shape);
       float* o = t.tensor.data_as<float>();
       for (size_t i = 0; i < half.size(); ++i) {
-        if (t.type == GgmlType::f16) {
-          o[i] = f16_to_f32(half[i]);
-        } else {
-          uint32_t bits = uint32_t(half[i]) << 16;
-          std::memcpy(&o[i], &bits, 4);
-        }
+        o[i] = t.type == GgmlType::f16 ? io::f16_to_f32(half[i]) : io::bf16_to_f32(half[i]);
       }
     } else {
       DType dt = t.type == GgmlType::f32   ? DType::f32

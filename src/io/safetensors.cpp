@@ -10,6 +10,8 @@
 #include "nabla/error.h"
 #include "nabla/io.h"
 
+#include "io/half.h"
+
 namespace nabla {
 
 namespace {
@@ -29,37 +31,6 @@ const char* st_dtype(DType t) {
       return "I32";
   }
   return "?";
-}
-
-float half_to_float(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) {
-        mant <<= 1;
-        --exp;
-      }
-      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-float bf16_to_float(uint16_t b) {
-  uint32_t bits = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 }  // namespace
@@ -220,7 +191,7 @@ Safetensors load_safetensors(const std::string& path) {
       for (uint64_t i = 0; i < count; ++i) {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
-        o[i] = dt == "F16" ? half_to_float(h) : bf16_to_float(h);
+        o[i] = dt == "F16" ? io::f16_to_f32(h) : io::bf16_to_f32(h);
       }
     } else {
       t = Tensor::zeros(DType::i32, shape);
