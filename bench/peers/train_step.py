@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""PyTorch peer of nabla_bench_train: the same model (from the same config
+JSON, built by the oracle tests' PyTorch models), the same synthetic batch
+shape, AdamW with clipping at 1.0, timed the same way (median step after
+warm-up). Prints one JSON line.
+
+Usage: train_step.py --config JSON --batch B [--context T] [--steps N]
+                     [--warmup W] [--torch-threads N]
+
+Thread settings are the caller's: bench/train_step.sh runs this under each of
+PyTorch's good settings on this machine (1 torch thread with
+OPENBLAS_NUM_THREADS=2; 2 threads with OMP_WAIT_POLICY=PASSIVE) and keeps
+the faster.
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "oracle"))
+
+
+def build(config):
+    if config["architecture"] == "vit":
+        from vit_oracle import VisionTransformer
+        return VisionTransformer(config)
+    from gpt2_oracle import Gpt2
+    return Gpt2(config)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="model config JSON (nabla_bench_train --config)")
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--context", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--torch-threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.torch_threads)
+    torch.manual_seed(7)
+    config = json.loads(a.config)
+    model = build(config)
+    model.train()
+    # nabla's default decay set: matrices and conv kernels, not biases, norms,
+    # embeddings' tokens (same cost either way; kept for an identical update).
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "pos_embed" not in n and "cls_token" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "pos_embed" not in n and "cls_token" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.999), eps=1e-8)
+    if config["architecture"] == "vit":
+        c = config
+        x = torch.randn(a.batch, c["in_chans"], c["img_size"], c["img_size"])
+        y = torch.randint(0, c["num_classes"], (a.batch,))
+        items, unit = a.batch, "images"
+
+        def loss_fn():
+            return F.cross_entropy(model(x), y)
+    else:
+        tokens = torch.randint(0, config["vocab_size"], (a.batch, a.context + 1))
+        items, unit = a.batch * a.context, "tokens"
+
+        def loss_fn():
+            logits = model(tokens[:, :-1])
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+    times, first, last = [], None, None
+    for i in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        dt = (time.perf_counter() - t0) * 1e3
+        if i == 0:
+            first = loss.item()
+        if i >= a.warmup:
+            times.append(dt)
+        last = loss.item()
+    times.sort()
+    ms = times[len(times) // 2]
+    print(json.dumps({
+        "framework": "torch", "model": config.get("preset", ""), "batch": a.batch, "context": a.context,
+        "torch_threads": a.torch_threads, "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", ""),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "unit": unit, "step_ms": round(ms, 2),
+        "per_s": round(items / (ms / 1e3), 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "first_loss": round(first, 4), "last_loss": round(last, 4)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Whole training steps, nabla against PyTorch on the same machine in the same
+# run: ViT-Tiny 224/16 batch 8, the Fashion-MNIST ViT preset at batch 128, the
+# small GPT-2 preset at 8 x 256 and GPT-2 124M at 4 x 64. Runs are interleaved
+# (every configuration and framework once per round, REPS rounds) and each is
+# its own process, so peak resident memory is its own. PyTorch runs under both
+# of its good thread settings here and keeps the faster; nabla also runs on one
+# thread for the scaling column. Prints a markdown table.
+#
+# Usage: bench/train_step.sh [REPS]     (default 3 rounds; about 10 minutes)
+# Environment: CONFIGS="fmnist gpt2-small-byte" to run a subset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reps=${1:-3}
+scripts/install-deps >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNABLA_BENCH=ON >/dev/null
+ninja -C build nabla_bench_train >/dev/null
+bench=build/bench/nabla_bench_train
+py=/usr/bin/python3
+out=$(mktemp -d)
+results=$out/results.jsonl
+
+declare -A batch=([vit-tiny]=8 [fmnist]=128 [gpt2-small-byte]=8 [gpt2]=4)
+declare -A context=([vit-tiny]=0 [fmnist]=0 [gpt2-small-byte]=256 [gpt2]=64)
+declare -A steps=([vit-tiny]=10 [fmnist]=10 [gpt2-small-byte]=10 [gpt2]=6)
+configs=${CONFIGS:-vit-tiny fmnist gpt2-small-byte gpt2}
+
+for t in 1 2; do "$bench" --machine --threads $t >>"$results"; done
+for ((r = 1; r <= reps; r++)); do
+  for m in $configs; do
+    echo "round $r/$reps: $m" >&2
+    args=(--batch "${batch[$m]}" --steps "${steps[$m]}")
+    ctx=${context[$m]}
+    [[ $ctx != 0 ]] && args+=(--context "$ctx")
+    cfg=$("$bench" --model "$m" --config)
+    "$bench" --model "$m" "${args[@]}" --threads 2 >>"$results"
+    "$bench" --model "$m" "${args[@]}" --threads 1 >>"$results"
+    OPENBLAS_NUM_THREADS=2 "$py" bench/peers/train_step.py --config "$cfg" "${args[@]}" --torch-threads 1 >>"$results"
+    OMP_WAIT_POLICY=PASSIVE "$py" bench/peers/train_step.py --config "$cfg" "${args[@]}" --torch-threads 2 >>"$results"
+  done
+done
+
+"$py" - "$results" "$reps" <<'EOF'
+import json, statistics, sys, platform, datetime, subprocess
+rows = [json.loads(l) for l in open(sys.argv[1])]
+machine = {r["threads"]: r for r in rows if r.get("kind") == "machine"}
+fma2, sgemm2 = machine[2]["fma_gflops"], machine[2]["sgemm_gflops"]
+target = {"vit-tiny": 1.5, "fmnist": 2.0, "gpt2-small-byte": 2.0, "gpt2": 1.5}
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"], capture_output=True, text=True).stdout.strip()
+print(f"\n{datetime.date.today()}, {cpu}, {machine[2]['threads']} threads; FMA peak {machine[1]['fma_gflops']:.0f} "
+      f"GFLOP/s (1 thread), {fma2:.0f} (2); sgemm {sgemm2:.0f} GFLOP/s on 2 threads ({machine[2]['gemm']}); "
+      f"medians of {sys.argv[2]} interleaved rounds\n")
+print("| configuration | nabla | PyTorch (best setting) | ratio (target) | nabla matmul GFLOP/s | % of FMA peak | % of sgemm | peak RSS nabla / torch (ratio) | 2 vs 1 thread |")
+print("|---|---|---|---|---|---|---|---|---|")
+order = ["vit-tiny", "fmnist", "gpt2-small-byte", "gpt2"]
+for m in order:
+    n2 = [r for r in rows if r.get("framework") == "nabla" and r["model"] == m and r["threads"] == 2]
+    if not n2:
+        continue
+    n1 = [r for r in rows if r.get("framework") == "nabla" and r["model"] == m and r["threads"] == 1]
+    t = [r for r in rows if r.get("framework") == "torch" and r["model"] == m]
+    settings = {}
+    for r in t:
+        key = f"{r['torch_threads']} torch thread(s)" + (f", OPENBLAS_NUM_THREADS={r['openblas_threads']}" if r["openblas_threads"] else "") + (f", OMP_WAIT_POLICY={r['omp_wait_policy']}" if r["omp_wait_policy"] else "")
+        settings.setdefault(key, []).append(r)
+    best_key = max(settings, key=lambda k: med([r["per_s"] for r in settings[k]]))
+    tb = settings[best_key]
+    unit = n2[0]["unit"]
+    nps, tps = med([r["per_s"] for r in n2]), med([r["per_s"] for r in tb])
+    gf = med([r["gflops"] for r in n2])
+    nrss, trss = med([r["peak_rss_mib"] for r in n2]), med([r["peak_rss_mib"] for r in tb])
+    scale = nps / med([r["per_s"] for r in n1]) if n1 else float("nan")
+    shape = f"batch {n2[0]['batch']}" + (f" x {n2[0]['context']}" if n2[0]["context"] else "")
+    ok = "met" if nps / tps >= target[m] else "not met"
+    print(f"| {m} {shape} | {nps:,.0f} {unit}/s | {tps:,.0f} {unit}/s ({best_key}) | {nps / tps:.2f}x ({target[m]}x: {ok}) "
+          f"| {gf:.0f} | {100 * gf / fma2:.0f}% | {100 * gf / sgemm2:.0f}% | {nrss:,.0f} / {trss:,.0f} MiB ({nrss / trss:.2f}x) "
+          f"| {scale:.2f}x |")
+print()
+EOF
+echo "raw results: $results" >&2

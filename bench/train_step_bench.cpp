@@ -1,0 +1,260 @@
+// Whole training steps (forward, loss, backward, AdamW) of nabla's models on
+// synthetic batches, one configuration per process so peak resident memory
+// is the configuration's own. Prints one JSON line; bench/train_step.sh runs
+// it interleaved with the PyTorch peer (bench/peers/train_step.py) and makes
+// the table.
+//
+//   nabla_bench_train --model vit-tiny|fmnist|gpt2-small-byte|gpt2 --batch B
+//                     [--context T] [--steps N] [--warmup W] [--threads N]
+//   nabla_bench_train --machine [--threads N]   FMA peak and sgemm reference
+//   nabla_bench_train --model M --config          the model's config JSON
+#include <fmt/format.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/gemm.h"
+#include "core/node.h"
+#include "core/op.h"
+#include "models/gpt2.h"
+#include "models/vit.h"
+#include "nabla/error.h"
+#include "nabla/graph.h"
+#include "nabla/ops.h"
+#include "nabla/trainer.h"
+
+namespace {
+
+using namespace nabla;
+using Clock = std::chrono::steady_clock;
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+// 2*M*N*K over every matmul the step runs (forward and backward), from the
+// same graph the trainer compiles.
+double matmul_flops(const Tensor& loss, const nn::Params& params) {
+  std::vector<Tensor> wrt;
+  for (const auto& [name, p] : params.list()) wrt.push_back(p);
+  Graph g({loss});
+  for (const Tensor& t : grad(loss, wrt)) g.add_output(t);
+  double flops = 0;
+  for (Node* n : g.nodes()) {
+    if (std::string_view(n->op->name) != "matmul") continue;
+    flops += 2.0 * double(n->numel()) * double(n->inputs.at(0).dim(-1));
+  }
+  return flops;
+}
+
+struct Workload {
+  Tensor loss;
+  std::vector<Tensor> inputs;  // leaves refilled with random data before timing
+  int64_t items = 0;           // images or tokens per step
+  std::string unit;
+  double params = 0;
+};
+
+void fill_random(Tensor t, int64_t classes, std::mt19937& rng) {
+  if (t.dtype() == DType::f32) {
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    float* p = t.data_as<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
+  } else {
+    std::uniform_int_distribution<int32_t> d(0, int32_t(classes - 1));
+    int32_t* p = t.data_as<int32_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
+  }
+}
+
+struct Result {
+  double step_ms = 0, items_per_s = 0, gflop_per_step = 0, achieved_gflops = 0, rss_mib = 0, params = 0;
+  double arena_mib = 0;
+  float first_loss = 0, last_loss = 0;
+};
+
+template <class Model>
+Result run_model(Model& model, const Tensor& input, const Tensor& target, int64_t classes, int64_t items,
+                 int steps, int warmup, int threads) {
+  (void)input;
+  Tensor loss;
+  if constexpr (std::is_same_v<Model, models::Vit>) {
+    loss = cross_entropy(model.forward(input, /*train=*/true), target);
+  } else {
+    int64_t T = input.dim(1) - 1;
+    loss = cross_entropy(model.forward(slice(input, 1, 0, T), true), slice(input, 1, 1, T + 1));
+  }
+  Result r;
+  r.gflop_per_step = matmul_flops(loss, model.params()) * 1e-9;
+  r.params = double(model.params().count());
+  optim::AdamWConfig adamw;
+  TrainStep step(loss, model.params(), {}, adamw, ExecOptions{.threads = threads});
+  r.arena_mib = double(step.executor().memory().arena_bytes) / 1048576.0;
+  std::mt19937 rng(7);
+  fill_random(input, classes, rng);
+  if (target.defined()) fill_random(target, classes, rng);
+  std::vector<double> ms;
+  for (int i = 0; i < warmup + steps; ++i) {
+    auto t0 = Clock::now();
+    step.run();
+    step.update(1e-4, 1.0);
+    double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (i == 0) r.first_loss = step.loss();
+    if (i >= warmup) ms.push_back(dt);
+  }
+  r.last_loss = step.loss();
+  std::sort(ms.begin(), ms.end());
+  r.step_ms = ms[ms.size() / 2];
+  r.items_per_s = double(items) / (r.step_ms / 1e3);
+  r.achieved_gflops = r.gflop_per_step / (r.step_ms / 1e3);
+  r.rss_mib = peak_rss_mib();
+  return r;
+}
+
+// Peak FMA rate: each thread runs independent chains of vector FMAs (enough
+// chains to cover the FMA latency), counted as 2 flops per lane.
+#if defined(__AVX512F__)
+using VecF = __m512;
+constexpr int kLanes = 16;
+inline VecF vset(float x) { return _mm512_set1_ps(x); }
+inline VecF vfma(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vfirst(VecF v) { return _mm512_cvtss_f32(v); }
+#elif defined(__FMA__)
+using VecF = __m256;
+constexpr int kLanes = 8;
+inline VecF vset(float x) { return _mm256_set1_ps(x); }
+inline VecF vfma(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+inline float vfirst(VecF v) { return _mm256_cvtss_f32(v); }
+#else
+using VecF = float;  // scalar fallback (other ISAs): a lower bound on the peak
+constexpr int kLanes = 1;
+inline VecF vset(float x) { return x; }
+inline VecF vfma(VecF a, VecF b, VecF c) { return std::fma(a, b, c); }
+inline float vfirst(VecF v) { return v; }
+#endif
+
+double fma_peak_gflops(int threads) {
+  constexpr int kChains = 12;
+  constexpr int64_t kIters = 20'000'000;
+  auto worker = [] {
+    VecF acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = vset(float(c));
+    const VecF a = vset(0.999999f), b = vset(1e-7f);
+    for (int64_t i = 0; i < kIters; ++i) {
+      for (int c = 0; c < kChains; ++c) acc[c] = vfma(acc[c], a, b);
+    }
+    float s = 0;
+    for (int c = 0; c < kChains; ++c) s += vfirst(acc[c]);
+    volatile float sink = s;
+    (void)sink;
+  };
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, double(threads) * kIters * kChains * kLanes * 2 / s * 1e-9);
+  }
+  return best;
+}
+
+// sgemm at a ViT-Tiny MLP shape (M=1576, K=192, N=768), rows split across
+// `threads` threads each running the library's GEMM (OpenBLAS when built with
+// it) on its share: the rate a matmul-bound step could reach here.
+double sgemm_gflops(int threads) {
+  const int64_t M = 1576, K = 192, N = 768;
+  std::vector<float> A(M * K, 0.5f), B(K * N, 0.25f), C(M * N);
+  double best = 0;
+  for (int rep = 0; rep < 20; ++rep) {
+    auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        int64_t lo = M * t / threads, hi = M * (t + 1) / threads;
+        cpu::gemm<float>(false, false, hi - lo, N, K, 1.0f, A.data() + lo * K, K, B.data(), N, 0.0f,
+                         C.data() + lo * N, N);
+      });
+    }
+    for (auto& t : pool) t.join();
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, 2.0 * M * N * K / s * 1e-9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"nabla training-step benchmark"};
+  std::string model_name;
+  int64_t batch = 0, context = 0;
+  int steps = 10, warmup = 2, threads = 2;
+  bool machine = false, config_only = false;
+  app.add_option("--model", model_name, "vit-tiny, fmnist, gpt2-small-byte or gpt2");
+  app.add_option("--batch", batch, "Batch size (default: the configuration's)");
+  app.add_option("--context", context, "GPT-2 context length");
+  app.add_option("--steps", steps, "Timed steps")->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::Range(0, 100000));
+  app.add_option("--threads", threads, "Threads")->check(CLI::Range(1, 256));
+  app.add_flag("--config", config_only, "Print the model's config JSON (for the PyTorch peer) and exit");
+  app.add_flag("--machine", machine, "Measure the FMA peak and the sgemm rate instead");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (machine) {
+      fmt::print("{{\"kind\": \"machine\", \"fma_gflops\": {:.1f}, \"sgemm_gflops\": {:.1f}, \"threads\": {}, \"gemm\": \"{}\"}}\n",
+                 fma_peak_gflops(threads), sgemm_gflops(threads), threads, cpu::gemm_backend());
+      return 0;
+    }
+    Result r;
+    std::string unit;
+    if (model_name == "vit-tiny" || model_name == "fmnist") {
+      models::VitConfig c = models::vit_preset(model_name);
+      if (batch == 0) batch = model_name == "fmnist" ? 128 : 8;
+      if (config_only) return fmt::print("{}\n", c.to_json()), 0;
+      models::Vit model(c, 1);
+      Tensor images = Tensor::zeros(DType::f32, {batch, c.in_chans, c.img_size, c.img_size});
+      Tensor labels = Tensor::zeros(DType::i32, {batch});
+      r = run_model(model, images, labels, c.num_classes, batch, steps, warmup, threads);
+      unit = "images";
+    } else if (model_name == "gpt2-small-byte" || model_name == "gpt2") {
+      models::Gpt2Config c = models::gpt2_preset(model_name);
+      if (batch == 0) batch = model_name == "gpt2" ? 4 : 8;
+      if (context == 0) context = model_name == "gpt2" ? 64 : 256;
+      if (config_only) return fmt::print("{}\n", c.to_json()), 0;
+      models::Gpt2 model(c, 1);
+      Tensor tokens = Tensor::zeros(DType::i32, {batch, context + 1});
+      r = run_model(model, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads);
+      unit = "tokens";
+    } else {
+      throw UsageError("nabla_bench_train: unknown --model '" + model_name +
+                       "' (vit-tiny, fmnist, gpt2-small-byte, gpt2)");
+    }
+    fmt::print(
+        "{{\"framework\": \"nabla\", \"model\": \"{}\", \"batch\": {}, \"context\": {}, \"threads\": {}, "
+        "\"unit\": \"{}\", \"step_ms\": {:.2f}, \"per_s\": {:.1f}, \"matmul_gflop_per_step\": {:.3f}, "
+        "\"gflops\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"arena_mib\": {:.1f}, \"params\": {:.0f}, "
+        "\"first_loss\": {:.4f}, \"last_loss\": {:.4f}}}\n",
+        model_name, batch, context, threads, unit, r.step_ms, r.items_per_s, r.gflop_per_step,
+        r.achieved_gflops, r.rss_mib, r.arena_mib, r.params, r.first_loss, r.last_loss);
+    return 0;
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "nabla_bench_train: {}\n", e.what());
+    return 1;
+  }
+}
