@@ -21,6 +21,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "io/json_fields.h"
+#include "nabla/checkpoint.h"
 #include "nabla/error.h"
 
 namespace nabla::models {
@@ -30,6 +32,12 @@ void Gpt2Config::validate() const {
   if (vocab_size <= 0 || n_positions <= 0 || n_layer < 0 || n_head <= 0 || n_embd <= 0) {
     fail("sizes must be positive");
   }
+  // Token ids and positions are i32; the bound also keeps sizes from overflowing.
+  constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
+  if (vocab_size > kMaxSize || n_positions > kMaxSize || n_layer > kMaxSize || n_embd > kMaxSize / 4) {
+    fail("sizes must be at most 2^31 - 1 (n_embd at most 2^29 - 1)");
+  }
+  if (!(layer_norm_epsilon >= 0 && layer_norm_epsilon < 1)) fail("layer_norm_epsilon must be in [0, 1)");
   if (n_embd % n_head) {
     fail("n_embd " + std::to_string(n_embd) + " is not divisible by n_head " + std::to_string(n_head));
   }
@@ -61,18 +69,20 @@ Gpt2Config Gpt2Config::from_json(const std::string& text) {
   } catch (const std::exception& e) {
     throw IoError(std::string("gpt2 config: not valid JSON: ") + e.what());
   }
-  if (!j.is_object() || j.value("architecture", "") != "gpt2") {
-    throw IoError("gpt2 config: architecture is \"" + (j.is_object() ? j.value("architecture", "") : "") +
-                  "\", expected \"gpt2\"");
+  if (!j.is_object()) throw IoError("gpt2 config: not a JSON object");
+  auto arch = j.find("architecture");
+  if (arch == j.end() || *arch != "gpt2") {
+    throw IoError("gpt2 config: architecture is " + (arch == j.end() ? "missing" : io::json_text(*arch)) +
+                  ", expected \"gpt2\"");
   }
   Gpt2Config c;
   try {
     c.preset = j.value("preset", "");
-    c.vocab_size = j.at("vocab_size").get<int64_t>();
-    c.n_positions = j.at("n_positions").get<int64_t>();
-    c.n_layer = j.at("n_layer").get<int64_t>();
-    c.n_head = j.at("n_head").get<int64_t>();
-    c.n_embd = j.at("n_embd").get<int64_t>();
+    c.vocab_size = io::json_int(j, "vocab_size");
+    c.n_positions = io::json_int(j, "n_positions");
+    c.n_layer = io::json_int(j, "n_layer");
+    c.n_head = io::json_int(j, "n_head");
+    c.n_embd = io::json_int(j, "n_embd");
     c.layer_norm_epsilon = j.value("layer_norm_epsilon", 1e-5);
     c.dropout = j.value("dropout", 0.0);
     c.bias = j.value("bias", true);
@@ -80,8 +90,30 @@ Gpt2Config Gpt2Config::from_json(const std::string& text) {
     c.tokenizer = j.value("tokenizer", "gpt2");
   } catch (const nlohmann::json::exception& e) {
     throw IoError(std::string("gpt2 config: ") + e.what());
+  } catch (const IoError& e) {
+    throw IoError(std::string("gpt2 config: ") + e.what());
   }
   c.validate();
+  return c;
+}
+
+int64_t Gpt2Config::parameter_count() const {
+  // Mirrors Gpt2::Gpt2 (a test compares it with the built model), in double
+  // so that no config can overflow it.
+  const double D = double(n_embd), b = bias ? 1 : 0;
+  const double block = 2 * D + 3 * D * D + b * 3 * D + D * D + b * D + 2 * D + 4 * D * D + b * 4 * D + 4 * D * D + b * D;
+  const double n = double(vocab_size) * D + double(n_positions) * D + double(n_layer) * block + 2 * D;
+  return n >= 9.2e18 ? INT64_MAX : int64_t(n);
+}
+
+Gpt2Config gpt2_config_from_checkpoint(const Checkpoint& ckpt) {
+  Gpt2Config c;
+  try {
+    c = Gpt2Config::from_json(ckpt.config_json);
+  } catch (const Error& e) {
+    throw IoError(ckpt.path + ": " + e.what());
+  }
+  check_holds_parameters(ckpt, c.parameter_count());
   return c;
 }
 
@@ -178,6 +210,15 @@ Tensor Gpt2::forward(const Tensor& tokens, bool train) const {
   for (size_t i = 0; i < blocks_.size(); ++i) x = block_forward(blocks_[i], x, train, int64_t(2 * i));
   x = ln_f_(x);
   return matmul(x, transpose(wte_.weight));                        // tied head: [B, T, V]
+}
+
+Tensor Gpt2::next_token_loss(const Tensor& tokens, bool train) const {
+  if (tokens.rank() != 2 || tokens.dim(1) < 2) {
+    throw ShapeError("gpt2: next-token loss needs tokens [B, T + 1] with T >= 1, got " + to_string(tokens));
+  }
+  int64_t T = tokens.dim(1) - 1;
+  Tensor logits = forward(slice(tokens, 1, 0, T), train);     // [B, T, V]
+  return cross_entropy(logits, slice(tokens, 1, 1, T + 1));  // mean over B * T
 }
 
 // Decoding with a key/value cache: the keys and values of earlier positions

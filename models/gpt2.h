@@ -8,6 +8,10 @@
 
 #include "nabla/nn.h"
 
+namespace nabla {
+struct Checkpoint;
+}
+
 namespace nabla::models {
 
 struct Gpt2Config {
@@ -24,12 +28,20 @@ struct Gpt2Config {
   std::string tokenizer = "gpt2";
 
   void validate() const;
+  // Elements in the parameters Gpt2 builds from this (valid) config (saturates at
+  // INT64_MAX); known before anything is allocated.
+  int64_t parameter_count() const;
   std::string to_json() const;  // Hugging Face names, architecture "gpt2"
   static Gpt2Config from_json(const std::string& json);
 };
 
 // "gpt2" (124M), "gpt2-small-byte" (byte vocabulary, for 2 cores; see gpt2.cpp).
 Gpt2Config gpt2_preset(const std::string& name);
+
+// The config of a GPT-2 checkpoint. IoError naming the file when it holds
+// another architecture, a bad config, or fewer values than the config's
+// parameters need (so a damaged config cannot make Gpt2 allocate without bound).
+Gpt2Config gpt2_config_from_checkpoint(const Checkpoint& ckpt);
 
 // y = x W + b with W [in, out]: Hugging Face's Conv1D.
 struct Conv1D {
@@ -47,6 +59,11 @@ class Gpt2 {
   // tokens i32 [B, T] -> logits [B, T, V]. With train, dropout draws from
   // `dropout_seed` (an i32 leaf the trainer rewrites).
   Tensor forward(const Tensor& tokens, bool train) const;
+
+  // Mean next-token cross-entropy over all B * T positions of tokens i32
+  // [B, T + 1]: inputs tokens[:, :-1], targets tokens[:, 1:]. The training
+  // loss, also used by validation and `nabla grad`.
+  Tensor next_token_loss(const Tensor& tokens, bool train) const;
 
   // One decoding step with a key/value cache (see gpt2.cpp): built once,
   // run once per generated token.

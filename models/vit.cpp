@@ -22,9 +22,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_fields.h"
+#include "nabla/checkpoint.h"
 #include "nabla/error.h"
 
 namespace nabla::models {
+
+namespace {
+constexpr int64_t kMaxSize = INT32_MAX;
+}  // namespace
 
 void VitConfig::validate() const {
   auto fail = [](const std::string& m) { throw UsageError("vit config: " + m); };
@@ -34,11 +40,19 @@ void VitConfig::validate() const {
   if (in_chans <= 0 || embed_dim <= 0 || depth < 0 || num_heads <= 0 || num_classes <= 0) {
     fail("sizes must be positive");
   }
+  // Bounds that keep every size computed from the config far from overflow.
+  if (img_size > (1 << 20) || in_chans > kMaxSize || embed_dim > kMaxSize || depth > kMaxSize ||
+      num_classes > kMaxSize) {
+    fail("sizes must be at most 2^31 - 1 (img_size at most 2^20)");
+  }
   if (embed_dim % num_heads) {
     fail("embed_dim " + std::to_string(embed_dim) + " is not divisible by num_heads " + std::to_string(num_heads));
   }
   if (global_pool != "token" && global_pool != "avg") fail("global_pool must be \"token\" or \"avg\"");
-  if (mlp_ratio <= 0) fail("mlp_ratio must be positive");
+  if (!(mlp_ratio > 0) || !(double(embed_dim) * mlp_ratio <= double(kMaxSize))) {
+    fail("mlp_ratio must be positive, with embed_dim * mlp_ratio at most 2^31 - 1");
+  }
+  if (!(norm_eps >= 0 && norm_eps < 1)) fail("norm_eps must be in [0, 1)");
   if (!(drop_rate >= 0 && drop_rate < 1)) fail("drop_rate must be in [0, 1)");
   nn::parse_gelu(gelu);
 }
@@ -59,21 +73,23 @@ VitConfig VitConfig::from_json(const std::string& text) {
   } catch (const std::exception& e) {
     throw IoError(std::string("vit config: not valid JSON: ") + e.what());
   }
-  if (!j.is_object() || j.value("architecture", "") != "vit") {
-    throw IoError("vit config: architecture is \"" + (j.is_object() ? j.value("architecture", "") : "") +
-                  "\", expected \"vit\"");
+  if (!j.is_object()) throw IoError("vit config: not a JSON object");
+  auto arch = j.find("architecture");
+  if (arch == j.end() || *arch != "vit") {
+    throw IoError("vit config: architecture is " + (arch == j.end() ? "missing" : io::json_text(*arch)) +
+                  ", expected \"vit\"");
   }
   VitConfig c;
   try {
     c.preset = j.value("preset", "");
-    c.img_size = j.at("img_size").get<int64_t>();
-    c.patch_size = j.at("patch_size").get<int64_t>();
-    c.in_chans = j.at("in_chans").get<int64_t>();
-    c.embed_dim = j.at("embed_dim").get<int64_t>();
-    c.depth = j.at("depth").get<int64_t>();
-    c.num_heads = j.at("num_heads").get<int64_t>();
+    c.img_size = io::json_int(j, "img_size");
+    c.patch_size = io::json_int(j, "patch_size");
+    c.in_chans = io::json_int(j, "in_chans");
+    c.embed_dim = io::json_int(j, "embed_dim");
+    c.depth = io::json_int(j, "depth");
+    c.num_heads = io::json_int(j, "num_heads");
     c.mlp_ratio = j.at("mlp_ratio").get<double>();
-    c.num_classes = j.at("num_classes").get<int64_t>();
+    c.num_classes = io::json_int(j, "num_classes");
     c.global_pool = j.value("global_pool", "token");
     c.qkv_bias = j.value("qkv_bias", true);
     c.norm_eps = j.value("norm_eps", 1e-6);
@@ -81,8 +97,33 @@ VitConfig VitConfig::from_json(const std::string& text) {
     c.drop_rate = j.value("drop_rate", 0.0);
   } catch (const nlohmann::json::exception& e) {
     throw IoError(std::string("vit config: ") + e.what());
+  } catch (const IoError& e) {
+    throw IoError(std::string("vit config: ") + e.what());
   }
   c.validate();
+  return c;
+}
+
+int64_t VitConfig::parameter_count() const {
+  // Mirrors Vit::Vit (a test compares it with the built model), in double so
+  // that no config can overflow it.
+  const double D = double(embed_dim), C = double(in_chans), P = double(patch_size), F = double(mlp_hidden()),
+               K = double(num_classes), T = double(img_size / patch_size) * double(img_size / patch_size) +
+                                           (global_pool == "token");
+  const double block = 2 * D + 3 * D * D + (qkv_bias ? 3 * D : 0) + D * D + D + 2 * D + F * D + F + D * F + D;
+  const double n = (global_pool == "token" ? D : 0) + T * D + D * C * P * P + D + double(depth) * block + 2 * D +
+                   K * D + K;
+  return n >= 9.2e18 ? INT64_MAX : int64_t(n);
+}
+
+VitConfig vit_config_from_checkpoint(const Checkpoint& ckpt) {
+  VitConfig c;
+  try {
+    c = VitConfig::from_json(ckpt.config_json);
+  } catch (const Error& e) {
+    throw IoError(ckpt.path + ": " + e.what());
+  }
+  check_holds_parameters(ckpt, c.parameter_count());
   return c;
 }
 

@@ -7,6 +7,10 @@
 
 #include "nabla/nn.h"
 
+namespace nabla {
+struct Checkpoint;
+}
+
 namespace nabla::models {
 
 struct VitConfig {
@@ -29,6 +33,9 @@ struct VitConfig {
   int64_t mlp_hidden() const { return static_cast<int64_t>(embed_dim * mlp_ratio); }
   // Throws UsageError on inconsistent values (patch does not divide the image...).
   void validate() const;
+  // Elements in the parameters Vit builds from this (valid) config (saturates at
+  // INT64_MAX); known before anything is allocated.
+  int64_t parameter_count() const;
   // {"architecture": "vit", "img_size": ..., ...} with timm's names.
   std::string to_json() const;
   static VitConfig from_json(const std::string& json);
@@ -37,6 +44,11 @@ struct VitConfig {
 // "vit-tiny" (timm vit_tiny_patch16_224), "fmnist" (28x28x1, see vit.cpp).
 VitConfig vit_preset(const std::string& name);
 std::vector<std::string> vit_presets();
+
+// The config of a ViT checkpoint. IoError naming the file when it holds
+// another architecture, a bad config, or fewer values than the config's
+// parameters need (so a damaged config cannot make Vit allocate without bound).
+VitConfig vit_config_from_checkpoint(const Checkpoint& ckpt);
 
 class Vit {
  public:

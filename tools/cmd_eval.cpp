@@ -9,7 +9,7 @@ namespace nabla::cli {
 
 int run_eval(const EvalArgs& a) {
   Checkpoint ckpt = load_checkpoint(a.checkpoint);
-  models::VitConfig cfg = models::VitConfig::from_json(ckpt.config_json);
+  models::VitConfig cfg = models::vit_config_from_checkpoint(ckpt);
   models::Vit model(cfg, 0);
   load_params(ckpt, model.params());
   VitData data = load_vit_data(a.dataset, a.data, cfg);

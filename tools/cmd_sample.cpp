@@ -36,7 +36,7 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, int t
 
 int run_sample(const SampleArgs& a) {
   Checkpoint ckpt = load_checkpoint(a.checkpoint);
-  models::Gpt2Config cfg = models::Gpt2Config::from_json(ckpt.config_json);
+  models::Gpt2Config cfg = models::gpt2_config_from_checkpoint(ckpt);
   models::Gpt2 model(cfg, 0);
   load_params(ckpt, model.params());
   std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg.tokenizer, a.vocab);

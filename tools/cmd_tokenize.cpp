@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "nabla/error.h"
+#include "nabla/io.h"
+#include "nabla/text_data.h"
 #include "nabla/tokenizer.h"
 
 namespace nabla::cli {
@@ -57,6 +59,19 @@ std::vector<int32_t> parse_ids(const std::string& line, size_t line_no) {
 
 int run_tokenize(const TokenizeArgs& opt) {
   std::unique_ptr<Tokenizer> tok = make_tokenizer(opt.tokenizer, opt.vocab);
+  if (!opt.dataset_out.empty()) {
+    TextDataOptions topt;
+    topt.path = opt.text;
+    TextDataset data = load_text_dataset(*tok, topt);
+    auto stream = [](const std::vector<int32_t>& ids) {
+      return Tensor::from_vector<int32_t>({int64_t(ids.size())}, ids);
+    };
+    save_safetensors(opt.dataset_out, {{"train", stream(data.train)}, {"val", stream(data.val)}},
+                     {{"tokenizer", tok->name()}, {"documents", std::to_string(data.documents)}});
+    std::printf("%s: %zu training and %zu validation tokens (%s tokenizer)\n", opt.dataset_out.c_str(),
+                data.train.size(), data.val.size(), tok->name().c_str());
+    return kExitOk;
+  }
   std::ios::sync_with_stdio(false);
   std::string out;
   if (opt.whole && !opt.decode) {

@@ -12,12 +12,17 @@ struct TokenizeArgs {
   std::string vocab;               // GPT-2 vocabulary folder; "" = find_gpt2_vocab()
   bool decode = false;             // ids to text
   bool whole = false;              // encode all of stdin as one text (one output line)
+  std::string dataset_out;         // write the corpus's token streams here instead
+  std::string text;                // corpus for dataset_out; "" = fortunes
 };
 
 // Encodes each line of stdin (without its '\n') and prints its ids separated
 // by spaces, one output line per input line; with `whole`, encodes stdin as
 // one text, newlines included. With `decode`, reads lines of ids and prints
-// each line's text followed by '\n'.
+// each line's text followed by '\n'. With `dataset_out`, writes the train and
+// val token streams of the corpus `text` (i32 tensors "train" and "val") as
+// load_text_dataset makes them for `nabla train gpt2`, so another framework
+// can train on exactly the same data.
 int run_tokenize(const TokenizeArgs& opt);
 
 }  // namespace nabla::cli

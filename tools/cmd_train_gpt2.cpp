@@ -36,8 +36,7 @@ class Gpt2Validator {
                 int64_t batches, uint64_t seed, int threads)
       : batcher_(tokens, batch, context, seed), batches_(batches) {
     tokens_ = Tensor::zeros(DType::i32, {batch, context + 1});
-    Tensor logits = model.forward(slice(tokens_, 1, 0, context), /*train=*/false);
-    loss_ = cross_entropy(logits, slice(tokens_, 1, 1, context + 1));
+    loss_ = model.next_token_loss(tokens_, /*train=*/false);
     executor_ = std::make_unique<Executor>(Graph({loss_}), ExecOptions{.threads = threads});
   }
   double run() {
@@ -67,13 +66,17 @@ int run_train_gpt2(const TrainGpt2Args& a) {
   if (!a.resume.empty()) {
     resume = load_checkpoint(a.resume);
     if (!resume->has_position) throw IoError(a.resume + ": has no training position (\"nabla.train\")");
-    cfg = models::Gpt2Config::from_json(resume->config_json);
+    cfg = models::gpt2_config_from_checkpoint(*resume);
     pos = resume->position;
   } else {
     cfg = models::gpt2_preset(a.preset);
     if (!a.tokenizer.empty()) cfg.tokenizer = a.tokenizer;
     if (cfg.tokenizer == "gpt2") cfg.vocab_size = std::max<int64_t>(cfg.vocab_size, 50257);
     if (a.dropout >= 0) cfg.dropout = a.dropout;
+    if (a.n_layer > 0) cfg.n_layer = a.n_layer;
+    if (a.n_head > 0) cfg.n_head = a.n_head;
+    if (a.n_embd > 0) cfg.n_embd = a.n_embd;
+    if (a.n_positions > 0) cfg.n_positions = a.n_positions;
     cfg.validate();
   }
   const int64_t B = a.batch, T = a.context > 0 ? a.context : std::min<int64_t>(cfg.n_positions, 256);
@@ -99,13 +102,12 @@ int run_train_gpt2(const TrainGpt2Args& a) {
   TextBatcher batcher(text.train, B, T, pos.seed);
 
   Tensor tokens = Tensor::zeros(DType::i32, {B, T + 1}).set_name("tokens");
-  Tensor logits = model.forward(slice(tokens, 1, 0, T), /*train=*/true);     // [B, T, V]
-  Tensor loss = cross_entropy(logits, slice(tokens, 1, 1, T + 1));           // next-token targets
+  Tensor loss = model.next_token_loss(tokens, /*train=*/true);
   optim::AdamWConfig adamw;
   adamw.beta2 = 0.95;  // GPT-2 / nanoGPT
   adamw.weight_decay = a.weight_decay;
-  TrainStep step(loss, model.params(), {}, adamw, ExecOptions{.threads = a.threads});
-  if (resume) step.optimizer().load_state(resume->file.tensors, pos.step);
+  TrainStep step(loss, model.params(), {}, adamw, ExecOptions{.threads = a.threads, .check_finite = a.check_finite});
+  if (resume) load_optimizer_state(*resume, step.optimizer());
   Gpt2Validator validator(model, text.val, B, T, a.eval_batches, pos.seed + 1, a.threads);
 
   fmt::print("GPT-2 '{}' ({:.2f}M parameters): {} layers, {} heads, width {}, context {}, {} tokenizer ({} tokens)\n",
@@ -142,7 +144,14 @@ int run_train_gpt2(const TrainGpt2Args& a) {
       logs.plot();
     }
   };
-  while (pos.step < a.steps) {
+  // --max-steps stops early; the schedule still spans --steps, so a resumed run continues it.
+  const int64_t last = a.max_steps > 0 ? std::min(a.max_steps, a.steps) : a.steps;
+  // --max-minutes counts training time only (batches, steps, updates), not
+  // validation, so budgets compare across frameworks and eval settings.
+  double train_seconds = 0;
+  bool out_of_time = false;
+  while (pos.step < last && !out_of_time) {
+    auto step_start = Clock::now();
     batcher.batch(pos.step, tokens.data_as<int32_t>());
     model.dropout_seed.data_as<int32_t>()[0] = step_seed(pos.seed, pos.step);
     step.run();
@@ -150,6 +159,8 @@ int run_train_gpt2(const TrainGpt2Args& a) {
     step.update(lr, a.clip);
     ++pos.step;
     ++steps_this_run;
+    train_seconds += seconds_since(step_start);
+    out_of_time = a.max_minutes > 0 && train_seconds >= 60 * a.max_minutes;
     float l = step.loss();
     if (!std::isfinite(l)) {
       throw Error(fmt::format("train gpt2: the loss became {} at step {}; try a lower --lr", l, pos.step));
@@ -157,11 +168,11 @@ int run_train_gpt2(const TrainGpt2Args& a) {
     window_loss += l;
     ++window_steps;
     double elapsed = seconds_since(start);
-    double rate = double(steps_this_run * B * T) / elapsed;
-    bool report = window_steps >= a.log_every || pos.step == a.steps;
+    double rate = double(steps_this_run * B * T) / std::max(train_seconds, 1e-9);  // training only
+    bool report = window_steps >= a.log_every || pos.step == last || out_of_time;
     progress.update(fmt::format("step {}/{} loss {:.4f} {:.0f} tok/s lr {:.2e} ETA {}", pos.step, a.steps,
                                 window_loss / window_steps, rate, lr,
-                                format_duration(double(a.steps - pos.step) * B * T / rate)),
+                                format_duration(double(last - pos.step) * B * T / rate)),
                     report);
     if (report) {
       TrainRow row;
@@ -175,12 +186,13 @@ int run_train_gpt2(const TrainGpt2Args& a) {
       window_steps = 0;
       window_start = Clock::now();
     }
-    if (pos.step % a.eval_every == 0 || pos.step == a.steps) evaluate_and_save();
+    if (pos.step % a.eval_every == 0 || pos.step == last || out_of_time) evaluate_and_save();
   }
+  // --steps 0 (or a resume at its end): the model as it stands, evaluated and saved.
+  if (steps_this_run == 0) evaluate_and_save();
   progress.finish();
-  double total = seconds_since(start);
-  fmt::print("done: {} steps in {} ({:.0f} tokens/s); final validation loss {:.4f}\n", steps_this_run,
-             format_duration(total), steps_this_run * B * T / std::max(total, 1e-9), last_val);
+  fmt::print("done: {} steps in {} of training ({:.0f} tokens/s); final validation loss {:.4f}\n", steps_this_run,
+             format_duration(train_seconds), steps_this_run * B * T / std::max(train_seconds, 1e-9), last_val);
   if (!a.save.empty()) fmt::print("checkpoint: {}\n", a.save);
   std::string profile = step.executor().profile();
   if (!profile.empty()) fmt::print("kernel time per op (training step):\n{}", profile);

@@ -120,6 +120,7 @@ int run_train_mlp(const TrainMlpArgs& args) {
   graph.backward(loss);
   ExecOptions exec_options;
   exec_options.threads = args.threads;
+  exec_options.check_finite = args.check_finite;
   Executor train(graph, exec_options);
 
   // Whole-dataset accuracy, sharing the weight leaves.

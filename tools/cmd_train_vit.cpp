@@ -48,7 +48,7 @@ int run_train_vit(const TrainVitArgs& a) {
     if (!resume->has_position) {
       throw IoError(a.resume + ": has no training position (\"nabla.train\"); it is a weights-only checkpoint");
     }
-    cfg = models::VitConfig::from_json(resume->config_json);
+    cfg = models::vit_config_from_checkpoint(*resume);
     pos = resume->position;
   } else {
     cfg = models::vit_preset(a.preset);
@@ -78,7 +78,8 @@ int run_train_vit(const TrainVitArgs& a) {
   if (resume) load_params(*resume, model.params());
 
   const int64_t B = a.batch, C = cfg.in_chans, S = cfg.img_size;
-  BatchLoader loader(data.train, B, /*shuffle=*/true, /*drop_last=*/true, Augment{a.crop_pad, a.hflip},
+  const int crop_pad = a.crop_pad >= 0 ? a.crop_pad : (a.dataset == "cifar10" ? 2 : 0);
+  BatchLoader loader(data.train, B, /*shuffle=*/true, /*drop_last=*/true, Augment{crop_pad, a.hflip},
                      data.normalize, pos.seed);
   const int64_t per_epoch = loader.batches_per_epoch();
   if (per_epoch == 0) {
@@ -98,8 +99,9 @@ int run_train_vit(const TrainVitArgs& a) {
   adamw.weight_decay = a.weight_decay;
   ExecOptions exec;
   exec.threads = a.threads;
+  exec.check_finite = a.check_finite;
   TrainStep step(loss, model.params(), {logits}, adamw, exec);
-  if (resume) step.optimizer().load_state(resume->file.tensors, pos.step);
+  if (resume) load_optimizer_state(*resume, step.optimizer());
   VitEvaluator evaluator(model, data.test, data.normalize, a.eval_batch, a.threads);
 
   fmt::print("ViT '{}' ({:.2f}M parameters): {}x{}x{} images, patch {}, dim {}, depth {}, heads {}, mlp {}, {}\n",
@@ -108,8 +110,9 @@ int run_train_vit(const TrainVitArgs& a) {
   fmt::print("data: {} ({} train, {} test images, {} classes)\n", data.description, data.train.n, data.test.n,
              data.train.classes);
   fmt::print("training: {} epochs x {} steps of batch {}, AdamW lr {} (warmup {} steps, cosine), wd {}, "
-             "{} threads; arena {:.1f} MiB planned ({:.1f} MiB without reuse)\n",
-             a.epochs, per_epoch, B, a.lr, a.warmup, a.weight_decay, step.executor().threads(),
+             "augmentation: crop pad {}, hflip {}; {} threads; arena {:.1f} MiB planned ({:.1f} MiB without reuse)\n",
+             a.epochs, per_epoch, B, a.lr, a.warmup, a.weight_decay, crop_pad, a.hflip ? "on" : "off",
+             step.executor().threads(),
              step.executor().memory().arena_bytes / 1048576.0,
              step.executor().memory().unplanned_bytes / 1048576.0);
   if (resume) fmt::print("resumed from {} at step {} (epoch {}, batch {})\n", a.resume, pos.step, pos.epoch + 1, pos.batch);
@@ -167,6 +170,11 @@ int run_train_vit(const TrainVitArgs& a) {
         window_loss = 0;
         window_correct = window_seen = window_steps = 0;
         window_start = Clock::now();
+      }
+      // Mid-epoch checkpoints; the epoch's last step saves below, after evaluating.
+      if (a.save_every > 0 && !a.save.empty() && pos.step % a.save_every == 0 && pos.step < total_steps &&
+          loader.batch_index() < per_epoch) {
+        save_checkpoint(a.save, cfg.to_json(), model.params(), &step.optimizer(), &pos);
       }
     }
     bool epoch_done = loader.batch_index() >= per_epoch;

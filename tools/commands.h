@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "nabla/optim.h"
+
 namespace nabla::cli {
 
 // Exit statuses shared by all subcommands.
@@ -33,6 +35,7 @@ struct TrainMlpArgs {
   double lr = 0.1;
   int threads = 1;
   uint64_t seed = 1;
+  bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
 };
 int run_train_mlp(const TrainMlpArgs& opt);
 
@@ -51,7 +54,7 @@ struct TrainVitArgs {
   int patch_size = 0, embed_dim = 0, depth = 0, heads = 0;
   double mlp_ratio = 0;
   std::string pool;
-  int crop_pad = 2;
+  int crop_pad = -1;  // < 0: the dataset's (0 for Fashion-MNIST, 2 for CIFAR-10)
   bool resize = false;  // resize images to the model's size (vit-tiny on Fashion-MNIST)
   bool hflip = true;
   int threads = 0;
@@ -65,6 +68,8 @@ struct TrainVitArgs {
   std::string save;    // checkpoint path ("" = none); the CSV and SVG go beside it
   std::string resume;  // training checkpoint to continue
   std::string log;     // CSV path, overriding the one beside the checkpoint
+  int64_t save_every = 0;     // also save the checkpoint every N steps (0: at epoch ends only)
+  bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
 };
 int run_train_vit(const TrainVitArgs& opt);
 
@@ -74,6 +79,8 @@ struct TrainGpt2Args {
   std::string tokenizer;  // "" = the preset's
   std::string vocab;      // GPT-2 vocabulary folder (encoder.json, vocab.bpe)
   int64_t steps = 2000;
+  int64_t max_steps = 0;  // stop after this many steps (0: --steps); the schedule still spans --steps
+  double max_minutes = 0;  // stop after this much training time (0: no limit)
   int batch = 8;
   int context = 0;  // 0: min(n_positions, 256)
   double lr = 1e-3;
@@ -81,12 +88,15 @@ struct TrainGpt2Args {
   int warmup = 100;
   double clip = 1.0;
   double dropout = -1;
+  // Overrides of the preset's shape (0: keep).
+  int n_layer = 0, n_head = 0, n_embd = 0, n_positions = 0;
   int threads = 0;
   uint64_t seed = 1;
   int eval_every = 250;
   int eval_batches = 16;
   int log_every = 25;
   std::string save, resume, log;
+  bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
 };
 int run_train_gpt2(const TrainGpt2Args& opt);
 
@@ -112,11 +122,18 @@ int run_eval(const EvalArgs& opt);
 struct GradArgs {
   std::string weights, batch, out;
   int threads = 0;
+  // After the gradient: this many AdamW steps on the same batch at a constant
+  // lr, writing the loss before each as `losses` (0: none).
+  int adamw_steps = 0;
+  double lr = 1e-4;
+  double clip = 0;           // gradient clipping by global norm (0: off)
+  optim::AdamWConfig adamw;  // betas, eps and weight decay: the optimizer's defaults
 };
 int run_grad(const GradArgs& opt);
 
 struct ExportArgs {
   std::string checkpoint, out;
+  std::string vocab;  // GPT-2 vocabulary folder for gpt2-tokenizer checkpoints ("" = found)
 };
 int run_export_gguf(const ExportArgs& opt);
 

@@ -43,4 +43,13 @@ Checkpoint load_checkpoint(const std::string& path);
 // must be present with its shape (IoError naming the first mismatch).
 void load_params(const Checkpoint& ckpt, nn::Params& params);
 
+// Restores the optimizer moments a training checkpoint holds (IoError naming
+// the file when one is missing or mis-shaped).
+void load_optimizer_state(const Checkpoint& ckpt, optim::AdamW& optimizer);
+
+// IoError naming the file when it holds fewer values in all than a model of
+// `parameters` elements needs. Checked before building the model a config
+// describes, so a damaged config cannot make it allocate without bound.
+void check_holds_parameters(const Checkpoint& ckpt, int64_t parameters);
+
 }  // namespace nabla

@@ -2,6 +2,7 @@
 // count elements, not bytes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +13,10 @@ using Shape = std::vector<int64_t>;
 using Strides = std::vector<int64_t>;
 
 int64_t numel(const Shape& shape);
+// ShapeError naming `op` unless every dimension is >= 0 and the tensor's
+// bytes (elements x elem_size, zero dimensions counted as 1) stay below 2^62,
+// so that numel, strides and byte counts of the shape cannot overflow.
+void check_shape(const Shape& shape, size_t elem_size, const char* op);
 // Row-major strides of a contiguous tensor of this shape.
 Strides contiguous_strides(const Shape& shape);
 // "[4, 5]"

@@ -28,6 +28,9 @@ class TrainStep {
   // update() averages them.
   void run();
   float loss() const;
+  // The gradient of each parameter (in params.list() order), readable
+  // through executor() after run().
+  const std::vector<Tensor>& gradients() const { return grads_; }
   const Executor& executor() const { return *executor_; }
   optim::AdamW& optimizer() { return *optimizer_; }
   const optim::AdamW& optimizer() const { return *optimizer_; }

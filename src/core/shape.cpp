@@ -10,6 +10,22 @@ int64_t numel(const Shape& shape) {
   return n;
 }
 
+void check_shape(const Shape& shape, size_t elem_size, const char* op) {
+  constexpr uint64_t kMaxBytes = uint64_t(1) << 62;
+  for (int64_t d : shape) {
+    if (d < 0) throw ShapeError(std::string(op) + ": negative dimension in shape " + to_string(shape));
+  }
+  // Zero dimensions count as 1: an empty tensor's strides are still products
+  // of the other dimensions.
+  uint64_t bytes = elem_size;
+  for (int64_t d : shape) {
+    if (d > 0 && bytes > kMaxBytes / uint64_t(d)) {
+      throw ShapeError(std::string(op) + ": shape " + to_string(shape) + " is too large (2^62 bytes or more)");
+    }
+    bytes *= d > 0 ? uint64_t(d) : 1;
+  }
+}
+
 Strides contiguous_strides(const Shape& shape) {
   Strides s(shape.size());
   int64_t acc = 1;

@@ -48,9 +48,7 @@ uint64_t next_node_id() {
 }
 
 Tensor Tensor::from_data(DType dtype, Shape shape, const void* data) {
-  for (int64_t d : shape) {
-    if (d < 0) throw ShapeError("tensor: negative dimension in shape " + to_string(shape));
-  }
+  check_shape(shape, dtype_size(dtype), "tensor");
   auto node = std::make_shared<Node>();
   node->op = &op_leaf;
   node->dtype = dtype;
@@ -194,6 +192,7 @@ Tensor apply(const OpDef& op, std::vector<Tensor> inputs, Attrs attrs) {
     }
   }
   Meta meta = op.infer(inputs, attrs);
+  check_shape(meta.shape, dtype_size(meta.dtype), op.name);
   if (op.fused && op.composite && CompositeMode::active()) return op.composite(inputs, attrs);
   auto node = std::make_shared<Node>();
   node->op = &op;

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_fields.h"
 #include "nabla/error.h"
 
 namespace nabla {
@@ -13,12 +14,12 @@ std::string TrainPosition::to_json() const {
 TrainPosition TrainPosition::from_json(const std::string& text, const std::string& file) {
   try {
     nlohmann::json j = nlohmann::json::parse(text);
+    if (!j.is_object()) throw IoError("not a JSON object");
     TrainPosition p;
-    p.step = j.at("step").get<int64_t>();
-    p.epoch = j.at("epoch").get<int64_t>();
-    p.batch = j.at("batch").get<int64_t>();
-    p.seed = j.at("seed").get<uint64_t>();
-    if (p.step < 0 || p.epoch < 0 || p.batch < 0) throw IoError("negative position");
+    p.step = io::json_int(j, "step", 0);
+    p.epoch = io::json_int(j, "epoch", 0);
+    p.batch = io::json_int(j, "batch", 0);
+    p.seed = io::json_uint(j, "seed");
     return p;
   } catch (const std::exception& e) {
     throw IoError(file + ": bad nabla.train metadata: " + e.what());
@@ -69,6 +70,23 @@ void load_params(const Checkpoint& ckpt, nn::Params& params) {
     }
     Tensor dst = p;
     dst.copy_from(t->data(), size_t(t->numel()) * dtype_size(t->dtype()));
+  }
+}
+
+void load_optimizer_state(const Checkpoint& ckpt, optim::AdamW& optimizer) {
+  try {
+    optimizer.load_state(ckpt.file.tensors, ckpt.position.step);
+  } catch (const IoError& e) {
+    throw IoError(ckpt.path + ": " + e.what());
+  }
+}
+
+void check_holds_parameters(const Checkpoint& ckpt, int64_t parameters) {
+  int64_t values = 0;
+  for (const auto& [name, t] : ckpt.file.tensors) values += t.numel();
+  if (parameters > values) {
+    throw IoError(ckpt.path + ": its config describes a model of " + std::to_string(parameters) +
+                  " parameters, but the file holds only " + std::to_string(values) + " values");
   }
 }
 

@@ -1,18 +1,49 @@
 // Atomic file replacement shared by every writer.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "nabla/error.h"
 #include "nabla/io.h"
 
 namespace nabla {
 
+namespace {
+
+// Removes PATH.tmp-PID-N files whose writer PID no longer runs: a writer
+// killed between creating its temporary and renaming it leaves one behind,
+// and a training run that saves every few steps and is killed repeatedly
+// would otherwise fill the disk with them. The file itself is never touched.
+void remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp-";
+  std::error_code ec;
+  fs::directory_iterator it(p.parent_path().empty() ? fs::path(".") : p.parent_path(), ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    char* rest = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &rest, 10);
+    if (pid <= 0 || *rest != '-') continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
+  remove_stale_temporaries(path);
   // The pid and a counter keep concurrent writers of one path (processes or
   // threads) from sharing a temporary.
   static std::atomic<uint64_t> counter{0};

@@ -500,16 +500,18 @@ GgufFile read_gguf(const std::string& path) {
     if (n_dims > kMaxDims) {
       throw r.error(what + " has " + std::to_string(n_dims) + " dimensions, at most 4 allowed");
     }
-    uint64_t count = 1;
+    // `extent` counts zero dimensions as 1: at most 2^59 elements of at most 8
+    // bytes keeps the byte count, and the strides of an empty tensor, within
+    // nabla's limit for any shape (check_shape: below 2^62 bytes).
+    uint64_t extent = 1;
     Shape ggml_dims;
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t x = r.scalar<uint64_t>(what + " dims");
-      // 2^61 elements of 8 bytes still fit a u64 byte count.
-      if (x > (uint64_t(1) << 61) || (x != 0 && count > (uint64_t(1) << 61) / x)) {
+      if (x > (uint64_t(1) << 59) || (x != 0 && extent > (uint64_t(1) << 59) / x)) {
         throw r.error(what + " is too large: dimension " + std::to_string(d) + " is " +
                       std::to_string(x));
       }
-      count *= x;
+      extent *= std::max<uint64_t>(x, 1);
       ggml_dims.push_back(static_cast<int64_t>(x));
     }
     t.shape.assign(ggml_dims.rbegin(), ggml_dims.rend());  // ggml order -> NumPy order

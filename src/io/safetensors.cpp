@@ -145,13 +145,16 @@ Safetensors load_safetensors(const std::string& path) {
     }
     std::string dt = v["dtype"].get<std::string>();
     Shape shape;
-    uint64_t count = 1;
+    // `extent` counts zero dimensions as 1, so that an empty tensor's strides
+    // stay bounded too.
+    uint64_t count = 1, extent = 1;
     for (const json& d : v["shape"]) {
       if (!d.is_number_unsigned()) throw bad("shape entries must be non-negative integers");
       uint64_t x = d.get<uint64_t>();
-      if (x > (uint64_t(1) << 40) || (x && count > (uint64_t(1) << 40) / x))
+      if (x > (uint64_t(1) << 40) || (x && extent > (uint64_t(1) << 40) / x))
         throw bad("shape too large");
       count *= x;
+      extent *= std::max<uint64_t>(x, 1);
       shape.push_back(static_cast<int64_t>(x));
     }
     const json& off = v["data_offsets"];

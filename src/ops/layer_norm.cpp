@@ -38,13 +38,11 @@ void layer_norm_kernel(const KernelArgs& a) {
   const int64_t cols = a.out.shape.back();
   const int64_t sx = x.strides.back();
   const double eps = norm_eps(*a.attrs);
-  // A strided f32 row is copied here first (one per thread).
-  thread_local std::vector<float> scratch;
   for_each_row<1>(a, [&](int64_t row, const std::array<int64_t, 1>& off) {
     const T* xr = xp + off[0];
     T* yr = out + row * cols;
     if constexpr (std::is_same_v<T, float>) {
-      layer_norm_row_f32(cpu::gather(xr, sx, cols, scratch), cols, eps, yr);
+      layer_norm_row_f32(cpu::gather(xr, sx, cols, cpu::gather_buffer(0)), cols, eps, yr);
       return;
     }
     double mean = 0;

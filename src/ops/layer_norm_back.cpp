@@ -52,15 +52,13 @@ void layer_norm_back_kernel(const KernelArgs& a) {
   const int64_t sx = x.strides.back(), sd = dy.strides.back();
   const double eps = norm_eps(*a.attrs);
   const double n = double(cols);
-  // Strided f32 rows are copied here first (one pair per thread).
-  thread_local std::vector<float> scratch_x, scratch_dy;
   for_each_row<2>(a, [&](int64_t row, const std::array<int64_t, 2>& off) {
     const T* xr = xp + off[0];
     const T* dr = dyp + off[1];
     T* dxr = out + row * cols;
     if constexpr (std::is_same_v<T, float>) {
-      layer_norm_back_row_f32(cpu::gather(xr, sx, cols, scratch_x),
-                              cpu::gather(dr, sd, cols, scratch_dy), cols, eps, dxr);
+      layer_norm_back_row_f32(cpu::gather(xr, sx, cols, cpu::gather_buffer(0)),
+                              cpu::gather(dr, sd, cols, cpu::gather_buffer(1)), cols, eps, dxr);
       return;
     }
     double mean = 0;

@@ -122,7 +122,10 @@ void matmul_kernel(const KernelArgs& args) {
 
   // Tiles chosen from the shapes alone, never the thread count: the same GEMM
   // calls run whichever thread takes a tile, so results are bit-identical.
-  const auto [tile_m, tile_n] = matmul_tiles(n_batch, M, N, K);
+  // NOTE: not a structured binding: the lambda below captures these, which
+  // clang before 16 (the fuzz build's clang 14) rejects.
+  const std::pair<int64_t, int64_t> tiles = matmul_tiles(n_batch, M, N, K);
+  const int64_t tile_m = tiles.first, tile_n = tiles.second;
   int64_t tiles_m = (M + tile_m - 1) / tile_m, tiles_n = (N + tile_n - 1) / tile_n;
   int64_t tasks = n_batch * tiles_m * tiles_n;
   T* C = args.out.ptr<T>();

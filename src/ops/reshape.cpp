@@ -37,6 +37,9 @@ extern const OpDef op_reshape{
 }  // namespace ops
 
 Tensor reshape(const Tensor& x, Shape shape) {
+  Shape given = shape;  // -1 taken as 1, so that `known` below cannot overflow
+  for (int64_t& d : given) d = d == -1 ? 1 : d;
+  check_shape(given, dtype_size(x.dtype()), "reshape");
   int64_t known = 1;
   int infer_at = -1;
   for (size_t i = 0; i < shape.size(); ++i) {

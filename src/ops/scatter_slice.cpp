@@ -73,6 +73,7 @@ extern const OpDef op_scatter_slice{
 }  // namespace ops
 
 Tensor scatter_slice(const Tensor& x, Shape full, int64_t axis, int64_t start, int64_t stop, int64_t step) {
+  check_shape(full, dtype_size(x.dtype()), "scatter_slice");
   int a = normalize_axis(axis, static_cast<int>(full.size()), "scatter_slice");
   if (step <= 0) throw ShapeError("scatter_slice: step must be positive, got " + std::to_string(step));
   if (start < 0) start += full[a];

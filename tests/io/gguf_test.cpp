@@ -1,6 +1,7 @@
 // GGUF: round trips through read_gguf, the byte layout the spec prescribes
 // (checked by hand, not by our reader), and corrupt files crafted byte by
-// byte. The independent reader (@huggingface/gguf) runs as the ctest
+// byte. Then checkpoints exported for llama.cpp (models/gguf_export.h).
+// The independent reader (@huggingface/gguf) runs as the ctest
 // io_gguf_js_reader.
 #include "nabla/gguf.h"
 
@@ -13,8 +14,13 @@
 #include <fstream>
 #include <functional>
 
+#include "models/gguf_export.h"
+#include "models/gpt2.h"
+#include "models/vit.h"
+#include "nabla/checkpoint.h"
 #include "nabla/error.h"
 #include "nabla/ops.h"
+#include "nabla/tokenizer.h"
 
 using namespace nabla;
 namespace fs = std::filesystem;
@@ -524,4 +530,266 @@ TEST(Gguf, ValueTypesFollowTheCppType) {
   EXPECT_EQ(GgufValue("s").type(), GgufType::string);  // not bool
   EXPECT_EQ(GgufValue(std::vector<double>{}).get<GgufArray>().type, GgufType::f64);
   EXPECT_STREQ(gguf_type_name(GgufType::boolean), "bool");
+}
+
+// ---- Checkpoints exported for llama.cpp (models/gguf_export.h)
+
+namespace {
+
+models::Gpt2Config tiny_gpt2(const std::string& tokenizer, int64_t vocab) {
+  models::Gpt2Config c;
+  c.preset = "tiny";
+  c.vocab_size = vocab;
+  c.n_positions = 16;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.tokenizer = tokenizer;
+  return c;
+}
+
+// Saves a freshly initialised GPT-2 and returns its parameters by name.
+nn::Params save_gpt2(const std::string& path, const models::Gpt2Config& c) {
+  models::Gpt2 model(c, 7);
+  save_checkpoint(path, c.to_json(), model.params());
+  return model.params();
+}
+
+GgufWriter export_checkpoint(const std::string& ckpt,
+                             const models::GgufExportOptions& options = {}) {
+  return models::gguf_from_checkpoint(load_checkpoint(ckpt), options);
+}
+
+GgufFile export_and_read(const std::string& ckpt, const std::string& out,
+                         const models::GgufExportOptions& options = {}) {
+  export_checkpoint(ckpt, options).write(out);
+  return read_gguf(out);
+}
+
+// Expects `what` to throw E whose message names `file` and contains `text`.
+template <class E>
+void expect_error(const std::function<void()>& what, const std::string& file,
+                  const std::string& text) {
+  try {
+    what();
+    ADD_FAILURE() << "no error, expected '" << text << "'";
+  } catch (const E& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(file), std::string::npos) << msg;
+    EXPECT_NE(msg.find(text), std::string::npos) << "message: " << msg << "\nexpected: " << text;
+  }
+}
+
+}  // namespace
+
+// llama.cpp's gpt2 loader (src/models/gpt2.cpp) wants these names and ggml
+// shapes: token_embd {D, V}, position_embd {D, P}, attn_qkv {D, 3D},
+// attn_output {D, D}, ffn_up {D, F}, ffn_down {F, D}; our reader reports
+// NumPy order, the reverse.
+TEST(GgufExport, Gpt2TensorsFollowLlamaCpp) {
+  TempDir dir;
+  models::Gpt2Config c = tiny_gpt2("byte", 256);
+  nn::Params p = save_gpt2(dir.file("g.safetensors"), c);
+  GgufFile f = export_and_read(dir.file("g.safetensors"), dir.file("g.gguf"));
+
+  EXPECT_EQ(f.value("general.architecture").get<std::string>(), "gpt2");
+  EXPECT_EQ(f.value("general.name").get<std::string>(), "tiny");
+  EXPECT_EQ(f.value("general.file_type").get<uint32_t>(), 0u);
+  EXPECT_EQ(f.value("gpt2.context_length").get<uint32_t>(), 16u);
+  EXPECT_EQ(f.value("gpt2.embedding_length").get<uint32_t>(), 8u);
+  EXPECT_EQ(f.value("gpt2.feed_forward_length").get<uint32_t>(), 32u);
+  EXPECT_EQ(f.value("gpt2.block_count").get<uint32_t>(), 2u);
+  EXPECT_EQ(f.value("gpt2.attention.head_count").get<uint32_t>(), 2u);
+  EXPECT_EQ(f.value("gpt2.attention.layer_norm_epsilon").get<float>(), 1e-5f);
+
+  std::vector<std::string> names;
+  for (const GgufTensor& t : f.tensors) names.push_back(t.name);
+  std::vector<std::string> expected = {"token_embd.weight", "position_embd.weight"};
+  for (const char* blk : {"blk.0.", "blk.1."}) {
+    for (const char* t :
+         {"attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down"}) {
+      expected.push_back(std::string(blk) + t + ".weight");
+      expected.push_back(std::string(blk) + t + ".bias");
+    }
+  }
+  expected.push_back("output_norm.weight");
+  expected.push_back("output_norm.bias");
+  EXPECT_EQ(names, expected);  // no output.weight: the head is tied to token_embd
+
+  EXPECT_EQ(f.at("token_embd.weight").shape, (Shape{256, 8}));
+  EXPECT_EQ(f.at("position_embd.weight").shape, (Shape{16, 8}));
+  EXPECT_EQ(f.at("blk.1.attn_norm.weight").shape, (Shape{8}));
+  EXPECT_EQ(f.at("blk.1.attn_qkv.weight").shape, (Shape{24, 8}));
+  EXPECT_EQ(f.at("blk.1.attn_qkv.bias").shape, (Shape{24}));
+  EXPECT_EQ(f.at("blk.1.attn_output.weight").shape, (Shape{8, 8}));
+  EXPECT_EQ(f.at("blk.1.ffn_up.weight").shape, (Shape{32, 8}));
+  EXPECT_EQ(f.at("blk.1.ffn_up.bias").shape, (Shape{32}));
+  EXPECT_EQ(f.at("blk.1.ffn_down.weight").shape, (Shape{8, 32}));
+  EXPECT_EQ(f.at("output_norm.bias").shape, (Shape{8}));
+  for (const GgufTensor& t : f.tensors) EXPECT_EQ(t.type, GgmlType::f32) << t.name;
+
+  // Copied tensors are bit-identical; Conv1D weights [in, out] arrive as [out, in].
+  auto same = [&](const std::string& gguf, const std::string& hf) {
+    EXPECT_EQ(f.at(gguf).tensor.to_vector<float>(), p.get(hf).to_vector<float>()) << gguf;
+  };
+  same("token_embd.weight", "wte.weight");
+  same("position_embd.weight", "wpe.weight");
+  same("blk.1.attn_norm.weight", "h.1.ln_1.weight");
+  same("blk.1.attn_qkv.bias", "h.1.attn.c_attn.bias");
+  same("blk.1.ffn_down.bias", "h.1.mlp.c_proj.bias");
+  same("output_norm.weight", "ln_f.weight");
+  auto transposed = [&](const std::string& gguf, const std::string& hf) {
+    std::vector<float> g = f.at(gguf).tensor.to_vector<float>(), w = p.get(hf).to_vector<float>();
+    int64_t in = p.get(hf).dim(0), out = p.get(hf).dim(1);
+    ASSERT_EQ(g.size(), w.size()) << gguf;
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o)
+        ASSERT_EQ(g[o * in + i], w[i * out + o]) << gguf << " [" << o << ", " << i << "]";
+  };
+  transposed("blk.0.attn_qkv.weight", "h.0.attn.c_attn.weight");
+  transposed("blk.1.attn_output.weight", "h.1.attn.c_proj.weight");
+  transposed("blk.1.ffn_up.weight", "h.1.mlp.c_fc.weight");
+  transposed("blk.0.ffn_down.weight", "h.0.mlp.c_proj.weight");
+}
+
+// The byte tokenizer becomes 256 tokens in GPT-2's byte alphabet with no
+// merges; a padded embedding gets unused padding tokens.
+TEST(GgufExport, Gpt2ByteVocabulary) {
+  TempDir dir;
+  save_gpt2(dir.file("g.safetensors"), tiny_gpt2("byte", 260));
+  GgufFile f = export_and_read(dir.file("g.safetensors"), dir.file("g.gguf"));
+  EXPECT_EQ(f.value("tokenizer.ggml.model").get<std::string>(), "gpt2");
+  EXPECT_EQ(f.value("tokenizer.ggml.pre").get<std::string>(), "gpt-2");
+  const GgufArray& tokens = f.value("tokenizer.ggml.tokens").get<GgufArray>();
+  const GgufArray& types = f.value("tokenizer.ggml.token_type").get<GgufArray>();
+  const GgufArray& merges = f.value("tokenizer.ggml.merges").get<GgufArray>();
+  ASSERT_EQ(tokens.items.size(), 260u);
+  ASSERT_EQ(types.items.size(), 260u);
+  EXPECT_EQ(types.type, GgufType::i32);  // llama.cpp insists on INT32
+  EXPECT_EQ(merges.type, GgufType::string);
+  EXPECT_TRUE(merges.items.empty());
+  auto token = [&](size_t i) { return tokens.items[i].get<std::string>(); };
+  EXPECT_EQ(token('A'), "A");
+  EXPECT_EQ(token('~'), "~");
+  EXPECT_EQ(token(0), "\u0100");     // the first non-printable byte
+  EXPECT_EQ(token('\n'), "\u010A");  // GPT-2's "Ċ"
+  EXPECT_EQ(token(' '), "\u0120");   // GPT-2's "Ġ"
+  EXPECT_EQ(token(0xA1), "\u00A1");
+  EXPECT_EQ(token(0xAD), "\u0143");  // soft hyphen: the last of the 68
+  EXPECT_EQ(token(0xFF), "\u00FF");
+  EXPECT_EQ(token(256), "[PAD256]");
+  EXPECT_EQ(token(259), "[PAD259]");
+  for (size_t i = 0; i < 260; ++i) EXPECT_EQ(types.items[i].get<int32_t>(), i < 256 ? 1 : 5) << i;
+  EXPECT_EQ(f.value("tokenizer.ggml.bos_token_id").get<uint32_t>(), 10u);
+  EXPECT_EQ(f.value("tokenizer.ggml.eos_token_id").get<uint32_t>(), 10u);
+  EXPECT_EQ(f.value("tokenizer.ggml.eot_token_id").get<uint32_t>(), 10u);
+  EXPECT_EQ(f.value("tokenizer.ggml.add_bos_token").get<bool>(), false);
+  EXPECT_EQ(f.at("token_embd.weight").shape, (Shape{260, 8}));
+}
+
+// GPT-2's BPE vocabulary, when installed (scripts/fetch-gpt2-vocab).
+TEST(GgufExport, Gpt2BpeVocabulary) {
+  std::string vocab = find_gpt2_vocab();
+  if (vocab.empty())
+    GTEST_SKIP() << "GPT-2's vocabulary is not installed: run scripts/fetch-gpt2-vocab";
+  TempDir dir;
+  save_gpt2(dir.file("g.safetensors"), tiny_gpt2("gpt2", 50257));
+  GgufFile f = export_and_read(dir.file("g.safetensors"), dir.file("g.gguf"), {.vocab_dir = vocab});
+  const GgufArray& tokens = f.value("tokenizer.ggml.tokens").get<GgufArray>();
+  const GgufArray& types = f.value("tokenizer.ggml.token_type").get<GgufArray>();
+  const GgufArray& merges = f.value("tokenizer.ggml.merges").get<GgufArray>();
+  ASSERT_EQ(tokens.items.size(), 50257u);
+  ASSERT_EQ(types.items.size(), 50257u);
+  ASSERT_EQ(merges.items.size(), 50000u);
+  EXPECT_EQ(tokens.items[15496].get<std::string>(), "Hello");
+  EXPECT_EQ(tokens.items[995].get<std::string>(), "\u0120world");  // " world"
+  EXPECT_EQ(tokens.items[198].get<std::string>(), "\u010A");       // "\n"
+  EXPECT_EQ(tokens.items[50256].get<std::string>(), "<|endoftext|>");
+  EXPECT_EQ(merges.items[0].get<std::string>(), "\u0120 t");  // vocab.bpe's first merge
+  EXPECT_EQ(types.items[50256].get<int32_t>(), 3);            // control
+  EXPECT_EQ(types.items[15496].get<int32_t>(), 1);
+  EXPECT_EQ(f.value("tokenizer.ggml.bos_token_id").get<uint32_t>(), 50256u);
+  EXPECT_EQ(f.value("tokenizer.ggml.eos_token_id").get<uint32_t>(), 50256u);
+  EXPECT_EQ(f.value("tokenizer.ggml.eot_token_id").get<uint32_t>(), 50256u);
+  EXPECT_EQ(f.at("token_embd.weight").shape, (Shape{50257, 8}));
+}
+
+TEST(GgufExport, Gpt2WithoutBiasesGetsZeroBiases) {
+  TempDir dir;
+  models::Gpt2Config c = tiny_gpt2("byte", 256);
+  c.bias = false;
+  save_gpt2(dir.file("g.safetensors"), c);
+  GgufFile f = export_and_read(dir.file("g.safetensors"), dir.file("g.gguf"));
+  EXPECT_EQ(f.at("blk.0.attn_qkv.bias").tensor.to_vector<float>(), std::vector<float>(24, 0.0f));
+  EXPECT_EQ(f.at("blk.1.ffn_up.bias").tensor.to_vector<float>(), std::vector<float>(32, 0.0f));
+  EXPECT_EQ(f.at("blk.1.ffn_down.bias").shape, (Shape{8}));
+}
+
+// ViT keeps timm's names and shapes, with nabla's vit.* keys.
+TEST(GgufExport, Vit) {
+  TempDir dir;
+  models::VitConfig c;
+  c.preset = "tiny-vit";
+  c.img_size = 8;
+  c.patch_size = 4;
+  c.in_chans = 1;
+  c.embed_dim = 8;
+  c.depth = 1;
+  c.num_heads = 2;
+  c.num_classes = 3;
+  models::Vit model(c, 3);
+  save_checkpoint(dir.file("v.safetensors"), c.to_json(), model.params());
+  GgufFile f = export_and_read(dir.file("v.safetensors"), dir.file("v.gguf"));
+  EXPECT_EQ(f.value("general.architecture").get<std::string>(), "vit");
+  EXPECT_EQ(f.value("general.name").get<std::string>(), "tiny-vit");
+  EXPECT_EQ(f.value("vit.image_size").get<uint32_t>(), 8u);
+  EXPECT_EQ(f.value("vit.feed_forward_length").get<uint32_t>(), 32u);
+  EXPECT_EQ(f.value("vit.gelu").get<std::string>(), "gelu_erf");
+  ASSERT_EQ(f.tensors.size(), model.params().list().size());
+  for (const auto& [name, t] : model.params().list()) {
+    EXPECT_EQ(f.at(name).shape, t.shape()) << name;
+    EXPECT_EQ(f.at(name).tensor.to_vector<float>(), t.to_vector<float>()) << name;
+  }
+}
+
+TEST(GgufExport, RefusesWhatLlamaCppWouldComputeDifferently) {
+  TempDir dir;
+  models::Gpt2Config c = tiny_gpt2("byte", 256);
+  c.gelu = "gelu_erf";
+  save_gpt2(dir.file("erf.safetensors"), c);
+  expect_error<UsageError>([&] { export_checkpoint(dir.file("erf.safetensors")); },
+                           dir.file("erf.safetensors"), "tanh GELU");
+}
+
+TEST(GgufExport, BadCheckpointsAreErrorsNamingTheFile) {
+  TempDir dir;
+  // Exporting dir/name must throw UsageError / IoError naming that file and saying `text`.
+  auto expect_usage = [&](const std::string& name, const std::string& text) {
+    expect_error<UsageError>([&] { export_checkpoint(dir.file(name)); }, dir.file(name), text);
+  };
+  auto expect_io = [&](const std::string& name, const std::string& text) {
+    expect_error<IoError>([&] { export_checkpoint(dir.file(name)); }, dir.file(name), text);
+  };
+  nn::Params p;
+  p.add("w", Tensor::zeros(DType::f32, {2}));
+  save_checkpoint(dir.file("mlp.safetensors"), R"({"architecture": "mlp"})", p);
+  expect_usage("mlp.safetensors", R"(supports the architectures "vit" and "gpt2", got "mlp")");
+  save_checkpoint(dir.file("none.safetensors"), R"({"preset": "x"})", p);
+  expect_usage("none.safetensors", "got none");
+  save_checkpoint(dir.file("json.safetensors"), "{not json", p);
+  expect_io("json.safetensors", "nabla.config is not a JSON object");
+  // A GPT-2 config with fields missing, and weights that do not fit the config.
+  save_checkpoint(dir.file("field.safetensors"), R"({"architecture": "gpt2"})", p);
+  expect_io("field.safetensors", "gpt2 config");
+  save_checkpoint(dir.file("weights.safetensors"), tiny_gpt2("byte", 256).to_json(), p);
+  EXPECT_THROW(export_checkpoint(dir.file("weights.safetensors")), IoError);
+  // A smaller vocabulary than the tokenizer's.
+  save_gpt2(dir.file("small.safetensors"), tiny_gpt2("byte", 200));
+  expect_io("small.safetensors", "vocab_size is 200, smaller than the byte tokenizer's 256 tokens");
+  // A gpt2-tokenizer checkpoint whose vocabulary folder lacks the files.
+  save_gpt2(dir.file("bpe.safetensors"), tiny_gpt2("gpt2", 50257));
+  fs::create_directories(dir.file("empty"));
+  expect_error<IoError>(
+      [&] { export_checkpoint(dir.file("bpe.safetensors"), {.vocab_dir = dir.file("empty")}); },
+      dir.file("empty/encoder.json"), "cannot open");
 }

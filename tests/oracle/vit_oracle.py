@@ -12,8 +12,9 @@ checkpoint written by `nabla train vit` must load into the torch model by name
 nabla's on real Fashion-MNIST images.
 
 Tolerance, per tensor: max|nabla - torch| <= RTOL * max(|torch|) + ATOL, both
-in f32. The table also prints each side's distance from torch in f64, which
-says which side is off when the check fails. Exits 1 on any mismatch.
+in f32 (grad_compare.py). The table also prints each side's distance from
+torch in f64, which says which side is off when the check fails. Exits 1 on
+any mismatch.
 
 Run with Debian's /usr/bin/python3 (python3-torch); a missing torch is a
 failure, not a skip.
@@ -23,7 +24,6 @@ import gzip
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -35,6 +35,10 @@ try:
 except ImportError as e:
     sys.exit(f"vit_oracle: PyTorch is required ({e}); install Debian's python3-torch (scripts/install-deps) "
              f"and run with /usr/bin/python3")
+
+import grad_compare
+from grad_compare import Report, nabla_grad
+from safetensors_io import DTYPE_NAMES, read_safetensors, write_safetensors
 
 torch.set_num_threads(1)  # PyTorch's default thread count is very slow on small shared machines
 
@@ -168,70 +172,9 @@ def randomize(model, gen):
 
 
 # ---------------------------------------------------------------------------
-# safetensors, by hand: u64 LE header length, JSON header, raw LE data.
+# Comparison (the table and the safetensors files: grad_compare.py,
+# safetensors_io.py)
 # ---------------------------------------------------------------------------
-assert sys.byteorder == "little"
-DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "I32": torch.int32}
-DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
-
-
-def write_safetensors(path, tensors, metadata=None):
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        t = t.detach().contiguous().cpu()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    if metadata:
-        header["__metadata__"] = metadata
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)  # the format allows space padding to align the data
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n:]
-    out = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        dt = DTYPES[e["dtype"]]
-        t = torch.frombuffer(bytearray(data[b:end]), dtype=dt) if end > b else torch.zeros(0, dtype=dt)
-        out[name] = t.reshape(e["shape"])
-    return out, meta
-
-
-# ---------------------------------------------------------------------------
-# Comparison
-# ---------------------------------------------------------------------------
-class Report:
-    def __init__(self):
-        self.failures = []
-
-    def fail(self, msg):
-        print(f"FAIL: {msg}")
-        self.failures.append(msg)
-
-
-def nabla_grad(nabla, weights, batch, out):
-    r = subprocess.run([nabla, "grad", "--weights", weights, "--batch", batch, "--out", out],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"nabla grad exited {r.returncode}:\n{r.stdout}{r.stderr}")
-    tensors, _ = read_safetensors(out)
-    return tensors
-
-
 def torch_grads(model, images, labels, dtype):
     m = VisionTransformer(model.config).to(dtype)
     m.load_state_dict(model.state_dict())
@@ -246,52 +189,7 @@ def compare(title, report, model, images, labels, got):
     """`got`: nabla's output tensors (loss, grad.<name>)."""
     loss32, g32, _ = torch_grads(model, images, labels, torch.float32)
     loss64, g64, _ = torch_grads(model, images, labels, torch.float64)
-
-    names = set(g32)
-    nabla_names = {k[len("grad."):] for k in got if k.startswith("grad.")}
-    for n in sorted(names - nabla_names):
-        report.fail(f"{title}: torch parameter {n} has no grad.{n} in nabla's output")
-    for n in sorted(nabla_names - names):
-        report.fail(f"{title}: nabla's grad.{n} names no torch parameter")
-    extra = set(got) - {"grad." + n for n in nabla_names} - {"loss"}
-    for n in sorted(extra):
-        report.fail(f"{title}: unexpected tensor {n} in nabla's output")
-    if "loss" not in got:
-        report.fail(f"{title}: no loss in nabla's output")
-        return
-
-    print(f"\n== {title}")
-    print(f"{'tensor':<28} {'shape':<16} {'max|g|':>10} {'max|nabla-torch|':>17} {'rel':>9} "
-          f"{'nabla-f64':>10} {'torch-f64':>10}  ok")
-    worst = 0.0
-    nl = got["loss"].double().reshape(()).item()
-    tl, tl64 = loss32.double().item(), loss64.item()
-    d = abs(nl - tl)
-    ok = d <= LOSS_RTOL * max(1.0, abs(tl))
-    print(f"{'loss':<28} {'[]':<16} {abs(tl):10.4g} {d:17.3e} {d / max(abs(tl), 1e-30):9.2e} "
-          f"{abs(nl - tl64):10.2e} {abs(tl - tl64):10.2e}  {'ok' if ok else 'FAIL'}")
-    if not ok:
-        report.fail(f"{title}: loss nabla {nl!r} torch {tl!r}")
-    for n in sorted(names & nabla_names, key=list(g32).index):
-        a, t, t64 = got["grad." + n], g32[n], g64[n]
-        shape = "[" + ", ".join(map(str, t.shape)) + "]"
-        if a.dtype != torch.float32 or tuple(a.shape) != tuple(t.shape):
-            report.fail(f"{title}: grad.{n} is {a.dtype} {tuple(a.shape)}, torch {tuple(t.shape)}")
-            continue
-        scale = t.abs().max().item()
-        diff = (a - t).abs().max().item()
-        d64 = (a.double() - t64).abs().max().item()
-        t_d64 = (t.double() - t64).abs().max().item()
-        rel = diff / scale if scale > 0 else float("inf") if diff > 0 else 0.0
-        ok = diff <= RTOL * scale + ATOL and math.isfinite(diff)
-        worst = max(worst, rel)
-        print(f"{n:<28} {shape:<16} {scale:10.4g} {diff:17.3e} {rel:9.2e} {d64:10.2e} {t_d64:10.2e}  "
-              f"{'ok' if ok else 'FAIL'}")
-        if not ok:
-            report.fail(f"{title}: grad.{n}: max|diff| {diff:.3e} > {RTOL} * {scale:.4g} + {ATOL}")
-        if scale == 0:
-            report.fail(f"{title}: grad.{n} is all zero in torch: the check would prove nothing")
-    print(f"worst rel {worst:.2e} (limit {RTOL:.0e}); loss nabla {nl:.7f} torch {tl:.7f}")
+    grad_compare.compare(title, report, got, (loss32, g32), (loss64, g64), RTOL, ATOL, LOSS_RTOL)
 
 
 def small_config(pool):

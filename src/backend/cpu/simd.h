@@ -301,6 +301,17 @@ inline const float* gather(const float* p, int64_t stride, int64_t n, std::vecto
   return buf.data();
 }
 
+// The calling thread's gather() buffer number `slot` (0 or 1), kept between
+// calls. NOTE: call it where the buffer is used, inside the parallel_for body.
+// A block-scope thread_local declared in a kernel and used only inside its
+// lambda is never initialised on a pool worker (the worker does not pass the
+// declaration), so the worker's destructor is never registered and its copy
+// leaked at thread exit.
+inline std::vector<float>& gather_buffer(int slot) {
+  thread_local std::vector<float> buffers[2];
+  return buffers[slot];
+}
+
 // Applies f (VecF -> VecF) to x[0, n) (stride xs, any value) into out[0, n),
 // kWidth elements at a time; the tail runs through the same f on a partial
 // vector, so every element gets the same arithmetic.

@@ -1,0 +1,20 @@
+// read_gguf (include/nabla/gguf.h) on arbitrary bytes.
+#include "fuzz_util.h"
+#include "nabla/gguf.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace nabla;
+  const std::string path = fuzz::write_input("input.gguf", {reinterpret_cast<const char*>(data), size});
+  fuzz::expect_clean(path, [&] {
+    GgufFile f = read_gguf(path);
+    unsigned char sink = 0;
+    for (const GgufTensor& t : f.tensors) {
+      const auto* p = static_cast<const unsigned char*>(t.tensor.data());
+      for (size_t i = 0; i < size_t(t.tensor.numel()) * dtype_size(t.tensor.dtype()); ++i) sink ^= p[i];
+    }
+    for (const auto& [key, value] : f.metadata) sink ^= static_cast<unsigned char>(value.type());
+    volatile unsigned char keep = sink;
+    (void)keep;
+  });
+  return 0;
+}

@@ -1,0 +1,265 @@
+// Checkpoints as GGUF. The GPT-2 mapping follows llama.cpp's gpt2
+// architecture so that llama.cpp loads and runs the file:
+//
+//   nabla (Hugging Face)        GGUF (llama.cpp)          NumPy shape -> ggml ne
+//   wte.weight      [V, D]      token_embd.weight         {D, V}
+//   wpe.weight      [P, D]      position_embd.weight      {D, P}
+//   h.i.ln_1.*      [D]         blk.i.attn_norm.*         {D}
+//   h.i.attn.c_attn.weight      blk.i.attn_qkv.weight     [D, 3D] transposed -> {D, 3D}
+//   h.i.attn.c_attn.bias        blk.i.attn_qkv.bias       {3D}
+//   h.i.attn.c_proj.weight      blk.i.attn_output.weight  [D, D] transposed -> {D, D}
+//   h.i.attn.c_proj.bias        blk.i.attn_output.bias    {D}
+//   h.i.ln_2.*                  blk.i.ffn_norm.*          {D}
+//   h.i.mlp.c_fc.weight         blk.i.ffn_up.weight       [D, F] transposed -> {D, F}
+//   h.i.mlp.c_fc.bias           blk.i.ffn_up.bias         {F}
+//   h.i.mlp.c_proj.weight       blk.i.ffn_down.weight     [F, D] transposed -> {F, D}
+//   h.i.mlp.c_proj.bias         blk.i.ffn_down.bias       {D}
+//   ln_f.*                      output_norm.*             {D}
+//   (tied head)                 no output.weight: llama.cpp reuses token_embd
+//
+// Conv1D keeps weights [in, out]; ggml's mul_mat wants a Linear weight
+// [out, in] (ne {in, out}), so those four are transposed, as
+// convert_hf_to_gguf.py does for c_attn, c_proj and c_fc.
+#include "models/gguf_export.h"
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "models/gpt2.h"
+#include "models/vit.h"
+#include "nabla/error.h"
+#include "nabla/tokenizer.h"
+
+namespace nabla::models {
+
+namespace {
+
+// gguf-py's TokenType values, which llama.cpp maps to token attributes.
+constexpr int32_t kTokenNormal = 1;
+constexpr int32_t kTokenControl = 3;
+constexpr int32_t kTokenUnused = 5;
+
+void add_vit(const Checkpoint& ckpt, GgufWriter& w) {
+  VitConfig c = vit_config_from_checkpoint(ckpt);
+  w.set("vit.image_size", uint32_t(c.img_size));
+  w.set("vit.patch_size", uint32_t(c.patch_size));
+  w.set("vit.num_channels", uint32_t(c.in_chans));
+  w.set("vit.embedding_length", uint32_t(c.embed_dim));
+  w.set("vit.block_count", uint32_t(c.depth));
+  w.set("vit.attention.head_count", uint32_t(c.num_heads));
+  w.set("vit.feed_forward_length", uint32_t(c.mlp_hidden()));
+  w.set("vit.attention.layer_norm_epsilon", float(c.norm_eps));
+  w.set("vit.num_classes", uint32_t(c.num_classes));
+  w.set("vit.global_pool", c.global_pool);
+  w.set("vit.gelu", c.gelu);
+  w.set("vit.qkv_bias", c.qkv_bias);
+  Vit model(c, 0);
+  load_params(ckpt, model.params());
+  for (const auto& [name, t] : model.params().list()) w.add_tensor(name, t);
+}
+
+// A Conv1D weight [in, out] as the Linear weight [out, in].
+Tensor transposed(const Tensor& w) {
+  const int64_t in = w.dim(0), out = w.dim(1);
+  std::vector<float> src = w.to_vector<float>(), dst(src.size());
+  for (int64_t i = 0; i < in; ++i)
+    for (int64_t o = 0; o < out; ++o) dst[o * in + i] = src[i * out + o];
+  return Tensor::from_vector<float>({out, in}, dst);
+}
+
+// GPT-2's bytes_to_unicode(): printable bytes (! .. ~, ¡ .. ¬, ® .. ÿ) stand
+// for themselves, the other 68 take U+0100, U+0101, ... in byte order. Byte
+// b's character, UTF-8 encoded.
+std::array<std::string, 256> byte_alphabet() {
+  std::array<std::string, 256> chars;
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    uint32_t cp = printable ? b : next++;
+    if (cp < 0x80) {
+      chars[b] = std::string(1, char(cp));
+    } else {  // all below U+0800: two bytes
+      chars[b] = {char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};
+    }
+  }
+  return chars;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct Vocab {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  std::vector<std::string> merges;  // "left right", by rank
+  int32_t bos = -1, eos = -1;
+};
+
+// The byte tokenizer as a GPT-2-style vocabulary without merges: token b is
+// byte b in GPT-2's byte alphabet, so llama.cpp's BPE (which splits words
+// into those characters and merges nothing) yields exactly the byte ids.
+// There is no end-of-text token; nabla separates documents with '\n' (10),
+// so that is BOS, EOS and EOT.
+Vocab byte_vocab() {
+  Vocab v;
+  for (const std::string& c : byte_alphabet()) {
+    v.tokens.push_back(c);
+    v.types.push_back(kTokenNormal);
+  }
+  v.bos = v.eos = '\n';
+  return v;
+}
+
+// GPT-2's BPE from the files the tokenizer reads: encoder.json's tokens by
+// id (already in the byte alphabet, as GGUF stores them) and vocab.bpe's
+// merges in rank order. <|endoftext|> is a control token, BOS, EOS and EOT,
+// as convert_hf_to_gguf.py writes GPT-2 (which leaves EOT to llama.cpp's
+// detection by text).
+Vocab gpt2_vocab(const Checkpoint& ckpt, const std::string& vocab_dir) {
+  std::string dir = vocab_dir.empty() ? find_gpt2_vocab() : vocab_dir;
+  if (dir.empty()) {
+    throw IoError(ckpt.path +
+                  ": the checkpoint's tokenizer is gpt2, whose vocabulary (encoder.json, "
+                  "vocab.bpe) is not installed: run scripts/fetch-gpt2-vocab, or give its "
+                  "folder with --vocab DIR (or NABLA_GPT2_VOCAB)");
+  }
+  if (dir.back() != '/') dir += '/';
+  // The tokenizer validates both files (ids, alphabet, merges) with errors
+  // naming them; what follows only reads them in order.
+  std::unique_ptr<Gpt2Tokenizer> loaded;
+  try {
+    loaded = std::make_unique<Gpt2Tokenizer>(dir);
+  } catch (const IoError& e) {
+    throw IoError(ckpt.path + ": its gpt2 tokenizer: " + e.what());
+  }
+  const Gpt2Tokenizer& tok = *loaded;
+  Vocab v;
+  v.tokens.resize(size_t(tok.vocab_size()));
+  v.types.assign(v.tokens.size(), kTokenNormal);
+  nlohmann::json encoder = nlohmann::json::parse(read_text(dir + "encoder.json"));
+  for (const auto& [token, id] : encoder.items()) v.tokens[id.get<size_t>()] = token;
+  if (tok.eot_id() >= 0) {
+    v.types[size_t(tok.eot_id())] = kTokenControl;
+    v.bos = v.eos = tok.eot_id();
+  }
+  std::string bpe = read_text(dir + "vocab.bpe");
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < bpe.size();) {
+    size_t nl = bpe.find('\n', pos);
+    if (nl == std::string::npos) nl = bpe.size();
+    std::string line = bpe.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+    v.merges.push_back(std::move(line));
+  }
+  return v;
+}
+
+void add_gpt2(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWriter& w) {
+  Gpt2Config c = gpt2_config_from_checkpoint(ckpt);
+  // llama.cpp's gpt2 graph applies ggml_gelu, the tanh approximation.
+  if (nn::parse_gelu(c.gelu) != nn::Gelu::tanh) {
+    throw UsageError(ckpt.path +
+                     ": llama.cpp's gpt2 architecture uses the tanh GELU (\"gelu\"), "
+                     "this checkpoint was trained with \"" +
+                     c.gelu + "\"");
+  }
+  const int64_t D = c.n_embd, F = 4 * c.n_embd;
+  w.set("gpt2.context_length", uint32_t(c.n_positions));
+  w.set("gpt2.embedding_length", uint32_t(D));
+  w.set("gpt2.feed_forward_length", uint32_t(F));
+  w.set("gpt2.block_count", uint32_t(c.n_layer));
+  w.set("gpt2.attention.head_count", uint32_t(c.n_head));
+  w.set("gpt2.attention.layer_norm_epsilon", float(c.layer_norm_epsilon));
+
+  // llama.cpp takes the vocabulary size from the token list and requires
+  // token_embd to match it, so a padded embedding gets padding tokens.
+  Vocab v = c.tokenizer == "gpt2" ? gpt2_vocab(ckpt, options.vocab_dir) : byte_vocab();
+  if (int64_t(v.tokens.size()) > c.vocab_size) {
+    throw IoError(ckpt.path + ": vocab_size is " + std::to_string(c.vocab_size) +
+                  ", smaller than the " + c.tokenizer + " tokenizer's " +
+                  std::to_string(v.tokens.size()) + " tokens");
+  }
+  for (int64_t id = int64_t(v.tokens.size()); id < c.vocab_size; ++id) {
+    v.tokens.push_back("[PAD" + std::to_string(id) + "]");
+    v.types.push_back(kTokenUnused);
+  }
+  w.set("tokenizer.ggml.model", "gpt2");
+  w.set("tokenizer.ggml.pre", "gpt-2");
+  w.set("tokenizer.ggml.tokens", v.tokens);
+  w.set("tokenizer.ggml.token_type", v.types);
+  w.set("tokenizer.ggml.merges", v.merges);
+  if (v.bos >= 0) w.set("tokenizer.ggml.bos_token_id", uint32_t(v.bos));
+  if (v.eos >= 0) w.set("tokenizer.ggml.eos_token_id", uint32_t(v.eos));
+  // llama.cpp ends generation at EOT and EOS; it finds GPT-2's EOT by its
+  // text, the byte vocabulary's only from this key.
+  if (v.eos >= 0) w.set("tokenizer.ggml.eot_token_id", uint32_t(v.eos));
+  w.set("tokenizer.ggml.add_bos_token", false);
+
+  Gpt2 model(c, 0);
+  load_params(ckpt, model.params());
+  const nn::Params& p = model.params();
+  // llama.cpp requires every bias; a bias-free GPT-2 gets zeros, which
+  // computes the same.
+  auto bias = [&](const std::string& name, int64_t n) {
+    return c.bias ? p.get(name) : Tensor::zeros(DType::f32, {n});
+  };
+  w.add_tensor("token_embd.weight", p.get("wte.weight"));
+  w.add_tensor("position_embd.weight", p.get("wpe.weight"));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
+    w.add_tensor(blk + "attn_norm.weight", p.get(h + "ln_1.weight"));
+    w.add_tensor(blk + "attn_norm.bias", p.get(h + "ln_1.bias"));
+    w.add_tensor(blk + "attn_qkv.weight", transposed(p.get(h + "attn.c_attn.weight")));
+    w.add_tensor(blk + "attn_qkv.bias", bias(h + "attn.c_attn.bias", 3 * D));
+    w.add_tensor(blk + "attn_output.weight", transposed(p.get(h + "attn.c_proj.weight")));
+    w.add_tensor(blk + "attn_output.bias", bias(h + "attn.c_proj.bias", D));
+    w.add_tensor(blk + "ffn_norm.weight", p.get(h + "ln_2.weight"));
+    w.add_tensor(blk + "ffn_norm.bias", p.get(h + "ln_2.bias"));
+    w.add_tensor(blk + "ffn_up.weight", transposed(p.get(h + "mlp.c_fc.weight")));
+    w.add_tensor(blk + "ffn_up.bias", bias(h + "mlp.c_fc.bias", F));
+    w.add_tensor(blk + "ffn_down.weight", transposed(p.get(h + "mlp.c_proj.weight")));
+    w.add_tensor(blk + "ffn_down.bias", bias(h + "mlp.c_proj.bias", D));
+  }
+  w.add_tensor("output_norm.weight", p.get("ln_f.weight"));
+  w.add_tensor("output_norm.bias", p.get("ln_f.bias"));
+}
+
+}  // namespace
+
+GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions& options) {
+  nlohmann::json cfg = nlohmann::json::parse(ckpt.config_json, nullptr, /*allow_exceptions=*/false);
+  if (!cfg.is_object()) throw IoError(ckpt.path + ": nabla.config is not a JSON object");
+  nlohmann::json arch_value = cfg.value("architecture", nlohmann::json());
+  std::string arch = arch_value.is_string() ? arch_value.get<std::string>() : "";
+  if (arch != "vit" && arch != "gpt2") {
+    throw UsageError(ckpt.path +
+                     ": GGUF export supports the architectures \"vit\" and \"gpt2\", got " +
+                     (arch_value.is_null() ? std::string("none") : arch_value.dump()));
+  }
+  nlohmann::json preset = cfg.value("preset", nlohmann::json());
+  std::string name =
+      preset.is_string() && !preset.get<std::string>().empty() ? preset.get<std::string>() : arch;
+  GgufWriter w;
+  w.set("general.architecture", arch);
+  w.set("general.name", name);
+  w.set("general.file_type", uint32_t(0));  // all tensors F32 (ggml's LLAMA_FTYPE_ALL_F32)
+  if (arch == "vit") {
+    add_vit(ckpt, w);
+  } else {
+    add_gpt2(ckpt, options, w);
+  }
+  return w;
+}
+
+}  // namespace nabla::models

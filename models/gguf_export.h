@@ -1,0 +1,31 @@
+// nabla checkpoints as GGUF files (ggml's format; see docs/formats.md).
+//
+//   ViT   general.architecture "vit": timm tensor names, nabla's own vit.* keys.
+//   GPT-2 general.architecture "gpt2", laid out as llama.cpp's gpt2 loader
+//         expects (llama.cpp src/models/gpt2.cpp, gguf-py constants.py,
+//         convert_hf_to_gguf.py GPT2Model): llama.cpp tensor names, the
+//         Conv1D weights transposed to Linear layout, gpt2.* keys, and the
+//         tokenizer as tokenizer.ggml.* (model "gpt2", pre-tokenizer "gpt-2").
+#pragma once
+
+#include <string>
+
+#include "nabla/checkpoint.h"
+#include "nabla/gguf.h"
+
+namespace nabla::models {
+
+struct GgufExportOptions {
+  // GPT-2 checkpoints with the "gpt2" tokenizer: the folder holding
+  // encoder.json and vocab.bpe; "" = find_gpt2_vocab().
+  std::string vocab_dir;
+};
+
+// The metadata and tensors of `ckpt` as a GGUF writer, ready to write().
+// Errors name the checkpoint file: UsageError for an architecture without a
+// GGUF mapping or a GPT-2 that llama.cpp would compute differently (a GELU
+// other than the tanh approximation); IoError for a missing or inconsistent
+// GPT-2 vocabulary.
+GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions& options = {});
+
+}  // namespace nabla::models

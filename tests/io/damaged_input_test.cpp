@@ -1,0 +1,226 @@
+// Readers on damaged input: strict JSON fields in checkpoints, model configs
+// whose parameters the file cannot hold, checkpoints of another architecture,
+// stale temporaries of killed writers, shapes too large to describe, an IDX
+// .gz that inflates far beyond its header. Inputs the fuzzers (fuzz/) found
+// are in fuzz_regressions_test.cpp.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/gpt2.h"
+#include "models/vit.h"
+#include "nabla/checkpoint.h"
+#include "nabla/data.h"
+#include "nabla/error.h"
+#include "nabla/io.h"
+#include "nabla/ops.h"
+
+using namespace nabla;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+    path_ = testing::TempDir() + "nabla_ckpt_" + info->test_suite_name() + "_" + info->name() + "_" +
+            std::to_string(::getpid());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return "";
+}
+
+models::VitConfig small_vit() {
+  models::VitConfig c = models::vit_preset("fmnist");
+  c.img_size = 8;
+  c.patch_size = 4;
+  c.embed_dim = 8;
+  c.depth = 2;
+  c.num_heads = 2;
+  c.num_classes = 3;
+  return c;
+}
+
+models::Gpt2Config small_gpt2() {
+  models::Gpt2Config c = models::gpt2_preset("gpt2-small-byte");
+  c.vocab_size = 16;
+  c.n_positions = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  return c;
+}
+
+}  // namespace
+
+TEST(ModelConfig, ParameterCountMatchesTheBuiltModel) {
+  for (bool token : {true, false}) {
+    for (bool qkv_bias : {true, false}) {
+      models::VitConfig c = small_vit();
+      c.global_pool = token ? "token" : "avg";
+      c.qkv_bias = qkv_bias;
+      c.mlp_ratio = 1.5;
+      EXPECT_EQ(c.parameter_count(), models::Vit(c, 1).params().count()) << c.to_json();
+    }
+  }
+  for (bool bias : {true, false}) {
+    models::Gpt2Config c = small_gpt2();
+    c.bias = bias;
+    EXPECT_EQ(c.parameter_count(), models::Gpt2(c, 1).params().count()) << c.to_json();
+  }
+  // The presets, without building them.
+  EXPECT_EQ(models::vit_preset("vit-tiny").parameter_count(), 5717416);  // timm's vit_tiny_patch16_224
+  EXPECT_EQ(models::gpt2_preset("gpt2").parameter_count(), 124439808);   // Hugging Face's gpt2
+}
+
+TEST(ModelConfig, FieldsMustHaveTheirTypes) {
+  std::string vit = small_vit().to_json();
+  auto with = [&](const std::string& key, const std::string& value) {
+    nlohmann::json j = nlohmann::json::parse(vit);
+    j[key] = nlohmann::json::parse(value);
+    return j.dump();
+  };
+  // A float where an integer belongs (1e300 would overflow a conversion).
+  EXPECT_NE(error_of<IoError>([&] { models::VitConfig::from_json(with("embed_dim", "1e300")); })
+                .find("\"embed_dim\" must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of<IoError>([&] { models::VitConfig::from_json(with("depth", "2.5")); }).find("\"depth\""),
+            std::string::npos);
+  // A non-string architecture is a clean error, not a JSON library exception.
+  EXPECT_NE(error_of<IoError>([&] { models::VitConfig::from_json(with("architecture", "7")); })
+                .find("architecture is 7, expected \"vit\""),
+            std::string::npos);
+  EXPECT_NE(error_of<IoError>([&] { models::Gpt2Config::from_json("[1]"); }).find("not a JSON object"),
+            std::string::npos);
+  // Sizes whose products would overflow.
+  EXPECT_NE(error_of<UsageError>([&] { models::VitConfig::from_json(with("mlp_ratio", "1e300")); })
+                .find("mlp_ratio"),
+            std::string::npos);
+  EXPECT_NE(error_of<UsageError>([&] { models::VitConfig::from_json(with("img_size", "4611686018427387904")); })
+                .find("at most"),
+            std::string::npos);
+}
+
+TEST(TrainPosition, FieldsMustBeNonNegativeIntegers) {
+  for (const char* bad : {R"({"step": 1.5, "epoch": 0, "batch": 0, "seed": 1})",
+                          R"({"step": 1, "epoch": -1, "batch": 0, "seed": 1})",
+                          R"({"step": 1, "epoch": 0, "batch": 0, "seed": -1})",
+                          R"({"step": 1, "epoch": 0, "batch": 1e300, "seed": 1})", R"([])"}) {
+    std::string m = error_of<IoError>([&] { TrainPosition::from_json(bad, "ck.safetensors"); });
+    EXPECT_NE(m.find("ck.safetensors: bad nabla.train metadata"), std::string::npos) << bad << ": " << m;
+  }
+  TrainPosition p = TrainPosition::from_json(R"({"step": 3, "epoch": 1, "batch": 2, "seed": 18446744073709551615})",
+                                             "ck.safetensors");
+  EXPECT_EQ(p.seed, 18446744073709551615ull);
+}
+
+TEST(Checkpoint, ConfigOfAnotherArchitectureNamesTheFile) {
+  TempDir dir;
+  models::Gpt2 gpt2(small_gpt2(), 1);
+  save_checkpoint(dir.file("gpt2.safetensors"), small_gpt2().to_json(), gpt2.params());
+  Checkpoint ckpt = load_checkpoint(dir.file("gpt2.safetensors"));
+  std::string m = error_of<IoError>([&] { models::vit_config_from_checkpoint(ckpt); });
+  EXPECT_NE(m.find(dir.file("gpt2.safetensors") + ": vit config: architecture is \"gpt2\", expected \"vit\""),
+            std::string::npos)
+      << m;
+  EXPECT_NO_THROW(models::gpt2_config_from_checkpoint(ckpt));
+}
+
+TEST(Checkpoint, ConfigLargerThanTheFileIsRefusedBeforeBuildingTheModel) {
+  TempDir dir;
+  models::Vit vit(small_vit(), 1);
+  models::VitConfig huge = small_vit();
+  huge.embed_dim = 1 << 20;  // a damaged config: ~10^13 parameters
+  huge.num_heads = 1;
+  save_checkpoint(dir.file("vit.safetensors"), huge.to_json(), vit.params());
+  Checkpoint ckpt = load_checkpoint(dir.file("vit.safetensors"));
+  std::string m = error_of<IoError>([&] { models::vit_config_from_checkpoint(ckpt); });
+  EXPECT_NE(m.find("its config describes a model of"), std::string::npos) << m;
+  EXPECT_NE(m.find(dir.file("vit.safetensors")), std::string::npos) << m;
+}
+
+TEST(Checkpoint, OptimizerStateErrorsNameTheFile) {
+  TempDir dir;
+  models::Vit vit(small_vit(), 1);
+  TrainPosition pos;
+  save_checkpoint(dir.file("weights.safetensors"), small_vit().to_json(), vit.params(), nullptr, &pos);
+  Checkpoint ckpt = load_checkpoint(dir.file("weights.safetensors"));
+  std::vector<optim::Slot> slots;
+  for (const auto& [name, t] : vit.params().list()) slots.push_back({name, t});
+  optim::AdamW adamw(slots, {}, 1);
+  std::string m = error_of<IoError>([&] { load_optimizer_state(ckpt, adamw); });
+  EXPECT_NE(m.find(dir.file("weights.safetensors") + ": optimizer state: missing"), std::string::npos) << m;
+}
+
+TEST(WriteFileAtomic, RemovesTemporariesOfKilledWriters) {
+  TempDir dir;
+  const std::string path = dir.file("ck.safetensors");
+  // A pid that cannot be running (above the kernel's limit), one that is (ours),
+  // and a file that only looks similar.
+  const std::string ours = "ck.safetensors.tmp-" + std::to_string(::getpid()) + "-99";
+  for (const std::string& name : std::vector<std::string>{"ck.safetensors.tmp-2147483646-0", ours,
+                                                          "ck.safetensors.tmp-notapid",
+                                                          "other.safetensors.tmp-2147483646-0"}) {
+    std::ofstream(dir.file(name)) << "partial";
+  }
+  write_file_atomic(path, "new");
+  EXPECT_FALSE(fs::exists(dir.file("ck.safetensors.tmp-2147483646-0")));
+  EXPECT_TRUE(fs::exists(dir.file(ours)));
+  EXPECT_TRUE(fs::exists(dir.file("ck.safetensors.tmp-notapid")));
+  EXPECT_TRUE(fs::exists(dir.file("other.safetensors.tmp-2147483646-0")));
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "new");
+}
+
+TEST(ShapeLimits, ShapesTooLargeToDescribeAreShapeErrors) {
+  // numel of these would overflow int64: refused before anything is computed or allocated.
+  EXPECT_THROW(Tensor::zeros(DType::f32, {int64_t(1) << 32, int64_t(1) << 32}), ShapeError);
+  EXPECT_THROW(Tensor::zeros(DType::f64, {int64_t(1) << 60}), ShapeError);
+  EXPECT_THROW(Tensor::zeros(DType::f32, {3, -1}), ShapeError);
+  EXPECT_NO_THROW(Tensor::zeros(DType::f32, {0, int64_t(1) << 40}));  // empty: no bytes
+  EXPECT_THROW(Tensor::zeros(DType::f32, {0, int64_t(1) << 62, 4}), ShapeError);  // strides would overflow
+  Tensor x = Tensor::zeros(DType::f32, {1, 2});
+  EXPECT_THROW(expand(x, {int64_t(1) << 40, int64_t(1) << 40, 2}), ShapeError);
+  EXPECT_THROW(expand(x, {-3, 2}), ShapeError);
+  EXPECT_THROW(reshape(x, {int64_t(1) << 62, int64_t(1) << 62, -1}), ShapeError);
+  EXPECT_THROW(scatter_slice(x, {int64_t(1) << 62, 2, 4}, 0, 0, 1, 1), ShapeError);
+}
+
+TEST(Idx, GzipInflatingBeyondTheHeaderIsRefusedWithoutKeepingIt) {
+  TempDir dir;
+  // A header claiming 10 bytes, then 64 MiB of zeros (64 KiB compressed).
+  const std::string path = dir.file("bomb-idx1-ubyte.gz");
+  gzFile f = gzopen(path.c_str(), "wb9");
+  ASSERT_NE(f, nullptr);
+  const char header[] = {0, 0, 8, 1, 0, 0, 0, 10};
+  ASSERT_EQ(gzwrite(f, header, sizeof header), int(sizeof header));
+  const std::string zeros(1 << 20, '\0');
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(gzwrite(f, zeros.data(), unsigned(zeros.size())), int(zeros.size()));
+  ASSERT_EQ(gzclose(f), Z_OK);
+  std::string m = error_of<IoError>([&] { read_idx(path); });
+  EXPECT_NE(m.find(path + ": IDX shape [10] needs 10 bytes of data, the file has 67108864"), std::string::npos) << m;
+}
