@@ -12,7 +12,7 @@ nabla=$1 dir=$2 iterations=${3:-100}
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 ck="$dir/ck.safetensors"
 common=(train vit --preset fmnist --depth 1 --embed-dim 32 --heads 2 --train-subset 512 --test-subset 32
-        --batch 16 --epochs 1000 --warmup 5 --threads 1 --log-every 100000 --save-every 2)
+        --batch 16 --epochs 100000 --warmup 5 --threads 1 --log-every 100000 --save-every 2)
 
 # A first checkpoint (step 2) to resume from.
 "$nabla" "${common[@]}" --max-steps 2 --save "$ck" >"$dir/first.log" 2>&1 ||
