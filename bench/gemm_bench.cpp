@@ -1,5 +1,6 @@
-// sgemm throughput at the shapes nabla's models run, for gemm (OpenBLAS when
-// the build has it, single-threaded) against the built-in kernel, plus a
+// GEMM throughput at the shapes nabla's models run, single-threaded: gemm
+// (OpenBLAS when the build has it), the built-in f32 kernel and gemm_bf16
+// (bf16 operands, f32 accumulation) one after the other for each shape, plus a
 // memory-copy reference that says what the machine's bandwidth allows.
 #include <benchmark/benchmark.h>
 
@@ -23,15 +24,17 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
   return v;
 }
 
-// C[M, N] = A[M, K] * B[K, N], all contiguous. The GFLOP counter is a rate
+// C[M, N] = op(A) * B[K, N], op(A) = A[M, K] or, with ta, A[K, M]^T (the
+// weight gradient's layout), all contiguous. The GFLOP counter is a rate
 // (2*M*N*K flops per call), so it prints as GFLOP/s.
-void run_sgemm(benchmark::State& state, GemmFn fn, const char* label) {
+void run_gemm(benchmark::State& state, GemmFn fn, const char* label) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const bool ta = state.range(3) != 0;
   const auto A = random_floats(M * K, 1);
   const auto B = random_floats(K * N, 2);
   std::vector<float> C(M * N);
   for (auto _ : state) {
-    fn(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
+    fn(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
     benchmark::ClobberMemory();
   }
@@ -40,27 +43,34 @@ void run_sgemm(benchmark::State& state, GemmFn fn, const char* label) {
   state.SetLabel(label);
 }
 
-void BM_sgemm_gemm(benchmark::State& state) {
-  run_sgemm(state, &nabla::cpu::gemm<float>, nabla::cpu::gemm_backend());
-}
+// {M, K, N, trans_a}: ViT-Tiny (197 tokens x batch 8 = 1576 rows; width 192,
+// MLP 768, fused qkv 576), small ViT/GPT blocks (2048 rows, width 128/256),
+// a weight gradient (dW = X^T dY: K is the 2048 rows), and GPT-2 small (256
+// tokens, width 768, MLP 3072).
+constexpr int64_t kShapes[][4] = {{1576, 192, 768, 0}, {1576, 768, 192, 0}, {1576, 192, 576, 0},
+                                  {2048, 128, 256, 0}, {2048, 256, 128, 0}, {128, 2048, 256, 1},
+                                  {256, 768, 3072, 0}};
 
-void BM_sgemm_builtin(benchmark::State& state) {
-  run_sgemm(state, &nabla::cpu::gemm_builtin<float>, "builtin");
-}
-
-// {M, K, N}: ViT-Tiny (197 tokens x batch 8 = 1576 rows; width 192, MLP 768,
-// fused qkv 576) and GPT-2 small (256 tokens, width 768, MLP 3072).
-void shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"M", "K", "N"});
-  b->Args({1576, 192, 768});
-  b->Args({1576, 768, 192});
-  b->Args({1576, 192, 576});
-  b->Args({256, 768, 3072});
-  b->Unit(benchmark::kMillisecond);
-}
-
-BENCHMARK(BM_sgemm_gemm)->Apply(shapes);
-BENCHMARK(BM_sgemm_builtin)->Apply(shapes);
+// Registered shape by shape, so the f32 and bf16 rates of a shape print together.
+const bool kRegistered = [] {
+  const struct {
+    const char* name;
+    GemmFn fn;
+    const char* label;
+  } impls[] = {{"sgemm_gemm", &nabla::cpu::gemm<float>, nabla::cpu::gemm_backend()},
+               {"sgemm_builtin", &nabla::cpu::gemm_builtin<float>, "builtin"},
+               {"gemm_bf16", &nabla::cpu::gemm_bf16,
+                nabla::cpu::gemm_bf16_native() ? "bf16 avx512" : "bf16 portable"}};
+  for (const auto& shape : kShapes) {
+    for (const auto& impl : impls) {
+      benchmark::RegisterBenchmark(impl.name, run_gemm, impl.fn, impl.label)
+          ->ArgNames({"M", "K", "N", "ta"})
+          ->Args({shape[0], shape[1], shape[2], shape[3]})
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  return true;
+}();
 
 // Bandwidth reference: copies a 64 MiB float buffer; bytes/s counts the bytes
 // read plus the bytes written.

@@ -106,7 +106,8 @@ int run_train_gpt2(const TrainGpt2Args& a) {
   optim::AdamWConfig adamw;
   adamw.beta2 = 0.95;  // GPT-2 / nanoGPT
   adamw.weight_decay = a.weight_decay;
-  TrainStep step(loss, model.params(), {}, adamw, ExecOptions{.threads = a.threads, .check_finite = a.check_finite});
+  TrainStep step(loss, model.params(), {}, adamw,
+                 ExecOptions{.threads = a.threads, .check_finite = a.check_finite, .bf16_matmul = a.bf16_matmul});
   if (resume) load_optimizer_state(*resume, step.optimizer());
   Gpt2Validator validator(model, text.val, B, T, a.eval_batches, pos.seed + 1, a.threads);
 
@@ -115,9 +116,9 @@ int run_train_gpt2(const TrainGpt2Args& a) {
              tok->vocab_size());
   fmt::print("text: {} documents from {} file(s), {} training and {} validation tokens{}\n", text.documents,
              text.files.size(), text.train.size(), text.val.size(), text.from_cache ? " (cached)" : "");
-  fmt::print("training: {} steps of {} x {} tokens, AdamW lr {} (warmup {}, cosine), wd {}, {} threads; arena "
-             "{:.1f} MiB planned ({:.1f} MiB without reuse)\n",
-             a.steps, B, T, a.lr, a.warmup, a.weight_decay, step.executor().threads(),
+  fmt::print("training: {} steps of {} x {} tokens, AdamW lr {} (warmup {}, cosine), wd {}, matmul {}, {} threads; "
+             "arena {:.1f} MiB planned ({:.1f} MiB without reuse)\n",
+             a.steps, B, T, a.lr, a.warmup, a.weight_decay, a.bf16_matmul ? "bf16" : "f32", step.executor().threads(),
              step.executor().memory().arena_bytes / 1048576.0, step.executor().memory().unplanned_bytes / 1048576.0);
   if (resume) fmt::print("resumed from {} at step {}\n", a.resume, pos.step);
   std::fflush(stdout);

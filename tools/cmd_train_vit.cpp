@@ -79,7 +79,7 @@ int run_train_vit(const TrainVitArgs& a) {
 
   const int64_t B = a.batch, C = cfg.in_chans, S = cfg.img_size;
   const int crop_pad = a.crop_pad >= 0 ? a.crop_pad : (a.dataset == "cifar10" ? 2 : 0);
-  BatchLoader loader(data.train, B, /*shuffle=*/true, /*drop_last=*/true, Augment{crop_pad, a.hflip},
+  BatchLoader loader(data.train, B, /*shuffle=*/true, /*drop_last=*/true, Augment{crop_pad, a.hflip, a.erase_prob},
                      data.normalize, pos.seed);
   const int64_t per_epoch = loader.batches_per_epoch();
   if (per_epoch == 0) {
@@ -94,12 +94,16 @@ int run_train_vit(const TrainVitArgs& a) {
   Tensor images = Tensor::zeros(DType::f32, {B, C, S, S}).set_name("images");
   Tensor labels = Tensor::zeros(DType::i32, {B}).set_name("labels");
   Tensor logits = model.forward(images, /*train=*/true);
-  Tensor loss = cross_entropy(logits, labels);
+  // Label smoothing as timm: cross-entropy against (1 - e) one-hot + e / K.
+  const double e = a.label_smoothing;
+  Tensor loss = e > 0 ? cross_entropy_soft(logits, one_hot(labels, cfg.num_classes) * (1 - e) + e / cfg.num_classes)
+                      : cross_entropy(logits, labels);
   optim::AdamWConfig adamw;
   adamw.weight_decay = a.weight_decay;
   ExecOptions exec;
   exec.threads = a.threads;
   exec.check_finite = a.check_finite;
+  exec.bf16_matmul = a.bf16_matmul;
   TrainStep step(loss, model.params(), {logits}, adamw, exec);
   if (resume) load_optimizer_state(*resume, step.optimizer());
   VitEvaluator evaluator(model, data.test, data.normalize, a.eval_batch, a.threads);
@@ -110,9 +114,10 @@ int run_train_vit(const TrainVitArgs& a) {
   fmt::print("data: {} ({} train, {} test images, {} classes)\n", data.description, data.train.n, data.test.n,
              data.train.classes);
   fmt::print("training: {} epochs x {} steps of batch {}, AdamW lr {} (warmup {} steps, cosine), wd {}, "
-             "augmentation: crop pad {}, hflip {}; {} threads; arena {:.1f} MiB planned ({:.1f} MiB without reuse)\n",
-             a.epochs, per_epoch, B, a.lr, a.warmup, a.weight_decay, crop_pad, a.hflip ? "on" : "off",
-             step.executor().threads(),
+             "augmentation: crop pad {}, hflip {}, random erasing {}, label smoothing {}; matmul {}, {} threads; "
+             "arena {:.1f} MiB planned ({:.1f} MiB without reuse)\n",
+             a.epochs, per_epoch, B, a.lr, a.warmup, a.weight_decay, crop_pad, a.hflip ? "on" : "off", a.erase_prob, e,
+             a.bf16_matmul ? "bf16" : "f32", step.executor().threads(),
              step.executor().memory().arena_bytes / 1048576.0,
              step.executor().memory().unplanned_bytes / 1048576.0);
   if (resume) fmt::print("resumed from {} at step {} (epoch {}, batch {})\n", a.resume, pos.step, pos.epoch + 1, pos.batch);

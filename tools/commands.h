@@ -57,6 +57,8 @@ struct TrainVitArgs {
   int crop_pad = -1;  // < 0: the dataset's (0 for Fashion-MNIST, 2 for CIFAR-10)
   bool resize = false;  // resize images to the model's size (vit-tiny on Fashion-MNIST)
   bool hflip = true;
+  double erase_prob = 0;       // random erasing
+  double label_smoothing = 0;
   int threads = 0;
   uint64_t seed = 1;
   int64_t max_steps = 0;     // 0: all epochs
@@ -70,6 +72,7 @@ struct TrainVitArgs {
   std::string log;     // CSV path, overriding the one beside the checkpoint
   int64_t save_every = 0;     // also save the checkpoint every N steps (0: at epoch ends only)
   bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
+  bool bf16_matmul = false;   // f32 matmuls on bf16-rounded operands, f32 accumulation
 };
 int run_train_vit(const TrainVitArgs& opt);
 
@@ -97,6 +100,7 @@ struct TrainGpt2Args {
   int log_every = 25;
   std::string save, resume, log;
   bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
+  bool bf16_matmul = false;   // f32 matmuls on bf16-rounded operands, f32 accumulation
 };
 int run_train_gpt2(const TrainGpt2Args& opt);
 

@@ -143,6 +143,14 @@ int main(int argc, char** argv) {
           "unshifted in short runs, 2 for CIFAR-10)",
           -1, 64);
   vit_cmd->add_option("--hflip", vit.hflip, "Random horizontal flips")->capture_default_str();
+  vit_cmd->add_option("--random-erase", vit.erase_prob,
+                      "Probability of random erasing (a rectangle of 2-33% of the image set to the mean)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  vit_cmd->add_option("--label-smoothing", vit.label_smoothing,
+                      "Label smoothing: targets (1 - x) one-hot + x / classes")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
   add_int(vit_cmd, "--patch-size", vit.patch_size, "Override the preset's patch size", 0, 1024);
   add_int(vit_cmd, "--embed-dim", vit.embed_dim, "Override the preset's width", 0, 65536);
   add_int(vit_cmd, "--depth", vit.depth, "Override the preset's number of blocks", 0, 1024);
@@ -171,6 +179,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   vit_cmd->add_flag("--check-finite", vit.check_finite,
                     "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
+  vit_cmd->add_flag("--bf16-matmul", vit.bf16_matmul,
+                    "Round matmul operands to bfloat16, accumulating in f32 (faster where the CPU has avx512_bf16)");
 
   TrainGpt2Args gpt;
   CLI::App* gpt_cmd = train_cmd->add_subcommand("gpt2", "GPT-2 from scratch on real text (Debian's fortunes by default)");
@@ -210,6 +220,8 @@ int main(int argc, char** argv) {
   gpt_cmd->add_option("--log", gpt.log, "CSV log path");
   gpt_cmd->add_flag("--check-finite", gpt.check_finite,
                     "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
+  gpt_cmd->add_flag("--bf16-matmul", gpt.bf16_matmul,
+                    "Round matmul operands to bfloat16, accumulating in f32 (faster where the CPU has avx512_bf16)");
 
   SampleArgs sample;
   CLI::App* sample_cmd = app.add_subcommand("sample", "Generate text from a GPT-2 checkpoint (key/value cache)");

@@ -59,6 +59,10 @@ const std::vector<std::string>& cifar10_class_names();
 struct Augment {
   int pad = 0;
   bool hflip = false;
+  // Random erasing (Zhong et al. 2017, timm's RandomErasing in "const" mode):
+  // with this probability, a rectangle of 2%-33% of the image with aspect
+  // ratio 0.3-3.3 is set to 0 after normalisation (the dataset's mean).
+  double erase_prob = 0;
 };
 
 // Per-channel normalisation of pixels scaled to [0, 1]: (p / 255 - mean) / std.
@@ -114,6 +118,7 @@ class BatchLoader {
     int64_t epoch = -1, batch = -1;
   };
   int64_t fill(const Job& job, float* images, int32_t* labels) const;
+  void erase(int64_t epoch, int64_t position, float* image) const;
   void request(int64_t batch);  // hands `batch` of the current epoch to the worker
   void worker_loop();
   void stop_worker();

@@ -18,6 +18,9 @@ struct ExecOptions {
   bool inplace = true;        // let elementwise ops overwrite a dying input
   bool check_finite = false;  // stop at the first op that produces NaN or Inf
   size_t memory_limit = 0;    // bytes; 0: none. Checked before allocating.
+  // f32 matmuls round their operands to bfloat16 and accumulate in f32 (as
+  // mixed-precision training does); f64 matmuls are unaffected.
+  bool bf16_matmul = false;
   // For tests: caps every kernel's chunk size so work is split finely and
   // chunk boundaries are exercised; results must not change. 0: no cap.
   int64_t max_grain = 0;

@@ -139,6 +139,7 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
     s.args.attrs = &n->attrs;
     s.args.threads = m.options.threads;
     s.args.max_grain = m.options.max_grain;
+    s.args.bf16_matmul = m.options.bf16_matmul;
     m.steps.push_back(std::move(s));
   }
 }

@@ -56,6 +56,7 @@ struct KernelArgs {
   const Attrs* attrs = nullptr;
   int threads = 1;
   int64_t max_grain = 0;  // ExecOptions::max_grain
+  bool bf16_matmul = false;  // ExecOptions::bf16_matmul
   // Runs fn over [0, n) in chunks of `grain`. The grain must not depend on the
   // thread count, so results do not either.
   void parallel_for(int64_t n, int64_t grain, cpu::RangeFn fn) const {

@@ -17,7 +17,7 @@ namespace nabla {
 namespace {
 
 // Streams keep the draws of different purposes independent.
-enum Stream : uint64_t { kOrder = 1, kCropY = 2, kCropX = 3, kFlip = 4 };
+enum Stream : uint64_t { kOrder = 1, kCropY = 2, kCropX = 3, kFlip = 4, kErase = 5 };
 
 // splitmix64's finaliser: a bijection that mixes every input bit into every
 // output bit.
@@ -82,6 +82,10 @@ BatchLoader::BatchLoader(const ImageDataset& data, int64_t batch_size, bool shuf
   if (augment.pad < 0 || augment.pad > 4096) {
     throw UsageError("BatchLoader: crop padding must be in [0, 4096], got " +
                      std::to_string(augment.pad));
+  }
+  if (!(augment.erase_prob >= 0 && augment.erase_prob <= 1)) {
+    throw UsageError("BatchLoader: random-erasing probability must be in [0, 1], got " +
+                     std::to_string(augment.erase_prob));
   }
   batches_ = drop_last ? d.n / batch_size : (d.n + batch_size - 1) / batch_size;
   if (batches_ == 0) {
@@ -268,8 +272,33 @@ int64_t BatchLoader::fill(const Job& job, float* images, int32_t* labels) const 
         }
       }
     }
+    if (augment_.erase_prob > 0) erase(job.epoch, position, out);
   }
   return rows;
+}
+
+void BatchLoader::erase(int64_t epoch, int64_t position, float* image) const {
+  const ImageDataset& d = data_;
+  const int64_t C = d.channels, H = d.height, W = d.width;
+  // Draws of this sample: [0] decides, then four per attempt. Each draw is
+  // (seed, kErase, epoch, position * 64 + k), so samples stay independent.
+  auto uniform = [&](int64_t k) {
+    return static_cast<double>(draw(seed_, kErase, epoch, position * 64 + k) >> 11) * 0x1p-53;
+  };
+  if (uniform(0) >= augment_.erase_prob) return;
+  // As timm: up to 10 attempts at a rectangle that fits.
+  for (int64_t attempt = 0; attempt < 10; ++attempt) {
+    const int64_t k = 1 + 4 * attempt;
+    double area = H * W * (0.02 + uniform(k) * (1.0 / 3 - 0.02));
+    double aspect = std::exp(std::log(0.3) + uniform(k + 1) * (std::log(1 / 0.3) - std::log(0.3)));
+    int64_t h = std::llround(std::sqrt(area * aspect)), w = std::llround(std::sqrt(area / aspect));
+    if (h < 1 || w < 1 || h >= H || w >= W) continue;
+    int64_t top = static_cast<int64_t>(uniform(k + 2) * static_cast<double>(H - h + 1));
+    int64_t left = static_cast<int64_t>(uniform(k + 3) * static_cast<double>(W - w + 1));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = top; y < top + h; ++y) std::fill_n(image + (c * H + y) * W + left, w, 0.0f);
+    return;
+  }
 }
 
 }  // namespace nabla

@@ -2,6 +2,7 @@
 // Operands reach GEMM without copies when their last two axes are row- or
 // column-major (transposed views included); other layouts are packed first.
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cpu/gemm.h"
@@ -164,8 +165,14 @@ void matmul_kernel(const KernelArgs& args) {
       } else {
         b_tile = b + n0 * B.strides[br - 1];
       }
-      cpu::gemm<T>(oa.trans, ob.trans, mt, nt, K, T(1), a_tile, oa.ld, b_tile, ob.ld, T(0),
-                   C + bi * M * N + m0 * N + n0, N);
+      T* c_tile = C + bi * M * N + m0 * N + n0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (args.bf16_matmul) {
+          cpu::gemm_bf16(oa.trans, ob.trans, mt, nt, K, 1.0f, a_tile, oa.ld, b_tile, ob.ld, 0.0f, c_tile, N);
+          continue;
+        }
+      }
+      cpu::gemm<T>(oa.trans, ob.trans, mt, nt, K, T(1), a_tile, oa.ld, b_tile, ob.ld, T(0), c_tile, N);
     }
   });
 }

@@ -1,6 +1,7 @@
 // Losses and gradients are bit-identical at 1, 2 and 4 threads.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "nabla/nabla.hpp"
@@ -25,7 +26,7 @@ struct StepResult {
 };
 
 // An MLP large enough that every kernel splits into many chunks.
-StepResult train_step(int threads) {
+StepResult train_step(int threads, bool bf16_matmul = false) {
   Tensor x = random_leaf({512, 96}, 1);
   Tensor w1 = random_leaf({96, 256}, 2).requires_grad();
   Tensor b1 = random_leaf({256}, 3).requires_grad();
@@ -42,7 +43,7 @@ StepResult train_step(int threads) {
   Tensor loss = mean(lse - picked) + sum(square(w1)) * 1e-4;
   Graph g;
   g.backward(loss);
-  Executor ex(g, {.threads = threads});
+  Executor ex(g, {.threads = threads, .bf16_matmul = bf16_matmul});
   ex.run();
   StepResult r;
   r.loss = ex.read<float>(loss);
@@ -50,12 +51,10 @@ StepResult train_step(int threads) {
   return r;
 }
 
-}  // namespace
-
-TEST(Determinism, BitIdenticalAcrossThreadCounts) {
-  StepResult one = train_step(1);
+void expect_bit_identical_across_threads(bool bf16_matmul) {
+  StepResult one = train_step(1, bf16_matmul);
   for (int threads : {2, 4}) {
-    StepResult other = train_step(threads);
+    StepResult other = train_step(threads, bf16_matmul);
     ASSERT_EQ(std::memcmp(one.loss.data(), other.loss.data(), sizeof(float)), 0) << "threads " << threads;
     ASSERT_EQ(one.grads.size(), other.grads.size());
     for (size_t i = 0; i < one.grads.size(); ++i) {
@@ -63,5 +62,29 @@ TEST(Determinism, BitIdenticalAcrossThreadCounts) {
       EXPECT_EQ(std::memcmp(one.grads[i].data(), other.grads[i].data(), one.grads[i].size() * sizeof(float)), 0)
           << "gradient " << i << " differs at " << threads << " threads";
     }
+  }
+}
+
+}  // namespace
+
+TEST(Determinism, BitIdenticalAcrossThreadCounts) { expect_bit_identical_across_threads(false); }
+
+// The bf16 matmul option: still bit-identical at any thread count.
+TEST(Determinism, Bf16MatmulBitIdenticalAcrossThreadCounts) { expect_bit_identical_across_threads(true); }
+
+// bf16 operands: the loss and gradients move by about bf16's precision
+// (2^-8 relative per operand), no more, and do move (the option is in effect).
+TEST(Bf16Matmul, CloseToF32) {
+  StepResult f32 = train_step(2), bf16 = train_step(2, true);
+  EXPECT_NE(f32.loss[0], bf16.loss[0]);
+  EXPECT_NEAR(bf16.loss[0], f32.loss[0], 2e-2 * std::fabs(f32.loss[0]));
+  for (size_t i = 0; i < f32.grads.size(); ++i) {
+    double diff = 0, norm = 0;
+    for (size_t k = 0; k < f32.grads[i].size(); ++k) {
+      diff += std::pow(double(bf16.grads[i][k]) - f32.grads[i][k], 2);
+      norm += std::pow(double(f32.grads[i][k]), 2);
+    }
+    EXPECT_GT(diff, 0) << "gradient " << i;
+    EXPECT_LT(std::sqrt(diff), 2e-2 * std::sqrt(norm)) << "gradient " << i;
   }
 }

@@ -21,26 +21,14 @@
 #include "nabla/io.h"
 #include "nabla/ops.h"
 
+#include "temp_dir.h"
+
 using namespace nabla;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = testing::TempDir() + "nabla_ckpt_" + info->test_suite_name() + "_" + info->name() + "_" +
-            std::to_string(::getpid());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using nabla::testing_support::TempDir;
 
 template <class E, class F>
 std::string error_of(F&& f) {

@@ -12,36 +12,24 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <array>
 #include <set>
 
 #include "nabla/error.h"
 #include "nabla/io.h"
+
+#include "temp_dir.h"
 
 using namespace nabla;
 namespace fs = std::filesystem;
 
 namespace {
 
+using nabla::testing_support::TempDir;
+
 const char* kSystemFashion = "/usr/share/datasets/fashion-mnist";
 
 // A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = testing::TempDir() + "nabla_data_" + info->test_suite_name() + "_" + info->name() +
-            "_" + std::to_string(::getpid());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 std::string idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data,
                       uint8_t type = 0x08) {
   std::string b = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
@@ -618,6 +606,53 @@ TEST(BatchLoader, SamplesOfABatchDrawTheirOwnAugmentation) {
   for (int64_t r = 0; r < 64; ++r)
     distinct.insert(std::vector<float>(out.begin() + r * 36, out.begin() + (r + 1) * 36));
   EXPECT_GT(distinct.size(), 20u);
+}
+
+TEST(BatchLoader, RandomErasingBlanksOneRectangleOfTheRightSize) {
+  // Every pixel 255: after normalisation only erased pixels are 0.
+  constexpr int64_t N = 400, C = 2, S = 20;
+  ImageDataset d = make_dataset(N, C, S, S);
+  std::fill(d.pixels.begin(), d.pixels.end(), uint8_t{255});
+  auto erased_boxes = [&](double prob, uint64_t seed) {
+    BatchLoader loader(d, N, false, false, Augment{0, false, prob}, identity(), seed);
+    std::vector<float> out(N * C * S * S);
+    std::vector<int32_t> labels(N);
+    EXPECT_TRUE(loader.next(out.data(), labels.data()));
+    std::vector<std::array<int64_t, 4>> boxes;  // top, left, bottom, right (exclusive); empty: none
+    for (int64_t r = 0; r < N; ++r) {
+      int64_t top = S, left = S, bottom = 0, right = 0, zeros = 0;
+      for (int64_t y = 0; y < S; ++y)
+        for (int64_t x = 0; x < S; ++x)
+          if (out[(r * C * S + y) * S + x] == 0.0f) {
+            ++zeros;
+            top = std::min(top, y), left = std::min(left, x);
+            bottom = std::max(bottom, y + 1), right = std::max(right, x + 1);
+          }
+      // The rectangle is solid and the same in every channel.
+      EXPECT_EQ(zeros, zeros ? (bottom - top) * (right - left) : 0) << "sample " << r;
+      for (int64_t k = 0; k < S * S; ++k)
+        EXPECT_EQ(out[(r * C + 1) * S * S + k], out[r * C * S * S + k]) << "sample " << r;
+      if (zeros) boxes.push_back({top, left, bottom, right});
+    }
+    return boxes;
+  };
+  EXPECT_TRUE(erased_boxes(0.0, 5).empty());
+  std::vector<std::array<int64_t, 4>> all = erased_boxes(1.0, 5);
+  EXPECT_GT(all.size(), size_t(N * 95 / 100));  // a few draws may find no fitting rectangle in 10 tries
+  std::set<std::array<int64_t, 4>> distinct(all.begin(), all.end());
+  EXPECT_GT(distinct.size(), all.size() / 2);
+  for (const auto& b : all) {
+    double area = double((b[2] - b[0]) * (b[3] - b[1])) / (S * S);
+    EXPECT_GE(area, 0.02 * 0.7);  // rounding the sides of a 2% rectangle
+    EXPECT_LE(area, 1.0 / 3 * 1.3);
+  }
+  size_t half = erased_boxes(0.5, 5).size();
+  EXPECT_GT(half, size_t(N * 35 / 100));
+  EXPECT_LT(half, size_t(N * 65 / 100));
+  EXPECT_EQ(erased_boxes(1.0, 5), all);  // counter-based: the same seed erases the same boxes
+  EXPECT_NE(erased_boxes(1.0, 6), all);
+  EXPECT_THROW(BatchLoader(d, 8, false, false, Augment{0, false, 1.5}, identity(), 1), UsageError);
+  EXPECT_THROW(BatchLoader(d, 8, false, false, Augment{0, false, -0.1}, identity(), 1), UsageError);
 }
 
 TEST(BatchLoader, SkipReproducesTheBatches) {

@@ -14,16 +14,16 @@
 #include "nabla/gguf.h"
 #include "nabla/io.h"
 
+#include "temp_dir.h"
+
 using namespace nabla;
-namespace fs = std::filesystem;
 
 namespace {
 
-std::string write_temp(const std::string& name, const std::string& bytes) {
-  const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-  std::string dir = testing::TempDir() + "nabla_fuzzreg_" + info->name() + "_" + std::to_string(::getpid());
-  fs::create_directories(dir);
-  std::string path = dir + "/" + name;
+using nabla::testing_support::TempDir;
+
+std::string write_temp(const TempDir& dir, const std::string& name, const std::string& bytes) {
+  std::string path = dir.file(name);
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return path;
 }
@@ -67,7 +67,8 @@ std::string gguf_one_tensor(const std::vector<uint64_t>& dims) {
 // 2^61 F64 elements: the byte count 2^64 wrapped to 0, the tensor passed the
 // size check and came back with 2^61 elements over a 64-byte buffer.
 TEST(FuzzRegressions, GgufByteCountOverflow) {
-  std::string path = write_temp("overflow.gguf", gguf_one_tensor({uint64_t(1) << 61}));
+  TempDir dir;
+  std::string path = write_temp(dir, "overflow.gguf", gguf_one_tensor({uint64_t(1) << 61}));
   EXPECT_NE(io_error(path, [&] { read_gguf(path); }).find("is too large"), std::string::npos);
 }
 
@@ -76,12 +77,14 @@ TEST(FuzzRegressions, GgufByteCountOverflow) {
 // check and numel() of the shape overflowed int64 (UBSan: signed integer
 // overflow in shape.cpp).
 TEST(FuzzRegressions, GgufEmptyTensorWithHugeDimensions) {
-  std::string path = write_temp("empty.gguf", gguf_one_tensor({0, 3841982464, 253403070464}));
+  TempDir dir;
+  std::string path = write_temp(dir, "empty.gguf", gguf_one_tensor({0, 3841982464, 253403070464}));
   EXPECT_NE(io_error(path, [&] { read_gguf(path); }).find("is too large"), std::string::npos);
 }
 
 TEST(FuzzRegressions, SafetensorsEmptyTensorWithHugeDimensions) {
   std::string header = R"({"t":{"dtype":"F32","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0]}})";
-  std::string path = write_temp("empty.safetensors", le<uint64_t>(header.size()) + header);
+  TempDir dir;
+  std::string path = write_temp(dir, "empty.safetensors", le<uint64_t>(header.size()) + header);
   EXPECT_NE(io_error(path, [&] { load_safetensors(path); }).find("shape too large"), std::string::npos);
 }

@@ -22,33 +22,14 @@
 #include "nabla/ops.h"
 #include "nabla/tokenizer.h"
 
+#include "temp_dir.h"
+
 using namespace nabla;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = testing::TempDir() + "nabla_gguf_" + info->test_suite_name() + "_" + info->name() +
-            "_" + std::to_string(::getpid());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_))
-      names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  std::string path_;
-};
+using nabla::testing_support::TempDir;
 
 void write_raw(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -13,29 +13,14 @@
 
 #include "nabla/error.h"
 
+#include "temp_dir.h"
+
 using namespace nabla;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = testing::TempDir() + "nabla_log_" + info->test_suite_name() + "_" + info->name() + "_" +
-            std::to_string(::getpid());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  size_t count() const {
-    return size_t(std::distance(fs::directory_iterator(path_), fs::directory_iterator()));
-  }
-
- private:
-  std::string path_;
-};
+using nabla::testing_support::TempDir;
 
 std::string read_raw(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -223,7 +208,7 @@ TEST(SvgPlot, TrainingCurvesAreWellFormedSvg) {
     rows.push_back(r);
   }
   write_svg_plot(dir.file("plot.svg"), rows, "ViT <tiny> & \"fast\"");
-  EXPECT_EQ(dir.count(), 1u);  // no temporary left behind
+  EXPECT_EQ(dir.listing().size(), 1u);  // no temporary left behind
   std::string svg = read_raw(dir.file("plot.svg"));
   EXPECT_EQ(xml_problem(svg), "");
   EXPECT_NE(svg.find("<svg xmlns=\"http://www.w3.org/2000/svg\""), std::string::npos);

@@ -14,6 +14,7 @@
 // shape); there the caller, the matmul op, keeps results deterministic by
 // always calling gemm on tiles of fixed size.
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/pack_buffer.h"
 
 #include <algorithm>
 #include <climits>
@@ -52,30 +53,6 @@ struct Blocking {
   static constexpr int64_t kNc = 2048;
 };
 
-// A per-thread buffer that only grows, so packing allocates once per thread.
-class PackBuffer {
- public:
-  PackBuffer() = default;
-  PackBuffer(const PackBuffer&) = delete;
-  PackBuffer& operator=(const PackBuffer&) = delete;
-  ~PackBuffer() { std::free(data_); }
-
-  template <class T>
-  T* get(int64_t count) {
-    const size_t bytes = (static_cast<size_t>(count) * sizeof(T) + 63) / 64 * 64;
-    if (bytes > bytes_) {
-      std::free(data_);
-      data_ = std::aligned_alloc(64, bytes);
-      bytes_ = data_ ? bytes : 0;
-      if (!data_) throw std::bad_alloc();
-    }
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 thread_local PackBuffer t_pack_a;
 thread_local PackBuffer t_pack_b;

@@ -23,4 +23,25 @@ template <class T>
 void gemm_builtin(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha,
                   const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
+// C[M, N] = alpha * op(A) op(B) + beta * C like gemm<float>, but with A and B
+// rounded to bfloat16 (round_to_bf16) while packing and products accumulated
+// in f32: the "bf16 matmul" option. Products of two bf16 values are exact in
+// f32, so the error is the bf16 rounding of both operands (about 2^-8 relative
+// each) plus f32 summation. The summation order depends only on K, and a tile
+// of C computed on its own is bit-identical to the same elements of a
+// whole-matrix call, as for gemm_builtin. Runs on the calling thread only.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
+// True when the build has the AVX-512 BF16 kernel (__AVX512BF16__); else
+// gemm_bf16 runs a portable loop with the same rounding.
+bool gemm_bf16_native();
+
+// x rounded to the nearest bfloat16 (ties to even), returned as the f32 of the
+// same value. As the AVX-512 BF16 conversion does, NaN stays NaN (quiet) and
+// subnormals become a zero of the same sign; finite values past the largest
+// bf16 round to infinity.
+float round_to_bf16(float x);
+
 }  // namespace nabla::cpu

@@ -1,0 +1,304 @@
+// gemm_bf16: f32 in and out, operands rounded to bfloat16, f32 accumulation.
+//
+// With AVX-512 BF16 the kernel follows gemm_builtin (Goto/BLIS loop order,
+// see gemm.cpp) with bf16 panels for VDPBF16PS, which multiplies pairs of
+// bf16 values and adds both products to an f32 lane. Operands are therefore
+// packed as pairs along k: one 32-bit word holds op(A)[i, k] and
+// op(A)[i, k + 1] (k even, low half first), likewise op(B)[k, j] and
+// op(B)[k + 1, j]. An odd depth pads its last pair with zero.
+//
+// Determinism, as in gemm_builtin: every element of C sums its pairs in
+// increasing k within depth passes of kKc, the first pass writing
+// C = alpha*acc + beta*C and later ones C += alpha*acc. Edge tiles run the same
+// full-size micro-kernel on zero-padded panels and only the store is masked,
+// so a tile of C computed on its own is bit-identical to the same elements of
+// a whole-matrix call (tests/core/gemm_bf16_test.cpp checks this).
+// NOTE: VDPBF16PS ignores MXCSR and treats subnormal inputs and results as
+// zero, so a product or partial sum below 2^-126 in magnitude becomes zero;
+// the portable loop keeps subnormals. Either path is deterministic, but the two
+// are not bit-identical to each other (their summation orders differ too).
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/pack_buffer.h"
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define NABLA_GEMM_BF16_NATIVE 1
+#include <immintrin.h>
+#endif
+
+namespace nabla::cpu {
+
+float round_to_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t exponent = bits & 0x7F800000u;
+  if (exponent == 0x7F800000u) {
+    // Inf stays Inf; NaN gets the quiet bit, so a payload only in the low
+    // half cannot truncate to Inf.
+    if (bits & 0x007FFFFFu) bits |= 0x00400000u;
+  } else if (exponent == 0) {
+    bits &= 0x80000000u;  // zero or subnormal: signed zero
+  } else {
+    bits += 0x7FFFu + ((bits >> 16) & 1u);  // ties to even; may carry into Inf
+  }
+  bits &= 0xFFFF0000u;
+  float out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+namespace {
+
+// C[M, N] *= beta, where beta == 0 overwrites (NaNs in C do not survive).
+void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+  if (beta == 1.0f) return;
+  for (int64_t i = 0; i < M; ++i) {
+    float* c = C + i * ldc;
+    if (beta == 0.0f) {
+      std::fill(c, c + N, 0.0f);
+    } else {
+      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+    }
+  }
+}
+
+#ifdef NABLA_GEMM_BF16_NATIVE
+
+// Blocking. The register tile is kMr rows x kNr columns: 24 of the 32 zmm
+// registers accumulate, 2 hold a k-pair of B, and each row's A pair is a
+// broadcast. A kKc x kNr bf16 panel of B (16 KiB) stays in L1, a kMc x kKc
+// block of A in L2, kNc bounds the packed B. kKc (even, so pairs never straddle
+// passes) also fixes the summation order. On Zen 4 (bench/gemm_bench.cpp)
+// this reaches about 200 GFLOP/s, twice OpenBLAS's sgemm; 6 x 64 tiles, kKc of
+// 384 or 512 and kMc of 384 measured within noise of it.
+constexpr int kMr = 12;
+constexpr int kNr = 32;
+constexpr int64_t kKc = 256;
+constexpr int64_t kMc = kMr * 16;
+constexpr int64_t kNc = 2048;
+
+thread_local PackBuffer t_pack_a;
+thread_local PackBuffer t_pack_b;
+
+__mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// 32 floats (lo then hi) to 16 words of bf16 pairs, in order.
+__m512i to_bf16_pairs(__m512 lo, __m512 hi) {
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// Packs `lines` (<= width) x depth kc of a matrix whose lines are contiguous
+// along k (line r at src + r * ld: rows of A, or columns of B^T) into width
+// words per k-pair: dst[p * width + r] = pair p of line r, zero past `lines`.
+// NOTE: a 16 x 16 transpose in registers instead of the scalar copy out of
+// `block` measured no faster on Zen 4 (the loads from op(A) dominate).
+void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc,
+                  uint32_t* dst) {
+  const int64_t pairs = (kc + 1) / 2;
+  alignas(64) uint32_t block[kNr][16];  // width <= kNr lines x 16 pairs
+  for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
+    const int64_t k0 = 2 * p0;
+    const __mmask16 lo = first_lanes(kc - k0), hi = first_lanes(kc - k0 - 16);
+    for (int r = 0; r < width; ++r) {
+      __m512i v = _mm512_setzero_si512();
+      if (r < lines) {
+        const float* s = src + r * ld + k0;
+        v = to_bf16_pairs(_mm512_maskz_loadu_ps(lo, s), _mm512_maskz_loadu_ps(hi, s + 16));
+      }
+      _mm512_store_si512(block[r], v);
+    }
+    const int64_t count = std::min<int64_t>(16, pairs - p0);
+    for (int64_t p = 0; p < count; ++p) {
+      for (int r = 0; r < width; ++r) dst[(p0 + p) * width + r] = block[r][p];
+    }
+  }
+}
+
+// Packs depth kc x `lines` of a matrix whose rows (along k) are contiguous
+// across lines (row k at src + k * ld: B, or A^T) into panels of width lines,
+// each in pack_along_k's layout, panel q at dst + q * pairs * width. Each pair
+// interleaves rows k and k + 1 word by word; rows are read in order, once.
+void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc,
+                   uint32_t* dst) {
+  // Word 2j takes bf16 j of row k, word 2j + 1 bf16 j of row k + 1 (at 16 + j).
+  alignas(64) static constexpr int16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t k = 0; k < kc; k += 2) {
+    const float* row0 = src + k * ld;
+    const float* row1 = k + 1 < kc ? row0 + ld : nullptr;
+    uint32_t* d = dst + k / 2 * width;
+    for (int64_t q0 = 0; q0 < lines; q0 += width, d += pairs * width) {
+      for (int c = 0; c < width; c += 16) {
+        const __mmask16 load = first_lanes(lines - q0 - c);
+        const __m512 f0 = _mm512_maskz_loadu_ps(load, row0 + q0 + c);
+        const __m512 f1 = row1 ? _mm512_maskz_loadu_ps(load, row1 + q0 + c) : _mm512_setzero_ps();
+        const __m512i v = _mm512_permutexvar_epi16(interleave, to_bf16_pairs(f0, f1));
+        _mm512_mask_storeu_epi32(d + c, first_lanes(width - c), v);
+      }
+    }
+  }
+}
+
+// Packs rows [i0, i0 + mc) x depth [p0, p0 + kc) of op(A) into micro-panels
+// of kMr rows, each (kc + 1) / 2 pairs x kMr words.
+void pack_a(bool trans, const float* A, int64_t lda, int64_t i0, int64_t p0, int64_t mc, int64_t kc,
+            uint32_t* dst) {
+  if (trans) {  // A is [K, M]
+    pack_across_k(A + p0 * lda + i0, lda, mc, kMr, kc, dst);
+    return;
+  }
+  const int64_t pairs = (kc + 1) / 2;
+  for (int64_t ir = 0; ir < mc; ir += kMr, dst += pairs * kMr)
+    pack_along_k(A + (i0 + ir) * lda + p0, lda, std::min<int64_t>(kMr, mc - ir), kMr, kc, dst);
+}
+
+// Packs depth [p0, p0 + kc) x columns [j0, j0 + nc) of op(B) into
+// micro-panels of kNr columns, each (kc + 1) / 2 pairs x kNr words.
+void pack_b(bool trans, const float* B, int64_t ldb, int64_t p0, int64_t j0, int64_t kc, int64_t nc,
+            uint32_t* dst) {
+  if (!trans) {
+    pack_across_k(B + p0 * ldb + j0, ldb, nc, kNr, kc, dst);
+    return;
+  }
+  const int64_t pairs = (kc + 1) / 2;  // B is [N, K]
+  for (int64_t jr = 0; jr < nc; jr += kNr, dst += pairs * kNr)
+    pack_along_k(B + (j0 + jr) * ldb + p0, ldb, std::min<int64_t>(kNr, nc - jr), kNr, kc, dst);
+}
+
+// C[rows, cols] (leading dimension ldc) = alpha * a * b + beta * C for packed
+// micro-panels a and b of `pairs` k-pairs; the full kMr x kNr tile is always
+// computed, only the store is cut to rows x cols. beta == 0 overwrites C.
+void micro_kernel(int64_t pairs, const uint32_t* __restrict a, const uint32_t* __restrict b,
+                  float alpha, float beta, float* __restrict C, int64_t ldc, int64_t rows,
+                  int64_t cols) {
+  __m512 acc[kMr][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p, a += kMr, b += kNr) {
+    const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b));
+    const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 16));
+#pragma GCC unroll 12
+    for (int i = 0; i < kMr; ++i) {
+      const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], b0, ai);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], b1, ai);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - 16);
+#pragma GCC unroll 12
+  for (int i = 0; i < kMr; ++i) {
+    if (i >= rows) break;
+    float* c = C + i * ldc;
+    // Explicit FMAs, so that no row depends on whether the compiler contracts.
+    __m512 r0, r1;
+    if (beta == 1.0f) {
+      r0 = _mm512_fmadd_ps(va, acc[i][0], _mm512_maskz_loadu_ps(m0, c));
+      r1 = _mm512_fmadd_ps(va, acc[i][1], _mm512_maskz_loadu_ps(m1, c + 16));
+    } else {
+      r0 = _mm512_mul_ps(va, acc[i][0]);
+      r1 = _mm512_mul_ps(va, acc[i][1]);
+      if (beta != 0.0f) {
+        r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c), r0);
+        r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16), r1);
+      }
+    }
+    _mm512_mask_storeu_ps(c, m0, r0);
+    _mm512_mask_storeu_ps(c + 16, m1, r1);
+  }
+}
+
+void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                      float* C, int64_t ldc) {
+  const int64_t nc_max = (std::min(kNc, N) + kNr - 1) / kNr * kNr;
+  const int64_t mc_max = (std::min(kMc, M) + kMr - 1) / kMr * kMr;
+  const int64_t pairs_max = (std::min(kKc, K) + 1) / 2;
+  uint32_t* pa = t_pack_a.get<uint32_t>(mc_max * pairs_max);
+  uint32_t* pb = t_pack_b.get<uint32_t>(nc_max * pairs_max);
+
+  for (int64_t jc = 0; jc < N; jc += kNc) {
+    const int64_t nc = std::min(kNc, N - jc);
+    for (int64_t pc = 0; pc < K; pc += kKc) {
+      const int64_t kc = std::min(kKc, K - pc);
+      const int64_t pairs = (kc + 1) / 2;
+      const float pass_beta = pc == 0 ? beta : 1.0f;
+      pack_b(trans_b, B, ldb, pc, jc, kc, nc, pb);
+      for (int64_t ic = 0; ic < M; ic += kMc) {
+        const int64_t mc = std::min(kMc, M - ic);
+        pack_a(trans_a, A, lda, ic, pc, mc, kc, pa);
+        for (int64_t jr = 0; jr < nc; jr += kNr) {
+          const uint32_t* b = pb + jr * pairs;
+          for (int64_t ir = 0; ir < mc; ir += kMr) {
+            micro_kernel(pairs, pa + ir * pairs, b, alpha, pass_beta, C + (ic + ir) * ldc + jc + jr,
+                         ldc, mc - ir, nc - jr);
+          }
+        }
+      }
+    }
+  }
+}
+
+#else  // portable
+
+// Rounds op(A) and op(B)^T once into rows along k, then each element sums its
+// products in increasing k: no blocking, so tiles are trivially bit-identical
+// to a whole-matrix call.
+void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                      float* C, int64_t ldc) {
+  std::vector<float> a(M * K), bt(N * K);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t k = 0; k < K; ++k)
+      a[i * K + k] = round_to_bf16(trans_a ? A[k * lda + i] : A[i * lda + k]);
+  }
+  for (int64_t j = 0; j < N; ++j) {
+    for (int64_t k = 0; k < K; ++k)
+      bt[j * K + k] = round_to_bf16(trans_b ? B[j * ldb + k] : B[k * ldb + j]);
+  }
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += a[i * K + k] * bt[j * K + k];  // exact products
+      float& c = C[i * ldc + j];
+      c = beta == 0.0f ? alpha * acc : alpha * acc + beta * c;
+    }
+  }
+}
+
+#endif
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  // As in BLAS, alpha == 0 leaves A and B unread.
+  if (K <= 0 || alpha == 0.0f) {
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  gemm_bf16_kernel(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+bool gemm_bf16_native() {
+#ifdef NABLA_GEMM_BF16_NATIVE
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace nabla::cpu
