@@ -136,12 +136,14 @@ VitConfig vit_preset(const std::string& name) {
   }
   if (name == "fmnist") {
     // 28x28 grey images in 7x7 patches: 16 tokens keep a step cheap enough
-    // on two cores to see ~30 epochs in 15 minutes; mean pooling over tokens.
+    // on two cores to see ~36 epochs in 15 minutes; mean pooling over tokens.
+    // Six blocks of width 96 learned faster per epoch than four of 128 (88.0%
+    // against 87.6% after 10 epochs) at about the same cost per image.
     c.img_size = 28;
     c.patch_size = 7;
     c.in_chans = 1;
-    c.embed_dim = 128;
-    c.depth = 4;
+    c.embed_dim = 96;
+    c.depth = 6;
     c.num_heads = 4;
     c.mlp_ratio = 2.0;
     c.num_classes = 10;

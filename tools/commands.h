@@ -43,7 +43,7 @@ struct TrainVitArgs {
   std::string preset = "fmnist";
   std::string dataset = "fashion-mnist";
   std::string data;  // "" = the dataset's default location
-  int epochs = 30;
+  int epochs = 36;
   int batch = 128;
   double lr = 2e-3;
   double weight_decay = 0.05;
@@ -57,8 +57,8 @@ struct TrainVitArgs {
   int crop_pad = -1;  // < 0: the dataset's (0 for Fashion-MNIST, 2 for CIFAR-10)
   bool resize = false;  // resize images to the model's size (vit-tiny on Fashion-MNIST)
   bool hflip = true;
-  double erase_prob = 0;       // random erasing
-  double label_smoothing = 0;
+  double erase_prob = 0.25;     // random erasing (timm / DeiT's default)
+  double label_smoothing = 0.1;  // timm / DeiT's default
   int threads = 0;
   uint64_t seed = 1;
   int64_t max_steps = 0;     // 0: all epochs

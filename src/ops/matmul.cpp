@@ -93,6 +93,55 @@ std::pair<int64_t, int64_t> matmul_tiles(int64_t n_batch, int64_t M, int64_t N, 
   return {tile(M, parts_m), tile(N, parts_n)};
 }
 
+// A long reduction into a small output (a weight gradient: [out, in] <- X^T dY
+// summed over every token) has too few output tiles to keep big tiles busy
+// on every thread: it splits K instead. Each task multiplies one K chunk of
+// the whole output (up to kMaxTile square) into its own partial product, and
+// the partials are added in chunk order. Chunks are multiples of 16 (even for
+// bf16 pairs) chosen from K alone, so results do not depend on the threads.
+constexpr int64_t kSplitChunk = 512;
+int64_t split_k_chunks(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
+  if (n_batch != 1 || K < 2 * kSplitChunk || M > 512 || N > 512) return 1;
+  return (K + kSplitChunk - 1) / kSplitChunk;
+}
+
+template <class T>
+void gemm_tile(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
+               int64_t ldb, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16) return cpu::gemm_bf16(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  }
+  cpu::gemm<T>(ta, tb, M, N, K, T(1), a, lda, b, ldb, T(0), c, ldc);
+}
+
+// C[M, N] = A B over `chunks` K chunks (see split_k_chunks); la, lb unpacked.
+template <class T>
+void matmul_split_k(const KernelArgs& args, const T* a, Operand la, const T* b, Operand lb, T* C, int64_t M,
+                    int64_t N, int64_t K, int64_t chunks) {
+  const int64_t chunk = ((K + chunks - 1) / chunks + 15) / 16 * 16;
+  chunks = (K + chunk - 1) / chunk;
+  // Grow-only scratch of the calling thread, which outlives the parallel_for.
+  thread_local std::vector<T> partials;
+  partials.resize(size_t(chunks * M * N));
+  T* P = partials.data();
+  args.parallel_for(chunks, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      const int64_t k0 = c * chunk, kc = std::min(chunk, K - k0);
+      // op(A) columns k0.. and op(B) rows k0..: A^T stored [K, M], B^T stored [N, K].
+      const T* a_chunk = a + (la.trans ? k0 * la.ld : k0);
+      const T* b_chunk = b + (lb.trans ? k0 : k0 * lb.ld);
+      gemm_tile<T>(args.bf16_matmul, la.trans, lb.trans, M, N, kc, a_chunk, la.ld, b_chunk, lb.ld, P + c * M * N, N);
+    }
+  });
+  args.parallel_for(M * N, cpu::grain_for(chunks), [&](int64_t b0, int64_t e0) {
+    for (int64_t i = b0; i < e0; ++i) {
+      T acc = P[i];
+      for (int64_t c = 1; c < chunks; ++c) acc += P[c * M * N + i];
+      C[i] = acc;
+    }
+  });
+}
+
 template <class T>
 void matmul_kernel(const KernelArgs& args) {
   const TensorView &A = args.in[0], &B = args.in[1];
@@ -119,6 +168,11 @@ void matmul_kernel(const KernelArgs& args) {
         b_off[i] = o[1] + j * s[1];
       }
     });
+  }
+
+  if (const int64_t chunks = split_k_chunks(n_batch, M, N, K); chunks > 1 && !la.packed && !lb.packed) {
+    return matmul_split_k<T>(args, A.ptr<T>() + a_off[0], la, B.ptr<T>() + b_off[0], lb, args.out.ptr<T>(), M, N,
+                             K, chunks);
   }
 
   // Tiles chosen from the shapes alone, never the thread count: the same GEMM
@@ -165,14 +219,8 @@ void matmul_kernel(const KernelArgs& args) {
       } else {
         b_tile = b + n0 * B.strides[br - 1];
       }
-      T* c_tile = C + bi * M * N + m0 * N + n0;
-      if constexpr (std::is_same_v<T, float>) {
-        if (args.bf16_matmul) {
-          cpu::gemm_bf16(oa.trans, ob.trans, mt, nt, K, 1.0f, a_tile, oa.ld, b_tile, ob.ld, 0.0f, c_tile, N);
-          continue;
-        }
-      }
-      cpu::gemm<T>(oa.trans, ob.trans, mt, nt, K, T(1), a_tile, oa.ld, b_tile, ob.ld, T(0), c_tile, N);
+      gemm_tile<T>(args.bf16_matmul, oa.trans, ob.trans, mt, nt, K, a_tile, oa.ld, b_tile, ob.ld,
+                   C + bi * M * N + m0 * N + n0, N);
     }
   });
 }
