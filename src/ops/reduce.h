@@ -45,20 +45,27 @@ void reduce_kernel(const KernelArgs& a, R r) {
     const int64_t grain = std::max<int64_t>(64, cpu::grain_for(count));
     a.parallel_for(a.out.numel(), grain, [&](int64_t b, int64_t e) {
       std::vector<decltype(r.init())> acc(size_t(e - b), r.init());
+      // The chunk's runs of outputs, walked once rather than once per row.
+      struct Run {
+        int64_t offset, n, stride;
+      };
+      std::vector<Run> runs;
+      kept.run(b, e, [&](const std::array<int64_t, 1>& o, int64_t n, const std::array<int64_t, 1>& s) {
+        runs.push_back({o[0], n, s[0]});
+      });
       red.run(0, count, [&](const std::array<int64_t, 1>& ro, int64_t rn, const std::array<int64_t, 1>& rs) {
         for (int64_t k = 0; k < rn; ++k) {
           const T* base = xp + ro[0] + k * rs[0];
-          int64_t j = 0;
-          kept.run(b, e, [&](const std::array<int64_t, 1>& o, int64_t n, const std::array<int64_t, 1>& s) {
-            const T* p = base + o[0];
-            auto* q = acc.data() + j;
-            if (s[0] == 1) {  // a plain loop the compiler vectorises
-              for (int64_t i = 0; i < n; ++i) q[i] = r.step(q[i], p[i]);
+          auto* q = acc.data();
+          for (const Run& u : runs) {
+            const T* p = base + u.offset;
+            if (u.stride == 1) {  // a plain loop the compiler vectorises
+              for (int64_t i = 0; i < u.n; ++i) q[i] = r.step(q[i], p[i]);
             } else {
-              for (int64_t i = 0; i < n; ++i) q[i] = r.step(q[i], p[i * s[0]]);
+              for (int64_t i = 0; i < u.n; ++i) q[i] = r.step(q[i], p[i * u.stride]);
             }
-            j += n;
-          });
+            q += u.n;
+          }
         }
       });
       for (int64_t j = b; j < e; ++j) out[j] = static_cast<T>(r.finish(acc[j - b], count));
