@@ -181,9 +181,9 @@ double sgemm_gflops(int threads) {
   double best = 0;
   for (int rep = 0; rep < 20; ++rep) {
     auto t0 = Clock::now();
-    // On the library's own pool, as matmul runs: fresh std::threads calling
-    // OpenBLAS at once measured as if serialised (about 100 GFLOP/s on two)
-    // in most runs here.
+    // On the library's own pool, as matmul runs it. NOTE: in about one process
+    // in three here, OpenBLAS called from two threads at once ran at one
+    // thread's rate throughout; bench/train_step.sh keeps the best of three.
     cpu::parallel_for(threads, threads, 1, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
         int64_t lo = M * t / threads, hi = M * (t + 1) / threads;

@@ -79,6 +79,12 @@ CLI::Option* add_int(CLI::App* app, const std::string& name, int& value, const s
       ->capture_default_str();
 }
 
+// Shared by the training commands that build a TrainStep.
+CLI::Option* add_bf16_matmul(CLI::App* app, bool& value) {
+  return app->add_flag("--bf16-matmul", value,
+                       "Round matmul operands to bfloat16, accumulating in f32 (faster where the CPU has avx512_bf16)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,8 +185,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   vit_cmd->add_flag("--check-finite", vit.check_finite,
                     "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
-  vit_cmd->add_flag("--bf16-matmul", vit.bf16_matmul,
-                    "Round matmul operands to bfloat16, accumulating in f32 (faster where the CPU has avx512_bf16)");
+  add_bf16_matmul(vit_cmd, vit.bf16_matmul);
 
   TrainGpt2Args gpt;
   CLI::App* gpt_cmd = train_cmd->add_subcommand("gpt2", "GPT-2 from scratch on real text (Debian's fortunes by default)");
@@ -220,8 +225,7 @@ int main(int argc, char** argv) {
   gpt_cmd->add_option("--log", gpt.log, "CSV log path");
   gpt_cmd->add_flag("--check-finite", gpt.check_finite,
                     "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
-  gpt_cmd->add_flag("--bf16-matmul", gpt.bf16_matmul,
-                    "Round matmul operands to bfloat16, accumulating in f32 (faster where the CPU has avx512_bf16)");
+  add_bf16_matmul(gpt_cmd, gpt.bf16_matmul);
 
   SampleArgs sample;
   CLI::App* sample_cmd = app.add_subcommand("sample", "Generate text from a GPT-2 checkpoint (key/value cache)");

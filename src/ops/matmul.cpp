@@ -97,12 +97,14 @@ std::pair<int64_t, int64_t> matmul_tiles(int64_t n_batch, int64_t M, int64_t N, 
 // summed over every token) has too few output tiles to keep big tiles busy
 // on every thread: it splits K instead. Each task multiplies one K chunk of
 // the whole output (up to kMaxTile square) into its own partial product, and
-// the partials are added in chunk order. Chunks are multiples of 16 (even for
-// bf16 pairs) chosen from K alone, so results do not depend on the threads.
+// the partials are added in chunk order. The chunk length (K split evenly in
+// about kSplitChunk rows, a multiple of 16: even for bf16 pairs) comes from
+// the shapes alone, so results do not depend on the threads. 0: no split.
 constexpr int64_t kSplitChunk = 512;
-int64_t split_k_chunks(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
-  if (n_batch != 1 || K < 2 * kSplitChunk || M > 512 || N > 512) return 1;
-  return (K + kSplitChunk - 1) / kSplitChunk;
+int64_t split_k_chunk(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
+  if (n_batch != 1 || K < 2 * kSplitChunk || M > 512 || N > 512) return 0;
+  const int64_t parts = (K + kSplitChunk - 1) / kSplitChunk;
+  return ((K + parts - 1) / parts + 15) / 16 * 16;
 }
 
 template <class T>
@@ -114,12 +116,11 @@ void gemm_tile(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, con
   cpu::gemm<T>(ta, tb, M, N, K, T(1), a, lda, b, ldb, T(0), c, ldc);
 }
 
-// C[M, N] = A B over `chunks` K chunks (see split_k_chunks); la, lb unpacked.
+// C[M, N] = A B in K chunks of `chunk` rows (see split_k_chunk); la, lb unpacked.
 template <class T>
 void matmul_split_k(const KernelArgs& args, const T* a, Operand la, const T* b, Operand lb, T* C, int64_t M,
-                    int64_t N, int64_t K, int64_t chunks) {
-  const int64_t chunk = ((K + chunks - 1) / chunks + 15) / 16 * 16;
-  chunks = (K + chunk - 1) / chunk;
+                    int64_t N, int64_t K, int64_t chunk) {
+  const int64_t chunks = (K + chunk - 1) / chunk;
   // Grow-only scratch of the calling thread, which outlives the parallel_for.
   thread_local std::vector<T> partials;
   partials.resize(size_t(chunks * M * N));
@@ -170,9 +171,9 @@ void matmul_kernel(const KernelArgs& args) {
     });
   }
 
-  if (const int64_t chunks = split_k_chunks(n_batch, M, N, K); chunks > 1 && !la.packed && !lb.packed) {
+  if (const int64_t chunk = split_k_chunk(n_batch, M, N, K); chunk > 0 && !la.packed && !lb.packed) {
     return matmul_split_k<T>(args, A.ptr<T>() + a_off[0], la, B.ptr<T>() + b_off[0], lb, args.out.ptr<T>(), M, N,
-                             K, chunks);
+                             K, chunk);
   }
 
   // Tiles chosen from the shapes alone, never the thread count: the same GEMM

@@ -14,7 +14,7 @@
 // shape); there the caller, the matmul op, keeps results deterministic by
 // always calling gemm on tiles of fixed size.
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/pack_buffer.h"
+#include "backend/cpu/gemm_common.h"
 
 #include <algorithm>
 #include <climits>
@@ -56,20 +56,6 @@ struct Blocking {
 
 thread_local PackBuffer t_pack_a;
 thread_local PackBuffer t_pack_b;
-
-// C[M, N] *= beta, where beta == 0 overwrites (NaNs in C do not survive).
-template <class T>
-void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
-  if (beta == T(1)) return;
-  for (int64_t i = 0; i < M; ++i) {
-    T* c = C + i * ldc;
-    if (beta == T(0)) {
-      std::fill(c, c + N, T(0));
-    } else {
-      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
-    }
-  }
-}
 
 // Packs rows [i0, i0 + mc) x depth [p0, p0 + kc) of op(A) into micro-panels of
 // kMr rows, each stored k-major (kMr values per k); rows past mc are zero.

@@ -19,13 +19,11 @@
 // are not bit-identical to each other (their summation orders differ too).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/pack_buffer.h"
+#include "backend/cpu/gemm_common.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #define NABLA_GEMM_BF16_NATIVE 1
@@ -54,19 +52,6 @@ float round_to_bf16(float x) {
 }
 
 namespace {
-
-// C[M, N] *= beta, where beta == 0 overwrites (NaNs in C do not survive).
-void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
-  if (beta == 1.0f) return;
-  for (int64_t i = 0; i < M; ++i) {
-    float* c = C + i * ldc;
-    if (beta == 0.0f) {
-      std::fill(c, c + N, 0.0f);
-    } else {
-      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
-    }
-  }
-}
 
 #ifdef NABLA_GEMM_BF16_NATIVE
 

@@ -1,7 +1,7 @@
-// A per-thread scratch buffer for GEMM packing that only grows, so packing
-// allocates once per thread rather than once per call.
+// Pieces shared by the GEMM kernels (gemm.cpp, gemm_bf16.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -9,6 +9,8 @@
 
 namespace nabla::cpu {
 
+// A per-thread scratch buffer for packing that only grows, so packing
+// allocates once per thread rather than once per call.
 class PackBuffer {
  public:
   PackBuffer() = default;
@@ -33,5 +35,20 @@ class PackBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// C[M, N] *= beta, where beta == 0 overwrites (NaNs in C do not survive):
+// what a GEMM does when K == 0 or alpha == 0.
+template <class T>
+void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
+  if (beta == T(1)) return;
+  for (int64_t i = 0; i < M; ++i) {
+    T* c = C + i * ldc;
+    if (beta == T(0)) {
+      std::fill(c, c + N, T(0));
+    } else {
+      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+    }
+  }
+}
 
 }  // namespace nabla::cpu
