@@ -120,6 +120,8 @@ Result run_model(Model& model, const Tensor& input, const Tensor& target, int64_
   r.items_per_s = double(items) / (r.step_ms / 1e3);
   r.achieved_gflops = r.gflop_per_step / (r.step_ms / 1e3);
   r.rss_mib = peak_rss_mib();
+  // NABLA_PROFILE=1: kernel time per op, to stderr so the JSON line stays clean.
+  if (std::string prof = step.executor().profile(); !prof.empty()) fmt::print(stderr, "{}", prof);
   return r;
 }
 

@@ -62,12 +62,18 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis);
 // slice(axis, start, stop, step) selects: the adjoint of slice.
 Tensor scatter_slice(const Tensor& x, Shape full, int64_t axis, int64_t start, int64_t stop,
                      int64_t step);
+// base with x added at the positions slice(axis, start, stop, step) selects
+// (base + scatter_slice(x, ...), without the full-size zeros).
+Tensor add_slice(const Tensor& base, const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step = 1);
 
 // ---- Indexing. table [R, ...], indices i32 of any shape -> [*indices, ...].
 Tensor get_rows(const Tensor& table, const Tensor& indices);
 // out [rows, ...] = 0; out[indices[i]] += values[i]: the adjoint of get_rows
 // (duplicate indices accumulate).
 Tensor scatter_add_rows(const Tensor& values, const Tensor& indices, int64_t rows);
+// base [rows, ...] with values[i] added to row indices[i]
+// (base + scatter_add_rows(values, indices, rows), without the zeros).
+Tensor add_rows(const Tensor& base, const Tensor& values, const Tensor& indices);
 
 // ---- Activations (elementwise).
 Tensor erf(const Tensor& x);

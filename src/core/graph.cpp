@@ -54,6 +54,38 @@ std::vector<Tensor> find_parameters(const std::vector<Tensor>& outputs) {
   return params;
 }
 
+namespace ops {
+extern const OpDef op_scatter_slice;
+extern const OpDef op_scatter_add_rows;
+}  // namespace ops
+
+namespace {
+
+// `sparse` added to `dense` without materialising sparse's zeros, when sparse
+// is the adjoint of a slice or of get_rows; undefined otherwise.
+Tensor add_sparse(const Tensor& dense, const Tensor& sparse) {
+  const Node* n = sparse.node();
+  if (n->op == &ops::op_scatter_slice) {
+    const auto& a = n->attrs.ints;  // {axis, start, stop, step, full shape...}
+    return add_slice(dense, n->inputs[0], a[0], a[1], a[2], a[3]);
+  }
+  if (n->op == &ops::op_scatter_add_rows) return add_rows(dense, n->inputs[0], n->inputs[1]);
+  return Tensor();
+}
+
+// Sums two gradient contributions to one tensor. The adjoints of slice and
+// get_rows are zeros with a few values filled in: they are added into the
+// other contribution (in its memory when it dies there) rather than built
+// full size and summed, which for a fused qkv weight or a tied embedding
+// would touch the whole tensor three times over.
+Tensor accumulate(const Tensor& acc, const Tensor& g) {
+  if (Tensor r = add_sparse(acc, g); r.defined()) return r;
+  if (Tensor r = add_sparse(g, acc); r.defined()) return r;
+  return add(acc, g);
+}
+
+}  // namespace
+
 GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, const NodeSet* stop) {
   if (!loss.defined()) throw UsageError("backward: the loss is an undefined tensor");
   if (loss.numel() != 1) {
@@ -112,7 +144,7 @@ GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, cons
                     "' of " + to_string(in));
       }
       auto [slot, inserted] = grads.try_emplace(in.node(), g[i]);
-      if (!inserted) slot->second = add(slot->second, g[i]);  // used several times: accumulate
+      if (!inserted) slot->second = accumulate(slot->second, g[i]);  // used several times
     }
   }
   return grads;

@@ -110,6 +110,9 @@ struct OpDef {
   bool variadic = false;  // the last input spec repeats (concat)
   bool is_view = false;   // output aliases input 0's memory; no kernel
   bool elementwise = false;  // out[i] depends on each input's element i only: may run in place
+  // out[i] depends on this input's element i only (the others may be read
+  // anywhere): the output may take over this input's memory. -1: none.
+  int inplace_input = -1;
   // A fused op: one kernel for what `composite` computes from primitives. The
   // composite is its test oracle, its fallback, and (when `backward` is null)
   // its backward.

@@ -70,6 +70,14 @@ class ArenaAllocator {
   int64_t top_ = 0;
 };
 
+// The tensor is its root's memory exactly, in the root's layout (a node, or
+// a view such as a reshape or a transpose of a transpose): an output the same
+// shape may be written over it.
+bool covers_root(const Tensor& t) {
+  const Node* n = t.node();
+  return !n->is_view() || (t.offset() == 0 && t.is_contiguous() && t.numel() == n->root()->numel());
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const std::vector<Tensor>& order, const std::vector<Tensor>& outputs, bool reuse,
@@ -112,12 +120,13 @@ MemoryPlan plan_memory(const std::vector<Tensor>& order, const std::vector<Tenso
     plan.report.unplanned_bytes += static_cast<size_t>((bytes + kAlign - 1) / kAlign * kAlign);
 
     int64_t donor = -1;
-    if (inplace && reuse && node->op->elementwise) {
+    if (inplace && reuse && (node->op->elementwise || node->op->inplace_input >= 0)) {
       for (size_t k = 0; k < node->inputs.size() && donor < 0; ++k) {
+        if (!node->op->elementwise && static_cast<int>(k) != node->op->inplace_input) continue;
         const Tensor& in = node->inputs[k];
         int64_t r = root_pos(in);
-        bool candidate = !in.node()->is_view() && computed(r) && last_use[r] == i &&
-                         in.dtype() == node->dtype && in.shape() == node->shape;
+        bool candidate = covers_root(in) && computed(r) && last_use[r] == i && in.dtype() == node->dtype &&
+                         in.shape() == node->shape;
         // Another operand reading the same memory at other positions would see
         // overwritten values.
         for (size_t j = 0; j < node->inputs.size() && candidate; ++j) {

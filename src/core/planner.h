@@ -19,8 +19,10 @@ struct MemoryPlan {
 
 // A buffer is reused only after the last node that reads it (directly or
 // through a view) has run, counting forward and backward nodes alike; outputs
-// are never reused. With `inplace`, an elementwise node may write over an
-// input whose last reader it is, when no other operand aliases that input.
+// are never reused. With `inplace`, an elementwise node (or an op's
+// `inplace_input`) may write over an input whose last reader it is, when that
+// input is its root's whole memory in the root's layout and no other operand
+// aliases it.
 MemoryPlan plan_memory(const std::vector<Tensor>& order, const std::vector<Tensor>& outputs, bool reuse,
                        bool inplace);
 

@@ -230,12 +230,28 @@ void matmul_forward(const KernelArgs& a) {
   dispatch_floating(a.out.dtype, "matmul", [&]<class T>() { matmul_kernel<T>(a); });
 }
 
-// dA = dC B^T, dB = A^T dC, each summed over the batch axes it was broadcast on.
+// A matrix stored transposed: a view like a linear layer's transpose(weight).
+bool column_major(const Tensor& t) {
+  return t.rank() == 2 && !t.is_contiguous() && t.strides()[0] == 1 && t.dim(0) > 1 && t.dim(1) > 1;
+}
+
+// dA = dC B^T, dB = A^T dC, each summed over the batch axes it was broadcast
+// on. A 2-D operand stored transposed gets its gradient computed transposed
+// (dB^T = dC^T A), for the same cost: the gradient reaching the stored matrix
+// (the weight) is then contiguous, with no copy for the optimizer and no
+// strided sum where a tied embedding adds its own part.
 Grads matmul_backward(const BackwardArgs& g) {
   const Tensor &a = g.inputs[0], &b = g.inputs[1];
+  const bool plain = a.rank() == 2 && b.rank() == 2;
   Grads d(2);
-  if (g.needs(0)) d[0] = sum_to(matmul(g.dout, transpose(b)), a.shape());
-  if (g.needs(1)) d[1] = sum_to(matmul(transpose(a), g.dout), b.shape());
+  if (g.needs(0)) {
+    d[0] = plain && column_major(a) ? transpose(matmul(b, transpose(g.dout)))
+                                    : sum_to(matmul(g.dout, transpose(b)), a.shape());
+  }
+  if (g.needs(1)) {
+    d[1] = plain && column_major(b) ? transpose(matmul(transpose(g.dout), a))
+                                    : sum_to(matmul(transpose(a), g.dout), b.shape());
+  }
   return d;
 }
 

@@ -1,5 +1,8 @@
 // scatter_add_rows: out[rows, *rest] = 0; out[indices[p]] += values[p].
 // The adjoint of get_rows; duplicate indices accumulate.
+// add_rows: the same into base instead of zeros, in base's memory when base
+// dies there: how autodiff adds an embedding's gradient to another
+// contribution (a tied output head's) without a full-size zeroed tensor.
 #include "ops/rows.h"
 
 namespace nabla {
@@ -23,11 +26,12 @@ Meta scatter_add_rows_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   return {values.dtype(), shape};
 }
 
+// out[rows[p]] += values[p] for every index position p, over out's current
+// values (zeros for scatter_add_rows, base for add_rows).
 template <class T>
-void scatter_add_rows_kernel(const KernelArgs& a) {
-  const TensorView &values = a.in[0], &idx = a.in[1];
+void accumulate_rows(const KernelArgs& a, const TensorView& values, const TensorView& idx, const char* op) {
   int64_t n_rows = a.out.shape[0];
-  std::vector<int32_t> rows = read_row_indices("scatter_add_rows", idx, n_rows);
+  std::vector<int32_t> rows = read_row_indices(op, idx, n_rows);
   size_t k = idx.shape.size();
   Shape lead(values.shape.begin(), values.shape.begin() + k);
   Strides lead_strides(values.strides.begin(), values.strides.begin() + k);
@@ -45,7 +49,6 @@ void scatter_add_rows_kernel(const KernelArgs& a) {
   });
 
   T* out = a.out.ptr<T>();
-  std::fill(out, out + a.out.numel(), T(0));
   const T* vp = values.ptr<T>();
   cpu::Walker<2> w(rest, {&out_strides, &rest_strides});
   // Split over columns, never over indices: each output element is summed by
@@ -59,6 +62,13 @@ void scatter_add_rows_kernel(const KernelArgs& a) {
       });
     }
   });
+}
+
+template <class T>
+void scatter_add_rows_kernel(const KernelArgs& a) {
+  T* out = a.out.ptr<T>();
+  std::fill(out, out + a.out.numel(), T(0));
+  accumulate_rows<T>(a, a.in[0], a.in[1], "scatter_add_rows");
 }
 
 void scatter_add_rows_forward(const KernelArgs& a) {
@@ -76,7 +86,70 @@ std::vector<GradCase> scatter_add_rows_cases() {
   };
 }
 
+// add_rows(base, values, indices): base [rows, ...], values [*indices, ...].
+Meta add_rows_infer(const std::vector<Tensor>& in, const Attrs&) {
+  const Tensor& base = in[0];
+  require_floating("add_rows", base, "base");
+  require_same_dtype("add_rows", base, in[1]);
+  if (base.rank() < 1) throw ShapeError("add_rows: base needs at least 1 axis, got " + to_string(base.shape()));
+  Meta m = scatter_add_rows_infer({in[1], in[2]}, Attrs{{base.dim(0)}, {}});
+  if (m.shape != base.shape()) {
+    throw ShapeError("add_rows: values " + to_string(in[1].shape()) + " with indices " + to_string(in[2].shape()) +
+                     " give rows of " + to_string(m.shape) + ", base is " + to_string(base.shape()));
+  }
+  return {base.dtype(), base.shape()};
+}
+
+template <class T>
+void add_rows_kernel(const KernelArgs& a) {
+  const TensorView& base = a.in[0];
+  if (base.data != a.out.data) {  // not run in place: base first
+    Strides os = contiguous_strides(base.shape);
+    cpu::Walker<2> w(base.shape, {&os, &base.strides});
+    T* out = a.out.ptr<T>();
+    const T* bp = base.ptr<T>();
+    a.parallel_for(base.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+      w.run(b, e, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
+        for (int64_t i = 0; i < n; ++i) out[o[0] + i] = bp[o[1] + i * s[1]];
+      });
+    });
+  }
+  accumulate_rows<T>(a, a.in[1], a.in[2], "add_rows");
+}
+
+void add_rows_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "add_rows", [&]<class T>() { add_rows_kernel<T>(a); });
+}
+
+Tensor add_rows_composite(const std::vector<Tensor>& in, const Attrs&) {
+  return in[0] + scatter_add_rows(in[1], in[2], in[0].dim(0));
+}
+
+Grads add_rows_backward(const BackwardArgs& g) { return {g.dout, get_rows(g.dout, g.inputs[2]), Tensor()}; }
+
+std::vector<GradCase> add_rows_cases() {
+  return {
+      {"repeated", {normal({4, 3}), normal({6, 3}), integers({6}, 0, 4)},
+       [](const std::vector<Tensor>& x) { return add_rows(x[0], x[1], x[2]); }},
+      {"index_matrix", {normal({3, 2}), normal({2, 3, 2}), integers({2, 3}, 0, 3)},
+       [](const std::vector<Tensor>& x) { return add_rows(x[0], x[1], x[2]); }},
+  };
+}
+
 }  // namespace
+
+extern const OpDef op_add_rows{
+    .name = "add_rows",
+    .summary = "base with values[p] added to row indices[p] (autodiff's sum of get_rows gradients); fused",
+    .inputs = {{"base", Diff::yes}, {"values", Diff::yes}, {"indices", Diff::no}},
+    .inplace_input = 0,
+    .fused = true,
+    .infer = add_rows_infer,
+    .forward = add_rows_forward,
+    .backward = add_rows_backward,
+    .composite = add_rows_composite,
+    .cases = add_rows_cases,
+};
 
 extern const OpDef op_scatter_add_rows{
     .name = "scatter_add_rows",
@@ -93,6 +166,10 @@ extern const OpDef op_scatter_add_rows{
 Tensor scatter_add_rows(const Tensor& values, const Tensor& indices, int64_t rows) {
   if (rows < 0) throw ShapeError("scatter_add_rows: rows must be >= 0, got " + std::to_string(rows));
   return apply(ops::op_scatter_add_rows, {values, indices}, Attrs{{rows}, {}});
+}
+
+Tensor add_rows(const Tensor& base, const Tensor& values, const Tensor& indices) {
+  return apply(ops::op_add_rows, {base, values, indices});
 }
 
 }  // namespace nabla

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
+#include "core/node.h"
 #include "nabla/nabla.hpp"
 #include "ops/elementwise.h"
 
@@ -131,4 +133,35 @@ TEST(Autodiff, FusedOpWithoutRuleDifferentiatesThroughItsComposite) {
   // The fused node is replaced by primitives in composite mode.
   CompositeMode mode;
   EXPECT_STREQ(apply(op_test_softplus, {x}).op_name(), "log");
+}
+
+TEST(Autodiff, SliceAndRowGradientsAddIntoTheOtherContribution) {
+  // A fused qkv weight read through three column slices and directly, and a
+  // tied embedding read by get_rows and by a matmul through a transpose.
+  Tensor idx = Tensor::from_vector<int32_t>({4}, {2, 0, 2, 1});
+  auto f = [&](const std::vector<Tensor>& in) {
+    const Tensor &w = in[0], &table = in[1], &x = in[2];
+    Tensor q = slice(w, 1, 0, 2), k = slice(w, 1, 2, 4), v = slice(w, 1, 4, 6);
+    Tensor h = matmul(x, q) * matmul(x, k) + tanh(matmul(x, v));    // [4, 2]
+    Tensor logits = matmul(get_rows(table, idx) + h, transpose(table));  // [4, 5]
+    return sum(tanh(logits)) + sum(square(w)) * 0.1;
+  };
+  std::vector<Tensor> in = {Tensor::zeros(DType::f64, {3, 6}), Tensor::zeros(DType::f64, {5, 2}),
+                            Tensor::zeros(DType::f64, {4, 3})};
+  for (size_t t = 0; t < in.size(); ++t)
+    for (int64_t i = 0; i < in[t].numel(); ++i) in[t].data_as<double>()[i] = std::sin(double(7 * t + i + 1));
+  GradcheckResult r = gradcheck(f, in);
+  EXPECT_TRUE(r.ok) << r.message;
+
+  // The slices' and the rows' contributions were added into the dense ones,
+  // never built as full-size zeros and summed; the embedding's gradient
+  // arrives contiguous (the head's part was computed transposed).
+  std::vector<Tensor> g = grad(f(in), {in[0], in[1]});
+  std::map<std::string, int> ops;
+  for (const Node* n : Graph(g).nodes()) ++ops[n->op->name];
+  EXPECT_EQ(ops["add_slice"] + ops["scatter_slice"], 3);  // one scatter_slice if a slice's part came first
+  EXPECT_LE(ops["scatter_slice"], 1);
+  EXPECT_EQ(ops["add_rows"], 1);
+  EXPECT_EQ(ops["scatter_add_rows"], 0);
+  EXPECT_TRUE(g[1].is_contiguous());
 }

@@ -126,3 +126,24 @@ TEST(Executor, CheckFiniteNamesTheFirstBadOp) {
     EXPECT_NE(m.find("f32[3] (leaf)"), std::string::npos) << m;
   }
 }
+
+TEST(Planner, AccumulatingOpsRunInPlaceOnlyOnTheirBaseInItsOwnLayout) {
+  Tensor idx = Tensor::from_vector<int32_t>({3}, {1, 1, 0});
+  Tensor values = random_leaf({3, 2}, 6, DType::f32);
+  // A reshape of a dying buffer is that buffer in its own layout: add_rows
+  // writes over it. A transposed view is not: add_rows copies it first.
+  Tensor own = add_rows(reshape(exp(random_leaf({6}, 7, DType::f32)), {3, 2}), values, idx);
+  Tensor swapped = add_rows(transpose(exp(random_leaf({2, 3}, 8, DType::f32))), values, idx);
+  Tensor sliced = add_slice(exp(random_leaf({3, 4}, 9, DType::f32)), values, 1, 1, 4, 2);
+  const std::vector<Tensor> cases = {own, swapped, sliced};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Tensor& y = cases[c];
+    Graph g({y});
+    Executor ex(g, {.threads = 1});
+    Executor ref(g, {.threads = 1, .plan_memory = false});
+    ex.run();
+    ref.run();
+    EXPECT_EQ(ex.read<float>(y), ref.read<float>(y));
+    EXPECT_EQ(ex.memory().inplace, c == 1 ? 0 : 1) << "case " << c;
+  }
+}
