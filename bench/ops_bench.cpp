@@ -10,7 +10,7 @@
 // also reports GFLOP/s (2 M N K per call). Rates use wall time, so run on an
 // idle machine (on a busy one, compare the CPU column at NABLA_THREADS=1).
 //
-// Presets: fmnist (batch 128, 16 tokens, width 128, MLP 256, 4 heads) and
+// Presets: fmnist (batch 128, 16 tokens, width 96, MLP 192, 4 heads) and
 // vit-tiny at batch 8 (197 tokens, width 192, MLP 768, 3 heads).
 #include <benchmark/benchmark.h>
 
@@ -135,18 +135,18 @@ void BM_matmul(benchmark::State& state) {
 void matmul_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "N", "ta", "tb", "batch"});
   // fmnist, 2048 token rows. Forward x W^T: qkv/proj, fc1, fc2.
-  b->Args({2048, 128, 128, 0, 1, 1});
-  b->Args({2048, 128, 256, 0, 1, 1});
-  b->Args({2048, 256, 128, 0, 1, 1});
+  b->Args({2048, 96, 96, 0, 1, 1});
+  b->Args({2048, 96, 192, 0, 1, 1});
+  b->Args({2048, 192, 96, 0, 1, 1});
   // Input gradients dy W.
-  b->Args({2048, 256, 128, 0, 0, 1});
-  b->Args({2048, 128, 256, 0, 0, 1});
-  // Weight gradients x^T dy: K-heavy, small M and N.
-  b->Args({128, 2048, 128, 1, 0, 1});
-  b->Args({128, 2048, 256, 1, 0, 1});
-  b->Args({256, 2048, 128, 1, 0, 1});
-  // Attention scores q k^T per (image, head): 512 x [16, 32] x [32, 16].
-  b->Args({16, 32, 16, 0, 1, 512});
+  b->Args({2048, 192, 96, 0, 0, 1});
+  b->Args({2048, 96, 192, 0, 0, 1});
+  // Weight gradients dy^T x (weights stored [out, in]): K-heavy, small M and N.
+  b->Args({96, 2048, 96, 1, 0, 1});
+  b->Args({192, 2048, 96, 1, 0, 1});
+  b->Args({96, 2048, 192, 1, 0, 1});
+  // Attention scores q k^T per (image, head): 512 x [16, 24] x [24, 16].
+  b->Args({16, 24, 16, 0, 1, 512});
   // vit-tiny at batch 8, 1576 token rows: qkv/proj, fc1, fc2, weight gradients.
   b->Args({1576, 192, 192, 0, 1, 1});
   b->Args({1576, 192, 768, 0, 1, 1});
@@ -166,8 +166,8 @@ void row_shapes(benchmark::internal::Benchmark* b, int64_t fm_c, int64_t tiny_c)
   b->Args({1576, tiny_c});
   b->Unit(benchmark::kMicrosecond);
 }
-void width_shapes(benchmark::internal::Benchmark* b) { row_shapes(b, 128, 192); }
-void mlp_shapes(benchmark::internal::Benchmark* b) { row_shapes(b, 256, 768); }
+void width_shapes(benchmark::internal::Benchmark* b) { row_shapes(b, 96, 192); }
+void mlp_shapes(benchmark::internal::Benchmark* b) { row_shapes(b, 192, 768); }
 
 void BM_layer_norm(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 3);
@@ -218,8 +218,8 @@ void BM_add(benchmark::State& state) {
 }
 BENCHMARK(BM_add)
     ->ArgNames({"rows", "C", "bias"})
-    ->Args({2048, 128, 0})
-    ->Args({2048, 256, 1})
+    ->Args({2048, 96, 0})
+    ->Args({2048, 192, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -231,7 +231,7 @@ void BM_contiguous(benchmark::State& state) {
 }
 BENCHMARK(BM_contiguous)
     ->ArgNames({"N", "H", "T", "D"})
-    ->Args({128, 4, 16, 32})
+    ->Args({128, 4, 16, 24})
     ->Args({8, 3, 197, 64})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();

@@ -191,7 +191,7 @@ std::string Executor::profile() const {
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return m.step_seconds[a] > m.step_seconds[b]; });
   out += "slowest nodes:\n";
-  for (size_t k = 0; k < std::min<size_t>(60, idx.size()); ++k) {
+  for (size_t k = 0; k < std::min<size_t>(16, idx.size()); ++k) {
     const Node* n = m.order[m.steps[idx[k]].position].node();
     std::string ins;
     for (const Tensor& in : n->inputs) ins += (ins.empty() ? "" : ", ") + to_string(in.shape()) + (in.is_contiguous() ? "" : "s");

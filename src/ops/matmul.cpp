@@ -110,6 +110,7 @@ int64_t split_k_chunk(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
 template <class T>
 void gemm_tile(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
                int64_t ldb, T* c, int64_t ldc) {
+  if (M * N * K <= cpu::kSmallGemmWork) return cpu::gemm_small<T>(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, bf16);
   if constexpr (std::is_same_v<T, float>) {
     if (bf16) return cpu::gemm_bf16(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   }

@@ -272,6 +272,43 @@ TYPED_TEST(GemmTest, BuiltinTileIsBitIdentical) {
   }
 }
 
+// gemm_small (alpha 1, beta 0): every transpose, widths around whole vectors
+// and the 6-row blocks, padded leading dimensions; C's padding untouched.
+TYPED_TEST(GemmTest, SmallProducts) {
+  using T = TypeParam;
+  std::mt19937 rng(5);
+  const GemmFn<T> small = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, T, const T* A, int64_t lda,
+                             const T* B, int64_t ldb, T, T* C, int64_t ldc) {
+    gemm_small<T>(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  };
+  for (bool ta : kBools)
+    for (bool tb : kBools)
+      for (int64_t M : {1, 5, 6, 7, 16})
+        for (int64_t N : {1, 15, 16, 17, 24, 33, 40})
+          for (int64_t K : {1, 7, 24})
+            for (int64_t pad : {0, 3}) {
+              Problem<T> p(ta, tb, M, N, K, T(1), T(0), pad, rng);
+              ASSERT_TRUE(matches(p, reference(p), p.run(small)));
+            }
+}
+
+// With round_bf16 the operands are rounded first and nothing else changes:
+// the same bits as rounding them beforehand.
+TEST(Gemm, SmallProductsRoundToBf16LikeRoundedOperands) {
+  std::mt19937 rng(6);
+  Problem<float> p(true, true, 7, 24, 24, 1.0f, 0.0f, 2, rng);
+  Matrix<float> C(7, 24, 2), expect(7, 24, 2);
+  gemm_small<float>(true, true, 7, 24, 24, p.A.data.data(), p.A.ld, p.B.data.data(), p.B.ld, C.data.data(), C.ld,
+                    true);
+  Problem<float> r = p;
+  for (auto* m : {&r.A, &r.B})
+    for (float& x : m->data) x = std::isnan(x) ? x : round_to_bf16(x);
+  gemm_small<float>(true, true, 7, 24, 24, r.A.data.data(), r.A.ld, r.B.data.data(), r.B.ld, expect.data.data(),
+                    expect.ld);
+  EXPECT_EQ(0, std::memcmp(C.data.data(), expect.data.data(), C.data.size() * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(C.data.data(), p.run(&gemm<float>).data.data(), C.data.size() * sizeof(float)));
+}
+
 TEST(Gemm, BackendName) {
   const std::string name = gemm_backend();
   EXPECT_TRUE(name == "openblas" || name == "builtin") << name;

@@ -15,12 +15,15 @@
 // always calling gemm on tiles of fixed size.
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_common.h"
+#include "backend/cpu/simd.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
+#include <vector>
 
 #ifdef NABLA_HAVE_OPENBLAS
 #include <cblas.h>
@@ -248,6 +251,139 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
 #endif
   gemm_builtin(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+
+namespace {
+
+// Rows [0, R) of C, columns [j0, j0 + NV * kWidth) clipped to N, from
+// row-major a (leading dimension lda) and b [K, ldb] (ldb: N rounded up to
+// whole vectors, zero padded): R * NV independent vector accumulators, enough
+// FMA chains in flight to hide the FMA latency.
+template <int R, int NV>
+void small_block_f32(int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, int64_t j0,
+                     float* c, int64_t ldc) {
+  constexpr int W = VecF::kWidth;
+  VecF acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = VecF(0.0f);
+  for (int64_t k = 0; k < K; ++k) {
+    const float* bk = b + k * ldb + j0;
+    VecF bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = VecF::load(bk + v * W);
+    for (int r = 0; r < R; ++r) {
+      const VecF ak(a[r * lda + k]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = fma(ak, bv[v], acc[r][v]);
+    }
+  }
+  for (int v = 0; v < NV; ++v) {
+    const int64_t lanes = std::clamp<int64_t>(N - j0 - v * W, 0, W);
+    for (int r = 0; r < R; ++r) acc[r][v].store(c + r * ldc + j0 + v * W, lanes);
+  }
+}
+
+template <int NV>
+void small_rows_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb,
+                    int64_t j0, float* c, int64_t ldc) {
+  constexpr int R = 6;
+  int64_t i = 0;
+  for (; i + R <= M; i += R) small_block_f32<R, NV>(N, K, a + i * lda, lda, b, ldb, j0, c + i * ldc, ldc);
+  const float* ai = a + i * lda;
+  float* ci = c + i * ldc;
+  switch (M - i) {  // the last rows, still in one pass
+    case 5: return small_block_f32<5, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc);
+    case 4: return small_block_f32<4, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc);
+    case 3: return small_block_f32<3, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc);
+    case 2: return small_block_f32<2, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc);
+    case 1: return small_block_f32<1, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc);
+    default: return;
+  }
+}
+
+template <class T>
+struct SmallScratch {
+  std::vector<T> a, b;
+};
+
+// dst[r * ldd + c] = op(src)[r, c] for r < rows, c < cols, where op(src) is
+// src (ld) or, with trans, src^T; rounded to bf16 when asked. Columns
+// [cols, ldd) of dst are zeroed.
+template <class T>
+void copy_rows(bool trans, bool round_bf16, int64_t rows, int64_t cols, const T* src, int64_t ld, T* dst,
+               int64_t ldd) {
+  auto round = [](T x) {
+    if constexpr (std::is_same_v<T, float>) return round_to_bf16(x);
+    return x;
+  };
+  if (!trans) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* in = src + r * ld;
+      T* out = dst + r * ldd;
+      if (round_bf16) {
+        for (int64_t c = 0; c < cols; ++c) out[c] = round(in[c]);
+      } else {
+        std::memcpy(out, in, size_t(cols) * sizeof(T));
+      }
+    }
+  } else {
+    for (int64_t c = 0; c < cols; ++c) {  // source rows, read contiguously
+      const T* in = src + c * ld;
+      if (round_bf16) {
+        for (int64_t r = 0; r < rows; ++r) dst[r * ldd + c] = round(in[r]);
+      } else {
+        for (int64_t r = 0; r < rows; ++r) dst[r * ldd + c] = in[r];
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = cols; c < ldd; ++c) dst[r * ldd + c] = T(0);
+}
+
+}  // namespace
+
+template <class T>
+void gemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+                const T* B, int64_t ldb, T* C, int64_t ldc, bool round_bf16) {
+  if (M <= 0 || N <= 0) return;
+  if constexpr (!std::is_same_v<T, float>) round_bf16 = false;
+  thread_local SmallScratch<T> s;
+  // Row-major copies only where the layout or the rounding needs one; B's
+  // rows padded with zeros to whole vectors, so every load is a full one.
+  const T* a = A;
+  if (trans_a || round_bf16) {
+    s.a.resize(size_t(M * K));
+    copy_rows(trans_a, round_bf16, M, K, A, lda, s.a.data(), K);
+    a = s.a.data();
+    lda = K;
+  }
+  constexpr int64_t W = std::is_same_v<T, float> ? VecF::kWidth : 1;
+  const T* b = B;
+  if (trans_b || round_bf16 || N % W != 0) {
+    const int64_t padded = (N + W - 1) / W * W;
+    s.b.resize(size_t(K * padded));
+    copy_rows(trans_b, round_bf16, K, N, B, ldb, s.b.data(), padded);
+    b = s.b.data();
+    ldb = padded;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t width = (N + W - 1) / W * W;  // whole vectors, all readable
+    int64_t j0 = 0;
+    for (; j0 + 2 * W <= width; j0 += 2 * W) small_rows_f32<2>(M, N, K, a, lda, b, ldb, j0, C, ldc);
+    if (j0 < width) small_rows_f32<1>(M, N, K, a, lda, b, ldb, j0, C, ldc);
+  } else {
+    for (int64_t i = 0; i < M; ++i) {
+      T* c = C + i * ldc;
+      for (int64_t j = 0; j < N; ++j) c[j] = T(0);
+      for (int64_t k = 0; k < K; ++k) {
+        const T ak = a[i * lda + k];
+        for (int64_t j = 0; j < N; ++j) c[j] += ak * b[k * ldb + j];
+      }
+    }
+  }
+}
+
+template void gemm_small<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
+                                float*, int64_t, bool);
+template void gemm_small<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*,
+                                 int64_t, double*, int64_t, bool);
 
 const char* gemm_backend() {
 #ifdef NABLA_HAVE_OPENBLAS
