@@ -94,24 +94,29 @@ void report(benchmark::State& state, int64_t bytes, double copy, double seconds,
   if (flops > 0) state.counters["GFLOP/s"] = runs * flops * 1e-9 / seconds;
 }
 
-// Times out's graph; `bytes`: the traffic per run (0: inputs + output);
-// `flops`: per run, for a GFLOP/s counter (0: none).
-void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const Tensor& out,
+// Times the graph of outs; `bytes`: the traffic per run (0: inputs +
+// outputs); `flops`: per run, for a GFLOP/s counter (0: none).
+void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outs,
                int64_t bytes = 0, double flops = 0) {
   if (bytes == 0) {
-    bytes = bytes_of(out);
+    for (const Tensor& t : outs) bytes += bytes_of(t);
     for (const Tensor& t : inputs) bytes += bytes_of(t);
   }
   const double copy = copy_rate(bytes);
   nabla::ExecOptions options;
   options.threads = threads();
-  nabla::Executor ex(nabla::Graph({out}), options);
+  nabla::Executor ex(nabla::Graph(outs), options);
   ex.run();  // warm-up: first touch of the arena
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) ex.run();
   const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
   report(state, bytes, copy, dt.count(), flops);
   state.SetLabel(std::to_string(ex.threads()) + " threads");
+}
+
+void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const Tensor& out, int64_t bytes = 0,
+               double flops = 0) {
+  run_graph(state, inputs, std::vector<Tensor>{out}, bytes, flops);
 }
 
 // ---- matmul: {M, K, N, trans_a, trans_b, batch}. A transposed operand is a
@@ -233,6 +238,39 @@ BENCHMARK(BM_contiguous)
     ->ArgNames({"N", "H", "T", "D"})
     ->Args({128, 4, 16, 24})
     ->Args({8, 3, 197, 64})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// ---- Attention forward and backward, q, k, v [N, T, H, D] as the models'
+// projections give them: {N, T, H, D, causal, fused}. fused 0 is the
+// composed form (batched matmuls and the fused softmax on [N, H, T, D]
+// views, the output and gradients made contiguous in [N, T, H, D] as the
+// following reshape needs), fused 1 the attention op. GFLOP/s counts the six
+// products of the composed form (the fused backward's recomputed scores are
+// not counted).
+void BM_attention(benchmark::State& state) {
+  const int64_t n = state.range(0), t = state.range(1), h = state.range(2), d = state.range(3);
+  const bool causal = state.range(4) != 0, fused = state.range(5) != 0;
+  Tensor q = random_leaf({n, t, h, d}, 13), k = random_leaf({n, t, h, d}, 14), v = random_leaf({n, t, h, d}, 15);
+  Tensor dout = random_leaf({n, t, h, d}, 16);
+  auto heads = [](const Tensor& x) { return nabla::permute(x, {0, 2, 1, 3}); };
+  Tensor o = fused ? nabla::attention(q, k, v, causal)
+                   : nabla::contiguous(heads(
+                         nabla::scaled_dot_product_attention(heads(q), heads(k), heads(v), Tensor(), causal)));
+  std::vector<Tensor> outs = nabla::grad(nabla::sum(o * dout), {q, k, v});
+  for (Tensor& g : outs) g = nabla::contiguous(g);
+  outs.push_back(o);
+  run_graph(state, {q, k, v, dout}, outs, 0, 6 * 2.0 * double(n * h * t * t * d));
+  state.SetLabel(std::string(fused ? "fused" : "composed") + ", " + std::to_string(threads()) + " threads");
+}
+BENCHMARK(BM_attention)
+    ->ArgNames({"N", "T", "H", "D", "causal", "fused"})
+    ->Args({128, 16, 4, 24, 0, 0})
+    ->Args({128, 16, 4, 24, 0, 1})
+    ->Args({8, 197, 3, 64, 0, 0})
+    ->Args({8, 197, 3, 64, 0, 1})
+    ->Args({8, 256, 6, 64, 1, 0})
+    ->Args({8, 256, 6, 64, 1, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -188,9 +188,9 @@ Tensor column_block(const Conv1D& fused, const Tensor& x, int64_t i, int64_t D) 
 Tensor Gpt2::block_forward(const Block& b, const Tensor& x, bool train, int64_t salt) const {
   int64_t B = x.dim(0), T = x.dim(1), D = x.dim(2), H = config_.n_head, hd = D / H;
   Tensor h = b.ln_1(x);
-  auto heads = [&](int64_t i) { return permute(reshape(column_block(b.c_attn, h, i, D), {B, T, H, hd}), {0, 2, 1, 3}); };
-  Tensor o = scaled_dot_product_attention(heads(0), heads(1), heads(2), Tensor(), /*causal=*/true);  // [B, H, T, hd]
-  Tensor a = b.attn_proj(reshape(permute(o, {0, 2, 1, 3}), {B, T, D}));
+  auto heads = [&](int64_t i) { return reshape(column_block(b.c_attn, h, i, D), {B, T, H, hd}); };
+  Tensor o = attention(heads(0), heads(1), heads(2), /*causal=*/true);  // [B, T, H, hd]
+  Tensor a = b.attn_proj(reshape(o, {B, T, D}));
   Tensor r = x + drop_(a, train, salt);
   Tensor m = b.mlp_proj(nn::apply_gelu(nn::parse_gelu(config_.gelu), b.c_fc(b.ln_2(r))));
   return r + drop_(m, train, salt + 1);

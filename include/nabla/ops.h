@@ -174,6 +174,16 @@ Tensor cross_entropy_soft(const Tensor& logits, const Tensor& probs);
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& mask = Tensor(), bool causal = false,
                                     std::optional<double> scale = std::nullopt);
+// The same per (batch, head) on token-major operands, fused: q [B, Tq, H, D],
+// k [B, Tk, H, D], v [B, Tk, H, Dv] -> [B, Tq, H, Dv], the layout of a qkv
+// projection reshaped to heads (no permutes or copies). Scores stay in a
+// per-thread scratch; the backward recomputes them. Causal needs Tq <= Tk.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
+                 std::optional<double> scale = std::nullopt);
+// attention's gradients in q, k and v for output gradient dout, packed flat
+// (q's elements, then k's, then v's).
+Tensor attention_back(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
+                      double scale);
 // Rotary position embedding of x [..., T, D] (D even) at positions i32 [T]
 // (or offset, offset + 1, ...). neox pairs (x[i], x[i + D/2]) (GPT-NeoX,
 // Hugging Face Llama); original pairs (x[2i], x[2i+1]) (GPT-J, Meta).

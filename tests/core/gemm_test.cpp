@@ -272,24 +272,26 @@ TYPED_TEST(GemmTest, BuiltinTileIsBitIdentical) {
   }
 }
 
-// gemm_small (alpha 1, beta 0): every transpose, widths around whole vectors
-// and the 6-row blocks, padded leading dimensions; C's padding untouched.
+// gemm_small (alpha 1; beta 0, or 1 with accumulate): every transpose,
+// widths around whole vectors and the 6-row blocks, padded leading
+// dimensions; C's padding untouched.
 TYPED_TEST(GemmTest, SmallProducts) {
   using T = TypeParam;
   std::mt19937 rng(5);
   const GemmFn<T> small = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, T, const T* A, int64_t lda,
-                             const T* B, int64_t ldb, T, T* C, int64_t ldc) {
-    gemm_small<T>(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+                             const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+    gemm_small<T>(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, false, beta != T(0));
   };
   for (bool ta : kBools)
     for (bool tb : kBools)
       for (int64_t M : {1, 5, 6, 7, 16})
         for (int64_t N : {1, 15, 16, 17, 24, 33, 40})
           for (int64_t K : {1, 7, 24})
-            for (int64_t pad : {0, 3}) {
-              Problem<T> p(ta, tb, M, N, K, T(1), T(0), pad, rng);
-              ASSERT_TRUE(matches(p, reference(p), p.run(small)));
-            }
+            for (int64_t pad : {0, 3})
+              for (T beta : {T(0), T(1)}) {
+                Problem<T> p(ta, tb, M, N, K, T(1), beta, pad, rng);
+                ASSERT_TRUE(matches(p, reference(p), p.run(small)));
+              }
 }
 
 // With round_bf16 the operands are rounded first and nothing else changes:

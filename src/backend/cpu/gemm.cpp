@@ -260,7 +260,7 @@ namespace {
 // FMA chains in flight to hide the FMA latency.
 template <int R, int NV>
 void small_block_f32(int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, int64_t j0,
-                     float* c, int64_t ldc) {
+                     float* c, int64_t ldc, bool accumulate) {
   constexpr int W = VecF::kWidth;
   VecF acc[R][NV];
   for (int r = 0; r < R; ++r)
@@ -276,24 +276,28 @@ void small_block_f32(int64_t N, int64_t K, const float* a, int64_t lda, const fl
   }
   for (int v = 0; v < NV; ++v) {
     const int64_t lanes = std::clamp<int64_t>(N - j0 - v * W, 0, W);
-    for (int r = 0; r < R; ++r) acc[r][v].store(c + r * ldc + j0 + v * W, lanes);
+    for (int r = 0; r < R; ++r) {
+      float* cr = c + r * ldc + j0 + v * W;
+      if (accumulate) acc[r][v] = acc[r][v] + VecF::load(cr, 1, lanes);
+      acc[r][v].store(cr, lanes);
+    }
   }
 }
 
 template <int NV>
 void small_rows_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb,
-                    int64_t j0, float* c, int64_t ldc) {
+                    int64_t j0, float* c, int64_t ldc, bool accumulate) {
   constexpr int R = 6;
   int64_t i = 0;
-  for (; i + R <= M; i += R) small_block_f32<R, NV>(N, K, a + i * lda, lda, b, ldb, j0, c + i * ldc, ldc);
+  for (; i + R <= M; i += R) small_block_f32<R, NV>(N, K, a + i * lda, lda, b, ldb, j0, c + i * ldc, ldc, accumulate);
   const float* ai = a + i * lda;
   float* ci = c + i * ldc;
   switch (M - i) {  // the last rows, still in one pass
-    case 5: return small_block_f32<5, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc);
-    case 4: return small_block_f32<4, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc);
-    case 3: return small_block_f32<3, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc);
-    case 2: return small_block_f32<2, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc);
-    case 1: return small_block_f32<1, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc);
+    case 5: return small_block_f32<5, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc, accumulate);
+    case 4: return small_block_f32<4, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc, accumulate);
+    case 3: return small_block_f32<3, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc, accumulate);
+    case 2: return small_block_f32<2, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc, accumulate);
+    case 1: return small_block_f32<1, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc, accumulate);
     default: return;
   }
 }
@@ -341,7 +345,7 @@ void copy_rows(bool trans, bool round_bf16, int64_t rows, int64_t cols, const T*
 
 template <class T>
 void gemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
-                const T* B, int64_t ldb, T* C, int64_t ldc, bool round_bf16) {
+                const T* B, int64_t ldb, T* C, int64_t ldc, bool round_bf16, bool accumulate) {
   if (M <= 0 || N <= 0) return;
   if constexpr (!std::is_same_v<T, float>) round_bf16 = false;
   thread_local SmallScratch<T> s;
@@ -366,24 +370,24 @@ void gemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
   if constexpr (std::is_same_v<T, float>) {
     const int64_t width = (N + W - 1) / W * W;  // whole vectors, all readable
     int64_t j0 = 0;
-    for (; j0 + 2 * W <= width; j0 += 2 * W) small_rows_f32<2>(M, N, K, a, lda, b, ldb, j0, C, ldc);
-    if (j0 < width) small_rows_f32<1>(M, N, K, a, lda, b, ldb, j0, C, ldc);
+    for (; j0 + 2 * W <= width; j0 += 2 * W) small_rows_f32<2>(M, N, K, a, lda, b, ldb, j0, C, ldc, accumulate);
+    if (j0 < width) small_rows_f32<1>(M, N, K, a, lda, b, ldb, j0, C, ldc, accumulate);
   } else {
     for (int64_t i = 0; i < M; ++i) {
       T* c = C + i * ldc;
-      for (int64_t j = 0; j < N; ++j) c[j] = T(0);
-      for (int64_t k = 0; k < K; ++k) {
-        const T ak = a[i * lda + k];
-        for (int64_t j = 0; j < N; ++j) c[j] += ak * b[k * ldb + j];
+      for (int64_t j = 0; j < N; ++j) {  // summed apart from C, as the f32 path does
+        T acc = T(0);
+        for (int64_t k = 0; k < K; ++k) acc += a[i * lda + k] * b[k * ldb + j];
+        c[j] = accumulate ? c[j] + acc : acc;
       }
     }
   }
 }
 
 template void gemm_small<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
-                                float*, int64_t, bool);
+                                float*, int64_t, bool, bool);
 template void gemm_small<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*,
-                                 int64_t, double*, int64_t, bool);
+                                 int64_t, double*, int64_t, bool, bool);
 
 const char* gemm_backend() {
 #ifdef NABLA_HAVE_OPENBLAS

@@ -23,14 +23,15 @@ const char* gemm_backend();
 // (attention at 16 tokens: [16, 24] x [24, 16], 6,144).
 inline constexpr int64_t kSmallGemmWork = int64_t{1} << 16;
 
-// C[M, N] = op(A) op(B) (alpha 1, beta 0) for small products: both operands
-// copied row-major into a per-thread scratch (rounded to bf16 when
-// round_bf16, for the bf16 matmul option), then each row of C accumulated in
-// registers from vector FMAs over rows of B, in increasing k. Runs on the
-// calling thread only.
+// C[M, N] = op(A) op(B) (or, with accumulate, C += op(A) op(B)) for small
+// products: operands copied row-major into a per-thread scratch where their
+// layout needs it (rounded to bf16 when round_bf16, for the bf16 matmul
+// option), then each row of C accumulated in registers from vector FMAs over
+// rows of B, in increasing k. Any leading dimensions, 0 included (a
+// broadcast row). Runs on the calling thread only.
 template <class T>
 void gemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
-                const T* B, int64_t ldb, T* C, int64_t ldc, bool round_bf16 = false);
+                const T* B, int64_t ldb, T* C, int64_t ldc, bool round_bf16 = false, bool accumulate = false);
 
 // The built-in kernel, always compiled: the fallback and the tests' oracle.
 template <class T>
