@@ -187,6 +187,23 @@ void BM_layer_norm_back(benchmark::State& state) {
 }
 BENCHMARK(BM_layer_norm_back)->Apply(width_shapes)->UseRealTime();
 
+// The affine form (what the models run): forward, and its backward (dx,
+// dgamma and dbeta in one flat output).
+void BM_layer_norm_affine(benchmark::State& state) {
+  const int64_t c = state.range(1);
+  Tensor x = random_leaf({state.range(0), c}, 3), gamma = random_leaf({c}, 4), beta = random_leaf({c}, 5);
+  run_graph(state, {x, gamma, beta}, nabla::layer_norm(x, gamma, beta, 1e-6));
+}
+BENCHMARK(BM_layer_norm_affine)->Apply(width_shapes)->UseRealTime();
+
+void BM_layer_norm_affine_back(benchmark::State& state) {
+  const int64_t c = state.range(1);
+  Tensor x = random_leaf({state.range(0), c}, 3), dy = random_leaf({state.range(0), c}, 4);
+  Tensor gamma = random_leaf({c}, 5);
+  run_graph(state, {x, dy, gamma}, nabla::layer_norm_affine_back(x, dy, gamma, 1e-6));
+}
+BENCHMARK(BM_layer_norm_affine_back)->Apply(width_shapes)->UseRealTime();
+
 // ---- Activations on the MLP hidden layer.
 void BM_gelu(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 5);

@@ -111,6 +111,10 @@ Tensor gelu_erf_back(const Tensor& x, const Tensor& dy);
 Tensor gelu_quick_back(const Tensor& x, const Tensor& dy);
 // x, dy [..., C]: rstd (dy - mean(dy) - xhat mean(dy xhat)).
 Tensor layer_norm_back(const Tensor& x, const Tensor& dy, double eps = 1e-5);
+// The affine layer norm's gradients, flat: dx = layer_norm_back(x, dy *
+// gamma) (x's elements), then dgamma and dbeta [C] (sums over rows of dy xhat
+// and of dy).
+Tensor layer_norm_affine_back(const Tensor& x, const Tensor& dy, const Tensor& gamma, double eps = 1e-5);
 // x, dy [..., C]: rstd (dy - xhat mean(dy xhat)).
 Tensor rms_norm_back(const Tensor& x, const Tensor& dy, double eps = 1e-5);
 

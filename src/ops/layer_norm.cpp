@@ -3,7 +3,8 @@
 //   x, y [..., C]      y = (x - mean) * rstd,  rstd = 1 / sqrt(var + eps)
 //
 // var is the biased variance (divided by C), as in PyTorch. The affine form
-// layer_norm(x, gamma, beta, eps) is a composition, differentiated by mul/add.
+// layer_norm(x, gamma, beta, eps) is the fused layer_norm_affine when both
+// parameters are given, else a composition differentiated by mul/add.
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -109,6 +110,8 @@ extern const OpDef op_layer_norm{
     .cases = layer_norm_cases,
 };
 
+extern const OpDef op_layer_norm_affine;  // layer_norm_affine.cpp
+
 }  // namespace ops
 
 Tensor layer_norm(const Tensor& x, double eps) {
@@ -120,6 +123,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
     ops::check_norm_param("layer_norm", "gamma", gamma, x);
     ops::check_norm_param("layer_norm", "beta", beta, x);
   }
+  if (gamma.defined() && beta.defined()) return apply(ops::op_layer_norm_affine, {x, gamma, beta}, ops::norm_attrs(eps));
   Tensor y = layer_norm(x, eps);
   if (gamma.defined()) y = y * gamma;
   if (beta.defined()) y = y + beta;

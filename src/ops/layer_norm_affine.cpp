@@ -1,0 +1,323 @@
+// layer_norm_affine: layer_norm(x) * gamma + beta in one pass over x (the
+// form every transformer block uses), and its fused backward:
+//
+//   x, y, dy [..., C]; gamma, beta [C]; xhat = (x - mean) * rstd per row
+//   layer_norm_affine_back: flat [dx (x's shape), dgamma [C], dbeta [C]]
+//     dx = layer_norm_back(x, dy * gamma) = rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma
+//     dgamma = sum over rows of dy xhat, dbeta = sum over rows of dy
+//
+// Composed, the same step is eight passes over the activations (normalise,
+// scale, shift; then dy * gamma, layer_norm_back, dy * xhat and two column
+// sums) and keeps xhat alive for the backward; fused, x is read once
+// forward, and x and dy once backward, where each row's mean and rstd are
+// recomputed (a row's statistics are a chain of dependent reductions, the
+// cost that dominates at widths of 96 to 384).
+#include <array>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/simd.h"
+#include "nabla/graph.h"
+#include "ops/norm.h"
+
+namespace nabla {
+namespace ops {
+namespace {
+
+// Row statistics: the mean summed in f64 (a large common offset would cancel
+// in f32, as in layer_norm.cpp), the centred squares in T lanes.
+template <class T>
+struct RowStats {
+  T mean, rstd;
+};
+
+template <class T>
+RowStats<T> row_stats(const T* x, int64_t cols, double eps) {
+  if constexpr (std::is_same_v<T, float>) {
+    using cpu::VecF;
+    const float mean = float(cpu::sum_f64(x, cols) / double(cols));
+    const float sq = cpu::sum_lanes(cols, [&](int64_t i, int64_t n) {
+      const VecF d = VecF::load(x + i, 1, n) - mean;
+      return d * d;
+    });
+    return {mean, float(1.0 / std::sqrt(double(sq / float(cols)) + eps))};
+  } else {
+    double mean = 0;
+    for (int64_t j = 0; j < cols; ++j) mean += double(x[j]);
+    mean /= double(cols);
+    double var = 0;
+    for (int64_t j = 0; j < cols; ++j) var += (double(x[j]) - mean) * (double(x[j]) - mean);
+    return {T(mean), T(1.0 / std::sqrt(var / double(cols) + eps))};
+  }
+}
+
+// A [C] parameter as a contiguous array (copied once when strided).
+template <class T>
+const T* param(const TensorView& p, std::vector<T>& buf) {
+  const int64_t n = p.shape[0], s = p.strides[0];
+  if (s == 1) return p.ptr<T>();
+  buf.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) buf[i] = p.ptr<T>()[i * s];
+  return buf.data();
+}
+
+// x [..., C] with gamma, beta [C] (dy, if any, x's shape).
+Meta affine_infer(const char* op, const std::vector<Tensor>& in, const Attrs& attrs, size_t n_rows_inputs) {
+  Meta m = infer_norm(op, std::vector<Tensor>(in.begin(), in.begin() + n_rows_inputs), attrs);
+  for (size_t i = n_rows_inputs; i < in.size(); ++i) {
+    check_norm_param(op, i == n_rows_inputs ? "gamma" : "beta", in[i], in[0]);
+  }
+  return m;
+}
+
+// ---- layer_norm_affine(x, gamma, beta)
+
+template <class T>
+void affine_kernel(const KernelArgs& a) {
+  const TensorView& x = a.in[0];
+  std::vector<T> gbuf, bbuf;
+  const T* gamma = param<T>(a.in[1], gbuf);
+  const T* beta = param<T>(a.in[2], bbuf);
+  const T* xp = x.ptr<T>();
+  T* out = a.out.ptr<T>();
+  const int64_t cols = a.out.shape.back(), sx = x.strides.back();
+  const double eps = norm_eps(*a.attrs);
+  for_each_row<1>(a, [&](int64_t row, const std::array<int64_t, 1>& off) {
+    T* y = out + row * cols;
+    if constexpr (std::is_same_v<T, float>) {
+      using cpu::VecF;
+      const float* xr = cpu::gather(xp + off[0], sx, cols, cpu::gather_buffer(0));
+      const RowStats<float> st = row_stats(xr, cols, eps);
+      for (int64_t j = 0; j < cols; j += VecF::kWidth) {
+        const int64_t n = std::min<int64_t>(VecF::kWidth, cols - j);
+        const VecF xhat = (VecF::load(xr + j, 1, n) - st.mean) * st.rstd;
+        cpu::fma(xhat, VecF::load(gamma + j, 1, n), VecF::load(beta + j, 1, n)).store(y + j, n);
+      }
+    } else {
+      std::vector<T> row(static_cast<size_t>(cols));
+      for (int64_t j = 0; j < cols; ++j) row[j] = xp[off[0] + j * sx];
+      const RowStats<T> st = row_stats(row.data(), cols, eps);
+      for (int64_t j = 0; j < cols; ++j) y[j] = (row[j] - st.mean) * st.rstd * gamma[j] + beta[j];
+    }
+  });
+}
+
+void affine_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "layer_norm_affine", [&]<class T>() { affine_kernel<T>(a); });
+}
+
+Tensor affine_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
+  return layer_norm(in[0], norm_eps(attrs)) * in[1] + in[2];
+}
+
+Grads affine_backward(const BackwardArgs& g) {
+  const Tensor &x = g.inputs[0], &gamma = g.inputs[1];
+  Tensor flat = layer_norm_affine_back(x, g.dout, gamma, norm_eps(g.attrs));
+  const int64_t n = x.numel(), c = x.dim(-1);
+  return {reshape(slice(flat, 0, 0, n), x.shape()), slice(flat, 0, n, n + c), slice(flat, 0, n + c, n + 2 * c)};
+}
+
+std::vector<GradCase> affine_cases() {
+  using V = std::vector<Tensor>;
+  return {
+      {"rank3", {normal({2, 3, 4}), normal({4}), normal({4})},
+       [](const V& x) { return layer_norm(x[0], x[1], x[2], 1e-5); }},
+      // A large common offset: the two-pass variance must not cancel. gamma
+      // gets a fixed ramp so that the broadcast layout (x's rows alike, gamma
+      // and dy constant along C) does not make every x gradient exactly 0,
+      // which finite differences at offset 100 resolve only to ~1e-7.
+      {"offset_rows", {normal({3, 5}), normal({5}), normal({5})},
+       [](const V& x) {
+         const std::vector<double> r{0.5, 0.75, 1.0, 1.25, 1.5};
+         Tensor ramp = x[1].dtype() == DType::f64 ? Tensor::from_vector<double>({5}, r)
+                                                  : Tensor::from_vector<float>({5}, {r.begin(), r.end()});
+         return layer_norm(x[0] + 100.0, x[1] + ramp, x[2], 1e-5);
+       }},
+      {"large_eps", {normal({4, 6}), normal({6}), normal({6})},
+       [](const V& x) { return layer_norm(x[0], x[1], x[2], 0.5); }},
+  };
+}
+
+// ---- layer_norm_affine_back(x, dy, gamma) -> [dx..., dgamma..., dbeta...]
+
+// Rows per task, each with its own partial sums of dgamma and dbeta: fixed,
+// so the order of those sums never depends on the threads.
+constexpr int64_t kRowsPerTask = 64;
+
+template <class T>
+void affine_back_kernel(const KernelArgs& a) {
+  const TensorView &x = a.in[0], &dy = a.in[1];
+  std::vector<T> gbuf;
+  const T* gamma = param<T>(a.in[2], gbuf);
+  const int64_t cols = x.shape.back();
+  const Shape outer(x.shape.begin(), x.shape.end() - 1);
+  const int64_t rows = numel(outer);
+  // Each row's offset in x and dy.
+  std::vector<int64_t> xo(static_cast<size_t>(rows)), dyo(static_cast<size_t>(rows));
+  {
+    Strides xs(x.strides.begin(), x.strides.end() - 1), ds(dy.strides.begin(), dy.strides.end() - 1);
+    cpu::Walker<2> w(outer, {&xs, &ds});
+    int64_t r = 0;
+    w.run(0, rows, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
+      for (int64_t i = 0; i < n; ++i, ++r) {
+        xo[r] = o[0] + i * s[0];
+        dyo[r] = o[1] + i * s[1];
+      }
+    });
+  }
+  const int64_t sx = x.strides.back(), sd = dy.strides.back();
+  const double eps = norm_eps(*a.attrs);
+  T* dx = a.out.ptr<T>();
+  T* dparams = dx + rows * cols;  // dgamma [C], then dbeta [C]
+  const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  std::vector<T> partial(static_cast<size_t>(std::max<int64_t>(tasks, 1) * 2 * cols), T(0));
+  a.parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<T> xbuf, dbuf;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r0 = t * kRowsPerTask, n_rows = std::min(rows, r0 + kRowsPerTask) - r0;
+      // The task's rows of x and dy, contiguous (gathered when strided).
+      std::array<const T*, kRowsPerTask> xr{}, dr{};
+      if (sx != 1) xbuf.resize(static_cast<size_t>(n_rows * cols));
+      if (sd != 1) dbuf.resize(static_cast<size_t>(n_rows * cols));
+      for (int64_t i = 0; i < n_rows; ++i) {
+        xr[i] = x.ptr<T>() + xo[r0 + i];
+        dr[i] = dy.ptr<T>() + dyo[r0 + i];
+        if (sx != 1) {
+          for (int64_t j = 0; j < cols; ++j) xbuf[i * cols + j] = xr[i][j * sx];
+          xr[i] = xbuf.data() + i * cols;
+        }
+        if (sd != 1) {
+          for (int64_t j = 0; j < cols; ++j) dbuf[i * cols + j] = dr[i][j * sd];
+          dr[i] = dbuf.data() + i * cols;
+        }
+      }
+      // Per row: mean, rstd, mean(g) and mean(g xhat), g = dy gamma.
+      std::array<RowStats<T>, kRowsPerTask> st;
+      std::array<T, kRowsPerTask> mean_g, mean_gx;
+      for (int64_t i = 0; i < n_rows; ++i) {
+        st[i] = row_stats(xr[i], cols, eps);
+        const RowStats<T> s = st[i];
+        if constexpr (std::is_same_v<T, float>) {
+          using cpu::VecF;
+          auto g = [&](int64_t j, int64_t n) { return VecF::load(dr[i] + j, 1, n) * VecF::load(gamma + j, 1, n); };
+          mean_g[i] = cpu::sum_lanes(cols, g) / float(cols);
+          mean_gx[i] = cpu::sum_lanes(cols, [&](int64_t j, int64_t n) {
+                         return g(j, n) * ((VecF::load(xr[i] + j, 1, n) - s.mean) * s.rstd);
+                       }) / float(cols);
+        } else {
+          double sg = 0, sgx = 0;
+          for (int64_t j = 0; j < cols; ++j) {
+            const double gj = double(dr[i][j]) * double(gamma[j]);
+            sg += gj;
+            sgx += gj * double((xr[i][j] - s.mean) * s.rstd);
+          }
+          mean_g[i] = T(sg / double(cols));
+          mean_gx[i] = T(sgx / double(cols));
+        }
+      }
+      // Column by column: dx, and dgamma, dbeta summed over the task's rows
+      // in row order (in registers for f32).
+      T* pg = partial.data() + t * 2 * cols;
+      T* pb = pg + cols;
+      if constexpr (std::is_same_v<T, float>) {
+        using cpu::VecF;
+        for (int64_t j = 0; j < cols; j += VecF::kWidth) {
+          const int64_t m = std::min<int64_t>(VecF::kWidth, cols - j);
+          const VecF gam = VecF::load(gamma + j, 1, m);
+          VecF sg = 0.0f, sb = 0.0f;
+          for (int64_t i = 0; i < n_rows; ++i) {
+            const VecF xh = (VecF::load(xr[i] + j, 1, m) - st[i].mean) * st[i].rstd;
+            const VecF d = VecF::load(dr[i] + j, 1, m);
+            (st[i].rstd * (d * gam - mean_g[i] - xh * mean_gx[i])).store(dx + (r0 + i) * cols + j, m);
+            sg = cpu::fma(d, xh, sg);
+            sb = sb + d;
+          }
+          sg.store(pg + j, m);
+          sb.store(pb + j, m);
+        }
+      } else {
+        for (int64_t i = 0; i < n_rows; ++i) {
+          for (int64_t j = 0; j < cols; ++j) {
+            const T xh = (xr[i][j] - st[i].mean) * st[i].rstd;
+            dx[(r0 + i) * cols + j] = T(double(st[i].rstd) * (double(dr[i][j]) * double(gamma[j]) -
+                                                               double(mean_g[i]) - double(xh) * double(mean_gx[i])));
+            pg[j] += dr[i][j] * xh;
+            pb[j] += dr[i][j];
+          }
+        }
+      }
+    }
+  });
+  for (int64_t j = 0; j < 2 * cols; ++j) {
+    T s = T(0);
+    for (int64_t t = 0; t < tasks; ++t) s += partial[t * 2 * cols + j];
+    dparams[j] = s;
+  }
+}
+
+void affine_back_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "layer_norm_affine_back", [&]<class T>() { affine_back_kernel<T>(a); });
+}
+
+Meta affine_back_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
+  Meta m = affine_infer("layer_norm_affine_back", in, attrs, 2);
+  return {m.dtype, {in[0].numel() + 2 * in[0].dim(-1)}};
+}
+
+Tensor affine_back_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
+  const Tensor &x = in[0], &dy = in[1], &gamma = in[2];
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i + 1 < x.rank(); ++i) rows.push_back(i);
+  const double eps = norm_eps(attrs);
+  return concat({reshape(layer_norm_back(x, dy * gamma, eps), {-1}), reshape(sum(dy * layer_norm(x, eps), rows), {-1}),
+                 reshape(sum(dy, rows), {-1})},
+                0);
+}
+
+std::vector<GradCase> affine_back_cases() {
+  using V = std::vector<Tensor>;
+  return {
+      {"rank3", {normal({2, 3, 4}), normal({2, 3, 4}), normal({4})},
+       [](const V& x) { return layer_norm_affine_back(x[0], x[1], x[2], 1e-5); }},
+      {"large_eps", {normal({4, 6}), normal({4, 6}), normal({6})},
+       [](const V& x) { return layer_norm_affine_back(x[0], x[1], x[2], 0.5); }},
+      // More rows than one task's partial sums hold.
+      {"many_rows", {normal({70, 3}), normal({70, 3}), normal({3})},
+       [](const V& x) { return layer_norm_affine_back(x[0], x[1], x[2], 1e-5); }},
+  };
+}
+
+}  // namespace
+
+extern const OpDef op_layer_norm_affine{
+    .name = "layer_norm_affine",
+    .summary = "layer_norm(x) * gamma + beta in one pass; fused",
+    .inputs = {{"x", Diff::yes}, {"gamma", Diff::yes}, {"beta", Diff::yes}},
+    .fused = true,
+    .infer = [](const std::vector<Tensor>& in,
+                const Attrs& at) { return affine_infer("layer_norm_affine", in, at, 1); },
+    .forward = affine_forward,
+    .backward = affine_backward,
+    .composite = affine_composite,
+    .cases = affine_cases,
+};
+
+extern const OpDef op_layer_norm_affine_back{
+    .name = "layer_norm_affine_back",
+    .summary = "layer_norm_affine's gradients flat: dx = layer_norm_back(x, dy gamma), then sums of dy xhat and dy; fused",
+    .inputs = {{"x", Diff::yes}, {"dy", Diff::yes}, {"gamma", Diff::yes}},
+    .fused = true,
+    .infer = affine_back_infer,
+    .forward = affine_back_forward,
+    .composite = affine_back_composite,
+    .cases = affine_back_cases,
+};
+
+}  // namespace ops
+
+Tensor layer_norm_affine_back(const Tensor& x, const Tensor& dy, const Tensor& gamma, double eps) {
+  return apply(ops::op_layer_norm_affine_back, {x, dy, gamma}, ops::norm_attrs(eps));
+}
+
+}  // namespace nabla
