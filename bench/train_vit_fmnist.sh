@@ -3,15 +3,17 @@
 # training on this machine and prints the test accuracy and the time. The
 # recipe is `nabla train vit`'s defaults (36 epochs, label smoothing 0.1,
 # random erasing 0.25, horizontal flips), with bf16 matmuls where the CPU has
-# avx512_bf16 (f32 otherwise: slower, so fewer epochs fit).
-# Usage: bench/train_vit_fmnist.sh [extra nabla train vit options]
+# avx512_bf16 (f32 otherwise, or with PRECISION=f32).
+# Usage: [PRECISION=f32] bench/train_vit_fmnist.sh [extra nabla train vit options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps >/dev/null
 scripts/build >/dev/null
 out=$(mktemp -d)
 precision=() label=f32
-grep -qw avx512_bf16 /proc/cpuinfo && precision=(--bf16-matmul) label=bf16
+if [[ ${PRECISION:-auto} != f32 ]] && grep -qw avx512_bf16 /proc/cpuinfo; then
+  precision=(--bf16-matmul) label=bf16
+fi
 start=$(date +%s)
 build/nabla train vit --preset fmnist --max-minutes 15 "${precision[@]}" --save "$out/vit.safetensors" "$@" |
   tee "$out/train.log"
