@@ -148,25 +148,9 @@ void softmax_rows(T* s, int64_t rows, int64_t kv, int64_t row0, int64_t tq, int6
     T* y = s + r * kv;
     const int64_t visible = causal ? causal_visible(row0 + r, tq, tk) : tk;
     if constexpr (std::is_same_v<T, float>) {
-      using cpu::VecF;
-      constexpr int W = VecF::kWidth;
       const float sc = float(scale);
-      constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-      VecF vmax = kNegInf;
-      for (int64_t j = 0; j < visible; j += W) {
-        const int64_t n = std::min<int64_t>(W, visible - j);
-        const VecF z = VecF::load(y + j, 1, n) * sc;
-        z.store(y + j, n);
-        vmax = cpu::max(vmax, cpu::select(cpu::first_lanes(n), z, kNegInf));
-      }
-      const float mx = cpu::reduce_max(vmax);
-      const float total = cpu::sum_lanes(visible, [&](int64_t i, int64_t n) {
-        const VecF e = cpu::exp(VecF::load(y + i, 1, n) - mx);
-        e.store(y + i, n);
-        return e;
-      });
-      const float inv = 1.0f / total;
-      cpu::map(y, y, 1, visible, [&](VecF v) { return v * inv; });
+      cpu::map(y, y, 1, visible, [&](cpu::VecF v) { return v * sc; });
+      cpu::softmax_in_place(y, visible, kv);
     } else {
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < visible; ++j) {
@@ -180,8 +164,8 @@ void softmax_rows(T* s, int64_t rows, int64_t kv, int64_t row0, int64_t tq, int6
         total += e;
       }
       for (int64_t j = 0; j < visible; ++j) y[j] = T(double(y[j]) / total);
+      std::fill(y + visible, y + kv, T(0));
     }
-    std::fill(y + visible, y + kv, T(0));
   }
 }
 

@@ -38,33 +38,13 @@ int64_t causal_visible(int64_t row, int64_t tq, int64_t tk) {
   return std::clamp<int64_t>(row % tq + (tk - tq) + 1, 0, tk);
 }
 
-// One f32 row on cpu::VecF, y doubling as scratch for z = scale x + mask:
-// the max, then e^(z - max) and its sum (f32 lanes), then the scaling.
+// One f32 row on cpu::VecF, y doubling as scratch for z = scale x + mask,
+// then softmaxed in place.
 void softmax_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, float scale,
                      int64_t visible, int64_t len, float* y) {
   using cpu::VecF;
-  constexpr int W = VecF::kWidth;
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   cpu::map(y, x, xs, m, ms, visible, [&](VecF xv, VecF mv) { return cpu::fma(xv, scale, mv); });
-  // A NaN need not win the max: e^(NaN - max) makes the sum, so the row, NaN.
-  VecF vmax = kNegInf;
-  for (int64_t j = 0; j < visible; j += W) {
-    const int64_t n = std::min<int64_t>(W, visible - j);
-    vmax = cpu::max(vmax, cpu::select(cpu::first_lanes(n), VecF::load(y + j, 1, n), kNegInf));
-  }
-  const float mx = cpu::reduce_max(vmax);
-  if (mx == kNegInf) {
-    std::fill(y, y + len, std::numeric_limits<float>::quiet_NaN());
-    return;
-  }
-  const float total = cpu::sum_lanes(visible, [&](int64_t i, int64_t n) {
-    const VecF e = cpu::exp(VecF::load(y + i, 1, n) - mx);
-    e.store(y + i, n);
-    return e;
-  });
-  const float inv = 1.0f / total;
-  cpu::map(y, y, 1, visible, [&](VecF v) { return v * inv; });
-  std::fill(y + visible, y + len, 0.0f);
+  cpu::softmax_in_place(y, visible, len);
 }
 
 template <class T>

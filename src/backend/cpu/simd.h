@@ -343,4 +343,32 @@ inline void map(float* out, const float* x, int64_t xs, const float* y, int64_t 
   }
 }
 
+// y[0, visible) replaced by its softmax (the max subtracted, e^, divided by
+// the sum in f32 lanes) and y[visible, len) by zeros; a row whose visible
+// values are all -inf (every position hidden) becomes NaN, as the composite
+// gives. A NaN need not win the max: e^(NaN - max) makes the sum, so the
+// row, NaN.
+inline void softmax_in_place(float* y, int64_t visible, int64_t len) {
+  constexpr int W = VecF::kWidth;
+  constexpr float kNegInf = -__builtin_inff();
+  VecF vmax = kNegInf;
+  for (int64_t j = 0; j < visible; j += W) {
+    const int64_t n = visible - j < W ? visible - j : W;
+    vmax = max(vmax, select(first_lanes(n), VecF::load(y + j, 1, n), kNegInf));
+  }
+  const float mx = reduce_max(vmax);
+  if (mx == kNegInf) {
+    for (int64_t j = 0; j < len; ++j) y[j] = __builtin_nanf("");
+    return;
+  }
+  const float total = sum_lanes(visible, [&](int64_t i, int64_t n) {
+    const VecF e = exp(VecF::load(y + i, 1, n) - mx);
+    e.store(y + i, n);
+    return e;
+  });
+  const float inv = 1.0f / total;
+  map(y, y, 1, visible, [&](VecF v) { return v * inv; });
+  for (int64_t j = visible; j < len; ++j) y[j] = 0.0f;
+}
+
 }  // namespace nabla::cpu
