@@ -63,9 +63,14 @@ constexpr int64_t kMinTileWork = int64_t{1} << 19;
 // micro-kernel widths) and split their dimension evenly. Each tile repacks
 // its panels of A and B, K (mt + nt) moves against K mt nt multiply-adds.
 // Zen 4, 2 threads, OpenBLAS: 175-200 GFLOP/s on every fmnist and vit-tiny
-// shape of bench/ops_bench.cpp (one tile per call: 95-100).
+// shape of bench/ops_bench.cpp (one tile per call: 95-100). kTasks = 4 suits
+// the 2-core machine measured here: against 8, fewer and larger GEMM calls
+// made the vit-tiny, GPT-2 small and GPT-2 124M steps 1.5-2% faster (fmnist
+// unchanged). A machine with many more cores would want more; being a
+// constant, not the thread count, it keeps results bit-identical across
+// thread counts.
 std::pair<int64_t, int64_t> matmul_tiles(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
-  constexpr int64_t kMaxTile = 512, kMinTile = 64, kTasks = 8;
+  constexpr int64_t kMaxTile = 512, kMinTile = 64, kTasks = 4;
   const auto tile = [](int64_t dim, int64_t parts) {
     const int64_t t = (dim + parts - 1) / parts;
     return parts == 1 ? std::max<int64_t>(dim, 1) : (t + 15) / 16 * 16;
