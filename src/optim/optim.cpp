@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
 #include "nabla/error.h"
 #include "nabla/optim.h"
@@ -65,8 +66,7 @@ double global_norm(const std::vector<const float*>& grads, const std::vector<int
     size_t s = std::upper_bound(off.begin(), off.end(), b) - off.begin() - 1;
     for (int64_t i = b; i < e;) {
       int64_t end = std::min(e, off[s + 1]);
-      const float* g = grads[s] + (i - off[s]);
-      for (int64_t k = 0; k < end - i; ++k) acc += double(g[k]) * g[k];
+      acc += cpu::sum_squares_f64(grads[s] + (i - off[s]), end - i);
       i = end;
       ++s;
     }
@@ -98,11 +98,18 @@ void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_
     float* v = v_[s].data_as<float>();
     const float* g = grads[s];
     const float decay = slots_[s].decay ? float(1 - lr * config_.weight_decay) : 1.0f;
-    for (int64_t i = b; i < e; ++i) {
-      float gi = g[i] * gs;
-      m[i] = b1 * m[i] + (1 - b1) * gi;
-      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-      p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+    // On cpu::VecF: a scalar loop would not vectorise (std::sqrt sets errno).
+    // The same lane-wise arithmetic for every element, tail included.
+    using cpu::VecF;
+    for (int64_t i = b; i < e; i += VecF::kWidth) {
+      const int64_t n = std::min<int64_t>(VecF::kWidth, e - i);
+      const VecF gi = VecF::load(g + i, 1, n) * gs;
+      const VecF mi = VecF(b1) * VecF::load(m + i, 1, n) + VecF(1 - b1) * gi;
+      const VecF vi = VecF(b2) * VecF::load(v + i, 1, n) + VecF(1 - b2) * gi * gi;
+      const VecF pi = VecF::load(p + i, 1, n) * decay - VecF(step_size) * mi / (cpu::sqrt(vi) * inv_sqrt_bc2 + eps);
+      mi.store(m + i, n);
+      vi.store(v + i, n);
+      pi.store(p + i, n);
     }
   });
 }

@@ -127,6 +127,21 @@ inline VecF fma(VecF a, VecF b, VecF c) {
 #endif
 }
 
+// Correctly rounded square root, lane by lane (as std::sqrt).
+inline VecF sqrt(VecF a) {
+#if defined(__AVX512F__)
+  return _mm512_sqrt_ps(a.v);
+#elif defined(__AVX2__) && defined(__FMA__)
+  return _mm256_sqrt_ps(a.v);
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+  return vsqrtq_f32(a.v);
+#else
+  VecF r;
+  for (int i = 0; i < VecF::kWidth; ++i) r.v[i] = __builtin_sqrtf(a.v[i]);
+  return r;
+#endif
+}
+
 // min and max that return `a` when either operand is NaN, so a NaN input
 // clamped against constants stays NaN (x86 minps/maxps with the constant first).
 inline VecF min(VecF a, VecF b) { return select(b < a, b, a); }
@@ -289,6 +304,25 @@ inline double sum_f64(const float* x, int64_t n) {
   double s = 0;
   for (int k = 0; k < H; ++k) s += acc[k];
   for (; i < n; ++i) s += double(x[i]);
+  return s;
+}
+
+// The sum of x[i]^2 over [0, n), squares and sums in f64 lanes.
+inline double sum_squares_f64(const float* x, int64_t n) {
+  using Half = float __attribute__((vector_size(kSimdBytes / 2)));
+  using Wide = double __attribute__((vector_size(kSimdBytes)));
+  constexpr int H = kSimdBytes / 8;
+  Wide acc = {};
+  int64_t i = 0;
+  for (; i + H <= n; i += H) {
+    Half h;
+    std::memcpy(&h, x + i, sizeof h);
+    const Wide w = __builtin_convertvector(h, Wide);
+    acc += w * w;
+  }
+  double s = 0;
+  for (int k = 0; k < H; ++k) s += acc[k];
+  for (; i < n; ++i) s += double(x[i]) * double(x[i]);
   return s;
 }
 
