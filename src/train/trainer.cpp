@@ -6,10 +6,29 @@
 #include <cstdio>
 
 #include "backend/cpu/thread_pool.h"
+#include "core/node.h"
+#include "core/op.h"
 #include "nabla/error.h"
 #include "nabla/graph.h"
 
 namespace nabla {
+
+namespace ops {
+extern const OpDef op_contiguous;
+}  // namespace ops
+
+namespace {
+
+// A parameter's gradient in memory of its own. One that is a small view of a
+// larger buffer (layer_norm_affine's dgamma and dbeta share one with dx) is
+// copied out: as an output it would otherwise keep the whole buffer alive for
+// the rest of the step.
+Tensor own_buffer(const Tensor& g) {
+  if (g.node()->is_view() && g.node()->root()->numel() > g.numel()) return apply(ops::op_contiguous, {g});
+  return contiguous(g);
+}
+
+}  // namespace
 
 TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
                      const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches)
@@ -24,7 +43,7 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   Graph graph({loss});
   for (const Tensor& t : extras) graph.add_output(t);
   for (const Tensor& g : grad(loss, wrt)) {
-    grads_.push_back(contiguous(g));
+    grads_.push_back(own_buffer(g));
     graph.add_output(grads_.back());
   }
   executor_ = std::make_unique<Executor>(graph, options);
