@@ -44,52 +44,5 @@ for ((r = 1; r <= reps; r++)); do
   done
 done
 
-"$py" - "$results" "$reps" <<'EOF'
-import json, statistics, sys, platform, datetime, subprocess
-rows = [json.loads(l) for l in open(sys.argv[1])]
-machine = {}
-for r in rows:
-    if r.get("kind") == "machine":
-        best = machine.setdefault(r["threads"], dict(r))
-        best["fma_gflops"] = max(best["fma_gflops"], r["fma_gflops"])
-        best["sgemm_gflops"] = max(best["sgemm_gflops"], r["sgemm_gflops"])
-fma2, sgemm2 = machine[2]["fma_gflops"], machine[2]["sgemm_gflops"]
-target = {"vit-tiny": 1.5, "fmnist": 2.0, "gpt2-small-byte": 2.0, "gpt2": 1.5}
-def med(xs):
-    return statistics.median(xs) if xs else float("nan")
-cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"], capture_output=True, text=True).stdout.strip()
-print(f"\n{datetime.date.today()}, {cpu}, {machine[2]['threads']} threads; FMA peak {machine[1]['fma_gflops']:.0f} "
-      f"GFLOP/s (1 thread), {fma2:.0f} (2); sgemm {sgemm2:.0f} GFLOP/s on 2 threads ({machine[2]['gemm']}); "
-      f"medians of {sys.argv[2]} interleaved rounds\n")
-print("| configuration | nabla | PyTorch (best setting) | ratio (target) | nabla matmul GFLOP/s | % of FMA peak | % of sgemm | peak RSS nabla / torch (ratio) | 2 vs 1 thread | nabla --bf16-matmul (ratio to PyTorch f32) |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-order = ["vit-tiny", "fmnist", "gpt2-small-byte", "gpt2"]
-for m in order:
-    nabla = [r for r in rows if r.get("framework") == "nabla" and r["model"] == m]
-    n2 = [r for r in nabla if r["threads"] == 2 and not r.get("bf16_matmul")]
-    nb = [r for r in nabla if r["threads"] == 2 and r.get("bf16_matmul")]
-    if not n2:
-        continue
-    n1 = [r for r in nabla if r["threads"] == 1 and not r.get("bf16_matmul")]
-    t = [r for r in rows if r.get("framework") == "torch" and r["model"] == m]
-    settings = {}
-    for r in t:
-        key = f"{r['torch_threads']} torch thread(s)" + (f", OPENBLAS_NUM_THREADS={r['openblas_threads']}" if r["openblas_threads"] else "") + (f", OMP_WAIT_POLICY={r['omp_wait_policy']}" if r["omp_wait_policy"] else "")
-        settings.setdefault(key, []).append(r)
-    best_key = max(settings, key=lambda k: med([r["per_s"] for r in settings[k]]))
-    tb = settings[best_key]
-    unit = n2[0]["unit"]
-    nps, tps = med([r["per_s"] for r in n2]), med([r["per_s"] for r in tb])
-    gf = med([r["gflops"] for r in n2])
-    nrss, trss = med([r["peak_rss_mib"] for r in n2]), med([r["peak_rss_mib"] for r in tb])
-    scale = nps / med([r["per_s"] for r in n1]) if n1 else float("nan")
-    shape = f"batch {n2[0]['batch']}" + (f" x {n2[0]['context']}" if n2[0]["context"] else "")
-    ok = "met" if nps / tps >= target[m] else "not met"
-    bps = med([r["per_s"] for r in nb])
-    bf16 = f"{bps:,.0f} {unit}/s ({bps / tps:.2f}x)" if nb else "-"
-    print(f"| {m} {shape} | {nps:,.0f} {unit}/s | {tps:,.0f} {unit}/s ({best_key}) | {nps / tps:.2f}x ({target[m]}x: {ok}) "
-          f"| {gf:.0f} | {100 * gf / fma2:.0f}% | {100 * gf / sgemm2:.0f}% | {nrss:,.0f} / {trss:,.0f} MiB ({nrss / trss:.2f}x) "
-          f"| {scale:.2f}x | {bf16} |")
-print()
-EOF
+"$py" bench/train_step_table.py "$results" "$reps"
 echo "raw results: $results" >&2
