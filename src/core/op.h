@@ -164,4 +164,11 @@ void dispatch_floating(DType dtype, const char* op, F&& fn) {
   }
 }
 
+namespace ops {
+// Kernel helper: x (any strides) copied into row-major memory at out, over
+// a's threads. The contiguous op's kernel; ops that start from a copy of an
+// input they could not take over in place use it too.
+void copy_to_contiguous(const KernelArgs& a, const TensorView& x, void* out);
+}  // namespace ops
+
 }  // namespace nabla

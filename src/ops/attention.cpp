@@ -20,6 +20,7 @@
 #include "backend/cpu/simd.h"
 #include "core/op.h"
 #include "nabla/graph.h"
+#include "ops/last_axis.h"
 
 namespace nabla {
 
@@ -63,11 +64,6 @@ int64_t query_block(int64_t tq, int64_t tk, bool causal) {
   return (tq + blocks - 1) / blocks;
 }
 
-// Keys query `row` sees under the causal rule (softmax's: j <= i + Tk - Tq).
-int64_t causal_visible(int64_t row, int64_t tq, int64_t tk) {
-  return std::clamp<int64_t>(row + (tk - tq) + 1, 0, tk);
-}
-
 void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   require_floating(op, q, "q");
   require_same_dtype(op, q, k);
@@ -106,7 +102,7 @@ Meta attention_back_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   return {q.dtype(), {q.numel() + k.numel() + v.numel()}};
 }
 
-// One head's rows [row0, row0 + rows) of a [B, T, H, C] operand as gemm_small
+// One head's rows [row0, row0 + rows) of a [B, T, H, C] operand as cpu::gemm
 // reads a matrix: row-major or transposed in place, else gathered.
 template <class T>
 struct HeadRows {
@@ -182,18 +178,6 @@ int64_t head_grain(const Dims& d) {
   return std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(1, d.Tq * d.Tk * (d.D + d.Dv)));
 }
 
-// C = op(A) op(B), or C += with accumulate: gemm_small for a head's small
-// products, the library GEMM (OpenBLAS's packing and kernels) for larger ones.
-// Either sums each element in an order fixed by the shapes alone.
-template <class T>
-void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-             T* C, int64_t ldc, bool accumulate = false) {
-  if (M * N * K <= cpu::kSmallGemmWork) {
-    return cpu::gemm_small<T>(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, false, accumulate);
-  }
-  cpu::gemm<T>(ta, tb, M, N, K, T(1), A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc);
-}
-
 // Queries [i0, i0 + rows) of one head: P = softmax(scale Q K^T) in s.p, and
 // the number of keys any of these queries sees.
 template <class T>
@@ -203,7 +187,7 @@ int64_t block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t i
   Q = head_rows(q, b, h, i0, rows, s.q);
   s.p.resize(size_t(rows * kv));
   // op(B) = K^T: K stored [Tk, D] is B transposed.
-  product<T>(Q.trans, !K.trans, rows, kv, d.D, Q.p, Q.ld, K.p, K.ld, s.p.data(), kv);
+  cpu::gemm<T>(Q.trans, !K.trans, rows, kv, d.D, T(1), Q.p, Q.ld, K.p, K.ld, T(0), s.p.data(), kv);
   softmax_rows(s.p.data(), rows, kv, i0, d.Tq, d.Tk, causal, scale);
   return kv;
 }
@@ -227,7 +211,7 @@ void attention_kernel(const KernelArgs& a) {
         const int64_t kv = block_probabilities(q, b, h, i0, rows, K, d, causal, scale, s, Q);
         // O rows = P V, written into out [B, Tq, H, Dv] in place.
         T* o = out + ((b * d.Tq + i0) * d.H + h) * d.Dv;
-        product<T>(false, V.trans, rows, d.Dv, kv, s.p.data(), kv, V.p, V.ld, o, d.H * d.Dv);
+        cpu::gemm<T>(false, V.trans, rows, d.Dv, kv, T(1), s.p.data(), kv, V.p, V.ld, T(0), o, d.H * d.Dv);
       }
     }
   });
@@ -265,7 +249,7 @@ void attention_back_kernel(const KernelArgs& a) {
         s.dp.resize(size_t(rows * kv));
         T* P = s.p.data();
         T* dS = s.dp.data();
-        product<T>(dO.trans, !V.trans, rows, kv, d.Dv, dO.p, dO.ld, V.p, V.ld, dS, kv);
+        cpu::gemm<T>(dO.trans, !V.trans, rows, kv, d.Dv, T(1), dO.p, dO.ld, V.p, V.ld, T(0), dS, kv);
         for (int64_t r = 0; r < rows; ++r) {
           const T* pr = P + r * kv;
           T* sr = dS + r * kv;
@@ -275,9 +259,9 @@ void attention_back_kernel(const KernelArgs& a) {
           for (int64_t j = 0; j < kv; ++j) sr[j] = pr[j] * (sr[j] - dot) * sc;
         }
         T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
-        product<T>(false, K.trans, rows, d.D, kv, dS, kv, K.p, K.ld, dq_rows, d.H * d.D);
-        product<T>(true, Q.trans, kv, d.D, rows, dS, kv, Q.p, Q.ld, dk_h, d.H * d.D, true);
-        product<T>(true, dO.trans, kv, d.Dv, rows, P, kv, dO.p, dO.ld, dv_h, d.H * d.Dv, true);
+        cpu::gemm<T>(false, K.trans, rows, d.D, kv, T(1), dS, kv, K.p, K.ld, T(0), dq_rows, d.H * d.D);
+        cpu::gemm<T>(true, Q.trans, kv, d.D, rows, T(1), dS, kv, Q.p, Q.ld, T(1), dk_h, d.H * d.D);
+        cpu::gemm<T>(true, dO.trans, kv, d.Dv, rows, T(1), P, kv, dO.p, dO.ld, T(1), dv_h, d.H * d.Dv);
       }
     }
   });

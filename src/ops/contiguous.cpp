@@ -15,12 +15,11 @@ namespace {
 // Copies with E, an unsigned integer of the element's size: a strided run is
 // then a plain loop instead of one memcpy call per element.
 template <class E>
-void copy_kernel(const KernelArgs& a) {
-  const TensorView& x = a.in[0];
+void copy_kernel(const KernelArgs& a, const TensorView& x, void* out) {
   Strides os = contiguous_strides(x.shape);
   cpu::Walker<2> w(x.shape, {&os, &x.strides});
   const E* src = static_cast<const E*>(x.data);
-  E* dst = static_cast<E*>(a.out.data);
+  E* dst = static_cast<E*>(out);
   a.parallel_for(x.numel(), 1 << 14, [&](int64_t b, int64_t e) {
     w.run(b, e, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
       E* d = dst + o[0];
@@ -34,20 +33,7 @@ void copy_kernel(const KernelArgs& a) {
   });
 }
 
-void contiguous_forward(const KernelArgs& a) {
-  switch (dtype_size(a.in[0].dtype)) {
-    case 1:
-      return copy_kernel<uint8_t>(a);
-    case 2:
-      return copy_kernel<uint16_t>(a);
-    case 4:
-      return copy_kernel<uint32_t>(a);
-    case 8:
-      return copy_kernel<uint64_t>(a);
-    default:
-      throw DTypeError(std::string("contiguous: no copy for ") + dtype_name(a.in[0].dtype));
-  }
-}
+void contiguous_forward(const KernelArgs& a) { copy_to_contiguous(a, a.in[0], a.out.data); }
 
 Grads contiguous_backward(const BackwardArgs& g) { return {g.dout}; }
 
@@ -62,6 +48,21 @@ std::vector<GradCase> contiguous_cases() {
 }
 
 }  // namespace
+
+void copy_to_contiguous(const KernelArgs& a, const TensorView& x, void* out) {
+  switch (dtype_size(x.dtype)) {
+    case 1:
+      return copy_kernel<uint8_t>(a, x, out);
+    case 2:
+      return copy_kernel<uint16_t>(a, x, out);
+    case 4:
+      return copy_kernel<uint32_t>(a, x, out);
+    case 8:
+      return copy_kernel<uint64_t>(a, x, out);
+    default:
+      throw DTypeError(std::string("contiguous: no copy for ") + dtype_name(x.dtype));
+  }
+}
 
 extern const OpDef op_contiguous{
     .name = "contiguous",

@@ -11,6 +11,13 @@
 
 namespace nabla::ops {
 
+// Keys that query `row` (0 <= row < tq) of a [..., Tq, Tk] score matrix sees
+// under the causal rule j <= i + (Tk - Tq), so the last query sees every key
+// (the KV-cache convention); 0 when Tq > Tk leaves it none.
+inline int64_t causal_visible(int64_t row, int64_t tq, int64_t tk) {
+  return std::clamp<int64_t>(row + (tk - tq) + 1, 0, tk);
+}
+
 // Rows per parallel chunk: about 32K elements, fixed by the row length alone
 // so results never depend on the thread count.
 inline int64_t row_grain(int64_t len) {

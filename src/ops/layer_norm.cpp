@@ -3,8 +3,7 @@
 //   x, y [..., C]      y = (x - mean) * rstd,  rstd = 1 / sqrt(var + eps)
 //
 // var is the biased variance (divided by C), as in PyTorch. The affine form
-// layer_norm(x, gamma, beta, eps) is the fused layer_norm_affine when both
-// parameters are given, else a composition differentiated by mul/add.
+// layer_norm(x, gamma, beta, eps) is built in layer_norm_affine.cpp.
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -16,17 +15,10 @@ namespace nabla {
 namespace ops {
 namespace {
 
-// One f32 row on cpu::VecF: the mean summed in f64 (a large common offset
-// would cancel in f32), the centred squares and the output in f32 lanes.
+// One f32 row on cpu::VecF (statistics as row_stats computes them).
 void layer_norm_row_f32(const float* x, int64_t cols, double eps, float* y) {
-  using cpu::VecF;
-  const float mean = float(cpu::sum_f64(x, cols) / double(cols));
-  const float sq = cpu::sum_lanes(cols, [&](int64_t i, int64_t n) {
-    const VecF d = VecF::load(x + i, 1, n) - mean;
-    return d * d;
-  });
-  const float rstd = float(1.0 / std::sqrt(double(sq / float(cols)) + eps));
-  cpu::map(y, x, 1, cols, [&](VecF v) { return (v - mean) * rstd; });
+  const RowStats<float> st = row_stats(x, cols, eps);
+  cpu::map(y, x, 1, cols, [&](cpu::VecF v) { return (v - st.mean) * st.rstd; });
 }
 
 // One row per work item; statistics in double, two passes (mean, then the
@@ -110,24 +102,10 @@ extern const OpDef op_layer_norm{
     .cases = layer_norm_cases,
 };
 
-extern const OpDef op_layer_norm_affine;  // layer_norm_affine.cpp
-
 }  // namespace ops
 
 Tensor layer_norm(const Tensor& x, double eps) {
   return apply(ops::op_layer_norm, {x}, ops::norm_attrs(eps));
-}
-
-Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
-  if (x.defined()) {
-    ops::check_norm_param("layer_norm", "gamma", gamma, x);
-    ops::check_norm_param("layer_norm", "beta", beta, x);
-  }
-  if (gamma.defined() && beta.defined()) return apply(ops::op_layer_norm_affine, {x, gamma, beta}, ops::norm_attrs(eps));
-  Tensor y = layer_norm(x, eps);
-  if (gamma.defined()) y = y * gamma;
-  if (beta.defined()) y = y + beta;
-  return y;
 }
 
 }  // namespace nabla

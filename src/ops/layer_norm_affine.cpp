@@ -25,33 +25,6 @@ namespace nabla {
 namespace ops {
 namespace {
 
-// Row statistics: the mean summed in f64 (a large common offset would cancel
-// in f32, as in layer_norm.cpp), the centred squares in T lanes.
-template <class T>
-struct RowStats {
-  T mean, rstd;
-};
-
-template <class T>
-RowStats<T> row_stats(const T* x, int64_t cols, double eps) {
-  if constexpr (std::is_same_v<T, float>) {
-    using cpu::VecF;
-    const float mean = float(cpu::sum_f64(x, cols) / double(cols));
-    const float sq = cpu::sum_lanes(cols, [&](int64_t i, int64_t n) {
-      const VecF d = VecF::load(x + i, 1, n) - mean;
-      return d * d;
-    });
-    return {mean, float(1.0 / std::sqrt(double(sq / float(cols)) + eps))};
-  } else {
-    double mean = 0;
-    for (int64_t j = 0; j < cols; ++j) mean += double(x[j]);
-    mean /= double(cols);
-    double var = 0;
-    for (int64_t j = 0; j < cols; ++j) var += (double(x[j]) - mean) * (double(x[j]) - mean);
-    return {T(mean), T(1.0 / std::sqrt(var / double(cols) + eps))};
-  }
-}
-
 // A [C] parameter as a contiguous array (copied once when strided).
 template <class T>
 const T* param(const TensorView& p, std::vector<T>& buf) {
@@ -154,18 +127,8 @@ void affine_back_kernel(const KernelArgs& a) {
   const Shape outer(x.shape.begin(), x.shape.end() - 1);
   const int64_t rows = numel(outer);
   // Each row's offset in x and dy.
-  std::vector<int64_t> xo(static_cast<size_t>(rows)), dyo(static_cast<size_t>(rows));
-  {
-    Strides xs(x.strides.begin(), x.strides.end() - 1), ds(dy.strides.begin(), dy.strides.end() - 1);
-    cpu::Walker<2> w(outer, {&xs, &ds});
-    int64_t r = 0;
-    w.run(0, rows, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
-      for (int64_t i = 0; i < n; ++i, ++r) {
-        xo[r] = o[0] + i * s[0];
-        dyo[r] = o[1] + i * s[1];
-      }
-    });
-  }
+  const std::vector<int64_t> xo = cpu::position_offsets(outer, Strides(x.strides.begin(), x.strides.end() - 1));
+  const std::vector<int64_t> dyo = cpu::position_offsets(outer, Strides(dy.strides.begin(), dy.strides.end() - 1));
   const int64_t sx = x.strides.back(), sd = dy.strides.back();
   const double eps = norm_eps(*a.attrs);
   T* dx = a.out.ptr<T>();
@@ -315,6 +278,20 @@ extern const OpDef op_layer_norm_affine_back{
 };
 
 }  // namespace ops
+
+// The fused op when both parameters are given, else a composition
+// differentiated by mul/add.
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  if (x.defined()) {
+    ops::check_norm_param("layer_norm", "gamma", gamma, x);
+    ops::check_norm_param("layer_norm", "beta", beta, x);
+  }
+  if (gamma.defined() && beta.defined()) return apply(ops::op_layer_norm_affine, {x, gamma, beta}, ops::norm_attrs(eps));
+  Tensor y = layer_norm(x, eps);
+  if (gamma.defined()) y = y * gamma;
+  if (beta.defined()) y = y + beta;
+  return y;
+}
 
 Tensor layer_norm_affine_back(const Tensor& x, const Tensor& dy, const Tensor& gamma, double eps) {
   return apply(ops::op_layer_norm_affine_back, {x, dy, gamma}, ops::norm_attrs(eps));

@@ -17,17 +17,13 @@ namespace nabla {
 namespace ops {
 namespace {
 
-// One f32 row on cpu::VecF: the mean of x summed in f64 (see layer_norm.cpp),
-// the other sums and the output in f32 lanes.
+// One f32 row on cpu::VecF: row_stats' statistics, the other sums and the
+// output in f32 lanes.
 void layer_norm_back_row_f32(const float* x, const float* dy, int64_t cols, double eps, float* dx) {
   using cpu::VecF;
   const float n = float(cols);
-  const float mean = float(cpu::sum_f64(x, cols) / double(cols));
-  const float sq = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) {
-    const VecF d = VecF::load(x + i, 1, m) - mean;
-    return d * d;
-  });
-  const float rstd = float(1.0 / std::sqrt(double(sq / n) + eps));
+  const RowStats<float> st = row_stats(x, cols, eps);
+  const float mean = st.mean, rstd = st.rstd;
   const float sum_dy =
       cpu::sum_lanes(cols, [&](int64_t i, int64_t m) { return VecF::load(dy + i, 1, m); });
   const float sum_dy_xhat = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) {

@@ -115,9 +115,11 @@ int64_t split_k_chunk(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
 template <class T>
 void gemm_tile(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
                int64_t ldb, T* c, int64_t ldc) {
-  if (M * N * K <= cpu::kSmallGemmWork) return cpu::gemm_small<T>(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, bf16);
   if constexpr (std::is_same_v<T, float>) {
-    if (bf16) return cpu::gemm_bf16(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    if (bf16) {  // small products as cpu::gemm takes them, with the operands rounded
+      if (M * N * K <= cpu::kSmallGemmWork) return cpu::gemm_small(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, true);
+      return cpu::gemm_bf16(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    }
   }
   cpu::gemm<T>(ta, tb, M, N, K, T(1), a, lda, b, ldb, T(0), c, ldc);
 }
@@ -165,17 +167,7 @@ void matmul_kernel(const KernelArgs& args) {
   Operand lb = gemm_layout(K, N, B.strides[br - 2], B.strides[br - 1]);
 
   // Batch offsets of each operand, in output order.
-  std::vector<int64_t> a_off(n_batch), b_off(n_batch);
-  {
-    cpu::Walker<2> w(batch, {&a_bs, &b_bs});
-    int64_t i = 0;
-    w.run(0, n_batch, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
-      for (int64_t j = 0; j < n; ++j, ++i) {
-        a_off[i] = o[0] + j * s[0];
-        b_off[i] = o[1] + j * s[1];
-      }
-    });
-  }
+  const std::vector<int64_t> a_off = cpu::position_offsets(batch, a_bs), b_off = cpu::position_offsets(batch, b_bs);
 
   if (const int64_t chunk = split_k_chunk(n_batch, M, N, K); chunk > 0 && !la.packed && !lb.packed) {
     return matmul_split_k<T>(args, A.ptr<T>() + a_off[0], la, B.ptr<T>() + b_off[0], lb, args.out.ptr<T>(), M, N,

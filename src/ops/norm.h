@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <type_traits>
 
+#include "backend/cpu/simd.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
 
@@ -20,6 +23,34 @@ Meta infer_norm(const char* op, const std::vector<Tensor>& in, const Attrs& attr
 
 // Checks an affine parameter (gamma or beta) is [C] for x [..., C]; undefined is allowed.
 void check_norm_param(const char* op, const char* what, const Tensor& p, const Tensor& x);
+
+// A contiguous row's layer-norm statistics, two passes: the mean summed in
+// f64 (a large common offset would cancel in f32), then the centred squares
+// in T lanes; rstd = 1 / sqrt(var + eps) with the biased variance.
+template <class T>
+struct RowStats {
+  T mean, rstd;
+};
+
+template <class T>
+RowStats<T> row_stats(const T* x, int64_t cols, double eps) {
+  if constexpr (std::is_same_v<T, float>) {
+    using cpu::VecF;
+    const float mean = float(cpu::sum_f64(x, cols) / double(cols));
+    const float sq = cpu::sum_lanes(cols, [&](int64_t i, int64_t n) {
+      const VecF d = VecF::load(x + i, 1, n) - mean;
+      return d * d;
+    });
+    return {mean, float(1.0 / std::sqrt(double(sq / float(cols)) + eps))};
+  } else {
+    double mean = 0;
+    for (int64_t j = 0; j < cols; ++j) mean += double(x[j]);
+    mean /= double(cols);
+    double var = 0;
+    for (int64_t j = 0; j < cols; ++j) var += (double(x[j]) - mean) * (double(x[j]) - mean);
+    return {T(mean), T(1.0 / std::sqrt(var / double(cols) + eps))};
+  }
+}
 
 // Rows per parallel chunk (about 16k elements): fixed, so results never depend
 // on the thread count.

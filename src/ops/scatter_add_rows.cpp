@@ -41,12 +41,7 @@ void accumulate_rows(const KernelArgs& a, const TensorView& values, const Tensor
   int64_t width = numel(rest);
 
   // Offset of each index position's slice in `values`.
-  std::vector<int64_t> base(rows.size());
-  cpu::Walker<1> lw(lead, {&lead_strides});
-  size_t p = 0;
-  lw.run(0, numel(lead), [&](const std::array<int64_t, 1>& o, int64_t n, const std::array<int64_t, 1>& s) {
-    for (int64_t i = 0; i < n; ++i) base[p++] = o[0] + i * s[0];
-  });
+  const std::vector<int64_t> base = cpu::position_offsets(lead, lead_strides);
 
   T* out = a.out.ptr<T>();
   const T* vp = values.ptr<T>();
@@ -102,18 +97,7 @@ Meta add_rows_infer(const std::vector<Tensor>& in, const Attrs&) {
 
 template <class T>
 void add_rows_kernel(const KernelArgs& a) {
-  const TensorView& base = a.in[0];
-  if (base.data != a.out.data) {  // not run in place: base first
-    Strides os = contiguous_strides(base.shape);
-    cpu::Walker<2> w(base.shape, {&os, &base.strides});
-    T* out = a.out.ptr<T>();
-    const T* bp = base.ptr<T>();
-    a.parallel_for(base.numel(), 1 << 14, [&](int64_t b, int64_t e) {
-      w.run(b, e, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
-        for (int64_t i = 0; i < n; ++i) out[o[0] + i] = bp[o[1] + i * s[1]];
-      });
-    });
-  }
+  if (a.in[0].data != a.out.data) copy_to_contiguous(a, a.in[0], a.out.data);  // not run in place: base first
   accumulate_rows<T>(a, a.in[1], a.in[2], "add_rows");
 }
 

@@ -93,17 +93,8 @@ void add_slice_kernel(const KernelArgs& a) {
   const TensorView &base = a.in[0], &x = a.in[1];
   int64_t axis = a.attrs->ints[0], start = a.attrs->ints[1], step = a.attrs->ints[3];
   T* out = a.out.ptr<T>();
-  Strides out_strides = contiguous_strides(a.out.shape);
-  if (base.data != a.out.data) {  // not run in place: base first
-    const T* bp = base.ptr<T>();
-    cpu::Walker<2> w(base.shape, {&out_strides, &base.strides});
-    a.parallel_for(base.numel(), 1 << 14, [&](int64_t b, int64_t e) {
-      w.run(b, e, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
-        for (int64_t i = 0; i < n; ++i) out[o[0] + i] = bp[o[1] + i * s[1]];
-      });
-    });
-  }
-  Strides dst = out_strides;
+  if (base.data != a.out.data) copy_to_contiguous(a, base, out);  // not run in place: base first
+  Strides dst = contiguous_strides(a.out.shape);
   T* slice_start = out + start * dst[axis];
   dst[axis] *= step;
   const T* xp = x.ptr<T>();

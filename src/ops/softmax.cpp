@@ -33,10 +33,6 @@ Meta softmax_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   return {x.dtype(), x.shape()};
 }
 
-// Number of visible positions of row `row` (before the first causally hidden one).
-int64_t causal_visible(int64_t row, int64_t tq, int64_t tk) {
-  return std::clamp<int64_t>(row % tq + (tk - tq) + 1, 0, tk);
-}
 
 // One f32 row on cpu::VecF, y doubling as scratch for z = scale x + mask,
 // then softmaxed in place.
@@ -62,7 +58,7 @@ void softmax_kernel(const KernelArgs& a) {
     rows.run(b, e, [&](int64_t r, const std::array<int64_t, 2>& o) {
       const T *xr = xp + o[0], *mr = mp + o[1];
       T* y = out + r * len;
-      int64_t visible = causal ? causal_visible(r, tq, len) : len;
+      int64_t visible = causal ? causal_visible(r % tq, tq, len) : len;
       if constexpr (std::is_same_v<T, float>) {
         softmax_row_f32(xr, xs, mr, ms, float(scale), visible, len, y);
         return;

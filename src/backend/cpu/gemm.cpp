@@ -1,4 +1,5 @@
-// GEMM: OpenBLAS when the build found it, else the built-in kernel below.
+// GEMM: products of at most kSmallGemmWork multiply-adds on gemm_small, larger
+// ones on OpenBLAS when the build found it, else the built-in kernel below.
 //
 // Determinism. The built-in kernel computes every element of C in an order that
 // depends only on K: for each depth pass (k in [p, min(K, p + kKc)), p a
@@ -235,12 +236,15 @@ void gemm_builtin(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
 template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-#ifdef NABLA_HAVE_OPENBLAS
   if (M <= 0 || N <= 0) return;
   if (K <= 0 || alpha == T(0)) {
     scale_c(M, N, beta, C, ldc);
     return;
   }
+  if (M * N * K <= kSmallGemmWork && alpha == T(1) && (beta == T(0) || beta == T(1))) {
+    return gemm_small(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, false, beta == T(1));
+  }
+#ifdef NABLA_HAVE_OPENBLAS
   if (blas_accepts(trans_a, trans_b, M, N, K, lda, ldb, ldc)) {
     blas_single_thread();
     blas_gemm(trans_a, trans_b, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),

@@ -1,5 +1,6 @@
-// One GEMM interface for every matmul in nabla. OpenBLAS when the build found
-// it (run single-threaded: nabla's own pool splits the work), else a built-in
+// One GEMM interface for every matmul in nabla. Small products (alpha 1, beta
+// 0 or 1) on gemm_small; others on OpenBLAS when the build found it (run
+// single-threaded: nabla's own pool splits the work), else a built-in
 // cache-blocked kernel.
 #pragma once
 

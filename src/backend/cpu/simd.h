@@ -288,9 +288,10 @@ inline float sum_lanes(int64_t n, F&& f) {
   return reduce_add(acc);
 }
 
-// The sum of x[0, n) accumulated in f64 lanes, for statistics whose
-// cancellation f32 would not survive (the mean of a row with a large offset).
-inline double sum_f64(const float* x, int64_t n) {
+// The sum of f(x[i]) over [0, n), each x[i] widened to f64 first and the sum
+// kept in f64 lanes; f is applied alike to a vector of lanes and to a scalar.
+template <class F>
+inline double sum_f64_of(const float* x, int64_t n, F&& f) {
   using Half = float __attribute__((vector_size(kSimdBytes / 2)));
   using Wide = double __attribute__((vector_size(kSimdBytes)));
   constexpr int H = kSimdBytes / 8;
@@ -299,31 +300,23 @@ inline double sum_f64(const float* x, int64_t n) {
   for (; i + H <= n; i += H) {
     Half h;
     std::memcpy(&h, x + i, sizeof h);
-    acc += __builtin_convertvector(h, Wide);
+    acc += f(__builtin_convertvector(h, Wide));
   }
   double s = 0;
   for (int k = 0; k < H; ++k) s += acc[k];
-  for (; i < n; ++i) s += double(x[i]);
+  for (; i < n; ++i) s += f(double(x[i]));
   return s;
+}
+
+// The sum of x[0, n) in f64 lanes, for statistics whose cancellation f32
+// would not survive (the mean of a row with a large offset).
+inline double sum_f64(const float* x, int64_t n) {
+  return sum_f64_of(x, n, [](auto v) { return v; });
 }
 
 // The sum of x[i]^2 over [0, n), squares and sums in f64 lanes.
 inline double sum_squares_f64(const float* x, int64_t n) {
-  using Half = float __attribute__((vector_size(kSimdBytes / 2)));
-  using Wide = double __attribute__((vector_size(kSimdBytes)));
-  constexpr int H = kSimdBytes / 8;
-  Wide acc = {};
-  int64_t i = 0;
-  for (; i + H <= n; i += H) {
-    Half h;
-    std::memcpy(&h, x + i, sizeof h);
-    const Wide w = __builtin_convertvector(h, Wide);
-    acc += w * w;
-  }
-  double s = 0;
-  for (int k = 0; k < H; ++k) s += acc[k];
-  for (; i < n; ++i) s += double(x[i]) * double(x[i]);
-  return s;
+  return sum_f64_of(x, n, [](auto v) { return v * v; });
 }
 
 // p[i * stride] for i in [0, n) as a contiguous array: p itself when stride

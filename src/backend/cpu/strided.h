@@ -107,6 +107,19 @@ class Walker {
   std::array<std::array<int64_t, kMaxRank>, K> stride_{};
 };
 
+// The element offset of every position of `shape`, in row-major order, under
+// one set of strides (the start of each row, slice or batch item of an
+// operand, for kernels that visit them out of order or more than once).
+inline std::vector<int64_t> position_offsets(const Shape& shape, const Strides& strides) {
+  std::vector<int64_t> off(static_cast<size_t>(numel(shape)));
+  Walker<1> w(shape, {&strides});
+  size_t p = 0;
+  w.run(0, numel(shape), [&](const std::array<int64_t, 1>& o, int64_t n, const std::array<int64_t, 1>& s) {
+    for (int64_t i = 0; i < n; ++i) off[p++] = o[0] + i * s[0];
+  });
+  return off;
+}
+
 // Copies a strided view into contiguous row-major memory. elem: element size.
 void copy_strided(const void* src, const Shape& shape, const Strides& strides, size_t elem, void* dst);
 
