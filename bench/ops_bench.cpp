@@ -245,6 +245,20 @@ BENCHMARK(BM_add)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// ---- A bias gradient: the sum over every token row of [rows, C].
+void BM_sum_rows(benchmark::State& state) {
+  Tensor x = random_leaf({state.range(0), state.range(1)}, 10);
+  run_graph(state, {x}, nabla::sum(x, {0}));
+}
+BENCHMARK(BM_sum_rows)
+    ->ArgNames({"rows", "C"})
+    ->Args({2048, 96})
+    ->Args({2048, 192})
+    ->Args({1576, 192})
+    ->Args({1576, 768})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 // ---- contiguous: heads back to tokens, [N, H, T, D] -> [N, T, H, D].
 void BM_contiguous(benchmark::State& state) {
   const int64_t n = state.range(0), h = state.range(1), t = state.range(2), d = state.range(3);

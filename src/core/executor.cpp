@@ -100,7 +100,7 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
   const char* prof = std::getenv("NABLA_PROFILE");
   m.options.profile = m.options.profile || (prof && *prof && std::strcmp(prof, "0") != 0);
   m.outputs = graph.outputs();
-  m.order = topo_order(m.outputs);
+  m.order = locality_order(topo_order(m.outputs));
   for (size_t i = 0; i < m.order.size(); ++i) {
     const Node* n = m.order[i].node();
     m.pos[n] = static_cast<int64_t>(i);

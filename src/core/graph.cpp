@@ -1,6 +1,7 @@
 // Graph construction and reverse-mode autodiff.
 #include "nabla/graph.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "core/graph_internal.h"
@@ -44,6 +45,54 @@ std::vector<Tensor> topo_order(const std::vector<Tensor>& outputs, const NodeSet
     }
   }
   return order;
+}
+
+std::vector<Tensor> locality_order(const std::vector<Tensor>& order) {
+  const size_t n = order.size();
+  std::unordered_map<const Node*, size_t> index;
+  for (size_t i = 0; i < n; ++i) index[order[i].node()] = i;
+  // Distinct inputs of each node, and the nodes reading each one.
+  std::vector<std::vector<size_t>> inputs(n), readers(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (const Tensor& in : order[i].node()->inputs) {
+      const size_t j = index.at(in.node());
+      if (std::find(inputs[i].begin(), inputs[i].end(), j) == inputs[i].end()) {
+        inputs[i].push_back(j);
+        readers[j].push_back(i);
+      }
+    }
+  }
+  const auto eager = [&](size_t i) {
+    const Node* node = order[i].node();
+    if (node->is_leaf()) return false;
+    if (node->is_view()) return true;
+    int64_t largest = 0;
+    for (const Tensor& in : node->inputs) largest = std::max(largest, in.numel());
+    return 4 * order[i].numel() <= largest;
+  };
+  std::vector<char> emitted(n, 0);
+  std::vector<Tensor> out;
+  out.reserve(n);
+  std::vector<size_t> stack;
+  for (size_t first = 0; first < n; ++first) {
+    if (emitted[first]) continue;
+    stack.push_back(first);
+    while (!stack.empty()) {
+      const size_t i = stack.back();
+      stack.pop_back();
+      if (emitted[i]) continue;
+      emitted[i] = 1;
+      out.push_back(order[i]);
+      // Readers in reverse so the first reader in the old order comes out first.
+      for (auto r = readers[i].rbegin(); r != readers[i].rend(); ++r) {
+        if (emitted[*r] || !eager(*r)) continue;
+        if (std::all_of(inputs[*r].begin(), inputs[*r].end(), [&](size_t j) { return emitted[j] != 0; })) {
+          stack.push_back(*r);
+        }
+      }
+    }
+  }
+  return out;
 }
 
 std::vector<Tensor> find_parameters(const std::vector<Tensor>& outputs) {

@@ -21,6 +21,14 @@ using NodeSet = std::unordered_set<const Node*>;
 // Nodes in `stop` are included but their inputs are not followed.
 std::vector<Tensor> topo_order(const std::vector<Tensor>& outputs, const NodeSet* stop = nullptr);
 
+// The order the executor runs `order` (a topo_order) in: the same nodes, with
+// each reduction-like node (output at most a quarter of its largest input:
+// a bias gradient's sum over tokens, a weight gradient's matmul) and each
+// view moved up to just after its last input. A reduction reads its input
+// while the producer has left it in cache, instead of a hundred kernels later
+// from memory, and moving readers earlier only shortens lifetimes.
+std::vector<Tensor> locality_order(const std::vector<Tensor>& order);
+
 using GradMap = std::unordered_map<const Node*, Tensor>;
 // Gradient nodes of `loss` for every node on a path to a tensor in `wrt`;
 // nodes in `stop` are treated as leaves.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/graph_internal.h"
 #include "nabla/nabla.hpp"
 
 using namespace nabla;
@@ -146,4 +147,38 @@ TEST(Planner, AccumulatingOpsRunInPlaceOnlyOnTheirBaseInItsOwnLayout) {
     EXPECT_EQ(ex.read<float>(y), ref.read<float>(y));
     EXPECT_EQ(ex.memory().inplace, c == 1 ? 0 : 1) << "case " << c;
   }
+}
+
+// A reduction (here a bias-gradient-like sum over rows) reached late by the
+// depth-first order runs right after its input instead: its input is read
+// while in cache, and dies early enough for the chain to reuse its memory.
+TEST(Planner, ReductionsRunRightAfterTheirInputAndFreeItEarly) {
+  Tensor x = random_leaf({128, 128}, 5, DType::f32);
+  Tensor y = exp(x);
+  Tensor chain = y * 2.0;
+  for (int i = 0; i < 6; ++i) chain = tanh(chain) * 1.5;
+  Tensor s = sum(y, {0});
+  const std::vector<Tensor> outputs{chain, s};
+  const auto position = [](const std::vector<Tensor>& order, const Tensor& t) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (order[i].node() == t.node()) return static_cast<int64_t>(i);
+    }
+    return int64_t{-1};
+  };
+  const std::vector<Tensor> dfs = topo_order(outputs);
+  ASSERT_EQ(position(dfs, s), static_cast<int64_t>(dfs.size()) - 1);  // what depth-first gives
+  const std::vector<Tensor> order = locality_order(dfs);
+  ASSERT_EQ(order.size(), dfs.size());
+  EXPECT_EQ(position(order, s), position(order, y) + 1);
+
+  Graph g(outputs);
+  Executor planned(g, {.threads = 2});
+  // y's memory passes to the chain once the sum has read it: one 64 KiB
+  // buffer for the chain and y, not two.
+  EXPECT_LT(planned.memory().arena_bytes, 2 * 128 * 128 * 4);
+  planned.run();
+  Executor reference(g, {.threads = 1, .plan_memory = false});
+  reference.run();
+  EXPECT_EQ(planned.read<float>(chain), reference.read<float>(chain));
+  EXPECT_EQ(planned.read<float>(s), reference.read<float>(s));
 }
