@@ -40,36 +40,81 @@ void reduce_kernel(const KernelArgs& a, R r) {
   if (!x.shape.empty() && !reduced.back() && count > 1) {
     // The innermost axis is kept (a bias gradient: sum over rows): walk the
     // reduced positions outermost and add whole rows of outputs at a time.
-    // Every output still folds its elements in the same order as below.
-    // Chunks of >= 64 outputs keep the row walk's overhead small.
+    // Chunks of >= 64 outputs keep the row walk's overhead small. A long
+    // reduction into few outputs (2048 tokens into 96 biases) also splits the
+    // reduced positions into blocks of kBlock, so both threads get work; each
+    // block folds in order into a partial, and the partials fold in block
+    // order. Blocks come from the shape alone: the same bits at any thread count.
+    constexpr int64_t kBlock = 256;
+    const int64_t outs = a.out.numel();
     const int64_t grain = std::max<int64_t>(64, cpu::grain_for(count));
-    a.parallel_for(a.out.numel(), grain, [&](int64_t b, int64_t e) {
-      std::vector<decltype(r.init())> acc(size_t(e - b), r.init());
-      // The chunk's runs of outputs, walked once rather than once per row.
-      struct Run {
+    const int64_t chunks = (outs + grain - 1) / grain;
+    const int64_t blocks = chunks < 4 && count >= 2 * kBlock ? (count + kBlock - 1) / kBlock : 1;
+    using Acc = decltype(r.init());
+    // Folds reduced positions [r0, r1) of outputs [b, e) into acc.
+    const auto fold = [&](int64_t b, int64_t e, int64_t r0, int64_t r1, Acc* acc) {
+      struct Run {  // the chunk's runs of outputs, walked once rather than once per row
         int64_t offset, n, stride;
       };
       std::vector<Run> runs;
       kept.run(b, e, [&](const std::array<int64_t, 1>& o, int64_t n, const std::array<int64_t, 1>& s) {
         runs.push_back({o[0], n, s[0]});
       });
-      red.run(0, count, [&](const std::array<int64_t, 1>& ro, int64_t rn, const std::array<int64_t, 1>& rs) {
-        for (int64_t k = 0; k < rn; ++k) {
-          const T* base = xp + ro[0] + k * rs[0];
-          auto* q = acc.data();
-          for (const Run& u : runs) {
-            const T* p = base + u.offset;
-            if (u.stride == 1) {  // a plain loop the compiler vectorises
-              for (int64_t i = 0; i < u.n; ++i) q[i] = r.step(q[i], p[i]);
-            } else {
-              for (int64_t i = 0; i < u.n; ++i) q[i] = r.step(q[i], p[i * u.stride]);
-            }
-            q += u.n;
+      Acc* q = acc;
+      for (const Run& u : runs) {
+        int64_t i = 0;
+        if (u.stride == 1) {
+          // kLanes outputs at a time down all the rows, their accumulators in
+          // registers: a loop over rows that loads and stores its
+          // accumulators in memory waits on store forwarding every row.
+          constexpr int64_t kLanes = 32;
+          for (; i + kLanes <= u.n; i += kLanes) {
+            Acc lanes[kLanes];
+            for (int64_t l = 0; l < kLanes; ++l) lanes[l] = q[i + l];
+            red.run(r0, r1, [&](const std::array<int64_t, 1>& ro, int64_t rn, const std::array<int64_t, 1>& rs) {
+              const T* p = xp + ro[0] + u.offset + i;
+              for (int64_t k = 0; k < rn; ++k, p += rs[0]) {
+                for (int64_t l = 0; l < kLanes; ++l) lanes[l] = r.step(lanes[l], p[l]);
+              }
+            });
+            for (int64_t l = 0; l < kLanes; ++l) q[i + l] = lanes[l];
           }
         }
+        if (i < u.n) {
+          red.run(r0, r1, [&](const std::array<int64_t, 1>& ro, int64_t rn, const std::array<int64_t, 1>& rs) {
+            for (int64_t k = 0; k < rn; ++k) {
+              const T* p = xp + ro[0] + k * rs[0] + u.offset;
+              for (int64_t j = i; j < u.n; ++j) q[j] = r.step(q[j], p[j * u.stride]);
+            }
+          });
+        }
+        q += u.n;
+      }
+    };
+    if (blocks == 1) {
+      a.parallel_for(outs, grain, [&](int64_t b, int64_t e) {
+        std::vector<Acc> acc(size_t(e - b), r.init());
+        fold(b, e, 0, count, acc.data());
+        for (int64_t j = b; j < e; ++j) out[j] = static_cast<T>(r.finish(acc[j - b], count));
       });
-      for (int64_t j = b; j < e; ++j) out[j] = static_cast<T>(r.finish(acc[j - b], count));
+      return;
+    }
+    std::vector<Acc> partial(size_t(blocks * outs), r.init());
+    a.parallel_for(blocks * chunks, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t blk = t / chunks, b = (t % chunks) * grain, e = std::min(outs, b + grain);
+        // A private accumulator: tasks writing partial directly would share
+        // cache lines at chunk edges and bounce them between cores every row.
+        std::vector<Acc> acc(size_t(e - b), r.init());
+        fold(b, e, blk * kBlock, std::min(count, (blk + 1) * kBlock), acc.data());
+        std::copy(acc.begin(), acc.end(), partial.begin() + blk * outs + b);
+      }
     });
+    for (int64_t j = 0; j < outs; ++j) {
+      Acc acc = partial[j];
+      for (int64_t blk = 1; blk < blocks; ++blk) acc = r.step(acc, partial[blk * outs + j]);
+      out[j] = static_cast<T>(r.finish(acc, count));
+    }
     return;
   }
   int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(1, count));
