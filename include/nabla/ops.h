@@ -48,6 +48,10 @@ Tensor max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false
 // ---- Linear algebra. [..., M, K] x [..., K, N] -> [..., M, N], batch
 // dimensions broadcast; a 1-D operand is treated as NumPy does.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// [..., H, M, K] x [..., H, K, N] -> [..., M, H, N]: contiguous(permute(matmul(a, b)))
+// with the last batch axis moved after the rows, written so directly. Attention's
+// per-head products land token-major, ready for the output projection.
+Tensor matmul_heads(const Tensor& a, const Tensor& b);
 
 // ---- Layout. reshape, permute, transpose, slice and expand are views where
 // the layout allows; contiguous() copies only when needed.

@@ -133,9 +133,12 @@ Tensor Attention::operator()(const Tensor& x) const {
     return reshape(y, {N, T, heads, hd});
   };
   if (causal || T > 256) return proj(reshape(attention(project(0), project(1), project(2), causal), {N, T, D}));
+  // Composed on heads-first views of the token-major projections; the
+  // values' product writes its output token-major (matmul_heads), and the
+  // backward products write dq, dk and dv so too: no head copies either way.
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
-  Tensor o = scaled_dot_product_attention(heads_first(project(0)), heads_first(project(1)), heads_first(project(2)));
-  return proj(reshape(heads_first(o), {N, T, D}));
+  Tensor p = softmax(matmul(heads_first(project(0)), transpose(heads_first(project(1)))), 1.0 / std::sqrt(double(hd)));
+  return proj(reshape(matmul_heads(p, heads_first(project(2))), {N, T, D}));
 }
 
 Mlp::Mlp(Params& p, const std::string& prefix, const std::string& fc1_name, const std::string& fc2_name,

@@ -32,6 +32,18 @@ Meta matmul_infer(const std::vector<Tensor>& in, const Attrs&) {
   return {a.dtype(), batch};
 }
 
+// [..., H, M, K] x [..., H, K, N] -> [..., M, H, N]: matmul's result with its
+// last batch axis (attention's heads) moved after the rows.
+Meta matmul_heads_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
+  if (in[0].rank() < 3 || in[1].rank() < 3) {
+    throw ShapeError("matmul_heads: operands need a heads axis before their matrices, got a " +
+                     to_string(in[0].shape()) + " and b " + to_string(in[1].shape()));
+  }
+  Meta m = matmul_infer(in, attrs);
+  std::swap(m.shape[m.shape.size() - 3], m.shape[m.shape.size() - 2]);
+  return m;
+}
+
 // How one operand's matrix reaches GEMM: row-major with leading dimension ld,
 // or transposed; `packed` when neither layout fits and a copy is made.
 struct Operand {
@@ -151,14 +163,20 @@ void matmul_split_k(const KernelArgs& args, const T* a, Operand la, const T* b, 
   });
 }
 
+// heads_out: the output is [..., M, H, N] (matmul_heads) rather than
+// [..., H, M, N]: each product of the batch writes rows of stride H N.
 template <class T>
-void matmul_kernel(const KernelArgs& args) {
+void matmul_kernel(const KernelArgs& args, bool heads_out) {
   const TensorView &A = args.in[0], &B = args.in[1];
-  const Shape& out_shape = args.out.shape;
+  Shape out_shape = args.out.shape;
   int r = static_cast<int>(out_shape.size());
+  if (heads_out) std::swap(out_shape[r - 3], out_shape[r - 2]);
   int64_t M = out_shape[r - 2], N = out_shape[r - 1], K = A.shape[A.shape.size() - 1];
   Shape batch(out_shape.begin(), out_shape.end() - 2);
   int64_t n_batch = numel(batch);
+  // Where product bi of the batch starts in the output, and its row stride.
+  const int64_t heads = heads_out ? out_shape[r - 3] : 1, ldc = heads * N;
+  const auto c_offset = [&](int64_t bi) { return (bi / heads) * M * ldc + (bi % heads) * N; };
   Shape a_batch(A.shape.begin(), A.shape.end() - 2), b_batch(B.shape.begin(), B.shape.end() - 2);
   Strides a_bs = cpu::broadcast_strides(a_batch, Strides(A.strides.begin(), A.strides.end() - 2), batch);
   Strides b_bs = cpu::broadcast_strides(b_batch, Strides(B.strides.begin(), B.strides.end() - 2), batch);
@@ -169,6 +187,7 @@ void matmul_kernel(const KernelArgs& args) {
   // Batch offsets of each operand, in output order.
   const std::vector<int64_t> a_off = cpu::position_offsets(batch, a_bs), b_off = cpu::position_offsets(batch, b_bs);
 
+  // One product: heads is 1 and the output is plain row-major.
   if (const int64_t chunk = split_k_chunk(n_batch, M, N, K); chunk > 0 && !la.packed && !lb.packed) {
     return matmul_split_k<T>(args, A.ptr<T>() + a_off[0], la, B.ptr<T>() + b_off[0], lb, args.out.ptr<T>(), M, N,
                              K, chunk);
@@ -219,13 +238,17 @@ void matmul_kernel(const KernelArgs& args) {
         b_tile = b + n0 * B.strides[br - 1];
       }
       gemm_tile<T>(args.bf16_matmul, oa.trans, ob.trans, mt, nt, K, a_tile, oa.ld, b_tile, ob.ld,
-                   C + bi * M * N + m0 * N + n0, N);
+                   C + c_offset(bi) + m0 * ldc + n0, ldc);
     }
   });
 }
 
 void matmul_forward(const KernelArgs& a) {
-  dispatch_floating(a.out.dtype, "matmul", [&]<class T>() { matmul_kernel<T>(a); });
+  dispatch_floating(a.out.dtype, "matmul", [&]<class T>() { matmul_kernel<T>(a, false); });
+}
+
+void matmul_heads_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "matmul_heads", [&]<class T>() { matmul_kernel<T>(a, true); });
 }
 
 // A matrix stored transposed: a view like a linear layer's transpose(weight).
@@ -233,24 +256,84 @@ bool column_major(const Tensor& t) {
   return t.rank() == 2 && !t.is_contiguous() && t.strides()[0] == 1 && t.dim(0) > 1 && t.dim(1) > 1;
 }
 
+Tensor swap_rows_and_heads(const Tensor& t) {
+  std::vector<int64_t> perm(static_cast<size_t>(t.rank()));
+  for (int i = 0; i < t.rank(); ++i) perm[i] = i;
+  std::swap(perm[t.rank() - 3], perm[t.rank() - 2]);
+  return permute(t, perm);
+}
+
+// [..., H, R, C] whose memory is a contiguous [..., R, H, C]: token-major
+// heads seen heads-first, as attention reads q, k and v. `transposed`: the
+// same for t's transpose (its last two axes swapped), as attention reads k^T.
+bool heads_first(const Tensor& t, bool transposed) {
+  if (t.rank() < 3) return false;
+  const int r = t.rank();
+  Shape s = t.shape();
+  Strides st = t.strides();
+  if (transposed) {
+    std::swap(s[r - 2], s[r - 1]);
+    std::swap(st[r - 2], st[r - 1]);
+  }
+  if (s[r - 3] < 2 || s[r - 2] < 2 || st[r - 1] != 1 || st[r - 3] != s[r - 1] || st[r - 2] != s[r - 3] * s[r - 1]) {
+    return false;
+  }
+  int64_t expected = s[r - 1] * s[r - 2] * s[r - 3];
+  for (int d = r - 4; d >= 0; --d) {
+    if (s[d] != 1 && st[d] != expected) return false;
+    expected *= s[d];
+  }
+  return true;
+}
+
 // dA = dC B^T, dB = A^T dC, each summed over the batch axes it was broadcast
 // on. A 2-D operand stored transposed gets its gradient computed transposed
 // (dB^T = dC^T A), for the same cost: the gradient reaching the stored matrix
 // (the weight) is then contiguous, with no copy for the optimizer and no
-// strided sum where a tied embedding adds its own part.
-Grads matmul_backward(const BackwardArgs& g) {
+// strided sum where a tied embedding adds its own part. Likewise an operand
+// that is token-major heads seen heads-first (or its transpose) gets its
+// gradient from matmul_heads, written token-major: it reaches the projection
+// that made it without a copy.
+Grads matmul_grads(const BackwardArgs& g, const Tensor& dout) {
   const Tensor &a = g.inputs[0], &b = g.inputs[1];
   const bool plain = a.rank() == 2 && b.rank() == 2;
+  const Shape& batch_shape = dout.shape();
+  const auto unbroadcast = [&](const Tensor& t) {
+    return t.rank() == dout.rank() && std::equal(t.shape().begin(), t.shape().end() - 2, batch_shape.begin());
+  };
   Grads d(2);
   if (g.needs(0)) {
-    d[0] = plain && column_major(a) ? transpose(matmul(b, transpose(g.dout)))
-                                    : sum_to(matmul(g.dout, transpose(b)), a.shape());
+    if (plain && column_major(a)) {
+      d[0] = transpose(matmul(b, transpose(dout)));
+    } else if (unbroadcast(a) && heads_first(a, false)) {
+      d[0] = swap_rows_and_heads(matmul_heads(dout, transpose(b)));
+    } else if (unbroadcast(a) && heads_first(a, true)) {
+      d[0] = transpose(swap_rows_and_heads(matmul_heads(b, transpose(dout))));
+    } else {
+      d[0] = sum_to(matmul(dout, transpose(b)), a.shape());
+    }
   }
   if (g.needs(1)) {
-    d[1] = plain && column_major(b) ? transpose(matmul(transpose(g.dout), a))
-                                    : sum_to(matmul(transpose(a), g.dout), b.shape());
+    if (plain && column_major(b)) {
+      d[1] = transpose(matmul(transpose(dout), a));
+    } else if (unbroadcast(b) && heads_first(b, false)) {
+      d[1] = swap_rows_and_heads(matmul_heads(transpose(a), dout));
+    } else if (unbroadcast(b) && heads_first(b, true)) {
+      d[1] = transpose(swap_rows_and_heads(matmul_heads(transpose(dout), a)));
+    } else {
+      d[1] = sum_to(matmul(transpose(a), dout), b.shape());
+    }
   }
   return d;
+}
+
+Grads matmul_backward(const BackwardArgs& g) { return matmul_grads(g, g.dout); }
+
+// The output gradient seen [..., H, M, N] is a matmul's.
+Grads matmul_heads_backward(const BackwardArgs& g) { return matmul_grads(g, swap_rows_and_heads(g.dout)); }
+
+Tensor matmul_heads_composite(const std::vector<Tensor>& in, const Attrs&) {
+  return contiguous(swap_rows_and_heads(matmul(in[0], in[1])));
 }
 
 std::vector<GradCase> matmul_cases() {
@@ -261,6 +344,26 @@ std::vector<GradCase> matmul_cases() {
       {"broadcast_batch", {normal({2, 1, 3, 4}), normal({3, 4, 2})}, mm},
       {"vector", {normal({4}), normal({4, 3})}, mm},
       {"outer", {normal({3, 1}), normal({1, 4})}, mm},
+      // Token-major [N, T, H, D] operands seen heads-first, as attention
+      // reads them: their gradients come back token-major.
+      {"heads_first", {normal({2, 4, 3, 5}), normal({2, 4, 3, 5})},
+       [](const std::vector<Tensor>& x) {
+         return matmul(permute(x[0], {0, 2, 1, 3}), transpose(permute(x[1], {0, 2, 1, 3})));
+       }},
+  };
+}
+
+std::vector<GradCase> matmul_heads_cases() {
+  auto mh = [](const std::vector<Tensor>& x) { return matmul_heads(x[0], x[1]); };
+  auto heads = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
+  return {
+      {"heads", {normal({2, 3, 4, 5}), normal({2, 3, 5, 2})}, mh},
+      {"one_head", {normal({2, 1, 4, 3}), normal({2, 1, 3, 2})}, mh},
+      {"broadcast_batch", {normal({3, 4, 5}), normal({2, 3, 5, 2})}, mh},
+      // Attention's output and its gradients: p [N, H, T, T] against
+      // token-major v seen heads-first.
+      {"attention_values", {normal({2, 3, 4, 4}), normal({2, 4, 3, 5})},
+       [=](const std::vector<Tensor>& x) { return matmul_heads(x[0], heads(x[1])); }},
   };
 }
 
@@ -276,7 +379,21 @@ extern const OpDef op_matmul{
     .cases = matmul_cases,
 };
 
+extern const OpDef op_matmul_heads{
+    .name = "matmul_heads",
+    .summary = "[..., H, M, K] x [..., H, K, N] -> [..., M, H, N]: matmul with heads moved after rows, no copy",
+    .inputs = {{"a", Diff::yes}, {"b", Diff::yes}},
+    .fused = true,
+    .infer = matmul_heads_infer,
+    .forward = matmul_heads_forward,
+    .backward = matmul_heads_backward,
+    .composite = matmul_heads_composite,
+    .cases = matmul_heads_cases,
+};
+
 }  // namespace ops
+
+Tensor matmul_heads(const Tensor& a, const Tensor& b) { return apply(ops::op_matmul_heads, {a, b}); }
 
 // 1-D operands follow NumPy: a vector a is a row [1, K], a vector b a column
 // [K, 1], and the added axis is dropped from the result.

@@ -7,6 +7,8 @@
 #include <limits>
 #include <random>
 
+#include "core/node.h"
+#include "core/op.h"
 #include "nabla/nabla.hpp"
 
 using namespace nabla;
@@ -171,3 +173,44 @@ TEST(Attention, RejectsMismatchedShapes) {
 }
 
 }  // namespace
+
+// ViT's composed attention (nn::Attention at up to 256 tokens) reads q, k and
+// v as heads-first views of its projections and writes its output and their
+// gradients token-major (matmul_heads): no head copies forward or backward,
+// and the same gradients as scaled_dot_product_attention on copied heads.
+TEST(Attention, VitAttentionCopiesNoHeadsEitherWay) {
+  const int64_t N = 2, T = 5, D = 12, H = 3;
+  nn::Params params;
+  nn::Init init(3);
+  nn::Attention attn(params, "attn", "qkv", "proj", D, H, /*qkv_bias=*/true, /*causal=*/false, init, 0.2);
+  const auto f32 = [](Shape shape, uint64_t seed) {
+    Tensor t = random_leaf(shape, seed), f = Tensor::zeros(DType::f32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) f.data_as<float>()[i] = float(t.data_as<double>()[i]);
+    return f;
+  };
+  Tensor x = f32({N, T, D}, 4);
+  Tensor w = f32({N, T, D}, 5);
+  Tensor loss = sum(attn(x) * w);
+  Graph g({loss});
+  g.backward(loss, {x});
+  ASSERT_TRUE(g.has_grad(x));
+  for (const Node* n : g.nodes()) {
+    EXPECT_FALSE(std::string(n->op->name) == "contiguous" && numel(n->shape) >= N * T * D)
+        << "a head copy of shape " << to_string(n->shape);
+  }
+  // The reference: the same weights through sdpa on copied heads.
+  const auto linear = [&](const Tensor& t, const std::string& name) {
+    return matmul(t, transpose(params.get(name + ".weight"))) + params.get(name + ".bias");
+  };
+  Tensor qkv = reshape(linear(x, "attn.qkv"), {N, T, 3, H, D / H});
+  auto part = [&](int64_t i) { return contiguous(permute(reshape(slice(qkv, 2, i, i + 1), {N, T, H, D / H}), {0, 2, 1, 3})); };
+  Tensor o = reshape(contiguous(permute(scaled_dot_product_attention(part(0), part(1), part(2)), {0, 2, 1, 3})), {N, T, D});
+  Tensor ref_loss = sum(linear(o, "attn.proj") * w);
+  const std::vector<Tensor> got = eval(std::vector<Tensor>{loss, g.grad(x)}, {.threads = 2});
+  const std::vector<Tensor> want = eval(std::vector<Tensor>{ref_loss, grad(ref_loss, {x})[0]}, {.threads = 1});
+  for (size_t i = 0; i < got.size(); ++i) {
+    const std::vector<float> a = got[i].to_vector<float>(), b = want[i].to_vector<float>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-5 * (1 + std::abs(b[j]))) << i << " " << j;
+  }
+}
