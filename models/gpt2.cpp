@@ -144,8 +144,7 @@ Conv1D::Conv1D(nn::Params& p, const std::string& prefix, int64_t in, int64_t out
 }
 
 Tensor Conv1D::operator()(const Tensor& x) const {
-  Tensor y = matmul(x, weight);
-  return bias.defined() ? y + bias : y;
+  return bias.defined() ? matmul_add(x, weight, bias) : matmul(x, weight);
 }
 
 Gpt2::Gpt2(const Gpt2Config& config, uint64_t seed) : config_(config) {
@@ -178,8 +177,8 @@ namespace {
 // Column block i (of width D) of a fused [D, 3D] Conv1D: a strided view the
 // GEMM reads in place; its gradient lands in the fused weight's columns.
 Tensor column_block(const Conv1D& fused, const Tensor& x, int64_t i, int64_t D) {
-  Tensor y = matmul(x, slice(fused.weight, 1, i * D, (i + 1) * D));
-  return fused.bias.defined() ? y + slice(fused.bias, 0, i * D, (i + 1) * D) : y;
+  Tensor w = slice(fused.weight, 1, i * D, (i + 1) * D);
+  return fused.bias.defined() ? matmul_add(x, w, slice(fused.bias, 0, i * D, (i + 1) * D)) : matmul(x, w);
 }
 
 }  // namespace

@@ -52,6 +52,11 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // with the last batch axis moved after the rows, written so directly. Attention's
 // per-head products land token-major, ready for the output projection.
 Tensor matmul_heads(const Tensor& a, const Tensor& b);
+// matmul(a, b) + c with c broadcast to the product (a bias, or a tensor to add
+// into), in one pass: the product accumulates onto c (BLAS beta = 1), in c's
+// memory when c dies here, instead of a zeroed output and a separate add.
+// A batch of rows against one matrix folds into one product, as in matmul.
+Tensor matmul_add(const Tensor& a, const Tensor& b, const Tensor& c);
 
 // ---- Layout. reshape, permute, transpose, slice and expand are views where
 // the layout allows; contiguous() copies only when needed.

@@ -106,6 +106,8 @@ std::vector<Tensor> find_parameters(const std::vector<Tensor>& outputs) {
 namespace ops {
 extern const OpDef op_scatter_slice;
 extern const OpDef op_scatter_add_rows;
+extern const OpDef op_matmul;
+extern const OpDef op_reshape;
 }  // namespace ops
 
 namespace {
@@ -122,6 +124,21 @@ Tensor add_sparse(const Tensor& dense, const Tensor& sparse) {
   return Tensor();
 }
 
+// `product` added to `other` by the product itself, when product is a 2-D
+// matmul (or a reshape of one, as a linear layer's input gradient arrives):
+// matmul_add accumulates it onto other, in other's memory when other dies
+// there, instead of writing a zeroed product and adding it in another pass
+// (q, k and v's gradients reaching their shared input). Undefined otherwise.
+Tensor add_product(const Tensor& other, const Tensor& product) {
+  Tensor p = product;
+  if (p.node()->op == &ops::op_reshape) p = p.node()->inputs[0];
+  if (p.node()->op != &ops::op_matmul || p.rank() != 2) return Tensor();
+  const std::vector<Tensor>& in = p.node()->inputs;
+  if (in[0].rank() != 2 || in[1].rank() != 2) return Tensor();
+  if (other.shape() != p.shape() && !other.is_contiguous()) return Tensor();  // its reshape would copy
+  return reshape(matmul_add(in[0], in[1], reshape(other, p.shape())), other.shape());
+}
+
 // Sums two gradient contributions to one tensor. The adjoints of slice and
 // get_rows are zeros with a few values filled in: they are added into the
 // other contribution (in its memory when it dies there) rather than built
@@ -130,6 +147,8 @@ Tensor add_sparse(const Tensor& dense, const Tensor& sparse) {
 Tensor accumulate(const Tensor& acc, const Tensor& g) {
   if (Tensor r = add_sparse(acc, g); r.defined()) return r;
   if (Tensor r = add_sparse(g, acc); r.defined()) return r;
+  if (Tensor r = add_product(acc, g); r.defined()) return r;
+  if (Tensor r = add_product(g, acc); r.defined()) return r;
   return add(acc, g);
 }
 

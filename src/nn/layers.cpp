@@ -82,8 +82,7 @@ Linear::Linear(Params& p, const std::string& prefix, int64_t in, int64_t out, bo
 
 // x [..., in] @ W^T: matmul reads the transposed view without a copy.
 Tensor Linear::operator()(const Tensor& x) const {
-  Tensor y = matmul(x, transpose(weight));
-  return bias.defined() ? y + bias : y;
+  return bias.defined() ? matmul_add(x, transpose(weight), bias) : matmul(x, transpose(weight));
 }
 
 LayerNorm::LayerNorm(Params& p, const std::string& prefix, int64_t dim, double eps_, Init& init) : eps(eps_) {
@@ -128,8 +127,8 @@ Attention::Attention(Params& p, const std::string& prefix, const std::string& qk
 Tensor Attention::operator()(const Tensor& x) const {
   int64_t N = x.dim(0), T = x.dim(1), D = x.dim(2), hd = D / heads;
   auto project = [&](int64_t i) {
-    Tensor y = matmul(x, transpose(slice(qkv.weight, 0, i * D, (i + 1) * D)));
-    if (qkv.bias.defined()) y = y + slice(qkv.bias, 0, i * D, (i + 1) * D);
+    Tensor w = transpose(slice(qkv.weight, 0, i * D, (i + 1) * D));
+    Tensor y = qkv.bias.defined() ? matmul_add(x, w, slice(qkv.bias, 0, i * D, (i + 1) * D)) : matmul(x, w);
     return reshape(y, {N, T, heads, hd});
   };
   if (causal || T > 256) return proj(reshape(attention(project(0), project(1), project(2), causal), {N, T, D}));

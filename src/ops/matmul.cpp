@@ -44,6 +44,22 @@ Meta matmul_heads_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   return m;
 }
 
+// [M, K] x [K, N] + c -> [M, N], c broadcast to [M, N] (a bias [N], or a
+// tensor the product is added into).
+Meta matmul_add_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
+  if (in[0].rank() != 2 || in[1].rank() != 2) {
+    throw ShapeError("matmul_add: a and b must be matrices, got a " + to_string(in[0].shape()) + " and b " +
+                     to_string(in[1].shape()));
+  }
+  Meta m = matmul_infer(in, attrs);
+  require_same_dtype("matmul_add", in[0], in[2]);
+  if (broadcast_shapes(in[2].shape(), m.shape, "matmul_add") != m.shape) {
+    throw ShapeError("matmul_add: c " + to_string(in[2].shape()) + " does not broadcast to the product's " +
+                     to_string(m.shape));
+  }
+  return m;
+}
+
 // How one operand's matrix reaches GEMM: row-major with leading dimension ld,
 // or transposed; `packed` when neither layout fits and a copy is made.
 struct Operand {
@@ -124,22 +140,38 @@ int64_t split_k_chunk(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
   return ((K + parts - 1) / parts + 15) / 16 * 16;
 }
 
+// c = a b, or c += a b with accumulate.
 template <class T>
 void gemm_tile(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
-               int64_t ldb, T* c, int64_t ldc) {
+               int64_t ldb, T* c, int64_t ldc, bool accumulate = false) {
+  const T beta = accumulate ? T(1) : T(0);
   if constexpr (std::is_same_v<T, float>) {
     if (bf16) {  // small products as cpu::gemm takes them, with the operands rounded
-      if (M * N * K <= cpu::kSmallGemmWork) return cpu::gemm_small(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, true);
-      return cpu::gemm_bf16(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+      if (M * N * K <= cpu::kSmallGemmWork) {
+        return cpu::gemm_small(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, true, accumulate);
+      }
+      return cpu::gemm_bf16(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, c, ldc);
     }
   }
-  cpu::gemm<T>(ta, tb, M, N, K, T(1), a, lda, b, ldb, T(0), c, ldc);
+  cpu::gemm<T>(ta, tb, M, N, K, T(1), a, lda, b, ldb, beta, c, ldc);
+}
+
+// matmul_add's addend c seen as [M, N] (broadcast strides), or none.
+struct Addend {
+  const void* data = nullptr;
+  int64_t row_stride = 0, col_stride = 0;
+  bool in_place = false;  // c is the output's own memory: the product accumulates onto it
+};
+
+template <class T>
+T addend_at(const Addend& c, int64_t i, int64_t j) {
+  return static_cast<const T*>(c.data)[i * c.row_stride + j * c.col_stride];
 }
 
 // C[M, N] = A B in K chunks of `chunk` rows (see split_k_chunk); la, lb unpacked.
 template <class T>
 void matmul_split_k(const KernelArgs& args, const T* a, Operand la, const T* b, Operand lb, T* C, int64_t M,
-                    int64_t N, int64_t K, int64_t chunk) {
+                    int64_t N, int64_t K, int64_t chunk, const Addend& addend) {
   const int64_t chunks = (K + chunk - 1) / chunk;
   // Grow-only scratch of the calling thread, which outlives the parallel_for.
   thread_local std::vector<T> partials;
@@ -158,15 +190,17 @@ void matmul_split_k(const KernelArgs& args, const T* a, Operand la, const T* b, 
     for (int64_t i = b0; i < e0; ++i) {
       T acc = P[i];
       for (int64_t c = 1; c < chunks; ++c) acc += P[c * M * N + i];
-      C[i] = acc;
+      C[i] = addend.data ? acc + addend_at<T>(addend, i / N, i % N) : acc;
     }
   });
 }
 
 // heads_out: the output is [..., M, H, N] (matmul_heads) rather than
 // [..., H, M, N]: each product of the batch writes rows of stride H N.
+// addend: matmul_add's c, added to the product (by BLAS beta = 1 onto C
+// holding c, so no zeroed output and no separate pass).
 template <class T>
-void matmul_kernel(const KernelArgs& args, bool heads_out) {
+void matmul_kernel(const KernelArgs& args, bool heads_out, const Addend& addend = {}) {
   const TensorView &A = args.in[0], &B = args.in[1];
   Shape out_shape = args.out.shape;
   int r = static_cast<int>(out_shape.size());
@@ -190,7 +224,7 @@ void matmul_kernel(const KernelArgs& args, bool heads_out) {
   // One product: heads is 1 and the output is plain row-major.
   if (const int64_t chunk = split_k_chunk(n_batch, M, N, K); chunk > 0 && !la.packed && !lb.packed) {
     return matmul_split_k<T>(args, A.ptr<T>() + a_off[0], la, B.ptr<T>() + b_off[0], lb, args.out.ptr<T>(), M, N,
-                             K, chunk);
+                             K, chunk, addend);
   }
 
   // Tiles chosen from the shapes alone, never the thread count: the same GEMM
@@ -237,14 +271,28 @@ void matmul_kernel(const KernelArgs& args, bool heads_out) {
       } else {
         b_tile = b + n0 * B.strides[br - 1];
       }
-      gemm_tile<T>(args.bf16_matmul, oa.trans, ob.trans, mt, nt, K, a_tile, oa.ld, b_tile, ob.ld,
-                   C + c_offset(bi) + m0 * ldc + n0, ldc);
+      T* c_tile = C + c_offset(bi) + m0 * ldc + n0;
+      if (addend.data && !addend.in_place) {  // the tile starts as c; the product accumulates onto it
+        for (int64_t i = 0; i < mt; ++i)
+          for (int64_t j = 0; j < nt; ++j) c_tile[i * ldc + j] = addend_at<T>(addend, m0 + i, n0 + j);
+      }
+      gemm_tile<T>(args.bf16_matmul, oa.trans, ob.trans, mt, nt, K, a_tile, oa.ld, b_tile, ob.ld, c_tile, ldc,
+                   addend.data != nullptr);
     }
   });
 }
 
 void matmul_forward(const KernelArgs& a) {
   dispatch_floating(a.out.dtype, "matmul", [&]<class T>() { matmul_kernel<T>(a, false); });
+}
+
+void matmul_add_forward(const KernelArgs& a) {
+  const TensorView& c = a.in[2];
+  const Shape& out = a.out.shape;
+  const Strides st = cpu::broadcast_strides(c.shape, c.strides, out);
+  Addend addend{c.data, st[0], st[1], false};
+  addend.in_place = c.data == a.out.data && st[0] == out[1] && st[1] == 1;
+  dispatch_floating(a.out.dtype, "matmul_add", [&]<class T>() { matmul_kernel<T>(a, false, addend); });
 }
 
 void matmul_heads_forward(const KernelArgs& a) {
@@ -332,6 +380,17 @@ Grads matmul_backward(const BackwardArgs& g) { return matmul_grads(g, g.dout); }
 // The output gradient seen [..., H, M, N] is a matmul's.
 Grads matmul_heads_backward(const BackwardArgs& g) { return matmul_grads(g, swap_rows_and_heads(g.dout)); }
 
+// The product's gradients as matmul's; c's is the output gradient summed
+// over the axes it was broadcast on (a bias: over the rows).
+Grads matmul_add_backward(const BackwardArgs& g) {
+  Grads d = matmul_grads(g, g.dout);
+  d.resize(3);
+  if (g.needs(2)) d[2] = sum_to(g.dout, g.inputs[2].shape());
+  return d;
+}
+
+Tensor matmul_add_composite(const std::vector<Tensor>& in, const Attrs&) { return add(matmul(in[0], in[1]), in[2]); }
+
 Tensor matmul_heads_composite(const std::vector<Tensor>& in, const Attrs&) {
   return contiguous(swap_rows_and_heads(matmul(in[0], in[1])));
 }
@@ -350,6 +409,20 @@ std::vector<GradCase> matmul_cases() {
        [](const std::vector<Tensor>& x) {
          return matmul(permute(x[0], {0, 2, 1, 3}), transpose(permute(x[1], {0, 2, 1, 3})));
        }},
+  };
+}
+
+std::vector<GradCase> matmul_add_cases() {
+  auto ma = [](const std::vector<Tensor>& x) { return matmul_add(x[0], x[1], x[2]); };
+  return {
+      {"bias", {normal({3, 4}), normal({4, 5}), normal({5})}, ma},
+      {"full", {normal({3, 4}), normal({4, 5}), normal({3, 5})}, ma},
+      {"column", {normal({3, 4}), normal({4, 5}), normal({3, 1})}, ma},
+      // A linear layer: x W^T + bias, W stored [out, in].
+      {"linear", {normal({6, 4}), normal({5, 4}), normal({5})},
+       [](const std::vector<Tensor>& x) { return matmul_add(x[0], transpose(x[1]), x[2]); }},
+      // Tokens [2, 3, 4] through a linear layer: folded to one product.
+      {"batched_rows", {normal({2, 3, 4}), normal({4, 5}), normal({2, 3, 5})}, ma},
   };
 }
 
@@ -379,6 +452,19 @@ extern const OpDef op_matmul{
     .cases = matmul_cases,
 };
 
+extern const OpDef op_matmul_add{
+    .name = "matmul_add",
+    .summary = "[M, K] x [K, N] + c, c broadcast (a bias): the product accumulated onto c in one pass",
+    .inputs = {{"a", Diff::yes}, {"b", Diff::yes}, {"c", Diff::yes}},
+    .inplace_input = 2,
+    .fused = true,
+    .infer = matmul_add_infer,
+    .forward = matmul_add_forward,
+    .backward = matmul_add_backward,
+    .composite = matmul_add_composite,
+    .cases = matmul_add_cases,
+};
+
 extern const OpDef op_matmul_heads{
     .name = "matmul_heads",
     .summary = "[..., H, M, K] x [..., H, K, N] -> [..., M, H, N]: matmul with heads moved after rows, no copy",
@@ -394,6 +480,18 @@ extern const OpDef op_matmul_heads{
 }  // namespace ops
 
 Tensor matmul_heads(const Tensor& a, const Tensor& b) { return apply(ops::op_matmul_heads, {a, b}); }
+
+// Rows of a batch against one matrix fold into one product, as in matmul.
+Tensor matmul_add(const Tensor& a, const Tensor& b, const Tensor& c) {
+  if (a.rank() > 2 && b.rank() == 2 && a.dim(-1) == b.dim(0)) {
+    Shape out = a.shape();
+    out.back() = b.dim(1);
+    Tensor c2 = c.rank() <= 1 ? c : reshape(expand(c, out), {-1, b.dim(1)});
+    return reshape(apply(ops::op_matmul_add, {reshape(a, {-1, a.dim(-1)}), b, c2}), out);
+  }
+  if (a.rank() == 2 && b.rank() == 2) return apply(ops::op_matmul_add, {a, b, c});
+  return matmul(a, b) + c;
+}
 
 // 1-D operands follow NumPy: a vector a is a row [1, K], a vector b a column
 // [K, 1], and the added axis is dropped from the result.

@@ -165,3 +165,32 @@ TEST(Autodiff, SliceAndRowGradientsAddIntoTheOtherContribution) {
   EXPECT_EQ(ops["scatter_add_rows"], 0);
   EXPECT_TRUE(g[1].is_contiguous());
 }
+
+TEST(Autodiff, ProductGradientsAccumulateInTheProduct) {
+  // Tokens [2, 3, 4] through three linear layers (q, k, v of one input, with
+  // biases): the input's three gradient parts are matmuls; the later ones
+  // accumulate onto the first (matmul_add), with no add of the input's size.
+  auto f = [](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];
+    auto linear = [&](int i) { return matmul_add(x, transpose(in[1 + 2 * i]), in[2 + 2 * i]); };
+    return sum(linear(0) * linear(1) + tanh(linear(2)));
+  };
+  std::vector<Tensor> in = {Tensor::zeros(DType::f64, {2, 3, 4})};
+  for (int i = 0; i < 3; ++i) {
+    in.push_back(Tensor::zeros(DType::f64, {5, 4}));
+    in.push_back(Tensor::zeros(DType::f64, {5}));
+  }
+  for (size_t t = 0; t < in.size(); ++t)
+    for (int64_t i = 0; i < in[t].numel(); ++i) in[t].data_as<double>()[i] = std::sin(double(5 * t + i + 1));
+  GradcheckResult r = gradcheck(f, in);
+  EXPECT_TRUE(r.ok) << r.message;
+
+  std::vector<Tensor> g = grad(f(in), {in[0]});
+  std::map<std::string, int> ops;
+  for (const Node* n : Graph(g).nodes()) {
+    ++ops[n->op->name];
+    EXPECT_FALSE(std::string(n->op->name) == "add" && n->shape.size() >= 2 && numel(n->shape) == 24)
+        << "an add of the input's size";
+  }
+  EXPECT_EQ(ops["matmul_add"], 3 + 2);  // the forward's three layers, two accumulations
+}

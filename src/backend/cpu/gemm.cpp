@@ -258,23 +258,33 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
 
 namespace {
 
-// Rows [0, R) of C, columns [j0, j0 + NV * kWidth) clipped to N, from
-// row-major a (leading dimension lda) and b [K, ldb] (ldb: N rounded up to
-// whole vectors, zero padded): R * NV independent vector accumulators, enough
-// FMA chains in flight to hide the FMA latency.
-template <int R, int NV>
-void small_block_f32(int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, int64_t j0,
-                     float* c, int64_t ldc, bool accumulate) {
+// Rows [0, R) of C, columns [j0, j0 + NV * kWidth) clipped to N, from a
+// (element (r, k) at a[r * a_rs + k * a_ks]: row-major or transposed alike,
+// each is one broadcast) and b [K, ldb]: R * NV independent vector
+// accumulators, enough FMA chains in flight to hide the FMA latency. Rows of
+// b hold whole vectors up to N rounded up (zero padded), or, with MaskLast,
+// end at N and the last vector loads masked. MaskLast is a template
+// argument: a branch inside the k loop made g++ store every accumulator to
+// the stack on every k.
+template <int R, int NV, bool MaskLast>
+void small_block_f32(int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
+                     int64_t j0, float* c, int64_t ldc, bool accumulate) {
   constexpr int W = VecF::kWidth;
   VecF acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = VecF(0.0f);
+  const int64_t last_lanes = std::clamp<int64_t>(N - j0 - (NV - 1) * W, 0, W);
   for (int64_t k = 0; k < K; ++k) {
     const float* bk = b + k * ldb + j0;
     VecF bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = VecF::load(bk + v * W);
+    for (int v = 0; v < NV - 1; ++v) bv[v] = VecF::load(bk + v * W);
+    if constexpr (MaskLast) {
+      bv[NV - 1] = VecF::load(bk + (NV - 1) * W, 1, last_lanes);
+    } else {
+      bv[NV - 1] = VecF::load(bk + (NV - 1) * W);
+    }
     for (int r = 0; r < R; ++r) {
-      const VecF ak(a[r * lda + k]);
+      const VecF ak(a[r * a_rs + k * a_ks]);
       for (int v = 0; v < NV; ++v) acc[r][v] = fma(ak, bv[v], acc[r][v]);
     }
   }
@@ -282,26 +292,40 @@ void small_block_f32(int64_t N, int64_t K, const float* a, int64_t lda, const fl
     const int64_t lanes = std::clamp<int64_t>(N - j0 - v * W, 0, W);
     for (int r = 0; r < R; ++r) {
       float* cr = c + r * ldc + j0 + v * W;
-      if (accumulate) acc[r][v] = acc[r][v] + VecF::load(cr, 1, lanes);
-      acc[r][v].store(cr, lanes);
+      // Stored through a copy: store() takes its operand's address, which
+      // would keep the accumulator in memory.
+      VecF out = acc[r][v];
+      if (accumulate) out = out + VecF::load(cr, 1, lanes);
+      out.store(cr, lanes);
     }
   }
 }
 
+template <int R, int NV>
+void small_block_f32(int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
+                     int64_t j0, float* c, int64_t ldc, bool accumulate, bool masked_tail) {
+  if (masked_tail && N - j0 - (NV - 1) * VecF::kWidth < VecF::kWidth) {
+    return small_block_f32<R, NV, true>(N, K, a, a_rs, a_ks, b, ldb, j0, c, ldc, accumulate);
+  }
+  small_block_f32<R, NV, false>(N, K, a, a_rs, a_ks, b, ldb, j0, c, ldc, accumulate);
+}
+
 template <int NV>
-void small_rows_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb,
-                    int64_t j0, float* c, int64_t ldc, bool accumulate) {
+void small_rows_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_ks, const float* b,
+                    int64_t ldb, int64_t j0, float* c, int64_t ldc, bool accumulate, bool masked_tail) {
   constexpr int R = 6;
   int64_t i = 0;
-  for (; i + R <= M; i += R) small_block_f32<R, NV>(N, K, a + i * lda, lda, b, ldb, j0, c + i * ldc, ldc, accumulate);
-  const float* ai = a + i * lda;
+  for (; i + R <= M; i += R) {
+    small_block_f32<R, NV>(N, K, a + i * a_rs, a_rs, a_ks, b, ldb, j0, c + i * ldc, ldc, accumulate, masked_tail);
+  }
+  const float* ai = a + i * a_rs;
   float* ci = c + i * ldc;
   switch (M - i) {  // the last rows, still in one pass
-    case 5: return small_block_f32<5, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc, accumulate);
-    case 4: return small_block_f32<4, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc, accumulate);
-    case 3: return small_block_f32<3, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc, accumulate);
-    case 2: return small_block_f32<2, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc, accumulate);
-    case 1: return small_block_f32<1, NV>(N, K, ai, lda, b, ldb, j0, ci, ldc, accumulate);
+    case 5: return small_block_f32<5, NV>(N, K, ai, a_rs, a_ks, b, ldb, j0, ci, ldc, accumulate, masked_tail);
+    case 4: return small_block_f32<4, NV>(N, K, ai, a_rs, a_ks, b, ldb, j0, ci, ldc, accumulate, masked_tail);
+    case 3: return small_block_f32<3, NV>(N, K, ai, a_rs, a_ks, b, ldb, j0, ci, ldc, accumulate, masked_tail);
+    case 2: return small_block_f32<2, NV>(N, K, ai, a_rs, a_ks, b, ldb, j0, ci, ldc, accumulate, masked_tail);
+    case 1: return small_block_f32<1, NV>(N, K, ai, a_rs, a_ks, b, ldb, j0, ci, ldc, accumulate, masked_tail);
     default: return;
   }
 }
@@ -353,35 +377,50 @@ void gemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
   if (M <= 0 || N <= 0) return;
   if constexpr (!std::is_same_v<T, float>) round_bf16 = false;
   thread_local SmallScratch<T> s;
-  // Row-major copies only where the layout or the rounding needs one; B's
-  // rows padded with zeros to whole vectors, so every load is a full one.
+  // Copies only where the layout or the rounding needs one: the f32 kernel
+  // reads a transposed A in place (its elements are broadcast one by one),
+  // and with AVX-512 loads B's last partial vector masked; otherwise B's
+  // rows are padded with zeros to whole vectors.
+  constexpr bool kF32 = std::is_same_v<T, float>;
   const T* a = A;
-  if (trans_a || round_bf16) {
+  int64_t a_rs = lda, a_ks = 1;
+  if (round_bf16 || (trans_a && !kF32)) {
     s.a.resize(size_t(M * K));
     copy_rows(trans_a, round_bf16, M, K, A, lda, s.a.data(), K);
     a = s.a.data();
-    lda = K;
+    a_rs = K;
+  } else if (trans_a) {
+    a_rs = 1;
+    a_ks = lda;
   }
-  constexpr int64_t W = std::is_same_v<T, float> ? VecF::kWidth : 1;
+  constexpr int64_t W = kF32 ? VecF::kWidth : 1;
+#if defined(__AVX512F__)
+  constexpr bool kMaskedLoads = true;
+#else
+  constexpr bool kMaskedLoads = false;
+#endif
   const T* b = B;
-  if (trans_b || round_bf16 || N % W != 0) {
+  const bool masked_tail = kMaskedLoads && !trans_b && !round_bf16;
+  if (trans_b || round_bf16 || (N % W != 0 && !masked_tail)) {
     const int64_t padded = (N + W - 1) / W * W;
     s.b.resize(size_t(K * padded));
     copy_rows(trans_b, round_bf16, K, N, B, ldb, s.b.data(), padded);
     b = s.b.data();
     ldb = padded;
   }
-  if constexpr (std::is_same_v<T, float>) {
-    const int64_t width = (N + W - 1) / W * W;  // whole vectors, all readable
+  if constexpr (kF32) {
+    const int64_t width = (N + W - 1) / W * W;  // whole vectors
     int64_t j0 = 0;
-    for (; j0 + 2 * W <= width; j0 += 2 * W) small_rows_f32<2>(M, N, K, a, lda, b, ldb, j0, C, ldc, accumulate);
-    if (j0 < width) small_rows_f32<1>(M, N, K, a, lda, b, ldb, j0, C, ldc, accumulate);
+    for (; j0 + 2 * W <= width; j0 += 2 * W) {
+      small_rows_f32<2>(M, N, K, a, a_rs, a_ks, b, ldb, j0, C, ldc, accumulate, masked_tail);
+    }
+    if (j0 < width) small_rows_f32<1>(M, N, K, a, a_rs, a_ks, b, ldb, j0, C, ldc, accumulate, masked_tail);
   } else {
     for (int64_t i = 0; i < M; ++i) {
       T* c = C + i * ldc;
       for (int64_t j = 0; j < N; ++j) {  // summed apart from C, as the f32 path does
         T acc = T(0);
-        for (int64_t k = 0; k < K; ++k) acc += a[i * lda + k] * b[k * ldb + j];
+        for (int64_t k = 0; k < K; ++k) acc += a[i * a_rs + k] * b[k * ldb + j];
         c[j] = accumulate ? c[j] + acc : acc;
       }
     }

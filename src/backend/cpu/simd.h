@@ -51,7 +51,10 @@ struct Vec<float> {
 
   Vec() = default;
   Vec(Raw r) : v(r) {}            // NOLINT: implicit by design
-  Vec(float s) : v(Raw{} + s) {}  // NOLINT: broadcast
+  // s - 0 rather than 0 + s: the same value for every s (signed zeros
+  // included), so the compiler drops the subtraction and only broadcasts;
+  // 0 + s turns -0 into +0 and costs an add each time.
+  Vec(float s) : v(s - Raw{}) {}  // NOLINT: broadcast
   static Vec load(const float* p) {
     Raw r;
     std::memcpy(&r, p, sizeof r);  // unaligned load
