@@ -273,8 +273,15 @@ void matmul_kernel(const KernelArgs& args, bool heads_out, const Addend& addend 
       }
       T* c_tile = C + c_offset(bi) + m0 * ldc + n0;
       if (addend.data && !addend.in_place) {  // the tile starts as c; the product accumulates onto it
-        for (int64_t i = 0; i < mt; ++i)
-          for (int64_t j = 0; j < nt; ++j) c_tile[i * ldc + j] = addend_at<T>(addend, m0 + i, n0 + j);
+        for (int64_t i = 0; i < mt; ++i) {
+          const T* src = static_cast<const T*>(addend.data) + (m0 + i) * addend.row_stride + n0 * addend.col_stride;
+          T* dst = c_tile + i * ldc;
+          if (addend.col_stride == 1) {  // a bias row, or a row of a full c
+            std::copy(src, src + nt, dst);
+          } else {
+            for (int64_t j = 0; j < nt; ++j) dst[j] = src[j * addend.col_stride];
+          }
+        }
       }
       gemm_tile<T>(args.bf16_matmul, oa.trans, ob.trans, mt, nt, K, a_tile, oa.ld, b_tile, ob.ld, c_tile, ldc,
                    addend.data != nullptr);
