@@ -261,28 +261,23 @@ namespace {
 // Rows [0, R) of C, columns [j0, j0 + NV * kWidth) clipped to N, from a
 // (element (r, k) at a[r * a_rs + k * a_ks]: row-major or transposed alike,
 // each is one broadcast) and b [K, ldb]: R * NV independent vector
-// accumulators, enough FMA chains in flight to hide the FMA latency. Rows of
-// b hold whole vectors up to N rounded up (zero padded), or, with MaskLast,
-// end at N and the last vector loads masked. MaskLast is a template
-// argument: a branch inside the k loop made g++ store every accumulator to
-// the stack on every k.
-template <int R, int NV, bool MaskLast>
+// accumulators, enough FMA chains in flight to hide the FMA latency. With
+// Tail, the last vector's columns come from tail [K, kWidth] (B's last
+// partial vector, zero padded) instead of b, whose rows then end at N. Plain
+// loads only in the k loop: a branch there, or a masked-load intrinsic, made
+// g++ store every accumulator to the stack on every k.
+template <int R, int NV, bool Tail>
 void small_block_f32(int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
-                     int64_t j0, float* c, int64_t ldc, bool accumulate) {
+                     const float* tail, int64_t j0, float* c, int64_t ldc, bool accumulate) {
   constexpr int W = VecF::kWidth;
   VecF acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = VecF(0.0f);
-  const int64_t last_lanes = std::clamp<int64_t>(N - j0 - (NV - 1) * W, 0, W);
   for (int64_t k = 0; k < K; ++k) {
     const float* bk = b + k * ldb + j0;
     VecF bv[NV];
     for (int v = 0; v < NV - 1; ++v) bv[v] = VecF::load(bk + v * W);
-    if constexpr (MaskLast) {
-      bv[NV - 1] = VecF::load(bk + (NV - 1) * W, 1, last_lanes);
-    } else {
-      bv[NV - 1] = VecF::load(bk + (NV - 1) * W);
-    }
+    bv[NV - 1] = Tail ? VecF::load(tail + k * W) : VecF::load(bk + (NV - 1) * W);
     for (int r = 0; r < R; ++r) {
       const VecF ak(a[r * a_rs + k * a_ks]);
       for (int v = 0; v < NV; ++v) acc[r][v] = fma(ak, bv[v], acc[r][v]);
@@ -301,38 +296,40 @@ void small_block_f32(int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t
   }
 }
 
+// tail: B's last partial vector as [K, kWidth], used by the pass holding it;
+// null when N is whole vectors.
 template <int R, int NV>
 void small_block_f32(int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t ldb,
-                     int64_t j0, float* c, int64_t ldc, bool accumulate, bool masked_tail) {
-  if (masked_tail && N - j0 - (NV - 1) * VecF::kWidth < VecF::kWidth) {
-    return small_block_f32<R, NV, true>(N, K, a, a_rs, a_ks, b, ldb, j0, c, ldc, accumulate);
+                     const float* tail, int64_t j0, float* c, int64_t ldc, bool accumulate) {
+  if (tail && N - j0 - (NV - 1) * VecF::kWidth < VecF::kWidth) {
+    return small_block_f32<R, NV, true>(N, K, a, a_rs, a_ks, b, ldb, tail, j0, c, ldc, accumulate);
   }
-  small_block_f32<R, NV, false>(N, K, a, a_rs, a_ks, b, ldb, j0, c, ldc, accumulate);
+  small_block_f32<R, NV, false>(N, K, a, a_rs, a_ks, b, ldb, tail, j0, c, ldc, accumulate);
 }
 
 template <int NV>
 void small_rows_f32(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_ks, const float* b,
-                    int64_t ldb, int64_t j0, float* c, int64_t ldc, bool accumulate, bool masked_tail) {
+                    int64_t ldb, const float* tail, int64_t j0, float* c, int64_t ldc, bool accumulate) {
   constexpr int R = 6;
   int64_t i = 0;
   for (; i + R <= M; i += R) {
-    small_block_f32<R, NV>(N, K, a + i * a_rs, a_rs, a_ks, b, ldb, j0, c + i * ldc, ldc, accumulate, masked_tail);
+    small_block_f32<R, NV>(N, K, a + i * a_rs, a_rs, a_ks, b, ldb, tail, j0, c + i * ldc, ldc, accumulate);
   }
   const float* ai = a + i * a_rs;
   float* ci = c + i * ldc;
   switch (M - i) {  // the last rows, still in one pass
-    case 5: return small_block_f32<5, NV>(N, K, ai, a_rs, a_ks, b, ldb, j0, ci, ldc, accumulate, masked_tail);
-    case 4: return small_block_f32<4, NV>(N, K, ai, a_rs, a_ks, b, ldb, j0, ci, ldc, accumulate, masked_tail);
-    case 3: return small_block_f32<3, NV>(N, K, ai, a_rs, a_ks, b, ldb, j0, ci, ldc, accumulate, masked_tail);
-    case 2: return small_block_f32<2, NV>(N, K, ai, a_rs, a_ks, b, ldb, j0, ci, ldc, accumulate, masked_tail);
-    case 1: return small_block_f32<1, NV>(N, K, ai, a_rs, a_ks, b, ldb, j0, ci, ldc, accumulate, masked_tail);
+    case 5: return small_block_f32<5, NV>(N, K, ai, a_rs, a_ks, b, ldb, tail, j0, ci, ldc, accumulate);
+    case 4: return small_block_f32<4, NV>(N, K, ai, a_rs, a_ks, b, ldb, tail, j0, ci, ldc, accumulate);
+    case 3: return small_block_f32<3, NV>(N, K, ai, a_rs, a_ks, b, ldb, tail, j0, ci, ldc, accumulate);
+    case 2: return small_block_f32<2, NV>(N, K, ai, a_rs, a_ks, b, ldb, tail, j0, ci, ldc, accumulate);
+    case 1: return small_block_f32<1, NV>(N, K, ai, a_rs, a_ks, b, ldb, tail, j0, ci, ldc, accumulate);
     default: return;
   }
 }
 
 template <class T>
 struct SmallScratch {
-  std::vector<T> a, b;
+  std::vector<T> a, b, tail;
 };
 
 // dst[r * ldd + c] = op(src)[r, c] for r < rows, c < cols, where op(src) is
@@ -379,8 +376,8 @@ void gemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
   thread_local SmallScratch<T> s;
   // Copies only where the layout or the rounding needs one: the f32 kernel
   // reads a transposed A in place (its elements are broadcast one by one),
-  // and with AVX-512 loads B's last partial vector masked; otherwise B's
-  // rows are padded with zeros to whole vectors.
+  // and a row-major B whose rows are not whole vectors in place but for its
+  // last partial vector, copied zero-padded (the tail).
   constexpr bool kF32 = std::is_same_v<T, float>;
   const T* a = A;
   int64_t a_rs = lda, a_ks = 1;
@@ -394,27 +391,27 @@ void gemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
     a_ks = lda;
   }
   constexpr int64_t W = kF32 ? VecF::kWidth : 1;
-#if defined(__AVX512F__)
-  constexpr bool kMaskedLoads = true;
-#else
-  constexpr bool kMaskedLoads = false;
-#endif
   const T* b = B;
-  const bool masked_tail = kMaskedLoads && !trans_b && !round_bf16;
-  if (trans_b || round_bf16 || (N % W != 0 && !masked_tail)) {
+  const T* tail = nullptr;
+  if (trans_b || round_bf16) {
     const int64_t padded = (N + W - 1) / W * W;
     s.b.resize(size_t(K * padded));
     copy_rows(trans_b, round_bf16, K, N, B, ldb, s.b.data(), padded);
     b = s.b.data();
     ldb = padded;
+  } else if (N % W != 0) {
+    const int64_t whole = N / W * W;
+    s.tail.resize(size_t(K * W));
+    if constexpr (kF32) {  // one (masked) vector per row: memcpy and memset cost more per call at this size
+      for (int64_t k = 0; k < K; ++k) VecF::load(B + k * ldb + whole, 1, N - whole).store(s.tail.data() + k * W);
+    }
+    tail = s.tail.data();
   }
   if constexpr (kF32) {
     const int64_t width = (N + W - 1) / W * W;  // whole vectors
     int64_t j0 = 0;
-    for (; j0 + 2 * W <= width; j0 += 2 * W) {
-      small_rows_f32<2>(M, N, K, a, a_rs, a_ks, b, ldb, j0, C, ldc, accumulate, masked_tail);
-    }
-    if (j0 < width) small_rows_f32<1>(M, N, K, a, a_rs, a_ks, b, ldb, j0, C, ldc, accumulate, masked_tail);
+    for (; j0 + 2 * W <= width; j0 += 2 * W) small_rows_f32<2>(M, N, K, a, a_rs, a_ks, b, ldb, tail, j0, C, ldc, accumulate);
+    if (j0 < width) small_rows_f32<1>(M, N, K, a, a_rs, a_ks, b, ldb, tail, j0, C, ldc, accumulate);
   } else {
     for (int64_t i = 0; i < M; ++i) {
       T* c = C + i * ldc;
