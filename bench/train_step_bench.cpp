@@ -57,7 +57,9 @@ double matmul_flops(const Tensor& loss, const nn::Params& params) {
   double flops = 0;
   for (Node* n : g.nodes()) {
     const std::string_view op = n->op->name;
-    if (op == "matmul") {
+    // matmul_add and matmul_heads are products of the same size (the sum
+    // and the output layout are free).
+    if (op == "matmul" || op == "matmul_add" || op == "matmul_heads") {
       flops += 2.0 * double(n->numel()) * double(n->inputs.at(0).dim(-1));
     } else if (op == "attention" || op == "attention_back") {
       const Tensor &q = n->inputs.at(0), &k = n->inputs.at(1), &v = n->inputs.at(2);
