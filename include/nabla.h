@@ -136,6 +136,10 @@ nabla_status nabla_max(nabla_context* ctx, nabla_tensor* x, const int64_t* axes,
 
 /* [..., M, K] x [..., K, N] -> [..., M, N]; batch axes broadcast. */
 nabla_status nabla_matmul(nabla_context* ctx, nabla_tensor* a, nabla_tensor* b, nabla_tensor** out);
+/* a b + c, c broadcast to the product (a linear layer's bias, or a tensor to
+ * add into), in one pass: the product accumulates onto c. */
+nabla_status nabla_matmul_add(nabla_context* ctx, nabla_tensor* a, nabla_tensor* b, nabla_tensor* c,
+                              nabla_tensor** out);
 
 /* Layout. `shape` / `order` have `rank` entries. */
 nabla_status nabla_reshape(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* shape,

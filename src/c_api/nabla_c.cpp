@@ -320,6 +320,13 @@ nabla_status nabla_where(nabla_context* ctx, nabla_tensor* cond, nabla_tensor* a
   });
 }
 
+nabla_status nabla_matmul_add(nabla_context* ctx, nabla_tensor* a, nabla_tensor* b, nabla_tensor* c,
+                              nabla_tensor** out) {
+  return op_call("nabla_matmul_add", ctx, out, [&](Call& call) {
+    return nabla::matmul_add(call.tensor(ctx, a, "a"), call.tensor(ctx, b, "b"), call.tensor(ctx, c, "c"));
+  });
+}
+
 nabla_status nabla_scale(nabla_context* ctx, nabla_tensor* x, double factor, nabla_tensor** out) {
   return op_call("nabla_scale", ctx, out,
                  [&](Call& c) { return nabla::scale(c.tensor(ctx, x, "x"), factor); });

@@ -177,6 +177,26 @@ TEST_F(CApi, OpsPassTheirAttributes) {
   EXPECT_EQ(read(sc), (std::vector<float>{-2, -4, -6, -8, -10, -12}));
 }
 
+// A linear layer through the C API: x w + bias in one op, its value and the
+// bias's gradient (the rows summed), and a bias that does not fit.
+TEST_F(CApi, MatmulAddIsALinearLayer) {
+  nabla_tensor* x = leaf({2, 3}, {1, 2, 3, 4, 5, 6});
+  nabla_tensor* w = leaf({3, 2}, {1, 0, 0, 1, 1, 1});
+  nabla_tensor* bias = leaf({2}, {10, 20}, /*parameter=*/true);
+  nabla_tensor *y = nullptr, *loss = nullptr, *gb = nullptr;
+  ASSERT_EQ(nabla_matmul_add(ctx, x, w, bias, &y), NABLA_OK) << error();
+  ASSERT_EQ(nabla_sum(ctx, y, nullptr, 0, 0, &loss), NABLA_OK);
+  ASSERT_EQ(nabla_backward(ctx, loss), NABLA_OK) << error();
+  ASSERT_EQ(nabla_grad(ctx, bias, &gb), NABLA_OK) << error();
+  compute({y, gb});
+  EXPECT_EQ(read(y), (std::vector<float>{14, 25, 20, 31}));
+  EXPECT_EQ(read(gb), (std::vector<float>{2, 2}));
+  nabla_tensor* out = nullptr;
+  EXPECT_EQ(nabla_matmul_add(ctx, x, w, leaf({3}), &out), NABLA_ERROR_SHAPE);
+  EXPECT_EQ(error(), "matmul_add: shapes do not broadcast: [3] and [2, 2]");
+  EXPECT_EQ(out, nullptr);
+}
+
 TEST_F(CApi, ReadBeforeComputeAndGradBeforeBackward) {
   nabla_tensor* w = leaf({3}, {1, 2, 3}, true);
   nabla_tensor *sq = nullptr, *loss = nullptr, *dw = nullptr;
