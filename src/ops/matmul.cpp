@@ -323,22 +323,8 @@ Tensor swap_rows_and_heads(const Tensor& t) {
 // same for t's transpose (its last two axes swapped), as attention reads k^T.
 bool heads_first(const Tensor& t, bool transposed) {
   if (t.rank() < 3) return false;
-  const int r = t.rank();
-  Shape s = t.shape();
-  Strides st = t.strides();
-  if (transposed) {
-    std::swap(s[r - 2], s[r - 1]);
-    std::swap(st[r - 2], st[r - 1]);
-  }
-  if (s[r - 3] < 2 || s[r - 2] < 2 || st[r - 1] != 1 || st[r - 3] != s[r - 1] || st[r - 2] != s[r - 3] * s[r - 1]) {
-    return false;
-  }
-  int64_t expected = s[r - 1] * s[r - 2] * s[r - 3];
-  for (int d = r - 4; d >= 0; --d) {
-    if (s[d] != 1 && st[d] != expected) return false;
-    expected *= s[d];
-  }
-  return true;
+  const Tensor u = transposed ? transpose(t) : t;
+  return u.dim(-3) > 1 && u.dim(-2) > 1 && swap_rows_and_heads(u).is_contiguous();
 }
 
 // dA = dC B^T, dB = A^T dC, each summed over the batch axes it was broadcast

@@ -39,20 +39,9 @@ Meta softmax_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
 void softmax_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, float scale,
                      int64_t visible, int64_t len, float* y) {
   using cpu::VecF;
-  if (visible == len && len <= VecF::kWidth) {
-    // A row of one vector (attention over 16 tokens): the same arithmetic
-    // as below, without its loops and passes through y.
-    constexpr float kNegInf = -__builtin_inff();
-    const VecF z = cpu::select(cpu::first_lanes(len),
-                               cpu::fma(VecF::load(x, xs, len), scale, VecF::load(m, ms, len)), kNegInf);
-    const float mx = cpu::reduce_max(z);
-    if (mx == kNegInf) {
-      for (int64_t j = 0; j < len; ++j) y[j] = __builtin_nanf("");
-      return;
-    }
-    const VecF e = cpu::exp(z - mx);
-    (e * (1.0f / cpu::reduce_add(e))).store(y, len);
-    return;
+  if (visible <= VecF::kWidth) {  // one register: z is never written out
+    const VecF z = cpu::fma(VecF::load(x, xs, visible), scale, VecF::load(m, ms, visible));
+    return cpu::softmax_one_vector(z, visible, len, y);
   }
   cpu::map(y, x, xs, m, ms, visible, [&](VecF xv, VecF mv) { return cpu::fma(xv, scale, mv); });
   cpu::softmax_in_place(y, visible, len);

@@ -373,6 +373,22 @@ inline void map(float* out, const float* x, int64_t xs, const float* y, int64_t 
   }
 }
 
+// The softmax of a row held in one vector: lanes [0, visible) of z, the
+// others hidden; writes y[0, len), zeros past visible (NaN when nothing is
+// visible). The same arithmetic as softmax_in_place's loops, on one register.
+inline void softmax_one_vector(VecF z, int64_t visible, int64_t len, float* y) {
+  constexpr float kNegInf = -__builtin_inff();
+  z = max(VecF(kNegInf), select(first_lanes(visible), z, kNegInf));
+  const float mx = reduce_max(z);
+  if (mx == kNegInf) {
+    for (int64_t j = 0; j < len; ++j) y[j] = __builtin_nanf("");
+    return;
+  }
+  const VecF e = exp(z - mx);
+  (e * (1.0f / reduce_add(e))).store(y, visible);
+  for (int64_t j = visible; j < len; ++j) y[j] = 0.0f;
+}
+
 // y[0, visible) replaced by its softmax (the max subtracted, e^, divided by
 // the sum in f32 lanes) and y[visible, len) by zeros; a row whose visible
 // values are all -inf (every position hidden) becomes NaN, as the composite
@@ -381,6 +397,8 @@ inline void map(float* out, const float* x, int64_t xs, const float* y, int64_t 
 inline void softmax_in_place(float* y, int64_t visible, int64_t len) {
   constexpr int W = VecF::kWidth;
   constexpr float kNegInf = -__builtin_inff();
+  // A row of one vector (attention over 16 tokens): no loops, no passes.
+  if (visible <= W) return softmax_one_vector(VecF::load(y, 1, visible), visible, len, y);
   VecF vmax = kNegInf;
   for (int64_t j = 0; j < visible; j += W) {
     const int64_t n = visible - j < W ? visible - j : W;
