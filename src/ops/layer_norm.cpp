@@ -15,14 +15,24 @@ namespace nabla {
 namespace ops {
 namespace {
 
-// One f32 row on cpu::VecF (statistics as row_stats computes them).
-void layer_norm_row_f32(const float* x, int64_t cols, double eps, float* y) {
-  const RowStats<float> st = row_stats(x, cols, eps);
-  cpu::map(y, x, 1, cols, [&](cpu::VecF v) { return (v - st.mean) * st.rstd; });
+// f32 rows a block at a time on cpu::VecF, statistics as row_stats_f32
+// computes them.
+void layer_norm_f32(const KernelArgs& a) {
+  const float* xp = a.in[0].ptr<float>();
+  float* out = a.out.ptr<float>();
+  const int64_t cols = a.out.shape.back(), sx = a.in[0].strides.back();
+  const double eps = norm_eps(*a.attrs);
+  for_each_row_block<1>(a, [&](const RowBlock<1>& b) {
+    std::array<const float*, kRowBlock> x;
+    std::array<RowStats<float>, kRowBlock> st;
+    for (int i = 0; i < b.n; ++i) x[i] = cpu::gather(xp + b.offset[0][i], sx, cols, cpu::gather_buffer(i));
+    row_stats_f32(x.data(), b.n, cols, eps, st.data());
+    for (int i = 0; i < b.n; ++i) {
+      cpu::map(out + (b.row0 + i) * cols, x[i], 1, cols, [&](cpu::VecF v) { return (v - st[i].mean) * st[i].rstd; });
+    }
+  });
 }
 
-// One row per work item; statistics in double, two passes (mean, then the
-// centred sum of squares), so f32 rows with a large mean keep their accuracy.
 template <class T>
 void layer_norm_kernel(const KernelArgs& a) {
   const TensorView& x = a.in[0];
@@ -31,13 +41,10 @@ void layer_norm_kernel(const KernelArgs& a) {
   const int64_t cols = a.out.shape.back();
   const int64_t sx = x.strides.back();
   const double eps = norm_eps(*a.attrs);
+  if constexpr (std::is_same_v<T, float>) return layer_norm_f32(a);
   for_each_row<1>(a, [&](int64_t row, const std::array<int64_t, 1>& off) {
     const T* xr = xp + off[0];
     T* yr = out + row * cols;
-    if constexpr (std::is_same_v<T, float>) {
-      layer_norm_row_f32(cpu::gather(xr, sx, cols, cpu::gather_buffer(0)), cols, eps, yr);
-      return;
-    }
     double mean = 0;
     for (int64_t j = 0; j < cols; ++j) mean += double(xr[j * sx]);
     mean /= double(cols);

@@ -56,24 +56,31 @@ void affine_kernel(const KernelArgs& a) {
   T* out = a.out.ptr<T>();
   const int64_t cols = a.out.shape.back(), sx = x.strides.back();
   const double eps = norm_eps(*a.attrs);
-  for_each_row<1>(a, [&](int64_t row, const std::array<int64_t, 1>& off) {
-    T* y = out + row * cols;
-    if constexpr (std::is_same_v<T, float>) {
-      using cpu::VecF;
-      const float* xr = cpu::gather(xp + off[0], sx, cols, cpu::gather_buffer(0));
-      const RowStats<float> st = row_stats(xr, cols, eps);
-      for (int64_t j = 0; j < cols; j += VecF::kWidth) {
-        const int64_t n = std::min<int64_t>(VecF::kWidth, cols - j);
-        const VecF xhat = (VecF::load(xr + j, 1, n) - st.mean) * st.rstd;
-        cpu::fma(xhat, VecF::load(gamma + j, 1, n), VecF::load(beta + j, 1, n)).store(y + j, n);
+  if constexpr (std::is_same_v<T, float>) {
+    using cpu::VecF;
+    for_each_row_block<1>(a, [&](const RowBlock<1>& b) {
+      std::array<const float*, kRowBlock> x;
+      std::array<RowStats<float>, kRowBlock> st;
+      for (int i = 0; i < b.n; ++i) x[i] = cpu::gather(xp + b.offset[0][i], sx, cols, cpu::gather_buffer(i));
+      row_stats_f32(x.data(), b.n, cols, eps, st.data());
+      for (int i = 0; i < b.n; ++i) {
+        float* y = out + (b.row0 + i) * cols;
+        for (int64_t j = 0; j < cols; j += VecF::kWidth) {
+          const int64_t n = std::min<int64_t>(VecF::kWidth, cols - j);
+          const VecF xhat = (VecF::load(x[i] + j, 1, n) - st[i].mean) * st[i].rstd;
+          cpu::fma(xhat, VecF::load(gamma + j, 1, n), VecF::load(beta + j, 1, n)).store(y + j, n);
+        }
       }
-    } else {
-      std::vector<T> row(static_cast<size_t>(cols));
-      for (int64_t j = 0; j < cols; ++j) row[j] = xp[off[0] + j * sx];
-      const RowStats<T> st = row_stats(row.data(), cols, eps);
-      for (int64_t j = 0; j < cols; ++j) y[j] = (row[j] - st.mean) * st.rstd * gamma[j] + beta[j];
-    }
-  });
+    });
+  } else {
+    for_each_row<1>(a, [&](int64_t row, const std::array<int64_t, 1>& off) {
+      std::vector<T> x(static_cast<size_t>(cols));
+      for (int64_t j = 0; j < cols; ++j) x[j] = xp[off[0] + j * sx];
+      const RowStats<T> st = row_stats(x.data(), cols, eps);
+      T* y = out + row * cols;
+      for (int64_t j = 0; j < cols; ++j) y[j] = (x[j] - st.mean) * st.rstd * gamma[j] + beta[j];
+    });
+  }
 }
 
 void affine_forward(const KernelArgs& a) {
@@ -158,17 +165,17 @@ void affine_back_kernel(const KernelArgs& a) {
       // Per row: mean, rstd, mean(g) and mean(g xhat), g = dy gamma.
       std::array<RowStats<T>, kRowsPerTask> st;
       std::array<T, kRowsPerTask> mean_g, mean_gx;
-      for (int64_t i = 0; i < n_rows; ++i) {
-        st[i] = row_stats(xr[i], cols, eps);
-        const RowStats<T> s = st[i];
-        if constexpr (std::is_same_v<T, float>) {
-          using cpu::VecF;
-          auto g = [&](int64_t j, int64_t n) { return VecF::load(dr[i] + j, 1, n) * VecF::load(gamma + j, 1, n); };
-          mean_g[i] = cpu::sum_lanes(cols, g) / float(cols);
-          mean_gx[i] = cpu::sum_lanes(cols, [&](int64_t j, int64_t n) {
-                         return g(j, n) * ((VecF::load(xr[i] + j, 1, n) - s.mean) * s.rstd);
-                       }) / float(cols);
-        } else {
+      if constexpr (std::is_same_v<T, float>) {
+        for (int64_t i0 = 0; i0 < n_rows; i0 += kRowBlock) {
+          const int n = int(std::min<int64_t>(kRowBlock, n_rows - i0));
+          row_stats_f32(xr.data() + i0, n, cols, eps, st.data() + i0);
+          gradient_means_f32<true>(xr.data() + i0, dr.data() + i0, gamma, st.data() + i0, n, cols,
+                                   mean_g.data() + i0, mean_gx.data() + i0);
+        }
+      } else {
+        for (int64_t i = 0; i < n_rows; ++i) {
+          st[i] = row_stats(xr[i], cols, eps);
+          const RowStats<T> s = st[i];
           double sg = 0, sgx = 0;
           for (int64_t j = 0; j < cols; ++j) {
             const double gj = double(dr[i][j]) * double(gamma[j]);

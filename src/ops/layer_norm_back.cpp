@@ -17,27 +17,37 @@ namespace nabla {
 namespace ops {
 namespace {
 
-// One f32 row on cpu::VecF: row_stats' statistics, the other sums and the
-// output in f32 lanes.
-void layer_norm_back_row_f32(const float* x, const float* dy, int64_t cols, double eps, float* dx) {
+// f32 rows a block at a time on cpu::VecF: row_stats_f32's statistics, the
+// other sums (gradient_means_f32) and the output in f32 lanes.
+void layer_norm_back_f32(const KernelArgs& a) {
   using cpu::VecF;
-  const float n = float(cols);
-  const RowStats<float> st = row_stats(x, cols, eps);
-  const float mean = st.mean, rstd = st.rstd;
-  const float sum_dy =
-      cpu::sum_lanes(cols, [&](int64_t i, int64_t m) { return VecF::load(dy + i, 1, m); });
-  const float sum_dy_xhat = cpu::sum_lanes(cols, [&](int64_t i, int64_t m) {
-    return VecF::load(dy + i, 1, m) * ((VecF::load(x + i, 1, m) - mean) * rstd);
-  });
-  const float mean_dy = sum_dy / n, mean_dy_xhat = sum_dy_xhat / n;
-  cpu::map(dx, x, 1, dy, 1, cols, [&](VecF xv, VecF g) {
-    const VecF xhat = (xv - mean) * rstd;
-    return rstd * (g - mean_dy - xhat * mean_dy_xhat);
+  const TensorView &x = a.in[0], &dy = a.in[1];
+  float* out = a.out.ptr<float>();
+  const int64_t cols = a.out.shape.back(), sx = x.strides.back(), sd = dy.strides.back();
+  const double eps = norm_eps(*a.attrs);
+  for_each_row_block<2>(a, [&](const RowBlock<2>& b) {
+    std::array<const float*, kRowBlock> xr, dr;
+    std::array<RowStats<float>, kRowBlock> st;
+    std::array<float, kRowBlock> mean_dy, mean_dy_xhat;
+    for (int i = 0; i < b.n; ++i) {
+      xr[i] = cpu::gather(x.ptr<float>() + b.offset[0][i], sx, cols, cpu::gather_buffer(i));
+      dr[i] = cpu::gather(dy.ptr<float>() + b.offset[1][i], sd, cols, cpu::gather_buffer(kRowBlock + i));
+    }
+    row_stats_f32(xr.data(), b.n, cols, eps, st.data());
+    gradient_means_f32<false>(xr.data(), dr.data(), nullptr, st.data(), b.n, cols, mean_dy.data(), mean_dy_xhat.data());
+    for (int i = 0; i < b.n; ++i) {
+      const float mean = st[i].mean, rstd = st[i].rstd;
+      cpu::map(out + (b.row0 + i) * cols, xr[i], 1, dr[i], 1, cols, [&](VecF xv, VecF g) {
+        const VecF xhat = (xv - mean) * rstd;
+        return rstd * (g - mean_dy[i] - xhat * mean_dy_xhat[i]);
+      });
+    }
   });
 }
 
-// One row per work item, statistics in double. x and dy may have any strides
-// (dy is often a transposed or broadcast gradient).
+// One row per work item (f32 rows go to layer_norm_back_f32), statistics in
+// double. x and dy may have any strides (dy is often a transposed or
+// broadcast gradient).
 template <class T>
 void layer_norm_back_kernel(const KernelArgs& a) {
   const TensorView &x = a.in[0], &dy = a.in[1];
@@ -48,15 +58,11 @@ void layer_norm_back_kernel(const KernelArgs& a) {
   const int64_t sx = x.strides.back(), sd = dy.strides.back();
   const double eps = norm_eps(*a.attrs);
   const double n = double(cols);
+  if constexpr (std::is_same_v<T, float>) return layer_norm_back_f32(a);
   for_each_row<2>(a, [&](int64_t row, const std::array<int64_t, 2>& off) {
     const T* xr = xp + off[0];
     const T* dr = dyp + off[1];
     T* dxr = out + row * cols;
-    if constexpr (std::is_same_v<T, float>) {
-      layer_norm_back_row_f32(cpu::gather(xr, sx, cols, cpu::gather_buffer(0)),
-                              cpu::gather(dr, sd, cols, cpu::gather_buffer(1)), cols, eps, dxr);
-      return;
-    }
     double mean = 0;
     for (int64_t j = 0; j < cols; ++j) mean += double(xr[j * sx]);
     mean /= n;

@@ -18,6 +18,7 @@
 // checked by tests/core/simd_test.cpp against the f64 functions.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -133,7 +134,9 @@ inline VecF fma(VecF a, VecF b, VecF c) {
 // Correctly rounded square root, lane by lane (as std::sqrt).
 inline VecF sqrt(VecF a) {
 #if defined(__AVX512F__)
-  return _mm512_sqrt_ps(a.v);
+  // NOTE: the masked form with every lane set: g++ 12 warns that
+  // _mm512_sqrt_ps's undefined pass-through may be used.
+  return _mm512_mask_sqrt_ps(a.v, __mmask16(0xFFFF), a.v);
 #elif defined(__AVX2__) && defined(__FMA__)
   return _mm256_sqrt_ps(a.v);
 #elif defined(__ARM_NEON) && defined(__aarch64__)
@@ -291,6 +294,34 @@ inline float sum_lanes(int64_t n, F&& f) {
   return reduce_add(acc);
 }
 
+// sum_lanes for R sums at once: out[r] = the sum over i of f(r, i, m), each
+// in the order sum_lanes would take. Their accumulators interleave, so R
+// chains of dependent adds (and R horizontal reductions) overlap, where one
+// short sum alone waits on each add's latency.
+template <int R, class F>
+inline std::array<float, R> sum_lanes_rows(int64_t n, F&& f) {
+  constexpr int W = VecF::kWidth;
+  // NOTE: the unroll pragmas keep the accumulators in registers; without
+  // them g++ 12 kept the array on the stack (a load and store per add).
+  std::array<VecF, R> acc;
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[r] += f(r, i, int64_t{W});
+  }
+  if (i < n) {
+    const MaskF tail = first_lanes(n - i);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[r] += select(tail, f(r, i, n - i), 0.0f);
+  }
+  std::array<float, R> out;
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) out[r] = reduce_add(acc[r]);
+  return out;
+}
+
 // The sum of f(x[i]) over [0, n), each x[i] widened to f64 first and the sum
 // kept in f64 lanes; f is applied alike to a vector of lanes and to a scalar.
 template <class F>
@@ -331,14 +362,14 @@ inline const float* gather(const float* p, int64_t stride, int64_t n, std::vecto
   return buf.data();
 }
 
-// The calling thread's gather() buffer number `slot` (0 or 1), kept between
+// The calling thread's gather() buffer number `slot` (0 to 7), kept between
 // calls. NOTE: call it where the buffer is used, inside the parallel_for body.
 // A block-scope thread_local declared in a kernel and used only inside its
 // lambda is never initialised on a pool worker (the worker does not pass the
 // declaration), so the worker's destructor is never registered and its copy
 // leaked at thread exit.
 inline std::vector<float>& gather_buffer(int slot) {
-  thread_local std::vector<float> buffers[2];
+  thread_local std::vector<float> buffers[8];
   return buffers[slot];
 }
 
