@@ -121,10 +121,23 @@ TEST(Simd, LayoutDoesNotChangeBits) {
 TEST(Simd, Reductions) {
   std::vector<float> x(45);
   for (size_t i = 0; i < x.size(); ++i) x[i] = float(i) + 1e6f;
-  EXPECT_DOUBLE_EQ(sum_f64(x.data(), 45), 45e6 + 990);
+  // Sum of (1e6 + i)^2, i < 45: exact in f64.
+  EXPECT_DOUBLE_EQ(sum_squares_f64(x.data(), 45), 45e12 + 2e6 * 990 + 29370);
   const float s =
       sum_lanes(45, [&](int64_t i, int64_t n) { return VecF::load(x.data() + i, 1, n) - 1e6f; });
   EXPECT_EQ(s, 990.0f);
+  // Several sums at once, each with sum_lanes' bits (lengths with and
+  // without a tail).
+  for (int64_t n : {45, 32, 7}) {
+    const std::array<float, 3> three = sum_lanes_rows<3>(n, [&](int r, int64_t i, int64_t m) {
+      return VecF::load(x.data() + i, 1, m) * float(r + 1) - 1e6f;
+    });
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(three[r], sum_lanes(n, [&](int64_t i, int64_t m) {
+                  return VecF::load(x.data() + i, 1, m) * float(r + 1) - 1e6f;
+                })) << n << " row " << r;
+    }
+  }
 }
 
 }  // namespace

@@ -220,11 +220,18 @@ inline VecF exp(VecF x) {
   VecF r = fma(n, -kLn2Hi, xc);
   r = fma(n, -kLn2Lo, r);
   const VecF p = fma(poly(r, kP), r * r, r) + 1.0f;  // 1 + r + r^2 P(r)
+#if defined(__AVX512F__)
+  // p 2^n in one instruction (a third of exp's work the other way); rounded
+  // once, so the same value as the two exact scalings below (checked on
+  // every float). NOTE: the masked form with every lane set, as in sqrt.
+  return _mm512_mask_scalef_ps(p.v, __mmask16(0xFFFF), p.v, n.v);
+#else
   // n as an integer: the low bits of t. 2^n = 2^(n/2, floored) * 2^(the rest),
   // each a normal float for n in [-150, 128].
   const MaskF ni = bits(t) - bits(VecF(kRound));
   const MaskF n1 = ni >> 1, n2 = ni - n1;
   return p * from_bits((n1 + 127) << 23) * from_bits((n2 + 127) << 23);
+#endif
 }
 
 // sigmoid(x) and 1 - sigmoid(x) = sigmoid(-x), both without cancellation:
@@ -340,12 +347,6 @@ inline double sum_f64_of(const float* x, int64_t n, F&& f) {
   for (int k = 0; k < H; ++k) s += acc[k];
   for (; i < n; ++i) s += f(double(x[i]));
   return s;
-}
-
-// The sum of x[0, n) in f64 lanes, for statistics whose cancellation f32
-// would not survive (the mean of a row with a large offset).
-inline double sum_f64(const float* x, int64_t n) {
-  return sum_f64_of(x, n, [](auto v) { return v; });
 }
 
 // The sum of x[i]^2 over [0, n), squares and sums in f64 lanes.
