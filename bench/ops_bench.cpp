@@ -10,6 +10,13 @@
 // also reports GFLOP/s (2 M N K per call). Rates use wall time, so run on an
 // idle machine (on a busy one, compare the CPU column at NABLA_THREADS=1).
 //
+// The row kernels run twice: mem:0 with their inputs in cache (each run reads
+// what the run before left there; the copy reference likewise moves cached
+// bytes at 90-190 GB/s here), and mem:1 with every run, and every reference
+// copy, starting after a 96 MiB eviction (evict_caches), as in a training
+// step, whose arena (60-300 MB) is far larger than L3: the fraction of the
+// memory copy rate (20-37 GB/s here for these sizes) a kernel reaches there.
+//
 // Presets: fmnist (batch 128, 16 tokens, width 96, MLP 192, 4 heads) and
 // vit-tiny at batch 8 (197 tokens, width 192, MLP 768, 3 heads).
 #include <benchmark/benchmark.h>
@@ -85,6 +92,36 @@ double copy_rate(int64_t bytes) {
   return best;
 }
 
+// Streams a buffer larger than L2 and L3 together through the caches, so that
+// what runs next reads its inputs from memory, as a training step's kernels
+// mostly do (its arena is 60-300 MB, this machine's L3 32 MB).
+void evict_caches() {
+  static std::vector<char> junk(size_t(96) << 20, 1);
+  nabla::cpu::parallel_for(threads(), int64_t(junk.size()) / 64, 1 << 12, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) junk[size_t(i) * 64] += 1;
+  });
+  benchmark::ClobberMemory();
+}
+
+// copy_rate with every copy starting from memory (evict_caches before each).
+double copy_rate_from_memory(int64_t bytes) {
+  const int64_t half = std::max<int64_t>(bytes / 2, 64);
+  std::vector<char> src(static_cast<size_t>(half), 1), dst(static_cast<size_t>(half), 0);
+  std::chrono::duration<double> total{};
+  constexpr int kRuns = 100;
+  for (int run = 0; run < kRuns; ++run) {
+    evict_caches();
+    const auto t0 = std::chrono::steady_clock::now();
+    nabla::cpu::parallel_for(threads(), half, 1 << 16, [&](int64_t b, int64_t e) {
+      std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b));
+    });
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+    total += std::chrono::steady_clock::now() - t0;
+  }
+  return 2.0 * double(half) * kRuns / total.count();
+}
+
 // Sets the counters from the loop's wall time `seconds`.
 void report(benchmark::State& state, int64_t bytes, double copy, double seconds, double flops = 0) {
   const double runs = static_cast<double>(state.iterations());
@@ -95,29 +132,51 @@ void report(benchmark::State& state, int64_t bytes, double copy, double seconds,
   if (flops > 0) state.counters["GFLOP/s"] = runs * flops * 1e-9 / seconds;
 }
 
+// Where a benchmark's inputs start each run: in cache (the run before left
+// them there) or in memory (evicted before each run; the copy reference too).
+enum class Inputs { cached, from_memory };
+
 // Times the graph of outs; `bytes`: the traffic per run (0: inputs +
 // outputs); `flops`: per run, for a GFLOP/s counter (0: none).
 void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outs,
-               int64_t bytes = 0, double flops = 0) {
+               int64_t bytes = 0, double flops = 0, Inputs where = Inputs::cached) {
   if (bytes == 0) {
     for (const Tensor& t : outs) bytes += bytes_of(t);
     for (const Tensor& t : inputs) bytes += bytes_of(t);
   }
-  const double copy = copy_rate(bytes);
+  const bool cold = where == Inputs::from_memory;
+  const double copy = cold ? copy_rate_from_memory(bytes) : copy_rate(bytes);
   nabla::ExecOptions options;
   options.threads = threads();
   nabla::Executor ex(nabla::Graph(outs), options);
   ex.run();  // warm-up: first touch of the arena
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto _ : state) ex.run();
-  const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+  std::chrono::duration<double> dt{};
+  if (cold) {
+    for (auto _ : state) {
+      evict_caches();
+      const auto t0 = std::chrono::steady_clock::now();
+      ex.run();
+      const std::chrono::duration<double> one = std::chrono::steady_clock::now() - t0;
+      state.SetIterationTime(one.count());
+      dt += one;
+    }
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) ex.run();
+    dt = std::chrono::steady_clock::now() - t0;
+  }
   report(state, bytes, copy, dt.count(), flops);
-  state.SetLabel(std::to_string(ex.threads()) + " threads");
+  state.SetLabel(std::to_string(ex.threads()) + " threads" + (cold ? ", from memory" : ""));
+}
+
+// The last argument of a row benchmark: 1 for inputs from memory.
+Inputs inputs_arg(const benchmark::State& state, int index) {
+  return state.range(index) != 0 ? Inputs::from_memory : Inputs::cached;
 }
 
 void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const Tensor& out, int64_t bytes = 0,
-               double flops = 0) {
-  run_graph(state, inputs, std::vector<Tensor>{out}, bytes, flops);
+               double flops = 0, Inputs where = Inputs::cached) {
+  run_graph(state, inputs, std::vector<Tensor>{out}, bytes, flops, where);
 }
 
 // ---- matmul: {M, K, N, trans_a, trans_b, batch}. A transposed operand is a
@@ -164,73 +223,82 @@ void matmul_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_matmul)->Apply(matmul_shapes)->UseRealTime();
 
-// ---- Row ops over [rows, C]: {rows, C}, fmnist's and vit-tiny's token rows
-// at their width (norms) or MLP width (activations).
-void row_shapes(benchmark::internal::Benchmark* b, int64_t fm_c, int64_t tiny_c) {
-  b->ArgNames({"rows", "C"});
-  b->Args({2048, fm_c});
-  b->Args({1576, tiny_c});
+// Registers fn twice: args(b, 0) with inputs in cache, and args(b, 1) with
+// inputs from memory, a fixed number of runs each after evict_caches (whose
+// time is not counted: manual timing).
+constexpr int64_t kFromMemoryRuns = 100;
+#define NABLA_BENCH_BOTH_WAYS(fn, args)                                                                       \
+  BENCHMARK(fn)->Apply([](benchmark::internal::Benchmark* b) { args(b, 0); })->UseRealTime();                \
+  BENCHMARK(fn)->Apply([](benchmark::internal::Benchmark* b) { args(b, 1); })->Iterations(kFromMemoryRuns)->UseManualTime()
+
+// ---- Row ops over [rows, C]: {rows, C, mem}, fmnist's and vit-tiny's token
+// rows at their width (norms) or MLP width (activations); mem 1: inputs from
+// memory.
+void row_shapes(benchmark::internal::Benchmark* b, int64_t fm_c, int64_t tiny_c, int64_t mem) {
+  b->ArgNames({"rows", "C", "mem"});
+  b->Args({2048, fm_c, mem});
+  b->Args({1576, tiny_c, mem});
   b->Unit(benchmark::kMicrosecond);
 }
-void width_shapes(benchmark::internal::Benchmark* b) { row_shapes(b, 96, 192); }
-void mlp_shapes(benchmark::internal::Benchmark* b) { row_shapes(b, 192, 768); }
+void width_shapes(benchmark::internal::Benchmark* b, int64_t mem) { row_shapes(b, 96, 192, mem); }
+void mlp_shapes(benchmark::internal::Benchmark* b, int64_t mem) { row_shapes(b, 192, 768, mem); }
 
 void BM_layer_norm(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 3);
-  run_graph(state, {x}, nabla::layer_norm(x, 1e-6));
+  run_graph(state, {x}, nabla::layer_norm(x, 1e-6), 0, 0, inputs_arg(state, 2));
 }
-BENCHMARK(BM_layer_norm)->Apply(width_shapes)->UseRealTime();
+NABLA_BENCH_BOTH_WAYS(BM_layer_norm, width_shapes);
 
 void BM_layer_norm_back(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 3);
   Tensor dy = random_leaf({state.range(0), state.range(1)}, 4);
-  run_graph(state, {x, dy}, nabla::layer_norm_back(x, dy, 1e-6));
+  run_graph(state, {x, dy}, nabla::layer_norm_back(x, dy, 1e-6), 0, 0, inputs_arg(state, 2));
 }
-BENCHMARK(BM_layer_norm_back)->Apply(width_shapes)->UseRealTime();
+NABLA_BENCH_BOTH_WAYS(BM_layer_norm_back, width_shapes);
 
 // The affine form (what the models run): forward, and its backward (dx,
 // dgamma and dbeta in one flat output).
 void BM_layer_norm_affine(benchmark::State& state) {
   const int64_t c = state.range(1);
   Tensor x = random_leaf({state.range(0), c}, 3), gamma = random_leaf({c}, 4), beta = random_leaf({c}, 5);
-  run_graph(state, {x, gamma, beta}, nabla::layer_norm(x, gamma, beta, 1e-6));
+  run_graph(state, {x, gamma, beta}, nabla::layer_norm(x, gamma, beta, 1e-6), 0, 0, inputs_arg(state, 2));
 }
-BENCHMARK(BM_layer_norm_affine)->Apply(width_shapes)->UseRealTime();
+NABLA_BENCH_BOTH_WAYS(BM_layer_norm_affine, width_shapes);
 
 void BM_layer_norm_affine_back(benchmark::State& state) {
   const int64_t c = state.range(1);
   Tensor x = random_leaf({state.range(0), c}, 3), dy = random_leaf({state.range(0), c}, 4);
   Tensor gamma = random_leaf({c}, 5);
-  run_graph(state, {x, dy, gamma}, nabla::layer_norm_affine_back(x, dy, gamma, 1e-6));
+  run_graph(state, {x, dy, gamma}, nabla::layer_norm_affine_back(x, dy, gamma, 1e-6), 0, 0, inputs_arg(state, 2));
 }
-BENCHMARK(BM_layer_norm_affine_back)->Apply(width_shapes)->UseRealTime();
+NABLA_BENCH_BOTH_WAYS(BM_layer_norm_affine_back, width_shapes);
 
 // ---- Activations on the MLP hidden layer.
 void BM_gelu(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
-  run_graph(state, {x}, nabla::gelu(x));
+  run_graph(state, {x}, nabla::gelu(x), 0, 0, inputs_arg(state, 2));
 }
-BENCHMARK(BM_gelu)->Apply(mlp_shapes)->UseRealTime();
+NABLA_BENCH_BOTH_WAYS(BM_gelu, mlp_shapes);
 
 void BM_gelu_back(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
   Tensor dy = random_leaf({state.range(0), state.range(1)}, 6);
-  run_graph(state, {x, dy}, nabla::gelu_back(x, dy));
+  run_graph(state, {x, dy}, nabla::gelu_back(x, dy), 0, 0, inputs_arg(state, 2));
 }
-BENCHMARK(BM_gelu_back)->Apply(mlp_shapes)->UseRealTime();
+NABLA_BENCH_BOTH_WAYS(BM_gelu_back, mlp_shapes);
 
 void BM_gelu_erf(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
-  run_graph(state, {x}, nabla::gelu_erf(x));
+  run_graph(state, {x}, nabla::gelu_erf(x), 0, 0, inputs_arg(state, 2));
 }
-BENCHMARK(BM_gelu_erf)->Apply(mlp_shapes)->UseRealTime();
+NABLA_BENCH_BOTH_WAYS(BM_gelu_erf, mlp_shapes);
 
 void BM_gelu_erf_back(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 5);
   Tensor dy = random_leaf({state.range(0), state.range(1)}, 6);
-  run_graph(state, {x, dy}, nabla::gelu_erf_back(x, dy));
+  run_graph(state, {x, dy}, nabla::gelu_erf_back(x, dy), 0, 0, inputs_arg(state, 2));
 }
-BENCHMARK(BM_gelu_erf_back)->Apply(mlp_shapes)->UseRealTime();
+NABLA_BENCH_BOTH_WAYS(BM_gelu_erf_back, mlp_shapes);
 
 // ---- Elementwise add: a residual (same shape) and a bias (row broadcast).
 void BM_add(benchmark::State& state) {
@@ -309,33 +377,34 @@ BENCHMARK(BM_attention)
     ->UseRealTime();
 
 // ---- Attention softmax over scores [N, H, T, T]: {N, H, T, causal}.
-void softmax_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"N", "H", "T", "causal"});
-  b->Args({128, 4, 16, 0});
-  b->Args({8, 3, 197, 0});
-  b->Args({8, 3, 197, 1});
+void softmax_shapes(benchmark::internal::Benchmark* b, int64_t mem) {
+  b->ArgNames({"N", "H", "T", "causal", "mem"});
+  b->Args({128, 4, 16, 0, mem});
+  b->Args({8, 3, 197, 0, mem});
+  b->Args({8, 3, 197, 1, mem});
   b->Unit(benchmark::kMicrosecond);
 }
 
 void BM_softmax(benchmark::State& state) {
   const int64_t t = state.range(2);
   Tensor x = random_leaf({state.range(0), state.range(1), t, t}, 10);
-  run_graph(state, {x}, nabla::softmax(x, 0.125, Tensor(), state.range(3) != 0));
+  run_graph(state, {x}, nabla::softmax(x, 0.125, Tensor(), state.range(3) != 0), 0, 0, inputs_arg(state, 4));
 }
-BENCHMARK(BM_softmax)->Apply(softmax_shapes)->UseRealTime();
+NABLA_BENCH_BOTH_WAYS(BM_softmax, softmax_shapes);
 
 void BM_softmax_back(benchmark::State& state) {
   const int64_t t = state.range(2);
   Tensor y = random_leaf({state.range(0), state.range(1), t, t}, 10, 0.0f, 0.1f);
   Tensor dy = random_leaf({state.range(0), state.range(1), t, t}, 11);
-  run_graph(state, {y, dy}, nabla::softmax_back(y, dy, 0.125));
+  run_graph(state, {y, dy}, nabla::softmax_back(y, dy, 0.125), 0, 0, inputs_arg(state, 3));
 }
-BENCHMARK(BM_softmax_back)
-    ->ArgNames({"N", "H", "T"})
-    ->Args({128, 4, 16})
-    ->Args({8, 3, 197})
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime();
+void softmax_back_shapes(benchmark::internal::Benchmark* b, int64_t mem) {
+  b->ArgNames({"N", "H", "T", "mem"});
+  b->Args({128, 4, 16, mem});
+  b->Args({8, 3, 197, mem});
+  b->Unit(benchmark::kMicrosecond);
+}
+NABLA_BENCH_BOTH_WAYS(BM_softmax_back, softmax_back_shapes);
 
 // ---- Cross-entropy: {rows, classes}; fmnist's head and a GPT-2 sized vocabulary.
 void BM_cross_entropy(benchmark::State& state) {
