@@ -59,11 +59,30 @@ void softmax_kernel(const KernelArgs& a) {
   const T *xp = x.ptr<T>(), *mp = m.ptr<T>();
   T* out = a.out.ptr<T>();
   a.parallel_for(rows.rows(), row_grain(len), [&](int64_t b, int64_t e) {
+    // f32 rows of one vector (attention over up to 16 tokens) go kRows at a
+    // time, their latency chains interleaved.
+    constexpr int kRows = 4;
+    std::array<cpu::VecF, kRows> block_z;
+    std::array<int64_t, kRows> block_visible;
+    std::array<float*, kRows> block_y;
+    int pending = 0;
+    const float scale_f = float(scale);
     rows.run(b, e, [&](int64_t r, const std::array<int64_t, 2>& o) {
       const T *xr = xp + o[0], *mr = mp + o[1];
       T* y = out + r * len;
       int64_t visible = causal ? causal_visible(r % tq, tq, len) : len;
       if constexpr (std::is_same_v<T, float>) {
+        using cpu::VecF;
+        if (len <= VecF::kWidth) {
+          block_z[pending] = cpu::fma(VecF::load(xr, xs, visible), scale_f, VecF::load(mr, ms, visible));
+          block_visible[pending] = visible;
+          block_y[pending] = y;
+          if (++pending == kRows) {
+            cpu::softmax_one_vector_rows<kRows>(block_z.data(), block_visible.data(), block_y.data(), kRows, len);
+            pending = 0;
+          }
+          return;
+        }
         softmax_row_f32(xr, xs, mr, ms, float(scale), visible, len, y);
         return;
       }
@@ -88,6 +107,9 @@ void softmax_kernel(const KernelArgs& a) {
       for (int64_t j = 0; j < visible; ++j) y[j] = static_cast<T>(double(y[j]) / total);
       for (int64_t j = visible; j < len; ++j) y[j] = T(0);
     });
+    if (pending > 0) {
+      cpu::softmax_one_vector_rows<kRows>(block_z.data(), block_visible.data(), block_y.data(), pending, len);
+    }
   });
 }
 

@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "nabla/nabla.hpp"
 
@@ -35,6 +38,44 @@ TEST(Softmax, FullyMaskedRowIsNaN) {
   EXPECT_EQ(y[0], 1.0);
   EXPECT_EQ(y[1], 0.0);
   EXPECT_TRUE(std::isnan(y[2]) && std::isnan(y[3]));
+}
+
+// The f32 kernel (rows of at most one vector four at a time, longer rows one
+// by one) against f64 on the same values: row counts that leave a partial
+// block, causal rows, a transposed x, a fully masked row inside a block
+// (NaN there only), and the same bits at 1-3 threads.
+TEST(Softmax, F32MatchesF64) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t len : {7, 16, 37}) {
+    for (bool causal : {false, true}) {
+      for (bool transposed : {false, true}) {
+        const int64_t rows = 2 * 9;  // [2, 9, len]: 18 rows, four blocks and two over
+        std::vector<double> v(size_t(rows * len)), m(size_t(9 * len), 0.0);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = float(std::sin(0.37 * double(i)) * 3);
+        for (int64_t j = 0; j < len; ++j) m[size_t(5 * len + j)] = -inf;  // row 5 of each batch fully masked
+        const Shape shape = transposed ? Shape{2, len, 9} : Shape{2, 9, len};
+        Tensor x64 = Tensor::from_vector<double>(shape, v), mask64 = Tensor::from_vector<double>({9, len}, m);
+        Tensor x32 = Tensor::from_vector<float>(shape, std::vector<float>(v.begin(), v.end()));
+        Tensor mask32 = Tensor::from_vector<float>({9, len}, std::vector<float>(m.begin(), m.end()));
+        if (transposed) x64 = transpose(x64), x32 = transpose(x32);
+        const std::vector<double> want = eval(softmax(x64, 0.5, mask64, causal)).to_vector<double>();
+        const Tensor y32 = softmax(x32, 0.5, mask32, causal);
+        const std::vector<float> got = eval(y32, {.threads = 1}).to_vector<float>();
+        const std::string what = "len " + std::to_string(len) + (causal ? " causal" : "") + (transposed ? " transposed" : "");
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (std::isnan(want[i])) {
+            EXPECT_TRUE(std::isnan(got[i])) << what << " element " << i;
+          } else {
+            ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + want[i])) << what << " element " << i;
+          }
+        }
+        for (int threads : {2, 3}) {
+          const std::vector<float> again = eval(y32, {.threads = threads}).to_vector<float>();
+          EXPECT_EQ(0, std::memcmp(again.data(), got.data(), got.size() * sizeof(float))) << what << ", " << threads;
+        }
+      }
+    }
+  }
 }
 
 TEST(Softmax, RejectsAMaskThatDoesNotBroadcast) {

@@ -405,20 +405,43 @@ inline void map(float* out, const float* x, int64_t xs, const float* y, int64_t 
   }
 }
 
+// The softmax of up to R rows held in one vector each, as softmax_one_vector
+// below computes one: row r's z[r] in lanes [0, visible[r]) written to y[r]
+// (n <= R rows), their chains (two horizontal reductions, exp and a division:
+// about 100 cycles of latency around a dozen instructions) interleaved.
+template <int R>
+inline void softmax_one_vector_rows(const VecF* z_in, const int64_t* visible, float* const* y_out, int n,
+                                    int64_t len) {
+  constexpr float kNegInf = -__builtin_inff();
+  std::array<VecF, R> z, e;
+  std::array<float, R> mx, total;
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const int k = r < n ? r : 0;  // missing rows repeat the first, unused
+    z[r] = max(VecF(kNegInf), select(first_lanes(visible[k]), z_in[k], kNegInf));
+    mx[r] = reduce_max(z[r]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    e[r] = exp(z[r] - mx[r]);
+    total[r] = reduce_add(e[r]);
+  }
+  for (int r = 0; r < n; ++r) {
+    float* y = y_out[r];
+    if (mx[r] == kNegInf) {  // every position hidden
+      for (int64_t j = 0; j < len; ++j) y[j] = __builtin_nanf("");
+      continue;
+    }
+    (e[r] * (1.0f / total[r])).store(y, visible[r]);
+    for (int64_t j = visible[r]; j < len; ++j) y[j] = 0.0f;
+  }
+}
+
 // The softmax of a row held in one vector: lanes [0, visible) of z, the
 // others hidden; writes y[0, len), zeros past visible (NaN when nothing is
 // visible). The same arithmetic as softmax_in_place's loops, on one register.
 inline void softmax_one_vector(VecF z, int64_t visible, int64_t len, float* y) {
-  constexpr float kNegInf = -__builtin_inff();
-  z = max(VecF(kNegInf), select(first_lanes(visible), z, kNegInf));
-  const float mx = reduce_max(z);
-  if (mx == kNegInf) {
-    for (int64_t j = 0; j < len; ++j) y[j] = __builtin_nanf("");
-    return;
-  }
-  const VecF e = exp(z - mx);
-  (e * (1.0f / reduce_add(e))).store(y, visible);
-  for (int64_t j = visible; j < len; ++j) y[j] = 0.0f;
+  softmax_one_vector_rows<1>(&z, &visible, &y, 1, len);
 }
 
 // y[0, visible) replaced by its softmax (the max subtracted, e^, divided by
