@@ -43,8 +43,26 @@ void softmax_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, flo
     const VecF z = cpu::fma(VecF::load(x, xs, visible), scale, VecF::load(m, ms, visible));
     return cpu::softmax_one_vector(z, visible, len, y);
   }
-  cpu::map(y, x, xs, m, ms, visible, [&](VecF xv, VecF mv) { return cpu::fma(xv, scale, mv); });
-  cpu::softmax_in_place(y, visible, len);
+  // z written to y with its max taken on the way: one pass fewer.
+  constexpr int W = VecF::kWidth;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  VecF vmax = kNegInf;
+  int64_t j = 0;
+  if (xs == 1 && ms == 0) {  // the usual case: a contiguous row, a scalar (or no) mask
+    const VecF mv = *m;
+    for (; j + W <= visible; j += W) {
+      const VecF z = cpu::fma(VecF::load(x + j), scale, mv);
+      z.store(y + j);
+      vmax = max(vmax, z);
+    }
+  }
+  for (; j < visible; j += W) {
+    const int64_t n = std::min<int64_t>(W, visible - j);
+    const VecF z = cpu::fma(VecF::load(x + j * xs, xs, n), scale, VecF::load(m + j * ms, ms, n));
+    z.store(y + j, n);
+    vmax = max(vmax, cpu::select(cpu::first_lanes(n), z, kNegInf));
+  }
+  cpu::softmax_in_place_given_max(y, visible, len, cpu::reduce_max(vmax));
 }
 
 template <class T>

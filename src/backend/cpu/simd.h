@@ -444,23 +444,12 @@ inline void softmax_one_vector(VecF z, int64_t visible, int64_t len, float* y) {
   softmax_one_vector_rows<1>(&z, &visible, &y, 1, len);
 }
 
-// y[0, visible) replaced by its softmax (the max subtracted, e^, divided by
-// the sum in f32 lanes) and y[visible, len) by zeros; a row whose visible
-// values are all -inf (every position hidden) becomes NaN, as the composite
-// gives. A NaN need not win the max: e^(NaN - max) makes the sum, so the
-// row, NaN.
-inline void softmax_in_place(float* y, int64_t visible, int64_t len) {
-  constexpr int W = VecF::kWidth;
-  constexpr float kNegInf = -__builtin_inff();
-  // A row of one vector (attention over 16 tokens): no loops, no passes.
-  if (visible <= W) return softmax_one_vector(VecF::load(y, 1, visible), visible, len, y);
-  VecF vmax = kNegInf;
-  for (int64_t j = 0; j < visible; j += W) {
-    const int64_t n = visible - j < W ? visible - j : W;
-    vmax = max(vmax, select(first_lanes(n), VecF::load(y + j, 1, n), kNegInf));
-  }
-  const float mx = reduce_max(vmax);
-  if (mx == kNegInf) {
+// y[0, visible) replaced by its softmax given its max mx (e^(y - mx), divided
+// by the sum in f32 lanes) and y[visible, len) by zeros; mx == -inf (every
+// position hidden) makes the row NaN, as the composite gives. A NaN need not
+// be mx: e^(NaN - mx) makes the sum, so the row, NaN.
+inline void softmax_in_place_given_max(float* y, int64_t visible, int64_t len, float mx) {
+  if (mx == -__builtin_inff()) {
     for (int64_t j = 0; j < len; ++j) y[j] = __builtin_nanf("");
     return;
   }
@@ -472,6 +461,21 @@ inline void softmax_in_place(float* y, int64_t visible, int64_t len) {
   const float inv = 1.0f / total;
   map(y, y, 1, visible, [&](VecF v) { return v * inv; });
   for (int64_t j = visible; j < len; ++j) y[j] = 0.0f;
+}
+
+// y[0, visible) replaced by its softmax (the max subtracted, e^, divided by
+// the sum) and y[visible, len) by zeros, as softmax_in_place_given_max.
+inline void softmax_in_place(float* y, int64_t visible, int64_t len) {
+  constexpr int W = VecF::kWidth;
+  constexpr float kNegInf = -__builtin_inff();
+  // A row of one vector (attention over 16 tokens): no loops, no passes.
+  if (visible <= W) return softmax_one_vector(VecF::load(y, 1, visible), visible, len, y);
+  VecF vmax = kNegInf;
+  for (int64_t j = 0; j < visible; j += W) {
+    const int64_t n = visible - j < W ? visible - j : W;
+    vmax = max(vmax, select(first_lanes(n), VecF::load(y + j, 1, n), kNegInf));
+  }
+  softmax_in_place_given_max(y, visible, len, reduce_max(vmax));
 }
 
 }  // namespace nabla::cpu
