@@ -327,8 +327,35 @@ bool heads_first(const Tensor& t, bool transposed) {
   return u.dim(-3) > 1 && u.dim(-2) > 1 && swap_rows_and_heads(u).is_contiguous();
 }
 
+// True when t has no batch axes of its own (rank 2, or every batch axis 1)
+// while the product [..., M, N] has some: a weight every product shares.
+bool shared_by_batch(const Tensor& t, const Tensor& dout) {
+  if (dout.rank() <= 2) return false;
+  for (int i = 0; i + 2 < t.rank(); ++i) {
+    if (t.dim(i) != 1) return false;
+  }
+  return true;
+}
+
+// lhs^T rhs over the batch folded into the rows: lhs [..., R, P] and rhs
+// [..., R, Q] with the same leading shape as one product [P, B R] x [B R, Q];
+// undefined unless rhs is contiguous (lhs is copied when it is not). A shared
+// operand's gradient is the sum over the batch of one product per entry,
+// which this computes as one long product (K-split, like any weight
+// gradient) instead of a batch of short ones and a sum over them: the copy
+// of lhs, when there is one, costs less than that sum reads.
+Tensor folded_product(const Tensor& lhs, const Tensor& rhs) {
+  if (!rhs.is_contiguous() || lhs.rank() != rhs.rank() ||
+      !std::equal(lhs.shape().begin(), lhs.shape().end() - 1, rhs.shape().begin())) {
+    return {};
+  }
+  const int64_t p = lhs.dim(-1), q = rhs.dim(-1);
+  return matmul(transpose(reshape(contiguous(lhs), {-1, p})), reshape(rhs, {-1, q}));
+}
+
 // dA = dC B^T, dB = A^T dC, each summed over the batch axes it was broadcast
-// on. A 2-D operand stored transposed gets its gradient computed transposed
+// on; an operand shared by the whole batch (conv_2d's kernel) gets that sum
+// as one product over the folded batch where the layouts allow. A 2-D operand stored transposed gets its gradient computed transposed
 // (dB^T = dC^T A), for the same cost: the gradient reaching the stored matrix
 // (the weight) is then contiguous, with no copy for the optimizer and no
 // strided sum where a tied embedding adds its own part. Likewise an operand
@@ -350,6 +377,9 @@ Grads matmul_grads(const BackwardArgs& g, const Tensor& dout) {
       d[0] = swap_rows_and_heads(matmul_heads(dout, transpose(b)));
     } else if (unbroadcast(a) && heads_first(a, true)) {
       d[0] = transpose(swap_rows_and_heads(matmul_heads(b, transpose(dout))));
+    } else if (Tensor f = shared_by_batch(a, dout) ? folded_product(transpose(dout), transpose(b)) : Tensor();
+               f.defined()) {
+      d[0] = reshape(f, a.shape());  // (dC^T)^T B^T, [M, K]
     } else {
       d[0] = sum_to(matmul(dout, transpose(b)), a.shape());
     }
@@ -361,6 +391,8 @@ Grads matmul_grads(const BackwardArgs& g, const Tensor& dout) {
       d[1] = swap_rows_and_heads(matmul_heads(transpose(a), dout));
     } else if (unbroadcast(b) && heads_first(b, true)) {
       d[1] = transpose(swap_rows_and_heads(matmul_heads(transpose(dout), a)));
+    } else if (Tensor f = shared_by_batch(b, dout) ? folded_product(a, dout) : Tensor(); f.defined()) {
+      d[1] = reshape(f, b.shape());  // A^T dC, [K, N]
     } else {
       d[1] = sum_to(matmul(transpose(a), dout), b.shape());
     }

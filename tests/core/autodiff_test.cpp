@@ -166,6 +166,31 @@ TEST(Autodiff, SliceAndRowGradientsAddIntoTheOtherContribution) {
   EXPECT_TRUE(g[1].is_contiguous());
 }
 
+TEST(Autodiff, SharedWeightGradientIsOneFoldedProduct) {
+  // A patch embedding (conv_2d with stride = kernel, ViT's): the kernel is
+  // shared by every image, so its gradient sums one product per image. It
+  // comes as one product over the images folded into the contraction: no
+  // batched product of the kernel's shape per image and no sum over them.
+  auto f = [](const std::vector<Tensor>& in) { return sum(tanh(conv_2d(in[0], in[1], in[2], 2))); };
+  std::vector<Tensor> in = {Tensor::zeros(DType::f64, {3, 2, 4, 4}), Tensor::zeros(DType::f64, {5, 2, 2, 2}),
+                            Tensor::zeros(DType::f64, {5})};
+  for (size_t t = 0; t < in.size(); ++t)
+    for (int64_t i = 0; i < in[t].numel(); ++i) in[t].data_as<double>()[i] = std::sin(double(7 * t + i + 1));
+  GradcheckResult r = gradcheck(f, in);
+  EXPECT_TRUE(r.ok) << r.message;
+
+  std::vector<Tensor> g = grad(f(in), {in[1]});
+  int folded = 0;
+  for (const Node* n : Graph(g).nodes()) {
+    const std::string op = n->op->name;
+    EXPECT_FALSE(op == "matmul" && n->shape == (Shape{3, 1, 5, 8})) << "a product per image of the kernel's shape";
+    EXPECT_NE(op, "sum") << "a sum over the images";
+    // [5, 8] <- [5, 3 * 4 patches] x [12, 8]
+    if (op == "matmul" && n->shape == Shape{5, 8} && n->inputs[0].shape().back() == 12) ++folded;
+  }
+  EXPECT_EQ(folded, 1);
+}
+
 TEST(Autodiff, ProductGradientsAccumulateInTheProduct) {
   // Tokens [2, 3, 4] through three linear layers (q, k, v of one input, with
   // biases): the input's three gradient parts are matmuls; the later ones
