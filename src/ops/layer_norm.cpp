@@ -15,21 +15,12 @@ namespace nabla {
 namespace ops {
 namespace {
 
-// f32 rows a block at a time on cpu::VecF, statistics as row_stats_f32
-// computes them.
+// f32 rows on cpu::VecF, statistics as row_stats_f32 computes them.
 void layer_norm_f32(const KernelArgs& a) {
-  const float* xp = a.in[0].ptr<float>();
   float* out = a.out.ptr<float>();
-  const int64_t cols = a.out.shape.back(), sx = a.in[0].strides.back();
-  const double eps = norm_eps(*a.attrs);
-  for_each_row_block<1>(a, [&](const RowBlock<1>& b) {
-    std::array<const float*, kRowBlock> x;
-    std::array<RowStats<float>, kRowBlock> st;
-    for (int i = 0; i < b.n; ++i) x[i] = cpu::gather(xp + b.offset[0][i], sx, cols, cpu::gather_buffer(i));
-    row_stats_f32(x.data(), b.n, cols, eps, st.data());
-    for (int i = 0; i < b.n; ++i) {
-      cpu::map(out + (b.row0 + i) * cols, x[i], 1, cols, [&](cpu::VecF v) { return (v - st[i].mean) * st[i].rstd; });
-    }
+  const int64_t cols = a.out.shape.back();
+  for_each_row_stats_f32(a, norm_eps(*a.attrs), [&](int64_t row, const float* x, RowStats<float> st) {
+    cpu::map(out + row * cols, x, 1, cols, [&](cpu::VecF v) { return (v - st.mean) * st.rstd; });
   });
 }
 

@@ -58,18 +58,12 @@ void affine_kernel(const KernelArgs& a) {
   const double eps = norm_eps(*a.attrs);
   if constexpr (std::is_same_v<T, float>) {
     using cpu::VecF;
-    for_each_row_block<1>(a, [&](const RowBlock<1>& b) {
-      std::array<const float*, kRowBlock> x;
-      std::array<RowStats<float>, kRowBlock> st;
-      for (int i = 0; i < b.n; ++i) x[i] = cpu::gather(xp + b.offset[0][i], sx, cols, cpu::gather_buffer(i));
-      row_stats_f32(x.data(), b.n, cols, eps, st.data());
-      for (int i = 0; i < b.n; ++i) {
-        float* y = out + (b.row0 + i) * cols;
-        for (int64_t j = 0; j < cols; j += VecF::kWidth) {
-          const int64_t n = std::min<int64_t>(VecF::kWidth, cols - j);
-          const VecF xhat = (VecF::load(x[i] + j, 1, n) - st[i].mean) * st[i].rstd;
-          cpu::fma(xhat, VecF::load(gamma + j, 1, n), VecF::load(beta + j, 1, n)).store(y + j, n);
-        }
+    for_each_row_stats_f32(a, eps, [&](int64_t row, const float* x, RowStats<float> st) {
+      float* y = out + row * cols;
+      for (int64_t j = 0; j < cols; j += VecF::kWidth) {
+        const int64_t n = std::min<int64_t>(VecF::kWidth, cols - j);
+        const VecF xhat = (VecF::load(x + j, 1, n) - st.mean) * st.rstd;
+        cpu::fma(xhat, VecF::load(gamma + j, 1, n), VecF::load(beta + j, 1, n)).store(y + j, n);
       }
     });
   } else {

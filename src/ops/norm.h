@@ -184,6 +184,22 @@ void for_each_row_block(const KernelArgs& a, F&& fn) {
   });
 }
 
+// For layer norm's f32 forward kernels: fn(row, x, stats) for every row of
+// operand 0 (x contiguous: gathered when strided), each block's statistics
+// computed together first.
+template <class F>
+void for_each_row_stats_f32(const KernelArgs& a, double eps, F&& fn) {
+  const float* xp = a.in[0].ptr<float>();
+  const int64_t cols = a.out.shape.back(), sx = a.in[0].strides.back();
+  for_each_row_block<1>(a, [&](const RowBlock<1>& b) {
+    std::array<const float*, kRowBlock> x;
+    std::array<RowStats<float>, kRowBlock> st;
+    for (int i = 0; i < b.n; ++i) x[i] = cpu::gather(xp + b.offset[0][i], sx, cols, cpu::gather_buffer(i));
+    row_stats_f32(x.data(), b.n, cols, eps, st.data());
+    for (int i = 0; i < b.n; ++i) fn(b.row0 + i, x[i], st[i]);
+  });
+}
+
 // Calls fn(row, offsets) for every row, as for_each_row_block does in blocks.
 template <size_t K, class F>
 void for_each_row(const KernelArgs& a, F&& fn) {
