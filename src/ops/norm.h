@@ -1,5 +1,6 @@
 // Shared by layer_norm, rms_norm and their backward ops: normalisation over
-// the last axis, one row (all other axes fixed) per work item.
+// the last axis, a row being all other axes fixed. Each row is handled by one
+// thread; the f32 layer norm kernels take rows kRowBlock at a time.
 // attrs.reals = {eps}.
 #pragma once
 
