@@ -41,14 +41,16 @@ TEST(Softmax, FullyMaskedRowIsNaN) {
 }
 
 // The f32 kernel (rows of at most one vector four at a time, longer rows one
-// by one) against f64 on the same values: row counts that leave a partial
-// block, causal rows, a transposed x, a fully masked row inside a block
-// (NaN there only), and the same bits at 1-3 threads.
+// by one; contiguous unmasked short rows on a path of their own) against f64
+// on the same values: row counts that leave a partial block, causal rows, a
+// transposed x, a fully masked row inside a block (NaN there only), no mask,
+// and the same bits at 1-3 threads.
 TEST(Softmax, F32MatchesF64) {
   const double inf = std::numeric_limits<double>::infinity();
   for (int64_t len : {7, 16, 37}) {
     for (bool causal : {false, true}) {
-      for (bool transposed : {false, true}) {
+      for (int layout = 0; layout < 3; ++layout) {  // 0: contiguous, 1: transposed, 2: contiguous, no mask
+        const bool transposed = layout == 1, masked = layout != 2;
         const int64_t rows = 2 * 9;  // [2, 9, len]: 18 rows, four blocks and two over
         std::vector<double> v(size_t(rows * len)), m(size_t(9 * len), 0.0);
         for (size_t i = 0; i < v.size(); ++i) v[i] = float(std::sin(0.37 * double(i)) * 3);
@@ -58,10 +60,12 @@ TEST(Softmax, F32MatchesF64) {
         Tensor x32 = Tensor::from_vector<float>(shape, std::vector<float>(v.begin(), v.end()));
         Tensor mask32 = Tensor::from_vector<float>({9, len}, std::vector<float>(m.begin(), m.end()));
         if (transposed) x64 = transpose(x64), x32 = transpose(x32);
+        if (!masked) mask64 = Tensor(), mask32 = Tensor();
         const std::vector<double> want = eval(softmax(x64, 0.5, mask64, causal)).to_vector<double>();
         const Tensor y32 = softmax(x32, 0.5, mask32, causal);
         const std::vector<float> got = eval(y32, {.threads = 1}).to_vector<float>();
-        const std::string what = "len " + std::to_string(len) + (causal ? " causal" : "") + (transposed ? " transposed" : "");
+        const std::string what =
+            "len " + std::to_string(len) + (causal ? " causal" : "") + " layout " + std::to_string(layout);
         for (size_t i = 0; i < got.size(); ++i) {
           if (std::isnan(want[i])) {
             EXPECT_TRUE(std::isnan(got[i])) << what << " element " << i;
