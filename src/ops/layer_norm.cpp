@@ -24,15 +24,17 @@ void layer_norm_f32(const KernelArgs& a) {
   });
 }
 
+// One row per work item (f32 rows go to layer_norm_f32), statistics in
+// double: two passes, the mean, then the centred sum of squares.
 template <class T>
 void layer_norm_kernel(const KernelArgs& a) {
+  if constexpr (std::is_same_v<T, float>) return layer_norm_f32(a);
   const TensorView& x = a.in[0];
   const T* xp = x.ptr<T>();
   T* out = a.out.ptr<T>();
   const int64_t cols = a.out.shape.back();
   const int64_t sx = x.strides.back();
   const double eps = norm_eps(*a.attrs);
-  if constexpr (std::is_same_v<T, float>) return layer_norm_f32(a);
   for_each_row<1>(a, [&](int64_t row, const std::array<int64_t, 1>& off) {
     const T* xr = xp + off[0];
     T* yr = out + row * cols;

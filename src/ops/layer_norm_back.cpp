@@ -50,6 +50,7 @@ void layer_norm_back_f32(const KernelArgs& a) {
 // broadcast gradient).
 template <class T>
 void layer_norm_back_kernel(const KernelArgs& a) {
+  if constexpr (std::is_same_v<T, float>) return layer_norm_back_f32(a);
   const TensorView &x = a.in[0], &dy = a.in[1];
   const T* xp = x.ptr<T>();
   const T* dyp = dy.ptr<T>();
@@ -58,7 +59,6 @@ void layer_norm_back_kernel(const KernelArgs& a) {
   const int64_t sx = x.strides.back(), sd = dy.strides.back();
   const double eps = norm_eps(*a.attrs);
   const double n = double(cols);
-  if constexpr (std::is_same_v<T, float>) return layer_norm_back_f32(a);
   for_each_row<2>(a, [&](int64_t row, const std::array<int64_t, 2>& off) {
     const T* xr = xp + off[0];
     const T* dr = dyp + off[1];

@@ -355,7 +355,8 @@ Tensor folded_product(const Tensor& lhs, const Tensor& rhs) {
 
 // dA = dC B^T, dB = A^T dC, each summed over the batch axes it was broadcast
 // on; an operand shared by the whole batch (conv_2d's kernel) gets that sum
-// as one product over the folded batch where the layouts allow. A 2-D operand stored transposed gets its gradient computed transposed
+// as one product over the folded batch where the layouts allow. A 2-D
+// operand stored transposed gets its gradient computed transposed
 // (dB^T = dC^T A), for the same cost: the gradient reaching the stored matrix
 // (the weight) is then contiguous, with no copy for the optimizer and no
 // strided sum where a tied embedding adds its own part. Likewise an operand

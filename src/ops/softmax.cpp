@@ -34,6 +34,10 @@ Meta softmax_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
 }
 
 
+// f32 rows of at most one vector (attention over up to 16 keys) go this many
+// at a time (cpu::softmax_one_vector_rows), their latency chains interleaved.
+constexpr int kRowsTogether = 4;
+
 // One f32 row on cpu::VecF, y doubling as scratch for z = scale x + mask,
 // then softmaxed in place.
 void softmax_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, float scale,
@@ -74,7 +78,7 @@ void softmax_kernel(const KernelArgs& a) {
   int64_t tq = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
   if constexpr (std::is_same_v<T, float>) {
     // Attention scores over up to 16 keys, contiguous, no mask or causal
-    // window: rows four at a time straight from memory order.
+    // window: rows taken in memory order, without the row walker.
     const int64_t n_len = shape.empty() ? 1 : shape.back();
     if (!causal && x.contiguous && m.numel() == 1 && n_len <= cpu::VecF::kWidth && n_len > 0) {
       using cpu::VecF;
@@ -84,17 +88,17 @@ void softmax_kernel(const KernelArgs& a) {
       const float s = float(scale);
       const int64_t n_rows = a.out.numel() / n_len;
       a.parallel_for(n_rows, row_grain(n_len), [&](int64_t b, int64_t e) {
-        std::array<VecF, 4> z;
-        std::array<int64_t, 4> visible;
-        std::array<float*, 4> y;
+        std::array<VecF, kRowsTogether> z;
+        std::array<int64_t, kRowsTogether> visible;
+        std::array<float*, kRowsTogether> y;
         visible.fill(n_len);
-        for (int64_t r = b; r < e; r += 4) {
-          const int n = int(std::min<int64_t>(4, e - r));
+        for (int64_t r = b; r < e; r += kRowsTogether) {
+          const int n = int(std::min<int64_t>(kRowsTogether, e - r));
           for (int i = 0; i < n; ++i) {
             z[i] = cpu::fma(VecF::load(xp + (r + i) * n_len, 1, n_len), s, mv);
             y[i] = out + (r + i) * n_len;
           }
-          cpu::softmax_one_vector_rows<4>(z.data(), visible.data(), y.data(), n, n_len);
+          cpu::softmax_one_vector_rows<kRowsTogether>(z.data(), visible.data(), y.data(), n, n_len);
         }
       });
       return;
@@ -105,12 +109,9 @@ void softmax_kernel(const KernelArgs& a) {
   const T *xp = x.ptr<T>(), *mp = m.ptr<T>();
   T* out = a.out.ptr<T>();
   a.parallel_for(rows.rows(), row_grain(len), [&](int64_t b, int64_t e) {
-    // f32 rows of one vector (attention over up to 16 tokens) go kRows at a
-    // time, their latency chains interleaved.
-    constexpr int kRows = 4;
-    std::array<cpu::VecF, kRows> block_z;
-    std::array<int64_t, kRows> block_visible;
-    std::array<float*, kRows> block_y;
+    std::array<cpu::VecF, kRowsTogether> block_z;
+    std::array<int64_t, kRowsTogether> block_visible;
+    std::array<float*, kRowsTogether> block_y;
     int pending = 0;
     const float scale_f = float(scale);
     rows.run(b, e, [&](int64_t r, const std::array<int64_t, 2>& o) {
@@ -123,8 +124,9 @@ void softmax_kernel(const KernelArgs& a) {
           block_z[pending] = cpu::fma(VecF::load(xr, xs, visible), scale_f, VecF::load(mr, ms, visible));
           block_visible[pending] = visible;
           block_y[pending] = y;
-          if (++pending == kRows) {
-            cpu::softmax_one_vector_rows<kRows>(block_z.data(), block_visible.data(), block_y.data(), kRows, len);
+          if (++pending == kRowsTogether) {
+            cpu::softmax_one_vector_rows<kRowsTogether>(block_z.data(), block_visible.data(), block_y.data(),
+                                                        kRowsTogether, len);
             pending = 0;
           }
           return;
@@ -154,7 +156,7 @@ void softmax_kernel(const KernelArgs& a) {
       for (int64_t j = visible; j < len; ++j) y[j] = T(0);
     });
     if (pending > 0) {
-      cpu::softmax_one_vector_rows<kRows>(block_z.data(), block_visible.data(), block_y.data(), pending, len);
+      cpu::softmax_one_vector_rows<kRowsTogether>(block_z.data(), block_visible.data(), block_y.data(), pending, len);
     }
   });
 }

@@ -439,7 +439,8 @@ inline void softmax_one_vector_rows(const VecF* z_in, const int64_t* visible, fl
 
 // The softmax of a row held in one vector: lanes [0, visible) of z, the
 // others hidden; writes y[0, len), zeros past visible (NaN when nothing is
-// visible). The same arithmetic as softmax_in_place's loops, on one register.
+// visible). The same arithmetic as softmax_in_place_given_max's loops, on one
+// register.
 inline void softmax_one_vector(VecF z, int64_t visible, int64_t len, float* y) {
   softmax_one_vector_rows<1>(&z, &visible, &y, 1, len);
 }
