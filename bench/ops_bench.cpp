@@ -1,6 +1,7 @@
 // Op kernels as the models run them: each benchmark builds a one-op nabla
 // graph (leaf inputs, the op, an Executor) at ViT shapes and times run().
-// Threads: NABLA_THREADS (default: every core).
+// Threads: NABLA_THREADS (default: every core). NABLA_BENCH_BF16=1 runs
+// every graph with the bf16 matmul option (ExecOptions::bf16_matmul).
 //
 // Counters: bytes_per_second counts the bytes the op must move at least (each
 // input read once, the output written once); copy_GB/s is a parallel memcpy
@@ -10,7 +11,7 @@
 // also reports GFLOP/s (2 M N K per call). Rates use wall time, so run on an
 // idle machine (on a busy one, compare the CPU column at NABLA_THREADS=1).
 //
-// The row kernels run twice: mem:0 with their inputs in cache (each run reads
+// The row kernels and matmuls run twice: mem:0 with their inputs in cache (each run reads
 // what the run before left there; the copy reference likewise moves cached
 // bytes at 90-190 GB/s here), and mem:1 with every run, and every reference
 // copy, starting after a 96 MiB eviction (evict_caches), as in a training
@@ -25,6 +26,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -43,6 +45,11 @@ using nabla::Shape;
 using nabla::Tensor;
 
 int threads() { return nabla::cpu::default_threads(); }
+// NABLA_BENCH_BF16=1: every graph runs with the bf16 matmul option.
+bool bf16_matmul() {
+  const char* v = std::getenv("NABLA_BENCH_BF16");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
 
 Tensor random_leaf(const Shape& shape, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
   std::mt19937 rng(seed);
@@ -148,6 +155,7 @@ void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const
   const double copy = cold ? copy_rate_from_memory(bytes) : copy_rate(bytes);
   nabla::ExecOptions options;
   options.threads = threads();
+  options.bf16_matmul = bf16_matmul();
   nabla::Executor ex(nabla::Graph(outs), options);
   ex.run();  // warm-up: first touch of the arena
   std::chrono::duration<double> dt{};
@@ -166,7 +174,8 @@ void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const
     dt = std::chrono::steady_clock::now() - t0;
   }
   report(state, bytes, copy, dt.count(), flops);
-  state.SetLabel(std::to_string(ex.threads()) + " threads" + (cold ? ", from memory" : ""));
+  state.SetLabel(std::to_string(ex.threads()) + " threads" + (cold ? ", from memory" : "") +
+                 (options.bf16_matmul ? ", bf16 matmul" : ""));
 }
 
 // The last argument of a row benchmark: 1 for inputs from memory.
@@ -179,9 +188,10 @@ void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const
   run_graph(state, inputs, std::vector<Tensor>{out}, bytes, flops, where);
 }
 
-// ---- matmul: {M, K, N, trans_a, trans_b, batch}. A transposed operand is a
-// transposed view of a row-major leaf, as the models pass weights (Linear's
-// x W^T) and activations (the weight gradient's x^T dy).
+// ---- matmul: {M, K, N, trans_a, trans_b, batch, bias, mem}. A transposed
+// operand is a transposed view of a row-major leaf, as the models pass weights
+// (Linear's x W^T) and activations (the weight gradient's x^T dy); bias 1 adds
+// a bias row in the product (matmul_add, what a linear layer runs).
 void BM_matmul(benchmark::State& state) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
   const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
@@ -194,34 +204,37 @@ void BM_matmul(benchmark::State& state) {
   }
   Tensor a = random_leaf(sa, 1), b = random_leaf(sb, 2);
   Tensor av = ta ? nabla::transpose(a) : a, bv = tb ? nabla::transpose(b) : b;
-  run_graph(state, {a, b}, nabla::matmul(av, bv), 0, 2.0 * double(batch * M * N * K));
+  Tensor bias = random_leaf({N}, 5);
+  Tensor out = state.range(6) != 0 ? nabla::matmul_add(av, bv, bias) : nabla::matmul(av, bv);
+  run_graph(state, {a, b}, out, 0, 2.0 * double(batch * M * N * K), inputs_arg(state, 7));
 }
 
-void matmul_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"M", "K", "N", "ta", "tb", "batch"});
-  // fmnist, 2048 token rows. Forward x W^T: qkv/proj, fc1, fc2.
-  b->Args({2048, 96, 96, 0, 1, 1});
-  b->Args({2048, 96, 192, 0, 1, 1});
-  b->Args({2048, 192, 96, 0, 1, 1});
+void matmul_shapes(benchmark::internal::Benchmark* b, int64_t mem) {
+  b->ArgNames({"M", "K", "N", "ta", "tb", "batch", "bias", "mem"});
+  // fmnist, 2048 token rows. Forward x W^T + bias: qkv/proj, fc1, fc2.
+  b->Args({2048, 96, 96, 0, 1, 1, 1, mem});
+  b->Args({2048, 96, 192, 0, 1, 1, 1, mem});
+  b->Args({2048, 192, 96, 0, 1, 1, 1, mem});
   // Input gradients dy W.
-  b->Args({2048, 192, 96, 0, 0, 1});
-  b->Args({2048, 96, 192, 0, 0, 1});
+  b->Args({2048, 192, 96, 0, 0, 1, 0, mem});
+  b->Args({2048, 96, 192, 0, 0, 1, 0, mem});
   // Weight gradients dy^T x (weights stored [out, in]): K-heavy, small M and N.
-  b->Args({96, 2048, 96, 1, 0, 1});
-  b->Args({192, 2048, 96, 1, 0, 1});
-  b->Args({96, 2048, 192, 1, 0, 1});
+  b->Args({96, 2048, 96, 1, 0, 1, 0, mem});
+  b->Args({192, 2048, 96, 1, 0, 1, 0, mem});
+  b->Args({96, 2048, 192, 1, 0, 1, 0, mem});
   // Attention scores q k^T per (image, head): 512 x [16, 24] x [24, 16].
-  b->Args({16, 24, 16, 0, 1, 512});
-  // vit-tiny at batch 8, 1576 token rows: qkv/proj, fc1, fc2, weight gradients.
-  b->Args({1576, 192, 192, 0, 1, 1});
-  b->Args({1576, 192, 768, 0, 1, 1});
-  b->Args({1576, 768, 192, 0, 1, 1});
-  b->Args({192, 1576, 768, 1, 0, 1});
-  b->Args({768, 1576, 192, 1, 0, 1});
-  b->Args({197, 64, 197, 0, 1, 24});
+  b->Args({16, 24, 16, 0, 1, 512, 0, mem});
+  // vit-tiny at batch 8, 1576 token rows: qkv/proj, fc1, fc2, input and weight gradients.
+  b->Args({1576, 192, 192, 0, 1, 1, 1, mem});
+  b->Args({1576, 192, 768, 0, 1, 1, 1, mem});
+  b->Args({1576, 768, 192, 0, 1, 1, 1, mem});
+  b->Args({1576, 768, 192, 0, 0, 1, 0, mem});
+  b->Args({1576, 192, 768, 0, 0, 1, 0, mem});
+  b->Args({192, 1576, 768, 1, 0, 1, 0, mem});
+  b->Args({768, 1576, 192, 1, 0, 1, 0, mem});
+  b->Args({197, 64, 197, 0, 1, 24, 0, mem});
   b->Unit(benchmark::kMicrosecond);
 }
-BENCHMARK(BM_matmul)->Apply(matmul_shapes)->UseRealTime();
 
 // Registers fn twice: args(b, 0) with inputs in cache, and args(b, 1) with
 // inputs from memory, a fixed number of runs each after evict_caches (whose
@@ -230,6 +243,8 @@ constexpr int64_t kFromMemoryRuns = 100;
 #define NABLA_BENCH_BOTH_WAYS(fn, args)                                                                       \
   BENCHMARK(fn)->Apply([](benchmark::internal::Benchmark* b) { args(b, 0); })->UseRealTime();                \
   BENCHMARK(fn)->Apply([](benchmark::internal::Benchmark* b) { args(b, 1); })->Iterations(kFromMemoryRuns)->UseManualTime()
+
+NABLA_BENCH_BOTH_WAYS(BM_matmul, matmul_shapes);
 
 // ---- Row ops over [rows, C]: {rows, C, mem}, fmnist's and vit-tiny's token
 // rows at their width (norms) or MLP width (activations); mem 1: inputs from

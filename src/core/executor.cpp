@@ -36,6 +36,7 @@ struct Executor::Impl {
   std::vector<Step> steps;
   ExecOptions options;
   std::vector<double> step_seconds;  // profiling: total per step
+  int64_t profiled_runs = 0;
 
   void* base(const Node* n) const {
     const Node* r = n->root();
@@ -158,6 +159,7 @@ void Executor::run() {
     return;
   }
   m.step_seconds.resize(m.steps.size(), 0.0);
+  ++m.profiled_runs;
   for (size_t i = 0; i < m.steps.size(); ++i) {
     auto t0 = std::chrono::steady_clock::now();
     m.steps[i].op->forward(m.steps[i].args);
@@ -186,18 +188,26 @@ std::string Executor::profile() const {
                   total > 0 ? 100 * e.first / total : 0.0, 1e3 * e.first, e.second);
     out += line;
   }
-  // The slowest single nodes, with their operand shapes.
-  std::vector<size_t> idx(m.step_seconds.size());
-  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return m.step_seconds[a] > m.step_seconds[b]; });
-  out += "slowest nodes:\n";
-  for (size_t k = 0; k < std::min<size_t>(16, idx.size()); ++k) {
-    const Node* n = m.order[m.steps[idx[k]].position].node();
+  // Where the time goes by op and shape: nodes of one op with the same
+  // operand shapes (a layer's copies) are one line, with the mean time of
+  // one node in one run.
+  std::map<std::string, std::pair<double, int>> by_shape;
+  for (size_t i = 0; i < m.step_seconds.size(); ++i) {
+    const Node* n = m.order[m.steps[i].position].node();
     std::string ins;
     for (const Tensor& in : n->inputs) ins += (ins.empty() ? "" : ", ") + to_string(in.shape()) + (in.is_contiguous() ? "" : "s");
-    std::snprintf(line, sizeof line, "  %-16s %8.1f ms  %s <- %s\n", n->op->name, 1e3 * m.step_seconds[idx[k]],
-                  to_string(n->shape).c_str(), ins.c_str());
-    out += line;
+    auto& e = by_shape[std::string(n->op->name) + " " + to_string(n->shape) + " <- " + ins];
+    e.first += m.step_seconds[i];
+    e.second += 1;
+  }
+  rows.assign(by_shape.begin(), by_shape.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  out += "by op and shape (total over " + std::to_string(m.profiled_runs) + " runs, nodes, mean per node and run):\n";
+  for (size_t k = 0; k < std::min<size_t>(24, rows.size()); ++k) {
+    const auto& [key, e] = rows[k];
+    std::snprintf(line, sizeof line, "  %5.1f%% %9.1f ms %4d x %8.1f us  ", total > 0 ? 100 * e.first / total : 0.0,
+                  1e3 * e.first, e.second, 1e6 * e.first / (double(e.second) * double(m.profiled_runs)));
+    out += line + key + "\n";
   }
   return out;
 }

@@ -406,6 +406,39 @@ TEST(GemmBf16, TileIsBitIdentical) {
   }
 }
 
+// gemm_bf16_add reads its addend in the store: the same bits as copying the
+// addend into C and accumulating onto it with beta 1, for a bias row (ldd 0)
+// and a full addend with its own leading dimension, over one and several
+// depth passes; the addend is never written.
+TEST(GemmBf16, AddMatchesCopyThenBetaOne) {
+  std::mt19937 rng(10);
+  const int64_t M = 97, N = 150;
+  for (int64_t K : {0, 77, 601}) {
+    for (bool ta : kBools) {
+      for (bool tb : kBools) {
+        const Problem p(ta, tb, M, N, K, 1.0f, 1.0f, 3, rng);
+        for (bool bias : kBools) {
+          SCOPED_TRACE(p.describe() + (bias ? " bias" : " full addend"));
+          const Matrix D = random_matrix(bias ? 1 : M, N, 6, rng);
+          const int64_t ldd = bias ? 0 : D.ld;
+          Matrix want(M, N, 2), got(M, N, 2);
+          std::fill(got.data.begin(), got.data.end(), std::numeric_limits<float>::quiet_NaN());
+          for (int64_t i = 0; i < M; ++i) std::copy_n(&D.at(bias ? 0 : i, 0), N, &want.at(i, 0));
+          gemm_bf16(ta, tb, M, N, K, 1.0f, p.A.data.data(), p.A.ld, p.B.data.data(), p.B.ld, 1.0f,
+                    want.data.data(), want.ld);
+          const Matrix d_before = D;
+          gemm_bf16_add(ta, tb, M, N, K, p.A.data.data(), p.A.ld, p.B.data.data(), p.B.ld, D.data.data(), ldd,
+                        got.data.data(), got.ld);
+          for (int64_t i = 0; i < M; ++i) {
+            ASSERT_EQ(0, std::memcmp(&got.at(i, 0), &want.at(i, 0), N * sizeof(float))) << "row " << i;
+          }
+          EXPECT_EQ(0, std::memcmp(D.data.data(), d_before.data.data(), D.data.size() * sizeof(float)));
+        }
+      }
+    }
+  }
+}
+
 TEST(GemmBf16, NativeKernelWhenTheBuildHasAvx512Bf16) {
 #ifdef __AVX512BF16__
   EXPECT_TRUE(gemm_bf16_native());

@@ -50,6 +50,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
 
+// C[M, N] = op(A) op(B) + D as gemm_bf16, where D [M, N] has leading
+// dimension ldd (0: one row added to every row, a bias) and is read in the
+// micro-kernel's store: bit-identical to copying D into C and calling
+// gemm_bf16 with beta 1, without the separate pass over C.
+void gemm_bf16_add(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, const float* D, int64_t ldd, float* C, int64_t ldc);
+
 // True when the build has the AVX-512 BF16 kernel (__AVX512BF16__); else
 // gemm_bf16 runs a portable loop with the same rounding.
 bool gemm_bf16_native();

