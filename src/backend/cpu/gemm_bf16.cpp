@@ -80,34 +80,87 @@ __m512i to_bf16_pairs(__m512 lo, __m512 hi) {
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
 }
 
+// The shuffles below in their zero-masking form under a full mask: the same
+// instructions, but g++ 12 warns that the plain forms' undefined pass-through
+// operand "may be used uninitialized".
+constexpr __mmask16 kAll16 = 0xFFFF;
+constexpr __mmask8 kAll8 = 0xFF;
+inline __m512i unpacklo_32(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi32(kAll16, a, b); }
+inline __m512i unpackhi_32(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi32(kAll16, a, b); }
+inline __m512i unpacklo_64(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi64(kAll8, a, b); }
+inline __m512i unpackhi_64(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi64(kAll8, a, b); }
+template <int Imm>
+__m512i shuffle_128(__m512i a, __m512i b) { return _mm512_maskz_shuffle_i32x4(kAll16, a, b, Imm); }
+
+// Transposes 16 x 16 words in registers: r[i] holds row i on entry and
+// column i on return (unpacks within 128-bit lanes, then lane shuffles).
+inline void transpose_16x16(__m512i r[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = unpacklo_32(r[i], r[i + 1]);
+    t[i + 1] = unpackhi_32(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = unpacklo_64(t[i], t[i + 2]);
+    r[i + 1] = unpackhi_64(t[i], t[i + 2]);
+    r[i + 2] = unpacklo_64(t[i + 1], t[i + 3]);
+    r[i + 3] = unpackhi_64(t[i + 1], t[i + 3]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[i] = shuffle_128<0x88>(r[i], r[i + 4]);
+    t[i + 4] = shuffle_128<0xdd>(r[i], r[i + 4]);
+    t[i + 8] = shuffle_128<0x88>(r[i + 8], r[i + 12]);
+    t[i + 12] = shuffle_128<0xdd>(r[i + 8], r[i + 12]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    r[i] = shuffle_128<0x88>(t[i], t[i + 8]);
+    r[i + 8] = shuffle_128<0xdd>(t[i], t[i + 8]);
+    r[i + 4] = shuffle_128<0x88>(t[i + 4], t[i + 12]);
+    r[i + 12] = shuffle_128<0xdd>(t[i + 4], t[i + 12]);
+  }
+}
+
 // Packs `lines` (<= width) x depth kc of a matrix whose lines are contiguous
 // along k (line r at src + r * ld: rows of A, or columns of B^T) into width
 // words per k-pair: dst[p * width + r] = pair p of line r, zero past `lines`.
-// NOTE: a 16 x 16 transpose in registers instead of the scalar copy out of
-// `block` measured no faster on Zen 4 (the loads from op(A) dominate).
+// Per block of 16 pairs, each group of up to 16 lines is rounded into 16
+// vectors of pairs and transposed in registers, so a pair's words of the
+// group leave in one (masked) store; a word-by-word copy out of a buffer
+// made this the slower half of the packing.
 void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc,
                   uint32_t* dst) {
   const int64_t pairs = (kc + 1) / 2;
-  alignas(64) uint32_t block[kNr][16];  // width <= kNr lines x 16 pairs
   for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
     const int64_t k0 = 2 * p0;
     const __mmask16 lo = first_lanes(kc - k0), hi = first_lanes(kc - k0 - 16);
-    for (int r = 0; r < width; ++r) {
-      __m512i v = _mm512_setzero_si512();
-      if (r < lines) {
-        const float* s = src + r * ld + k0;
-        // The lines are separate streams the hardware prefetcher loses track
-        // of; fetch this line two blocks ahead while this block is converted
-        // (vit-tiny bf16 step +3%, fmnist +4%, with pack_across_k's).
-        _mm_prefetch(reinterpret_cast<const char*>(s + 2 * 32), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(s + 2 * 32 + 16), _MM_HINT_T0);
-        v = to_bf16_pairs(_mm512_maskz_loadu_ps(lo, s), _mm512_maskz_loadu_ps(hi, s + 16));
-      }
-      _mm512_store_si512(block[r], v);
-    }
     const int64_t count = std::min<int64_t>(16, pairs - p0);
-    for (int64_t p = 0; p < count; ++p) {
-      for (int r = 0; r < width; ++r) dst[(p0 + p) * width + r] = block[r][p];
+    for (int g = 0; g < width; g += 16) {
+      const int group = std::min(16, width - g);
+      __m512i v[16];
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        v[r] = _mm512_setzero_si512();
+        if (r < group && g + r < lines) {
+          const float* s = src + (g + r) * ld + k0;
+          // The lines are separate streams the hardware prefetcher loses
+          // track of; fetch this line two blocks ahead while this block is
+          // converted (vit-tiny bf16 step +3%, fmnist +4%, with
+          // pack_across_k's).
+          _mm_prefetch(reinterpret_cast<const char*>(s + 2 * 32), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(s + 2 * 32 + 16), _MM_HINT_T0);
+          v[r] = to_bf16_pairs(_mm512_maskz_loadu_ps(lo, s), _mm512_maskz_loadu_ps(hi, s + 16));
+        }
+      }
+      transpose_16x16(v);
+      const __mmask16 keep = first_lanes(group);
+#pragma GCC unroll 16
+      for (int p = 0; p < 16; ++p) {
+        if (p < count) _mm512_mask_storeu_epi32(dst + (p0 + p) * width + g, keep, v[p]);
+      }
     }
   }
 }
