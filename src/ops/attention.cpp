@@ -179,15 +179,16 @@ int64_t head_grain(const Dims& d) {
 }
 
 // Queries [i0, i0 + rows) of one head: P = softmax(scale Q K^T) in s.p, and
-// the number of keys any of these queries sees.
+// the number of keys any of these queries sees. bf16: the bf16 matmul option
+// (every product of the op rounds its operands, as a matmul's do).
 template <class T>
 int64_t block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t i0, int64_t rows, const HeadRows<T>& K,
-                            const Dims& d, bool causal, double scale, Scratch<T>& s, HeadRows<T>& Q) {
+                            const Dims& d, bool causal, double scale, bool bf16, Scratch<T>& s, HeadRows<T>& Q) {
   const int64_t kv = causal ? causal_visible(i0 + rows - 1, d.Tq, d.Tk) : d.Tk;
   Q = head_rows(q, b, h, i0, rows, s.q);
   s.p.resize(size_t(rows * kv));
   // op(B) = K^T: K stored [Tk, D] is B transposed.
-  cpu::gemm<T>(Q.trans, !K.trans, rows, kv, d.D, T(1), Q.p, Q.ld, K.p, K.ld, T(0), s.p.data(), kv);
+  cpu::product<T>(bf16, Q.trans, !K.trans, rows, kv, d.D, Q.p, Q.ld, K.p, K.ld, s.p.data(), kv);
   softmax_rows(s.p.data(), rows, kv, i0, d.Tq, d.Tk, causal, scale);
   return kv;
 }
@@ -198,6 +199,7 @@ void attention_kernel(const KernelArgs& a) {
   const Dims d = dims_of(q, v);
   const bool causal = causal_of(*a.attrs);
   const double scale = scale_of(*a.attrs);
+  const bool bf16 = a.bf16_matmul;
   T* out = a.out.ptr<T>();
   const int64_t block = query_block(d.Tq, d.Tk, causal);
   a.parallel_for(d.B * d.H, head_grain(d), [&](int64_t t0, int64_t t1) {
@@ -208,10 +210,10 @@ void attention_kernel(const KernelArgs& a) {
       for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
         const int64_t rows = std::min(block, d.Tq - i0);
         HeadRows<T> Q{};
-        const int64_t kv = block_probabilities(q, b, h, i0, rows, K, d, causal, scale, s, Q);
+        const int64_t kv = block_probabilities(q, b, h, i0, rows, K, d, causal, scale, bf16, s, Q);
         // O rows = P V, written into out [B, Tq, H, Dv] in place.
         T* o = out + ((b * d.Tq + i0) * d.H + h) * d.Dv;
-        cpu::gemm<T>(false, V.trans, rows, d.Dv, kv, T(1), s.p.data(), kv, V.p, V.ld, T(0), o, d.H * d.Dv);
+        cpu::product<T>(bf16, false, V.trans, rows, d.Dv, kv, s.p.data(), kv, V.p, V.ld, o, d.H * d.Dv);
       }
     }
   });
@@ -226,6 +228,7 @@ void attention_back_kernel(const KernelArgs& a) {
   const Dims d = dims_of(q, v);
   const bool causal = causal_of(*a.attrs);
   const double scale = scale_of(*a.attrs);
+  const bool bf16 = a.bf16_matmul;
   T* dq = a.out.ptr<T>();
   T* dk = dq + d.B * d.Tq * d.H * d.D;
   T* dv = dk + d.B * d.Tk * d.H * d.D;
@@ -244,12 +247,12 @@ void attention_back_kernel(const KernelArgs& a) {
       for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
         const int64_t rows = std::min(block, d.Tq - i0);
         HeadRows<T> Q{};
-        const int64_t kv = block_probabilities(q, b, h, i0, rows, K, d, causal, scale, s, Q);
+        const int64_t kv = block_probabilities(q, b, h, i0, rows, K, d, causal, scale, bf16, s, Q);
         const HeadRows<T> dO = head_rows(dout, b, h, i0, rows, s.dout);
         s.dp.resize(size_t(rows * kv));
         T* P = s.p.data();
         T* dS = s.dp.data();
-        cpu::gemm<T>(dO.trans, !V.trans, rows, kv, d.Dv, T(1), dO.p, dO.ld, V.p, V.ld, T(0), dS, kv);
+        cpu::product<T>(bf16, dO.trans, !V.trans, rows, kv, d.Dv, dO.p, dO.ld, V.p, V.ld, dS, kv);
         for (int64_t r = 0; r < rows; ++r) {
           const T* pr = P + r * kv;
           T* sr = dS + r * kv;
@@ -259,9 +262,9 @@ void attention_back_kernel(const KernelArgs& a) {
           for (int64_t j = 0; j < kv; ++j) sr[j] = pr[j] * (sr[j] - dot) * sc;
         }
         T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
-        cpu::gemm<T>(false, K.trans, rows, d.D, kv, T(1), dS, kv, K.p, K.ld, T(0), dq_rows, d.H * d.D);
-        cpu::gemm<T>(true, Q.trans, kv, d.D, rows, T(1), dS, kv, Q.p, Q.ld, T(1), dk_h, d.H * d.D);
-        cpu::gemm<T>(true, dO.trans, kv, d.Dv, rows, T(1), P, kv, dO.p, dO.ld, T(1), dv_h, d.H * d.Dv);
+        cpu::product<T>(bf16, false, K.trans, rows, d.D, kv, dS, kv, K.p, K.ld, dq_rows, d.H * d.D);
+        cpu::product<T>(bf16, true, Q.trans, kv, d.D, rows, dS, kv, Q.p, Q.ld, dk_h, d.H * d.D, true);
+        cpu::product<T>(bf16, true, dO.trans, kv, d.Dv, rows, P, kv, dO.p, dO.ld, dv_h, d.H * d.Dv, true);
       }
     }
   });

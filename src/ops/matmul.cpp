@@ -140,22 +140,6 @@ int64_t split_k_chunk(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
   return ((K + parts - 1) / parts + 15) / 16 * 16;
 }
 
-// c = a b, or c += a b with accumulate.
-template <class T>
-void gemm_tile(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* a, int64_t lda, const T* b,
-               int64_t ldb, T* c, int64_t ldc, bool accumulate = false) {
-  const T beta = accumulate ? T(1) : T(0);
-  if constexpr (std::is_same_v<T, float>) {
-    if (bf16) {  // small products as cpu::gemm takes them, with the operands rounded
-      if (M * N * K <= cpu::kSmallGemmWork) {
-        return cpu::gemm_small(ta, tb, M, N, K, a, lda, b, ldb, c, ldc, true, accumulate);
-      }
-      return cpu::gemm_bf16(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, c, ldc);
-    }
-  }
-  cpu::gemm<T>(ta, tb, M, N, K, T(1), a, lda, b, ldb, beta, c, ldc);
-}
-
 // matmul_add's addend c seen as [M, N] (broadcast strides), or none.
 struct Addend {
   const void* data = nullptr;
@@ -183,7 +167,7 @@ void matmul_split_k(const KernelArgs& args, const T* a, Operand la, const T* b, 
       // op(A) columns k0.. and op(B) rows k0..: A^T stored [K, M], B^T stored [N, K].
       const T* a_chunk = a + (la.trans ? k0 * la.ld : k0);
       const T* b_chunk = b + (lb.trans ? k0 : k0 * lb.ld);
-      gemm_tile<T>(args.bf16_matmul, la.trans, lb.trans, M, N, kc, a_chunk, la.ld, b_chunk, lb.ld, P + c * M * N, N);
+      cpu::product<T>(args.bf16_matmul, la.trans, lb.trans, M, N, kc, a_chunk, la.ld, b_chunk, lb.ld, P + c * M * N, N);
     }
   });
   args.parallel_for(M * N, cpu::grain_for(chunks), [&](int64_t b0, int64_t e0) {
@@ -295,7 +279,7 @@ void matmul_kernel(const KernelArgs& args, bool heads_out, const Addend& addend 
           }
         }
       }
-      gemm_tile<T>(args.bf16_matmul, oa.trans, ob.trans, mt, nt, K, a_tile, oa.ld, b_tile, ob.ld, c_tile, ldc,
+      cpu::product<T>(args.bf16_matmul, oa.trans, ob.trans, mt, nt, K, a_tile, oa.ld, b_tile, ob.ld, c_tile, ldc,
                    addend.data != nullptr);
     }
   });

@@ -156,6 +156,56 @@ TEST(Attention, FusedF32MatchesTheCompositeAtModelShapes) {
   }
 }
 
+// The bf16 matmul option reaches the fused op's products as it reaches
+// matmul's: its value and gradients move (the option is in effect) by about
+// bf16's precision, as the composed form's do under the same option, and stay
+// bit-identical at any thread count.
+TEST(Attention, FusedFollowsTheBf16MatmulOption) {
+  struct Case {
+    int64_t b, t, h, d;
+    bool causal;
+  };
+  for (const Case& c : {Case{1, 197, 3, 64, false}, Case{2, 130, 2, 32, true}}) {
+    SCOPED_TRACE(std::to_string(c.t) + " tokens, causal " + std::to_string(c.causal));
+    std::vector<double> qkv64 = random_leaf({c.b, c.t, 3, c.h, c.d}, 13).to_vector<double>();
+    std::vector<double> dout64 = random_leaf({c.b, c.t, c.h, c.d}, 14).to_vector<double>();
+    Tensor qkv = Tensor::from_vector<float>({c.b, c.t, 3, c.h, c.d}, std::vector<float>(qkv64.begin(), qkv64.end()));
+    Tensor dout = Tensor::from_vector<float>({c.b, c.t, c.h, c.d}, std::vector<float>(dout64.begin(), dout64.end()));
+    auto part = [&](int64_t i) { return reshape(slice(qkv, 2, i, i + 1), {c.b, c.t, c.h, c.d}); };
+    auto heads = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
+    auto outputs = [&](bool fused) {
+      Tensor q = part(0), k = part(1), v = part(2);
+      Tensor o = fused ? attention(q, k, v, c.causal)
+                       : heads(scaled_dot_product_attention(heads(q), heads(k), heads(v), Tensor(), c.causal));
+      std::vector<Tensor> outs = grad(sum(o * dout), {qkv});
+      outs.insert(outs.begin(), o);
+      return outs;
+    };
+    auto values = [](const std::vector<Tensor>& outs, ExecOptions options) {
+      std::vector<std::vector<float>> v;
+      for (const Tensor& t : eval(outs, options)) v.push_back(t.to_vector<float>());
+      return v;
+    };
+    const std::vector<Tensor> fused = outputs(true), composed = outputs(false);
+    const auto f32 = values(fused, {.threads = 2});
+    const auto bf16 = values(fused, {.threads = 1, .bf16_matmul = true});
+    const auto composed_bf16 = values(composed, {.threads = 2, .bf16_matmul = true});
+    for (int threads : {2, 3}) {
+      EXPECT_EQ(values(fused, {.threads = threads, .bf16_matmul = true}), bf16) << threads << " threads";
+    }
+    for (size_t n = 0; n < f32.size(); ++n) {
+      double scale = 0, moved = 0;
+      for (float x : f32[n]) scale = std::max(scale, double(std::abs(x)));
+      for (size_t i = 0; i < f32[n].size(); ++i) {
+        moved = std::max(moved, double(std::abs(bf16[n][i] - f32[n][i])));
+        ASSERT_NEAR(bf16[n][i], f32[n][i], 3e-2 * scale) << (n == 0 ? "output" : "gradient") << " entry " << i;
+        ASSERT_NEAR(bf16[n][i], composed_bf16[n][i], 3e-2 * scale) << (n == 0 ? "output" : "gradient") << " entry " << i;
+      }
+      EXPECT_GT(moved, 1e-4 * scale) << (n == 0 ? "output" : "gradient") << ": the bf16 option had no effect";
+    }
+  }
+}
+
 TEST(Attention, FusedRejectsBadShapes) {
   Tensor q = Tensor::zeros(DType::f32, {1, 3, 2, 4}), k = Tensor::zeros(DType::f32, {1, 2, 2, 4});
   Tensor v = Tensor::zeros(DType::f32, {1, 2, 2, 5});

@@ -437,6 +437,23 @@ const char* gemm_backend() {
 #endif
 }
 
+template <class T>
+void product(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+             const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16) {
+      if (M * N * K <= kSmallGemmWork) return gemm_small(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, true, accumulate);
+      return gemm_bf16(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+    }
+  }
+  gemm<T>(trans_a, trans_b, M, N, K, T(1), A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc);
+}
+
+template void product<float>(bool, bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
+                             float*, int64_t, bool);
+template void product<double>(bool, bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*,
+                              int64_t, double*, int64_t, bool);
+
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
                           const float*, int64_t, float, float*, int64_t);
 template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,

@@ -57,6 +57,14 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 void gemm_bf16_add(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                    const float* B, int64_t ldb, const float* D, int64_t ldd, float* C, int64_t ldc);
 
+// C = op(A) op(B), or C += op(A) op(B) with accumulate: one product of a
+// graph's matmul or fused attention. With bf16 (the bf16 matmul option) a
+// float product rounds its operands to bfloat16: gemm_small's rounding for a
+// small product, else gemm_bf16. Otherwise, and for double, gemm.
+template <class T>
+void product(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
+             const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate = false);
+
 // True when the build has the AVX-512 BF16 kernel (__AVX512BF16__); else
 // gemm_bf16 runs a portable loop with the same rounding.
 bool gemm_bf16_native();
