@@ -224,58 +224,80 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t p0, int64_t j0, int
 
 // C[rows, cols] (leading dimension ldc) = alpha * a * b + beta * D for packed
 // micro-panels a and b of `pairs` k-pairs, where D (leading dimension ldd, 0
-// for one row read by every row) is C itself or a separate addend; the full
-// kMr x kNr tile is always computed, only the store is cut to rows x cols.
+// for one row read by every row) is C itself or a separate addend. The kernel
+// computes Rows x 16 Vecs of the kMr x kNr panels (rows <= Rows, cols <= 16
+// Vecs), only the store cut to rows x cols: an edge tile takes the smallest
+// variant that covers it, where the full one multiplied padding (attention's
+// 197 x 197 scores: 224 columns and 204 rows computed for 197). Each element
+// sums its pairs in the same order in every variant, so the bits are the same.
 // beta == 0 overwrites C.
+template <int Rows, int Vecs>
 void micro_kernel(int64_t pairs, const uint32_t* __restrict a, const uint32_t* __restrict b,
                   float alpha, float beta, const float* D, int64_t ldd, float* C, int64_t ldc,
                   int64_t rows, int64_t cols) {
+  static_assert(Rows <= kMr && Vecs * 16 <= kNr);
   // The tile of C is written (and D read) only after the k loop; their lines
   // are fetched now, so that a tile not in cache (a step's output lands in a
   // buffer last touched long ago) arrives while the loop computes.
 #pragma GCC unroll 12
-  for (int i = 0; i < kMr; ++i) {
+  for (int i = 0; i < Rows; ++i) {
     if (i < rows) {
-      _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
+#pragma GCC unroll 2
+      for (int v = 0; v < Vecs; ++v) _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16 * v), _MM_HINT_T0);
     }
   }
-  __m512 acc[kMr][2];
+  __m512 acc[Rows][Vecs];
 #pragma GCC unroll 12
-  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int i = 0; i < Rows; ++i) {
+#pragma GCC unroll 2
+    for (int v = 0; v < Vecs; ++v) acc[i][v] = _mm512_setzero_ps();
+  }
   for (int64_t p = 0; p < pairs; ++p, a += kMr, b += kNr) {
-    const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b));
-    const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 16));
+    __m512bh bv[Vecs];
+#pragma GCC unroll 2
+    for (int v = 0; v < Vecs; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 16 * v));
 #pragma GCC unroll 12
-    for (int i = 0; i < kMr; ++i) {
+    for (int i = 0; i < Rows; ++i) {
       const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], b0, ai);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], b1, ai);
+#pragma GCC unroll 2
+      for (int v = 0; v < Vecs; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], bv[v], ai);
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - 16);
+  __mmask16 mask[Vecs];
+#pragma GCC unroll 2
+  for (int v = 0; v < Vecs; ++v) mask[v] = first_lanes(cols - 16 * v);
 #pragma GCC unroll 12
-  for (int i = 0; i < kMr; ++i) {
+  for (int i = 0; i < Rows; ++i) {
     if (i >= rows) break;
-    float* c = C + i * ldc;
-    const float* d = D + i * ldd;
-    // Explicit FMAs, so that no row depends on whether the compiler contracts.
-    __m512 r0, r1;
-    if (beta == 1.0f) {
-      r0 = _mm512_fmadd_ps(va, acc[i][0], _mm512_maskz_loadu_ps(m0, d));
-      r1 = _mm512_fmadd_ps(va, acc[i][1], _mm512_maskz_loadu_ps(m1, d + 16));
-    } else {
-      r0 = _mm512_mul_ps(va, acc[i][0]);
-      r1 = _mm512_mul_ps(va, acc[i][1]);
-      if (beta != 0.0f) {
-        r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, d), r0);
-        r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, d + 16), r1);
+#pragma GCC unroll 2
+    for (int v = 0; v < Vecs; ++v) {
+      float* c = C + i * ldc + 16 * v;
+      const float* d = D + i * ldd + 16 * v;
+      // Explicit FMAs, so that no row depends on whether the compiler contracts.
+      __m512 r;
+      if (beta == 1.0f) {
+        r = _mm512_fmadd_ps(va, acc[i][v], _mm512_maskz_loadu_ps(mask[v], d));
+      } else {
+        r = _mm512_mul_ps(va, acc[i][v]);
+        if (beta != 0.0f) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], d), r);
       }
+      _mm512_mask_storeu_ps(c, mask[v], r);
     }
-    _mm512_mask_storeu_ps(c, m0, r0);
-    _mm512_mask_storeu_ps(c + 16, m1, r1);
   }
+}
+
+// The micro-kernel variant for a tile of rows x cols (at most kMr x kNr).
+void micro_kernel(int64_t pairs, const uint32_t* a, const uint32_t* b, float alpha, float beta, const float* D,
+                  int64_t ldd, float* C, int64_t ldc, int64_t rows, int64_t cols) {
+  if (cols > 16) {
+    if (rows > 8) return micro_kernel<12, 2>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+    if (rows > 4) return micro_kernel<8, 2>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+    return micro_kernel<4, 2>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+  }
+  if (rows > 8) return micro_kernel<12, 1>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+  if (rows > 4) return micro_kernel<8, 1>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+  micro_kernel<4, 1>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
 }
 
 // C = alpha op(A) op(B) + beta D, D [M, N] with leading dimension ldd (C
