@@ -256,31 +256,13 @@ void matmul_kernel(const KernelArgs& args, bool heads_out, const Addend& addend 
         b_tile = b + n0 * B.strides[br - 1];
       }
       T* c_tile = C + c_offset(bi) + m0 * ldc + n0;
-      if constexpr (std::is_same_v<T, float>) {
-        // The bf16 GEMM reads a row-contiguous addend (a bias, or a full c) in
-        // its store: no pass writing c into the tile first, which cost the
-        // vit-tiny fc1 product a third more from memory.
-        if (args.bf16_matmul && addend.data && !addend.in_place && addend.col_stride == 1 &&
-            mt * nt * K > cpu::kSmallGemmWork) {
-          const float* d = static_cast<const float*>(addend.data) + m0 * addend.row_stride + n0;
-          cpu::gemm_bf16_add(oa.trans, ob.trans, mt, nt, K, a_tile, oa.ld, b_tile, ob.ld, d, addend.row_stride,
-                             c_tile, ldc);
-          continue;
-        }
-      }
-      if (addend.data && !addend.in_place) {  // the tile starts as c; the product accumulates onto it
-        for (int64_t i = 0; i < mt; ++i) {
-          const T* src = static_cast<const T*>(addend.data) + (m0 + i) * addend.row_stride + n0 * addend.col_stride;
-          T* dst = c_tile + i * ldc;
-          if (addend.col_stride == 1) {  // a bias row, or a row of a full c
-            std::copy(src, src + nt, dst);
-          } else {
-            for (int64_t j = 0; j < nt; ++j) dst[j] = src[j * addend.col_stride];
-          }
-        }
-      }
+      // The tile starts as c (unless c is the output's own memory) and the
+      // product accumulates onto it.
+      const T* d = addend.data && !addend.in_place
+                       ? static_cast<const T*>(addend.data) + m0 * addend.row_stride + n0 * addend.col_stride
+                       : nullptr;
       cpu::product<T>(args.bf16_matmul, oa.trans, ob.trans, mt, nt, K, a_tile, oa.ld, b_tile, ob.ld, c_tile, ldc,
-                   addend.data != nullptr);
+                      addend.data != nullptr, d, addend.row_stride, addend.col_stride);
     }
   });
 }

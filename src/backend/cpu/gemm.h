@@ -61,9 +61,14 @@ void gemm_bf16_add(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 // graph's matmul or fused attention. With bf16 (the bf16 matmul option) a
 // float product rounds its operands to bfloat16: gemm_small's rounding for a
 // small product, else gemm_bf16. Otherwise, and for double, gemm.
+// d, when given, is what C starts as instead of its own values: C = D +
+// op(A) op(B), D [M, N] read through strides (0 where broadcast: a bias row).
+// A bf16 product with row-contiguous D reads it in its store
+// (gemm_bf16_add); otherwise D is copied into C first.
 template <class T>
 void product(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,
-             const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate = false);
+             const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate = false, const T* d = nullptr,
+             int64_t d_row_stride = 0, int64_t d_col_stride = 1);
 
 // True when the build has the AVX-512 BF16 kernel (__AVX512BF16__); else
 // gemm_bf16 runs a portable loop with the same rounding.
