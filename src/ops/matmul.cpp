@@ -222,8 +222,15 @@ void matmul_kernel(const KernelArgs& args, bool heads_out, const Addend& addend 
   T* C = args.out.ptr<T>();
   const T* Ap = A.ptr<T>();
   const T* Bp = B.ptr<T>();
-  // Small batched GEMMs (attention heads) go several to a chunk.
-  const int64_t grain = std::max<int64_t>(1, kMinTileWork / std::max<int64_t>(1, tile_m * tile_n * K));
+  // Small batched GEMMs (attention heads) go several to a chunk. Larger
+  // ones too, four chunks per thread: a chunk's neighbouring products (the
+  // heads of one image) share lines and stream from memory together, and
+  // each one's successor is known, to prefetch. vit-tiny's 24 heads of 197 x
+  // 64 x 197 on 2 threads, 3 to a chunk: 3-5% less time per product in f32.
+  // The grain may follow the thread count here, unlike in reductions: every
+  // task writes its own tile, whoever runs it.
+  const int64_t grain = std::max({int64_t{1}, kMinTileWork / std::max<int64_t>(1, tile_m * tile_n * K),
+                                  tasks / (4 * int64_t{std::max(args.threads, 1)})});
   args.parallel_for(tasks, grain, [&](int64_t tb, int64_t te) {
     std::vector<T> pack_a, pack_b;
     for (int64_t t = tb; t < te; ++t) {
@@ -256,6 +263,14 @@ void matmul_kernel(const KernelArgs& args, bool heads_out, const Addend& addend 
         b_tile = b + n0 * B.strides[br - 1];
       }
       T* c_tile = C + c_offset(bi) + m0 * ldc + n0;
+      // The chunk's next product of the batch, requested before this one
+      // runs (one head's q and k: 100 KB, read by GEMM's packing a line at a
+      // time at its start).
+      if (const int64_t next = (t + 1) / (tiles_m * tiles_n); t + 1 < te && next != bi && !la.packed && !lb.packed) {
+        const int64_t e = sizeof(T);
+        cpu::prefetch_matrix(Ap + a_off[next], la.trans ? K : M, (la.trans ? M : K) * e, la.ld * e, false);
+        cpu::prefetch_matrix(Bp + b_off[next], lb.trans ? N : K, (lb.trans ? K : N) * e, lb.ld * e, false);
+      }
       // The tile starts as c (unless c is the output's own memory) and the
       // product accumulates onto it.
       const T* d = addend.data && !addend.in_place

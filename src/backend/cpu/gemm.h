@@ -16,6 +16,21 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
+// Requests the cache lines of rows x row_bytes bytes starting at p, rows
+// ld_bytes apart; for writing (prefetchw where the target has it) when asked.
+inline void prefetch_matrix(const void* p, int64_t rows, int64_t row_bytes, int64_t ld_bytes, bool for_write) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const uintptr_t row = reinterpret_cast<uintptr_t>(p) + uintptr_t(i * ld_bytes);
+    for (uintptr_t line = row & ~uintptr_t{63}; line < row + uintptr_t(row_bytes); line += 64) {
+      if (for_write) {
+        __builtin_prefetch(reinterpret_cast<const void*>(line), 1);
+      } else {
+        __builtin_prefetch(reinterpret_cast<const void*>(line));
+      }
+    }
+  }
+}
+
 // "openblas" or "builtin".
 const char* gemm_backend();
 
