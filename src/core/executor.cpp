@@ -119,7 +119,7 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
     throw Error("executor: the planned arena needs " + std::to_string(arena_bytes) +
                 " bytes, over the memory limit of " + std::to_string(options.memory_limit) + " bytes");
   }
-  m.arena = std::make_unique<Buffer>(arena_bytes);
+  m.arena = std::make_unique<Buffer>(arena_bytes, /*huge_pages=*/true);
 
   m.readable.assign(m.order.size(), false);
   for (size_t i = 0; i < m.order.size(); ++i) m.readable[i] = m.order[i].node()->root()->is_leaf();

@@ -21,7 +21,9 @@ struct Attrs {
 
 // Aligned host memory owned by a leaf.
 struct Buffer {
-  explicit Buffer(size_t bytes);
+  // huge_pages: ask the kernel for 2 MiB pages (Linux transparent huge pages)
+  // when the buffer spans several; see Buffer::Buffer.
+  explicit Buffer(size_t bytes, bool huge_pages = false);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;

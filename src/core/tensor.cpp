@@ -8,6 +8,10 @@
 #include "core/op.h"
 #include "nabla/error.h"
 
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
 namespace nabla {
 
 namespace {
@@ -26,11 +30,27 @@ const OpDef op_leaf{
     .infer = infer_leaf,
 };
 
-Buffer::Buffer(size_t n) : bytes(n) {
+Buffer::Buffer(size_t n, bool huge_pages) : bytes(n) {
   // 64-byte alignment suits every SIMD width; never a null pointer, even for 0 bytes.
-  size_t rounded = (n + 63) / 64 * 64;
-  data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  size_t alignment = 64;
+#ifdef __linux__
+  // A training step streams its whole arena (vit-tiny: 275 MiB, 70,000 4 KiB
+  // pages against a TLB of a few thousand entries): on 2 MiB pages, where the
+  // system grants them on request (transparent_hugepage "madvise"), vit-tiny's
+  // f32 step ran 4% faster. Only for buffers of several huge pages: the last
+  // one is rounded up whole.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  if (huge_pages && n >= 4 * kHugePage) alignment = kHugePage;
+#else
+  (void)huge_pages;
+#endif
+  const size_t rounded = n == 0 ? alignment : (n + alignment - 1) / alignment * alignment;
+  data = std::aligned_alloc(alignment, rounded);
   if (!data) throw Error("out of memory allocating " + std::to_string(n) + " bytes");
+#ifdef __linux__
+  // Advice only: where huge pages are off or unavailable, the buffer is as usual.
+  if (alignment > 64) madvise(data, rounded, MADV_HUGEPAGE);
+#endif
 }
 Buffer::~Buffer() { std::free(data); }
 

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "core/graph_internal.h"
+#include "core/node.h"
 #include "nabla/nabla.hpp"
 
 using namespace nabla;
@@ -99,6 +102,27 @@ TEST(Planner, InPlaceNeverOverwritesAnOperandStillNeeded) {
   Executor ref(g, {.threads = 1, .plan_memory = false});
   ref.run();
   EXPECT_EQ(ex.read<float>(y), ref.read<float>(y));
+}
+
+// The arena's buffer asks for 2 MiB pages: aligned to one when it spans
+// several, every byte usable either way, and small buffers stay as they were.
+TEST(Buffer, HugePageRequestKeepsEveryByteUsable) {
+  for (size_t bytes : {size_t{0}, size_t{100}, size_t{9} << 20, (size_t{9} << 20) + 3}) {
+    Buffer b(bytes, /*huge_pages=*/true);
+    ASSERT_NE(b.data, nullptr);
+    EXPECT_EQ(b.bytes, bytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % 64, 0u);
+#ifdef __linux__
+    if (bytes >= (size_t{8} << 20)) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % (size_t{2} << 20), 0u) << bytes;
+    }
+#endif
+    auto* p = static_cast<unsigned char*>(b.data);
+    std::memset(p, 0xab, bytes);
+    if (bytes > 0) {
+      EXPECT_EQ(p[bytes - 1], 0xab);
+    }
+  }
 }
 
 TEST(Executor, MemoryLimitFailsBeforeAllocating) {
