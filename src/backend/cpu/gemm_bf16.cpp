@@ -335,12 +335,13 @@ void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
             // (attention's scores, K 64): its tile computes for less time than
             // cold lines take to arrive when the micro-kernel requests them
             // (vit-tiny's scores -10% per step; longer products unchanged).
-            if (pairs < kShortPairs && ir + kMr < mc) {
-              prefetch_matrix(C + (i + kMr) * ldc + j, std::min<int64_t>(kMr, mc - ir - kMr),
-                              std::min<int64_t>(kNr, nc - jr) * 4, ldc * 4, true);
-            } else if (pairs < kShortPairs && jr + kNr < nc) {
-              prefetch_matrix(C + ic * ldc + j + kNr, std::min<int64_t>(kMr, mc), std::min<int64_t>(kNr, nc - jr - kNr) * 4,
-                              ldc * 4, true);
+            // The next tile is the one below, or the top of the next panel.
+            const bool below = ir + kMr < mc;
+            const int64_t ni = below ? i + kMr : ic, nj = below ? j : j + kNr;
+            if (pairs < kShortPairs && nj < jc + nc) {
+              constexpr int64_t f = sizeof(float);
+              prefetch_matrix(C + ni * ldc + nj, std::min<int64_t>(kMr, ic + mc - ni),
+                              std::min<int64_t>(kNr, jc + nc - nj) * f, ldc * f, true);
             }
             micro_kernel(pairs, pa + ir * pairs, b, alpha, pass_beta, pass_d + i * pass_ldd + j, pass_ldd,
                          C + i * ldc + j, ldc, mc - ir, nc - jr);
