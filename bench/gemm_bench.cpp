@@ -1,7 +1,8 @@
 // GEMM throughput at the shapes nabla's models run, single-threaded: gemm
-// (OpenBLAS when the build has it), the built-in f32 kernel and gemm_bf16
-// (bf16 operands, f32 accumulation) one after the other for each shape, plus a
-// memory-copy reference that says what the machine's bandwidth allows.
+// (the AVX-512 kernel where the build has it), OpenBLAS's sgemm (gemm_blas:
+// the peer), the built-in f32 kernel and gemm_bf16 (bf16 operands, f32
+// accumulation) one after the other for each shape, plus a memory-copy
+// reference that says what the machine's bandwidth allows.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -59,9 +60,10 @@ const bool kRegistered = [] {
     GemmFn fn;
     const char* label;
   } impls[] = {{"sgemm_gemm", &nabla::cpu::gemm<float>, nabla::cpu::gemm_backend()},
+               {"sgemm_blas", &nabla::cpu::gemm_blas<float>, "OpenBLAS where the build has it"},
                {"sgemm_builtin", &nabla::cpu::gemm_builtin<float>, "builtin"},
                {"gemm_bf16", &nabla::cpu::gemm_bf16,
-                nabla::cpu::gemm_bf16_native() ? "bf16 avx512" : "bf16 portable"}};
+                nabla::cpu::gemm_avx512_native() ? "bf16 avx512" : "bf16 portable"}};
   for (const auto& shape : kShapes) {
     for (const auto& impl : impls) {
       benchmark::RegisterBenchmark(impl.name, run_gemm, impl.fn, impl.label)

@@ -6,7 +6,7 @@
 //
 //   nabla_bench_train --model vit-tiny|fmnist|gpt2-small-byte|gpt2 --batch B
 //                     [--context T] [--steps N] [--warmup W] [--threads N] [--bf16-matmul]
-//   nabla_bench_train --machine [--threads N]   FMA peak and sgemm reference
+//   nabla_bench_train --machine [--threads N]   FMA peak, OpenBLAS sgemm and nabla gemm rates
 //   nabla_bench_train --model M --config          the model's config JSON
 #include <fmt/format.h>
 #if defined(__x86_64__)
@@ -185,23 +185,27 @@ double fma_peak_gflops(int threads) {
   return best;
 }
 
-// sgemm at a ViT-Tiny MLP shape (M=1576, K=192, N=768), rows split across
-// `threads` threads each running the library's GEMM (OpenBLAS when built with
-// it) on its share: the rate a matmul-bound step could reach here.
-double sgemm_gflops(int threads) {
+using GemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                        float, float*, int64_t);
+
+// An f32 GEMM's rate at a ViT-Tiny MLP shape (M=1576, K=192, N=768), rows
+// split across `threads` threads each running `gemm` on its share: OpenBLAS's
+// sgemm (the reference: the rate a matmul-bound step could reach with it), or
+// nabla's own gemm.
+double gemm_gflops(int threads, GemmFn gemm) {
   const int64_t M = 1576, K = 192, N = 768;
   std::vector<float> A(M * K, 0.5f), B(K * N, 0.25f), C(M * N);
   double best = 0;
   for (int rep = 0; rep < 20; ++rep) {
     auto t0 = Clock::now();
     // On the library's own pool, as matmul runs it. NOTE: in about one process
-    // in three here, OpenBLAS called from two threads at once ran at one
-    // thread's rate throughout; bench/train_step.sh keeps the best of three.
+    // in three here, two threads ran at one thread's rate throughout
+    // (OpenBLAS's sgemm and nabla's gemm alike: the host's placement);
+    // bench/train_step.sh keeps the best of three.
     cpu::parallel_for(threads, threads, 1, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
         int64_t lo = M * t / threads, hi = M * (t + 1) / threads;
-        cpu::gemm<float>(false, false, hi - lo, N, K, 1.0f, A.data() + lo * K, K, B.data(), N, 0.0f,
-                         C.data() + lo * N, N);
+        gemm(false, false, hi - lo, N, K, 1.0f, A.data() + lo * K, K, B.data(), N, 0.0f, C.data() + lo * N, N);
       }
     });
     double s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -226,12 +230,15 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "Threads")->check(CLI::Range(1, 256));
   app.add_flag("--bf16-matmul", bf16_matmul, "Matmul operands rounded to bf16, f32 accumulation");
   app.add_flag("--config", config_only, "Print the model's config JSON (for the PyTorch peer) and exit");
-  app.add_flag("--machine", machine, "Measure the FMA peak and the sgemm rate instead");
+  app.add_flag("--machine", machine, "Measure the FMA peak, OpenBLAS sgemm and nabla gemm rates instead");
   CLI11_PARSE(app, argc, argv);
   try {
     if (machine) {
-      fmt::print("{{\"kind\": \"machine\", \"fma_gflops\": {:.1f}, \"sgemm_gflops\": {:.1f}, \"threads\": {}, \"gemm\": \"{}\"}}\n",
-                 fma_peak_gflops(threads), sgemm_gflops(threads), threads, cpu::gemm_backend());
+      fmt::print(
+          "{{\"kind\": \"machine\", \"fma_gflops\": {:.1f}, \"sgemm_gflops\": {:.1f}, \"gemm_gflops\": {:.1f}, "
+          "\"threads\": {}, \"gemm\": \"{}\"}}\n",
+          fma_peak_gflops(threads), gemm_gflops(threads, &cpu::gemm_blas<float>), gemm_gflops(threads, &cpu::gemm<float>),
+          threads, cpu::gemm_backend());
       return 0;
     }
     Result r;

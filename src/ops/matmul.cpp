@@ -91,7 +91,8 @@ constexpr int64_t kMinTileWork = int64_t{1} << 19;
 // micro-kernel widths) and split their dimension evenly. Each tile repacks
 // its panels of A and B, K (mt + nt) moves against K mt nt multiply-adds.
 // Zen 4, 2 threads, OpenBLAS: 175-200 GFLOP/s on every fmnist and vit-tiny
-// shape of bench/ops_bench.cpp (one tile per call: 95-100). kTasks = 4 suits
+// shape of bench/ops_bench.cpp (one tile per call: 95-100); the AVX-512
+// kernel measured the same with tiles up to 1024. kTasks = 4 suits
 // the 2-core machine measured here: against 8, fewer and larger GEMM calls
 // made the vit-tiny, GPT-2 small and GPT-2 124M steps 1.5-2% faster (fmnist
 // unchanged). A machine with many more cores would want more; being a
@@ -181,8 +182,8 @@ void matmul_split_k(const KernelArgs& args, const T* a, Operand la, const T* b, 
 
 // heads_out: the output is [..., M, H, N] (matmul_heads) rather than
 // [..., H, M, N]: each product of the batch writes rows of stride H N.
-// addend: matmul_add's c, added to the product (by BLAS beta = 1 onto C
-// holding c, so no zeroed output and no separate pass).
+// addend: matmul_add's c, added to the product (read in the AVX-512 kernels'
+// store, or by beta = 1 onto C holding c: no zeroed output either way).
 template <class T>
 void matmul_kernel(const KernelArgs& args, bool heads_out, const Addend& addend = {}) {
   const TensorView &A = args.in[0], &B = args.in[1];

@@ -365,85 +365,18 @@ TEST(GemmBf16, ExactOperandsMatchF32Gemm) {
   }
 }
 
-// The determinism promise (see gemm_bf16.cpp): a tile of C computed alone has
-// the same bits as the same elements of a whole-matrix call, whatever its
-// position, size or leading dimension.
-TEST(GemmBf16, TileIsBitIdentical) {
-  std::mt19937 rng(9);
-  const int64_t M = 97, N = 150;
-  struct TileSpec {
-    int64_t r0, c0, rows, cols;
-  };
-  const TileSpec tiles[] = {{0, 0, M, N},     {0, 0, 1, 1},    {96, 149, 1, 1}, {5, 3, 17, 41},
-                            {12, 32, 24, 64}, {1, 7, 90, 100}, {50, 0, 47, 150}};
-  for (int64_t K : {600, 601, 77}) {
-    for (bool ta : kBools) {
-      for (bool tb : kBools) {
-        for (float beta : {0.0f, 0.75f}) {
-          const Problem p(ta, tb, M, N, K, 1.25f, beta, 3, rng);
-          const Matrix full = p.run();
-          for (const auto& t : tiles) {
-            SCOPED_TRACE(p.describe() + " tile at " + std::to_string(t.r0) + "," +
-                         std::to_string(t.c0));
-            Matrix tile(t.rows, t.cols, 5);
-            for (int64_t i = 0; i < t.rows; ++i) {
-              for (int64_t j = 0; j < t.cols; ++j) tile.at(i, j) = p.C0.at(t.r0 + i, t.c0 + j);
-            }
-            // op(A) rows r0.. and op(B) columns c0.., whichever way each is stored.
-            const float* a = p.A.data.data() + (ta ? t.r0 : t.r0 * p.A.ld);
-            const float* b = p.B.data.data() + (tb ? t.c0 * p.B.ld : t.c0);
-            gemm_bf16(ta, tb, t.rows, t.cols, K, p.alpha, a, p.A.ld, b, p.B.ld, p.beta,
-                      tile.data.data(), tile.ld);
-            for (int64_t i = 0; i < t.rows; ++i) {
-              ASSERT_EQ(
-                  0, std::memcmp(&tile.at(i, 0), &full.at(t.r0 + i, t.c0), t.cols * sizeof(float)))
-                  << "row " << i;
-            }
-          }
-        }
-      }
-    }
-  }
-}
+TEST(GemmBf16, TileIsBitIdentical) { testing_support::expect_tiles_bit_identical<float>(&gemm_bf16, {600, 601, 77}); }
 
-// gemm_bf16_add reads its addend in the store: the same bits as copying the
-// addend into C and accumulating onto it with beta 1, for a bias row (ldd 0)
-// and a full addend with its own leading dimension, over one and several
-// depth passes; the addend is never written.
 TEST(GemmBf16, AddMatchesCopyThenBetaOne) {
-  std::mt19937 rng(10);
-  const int64_t M = 97, N = 150;
-  for (int64_t K : {0, 77, 601}) {
-    for (bool ta : kBools) {
-      for (bool tb : kBools) {
-        const Problem p(ta, tb, M, N, K, 1.0f, 1.0f, 3, rng);
-        for (bool bias : kBools) {
-          SCOPED_TRACE(p.describe() + (bias ? " bias" : " full addend"));
-          const Matrix D = random_matrix(bias ? 1 : M, N, 6, rng);
-          const int64_t ldd = bias ? 0 : D.ld;
-          Matrix want(M, N, 2), got(M, N, 2);
-          std::fill(got.data.begin(), got.data.end(), std::numeric_limits<float>::quiet_NaN());
-          for (int64_t i = 0; i < M; ++i) std::copy_n(&D.at(bias ? 0 : i, 0), N, &want.at(i, 0));
-          gemm_bf16(ta, tb, M, N, K, 1.0f, p.A.data.data(), p.A.ld, p.B.data.data(), p.B.ld, 1.0f,
-                    want.data.data(), want.ld);
-          const Matrix d_before = D;
-          gemm_bf16_add(ta, tb, M, N, K, p.A.data.data(), p.A.ld, p.B.data.data(), p.B.ld, D.data.data(), ldd,
-                        got.data.data(), got.ld);
-          for (int64_t i = 0; i < M; ++i) {
-            ASSERT_EQ(0, std::memcmp(&got.at(i, 0), &want.at(i, 0), N * sizeof(float))) << "row " << i;
-          }
-          EXPECT_EQ(0, std::memcmp(D.data.data(), d_before.data.data(), D.data.size() * sizeof(float)));
-        }
-      }
-    }
-  }
+  testing_support::expect_add_matches_copy_then_beta_one<float>(&gemm_bf16, &gemm_bf16_add);
 }
 
 TEST(GemmBf16, NativeKernelWhenTheBuildHasAvx512Bf16) {
-#ifdef __AVX512BF16__
-  EXPECT_TRUE(gemm_bf16_native());
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
+  EXPECT_TRUE(gemm_avx512_native());
+  EXPECT_STREQ("avx512", gemm_backend());
 #else
-  EXPECT_FALSE(gemm_bf16_native());
+  EXPECT_FALSE(gemm_avx512_native());
 #endif
 }
 

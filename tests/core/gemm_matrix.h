@@ -1,9 +1,13 @@
 // Test matrices and problems for the GEMM tests: row-major with a leading
 // dimension larger than the row when asked, the padding NaN so a kernel that
-// reads it shows.
+// reads it shows; and the checks every kernel of nabla's own shares.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cstring>
+#include <initializer_list>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -79,5 +83,85 @@ struct Problem {
     return s.str();
   }
 };
+
+// C = op(A) op(B) + D, D [M, N] with leading dimension ldd (0: one row for
+// every row), as gemm_bf16_add takes it.
+template <class T>
+using GemmAddFn = void (*)(bool, bool, int64_t, int64_t, int64_t, const T*, int64_t, const T*, int64_t, const T*,
+                           int64_t, T*, int64_t);
+
+// The determinism promise of nabla's own kernels (see gemm.cpp): a tile of C
+// computed alone has the same bits as the same elements of a whole-matrix
+// call, whatever its position, size or leading dimension, for every depth in
+// `depths` (one or several passes, odd or even).
+template <class T>
+void expect_tiles_bit_identical(GemmFn<T> fn, std::initializer_list<int64_t> depths) {
+  std::mt19937 rng(9);
+  const int64_t M = 97, N = 150;
+  struct TileSpec {
+    int64_t r0, c0, rows, cols;
+  };
+  const TileSpec tiles[] = {{0, 0, M, N},     {0, 0, 1, 1},    {96, 149, 1, 1}, {5, 3, 17, 41},
+                            {12, 32, 24, 64}, {1, 7, 90, 100}, {50, 0, 47, 150}};
+  for (int64_t K : depths) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (T beta : {T(0), T(0.75)}) {
+          const Problem<T> p(ta, tb, M, N, K, T(1.25), beta, 3, rng);
+          const Matrix<T> full = p.run(fn);
+          for (const auto& t : tiles) {
+            SCOPED_TRACE(p.describe() + " tile at " + std::to_string(t.r0) + "," + std::to_string(t.c0));
+            Matrix<T> tile(t.rows, t.cols, 5);
+            for (int64_t i = 0; i < t.rows; ++i) {
+              for (int64_t j = 0; j < t.cols; ++j) tile.at(i, j) = p.C0.at(t.r0 + i, t.c0 + j);
+            }
+            // op(A) rows r0.. and op(B) columns c0.., whichever way each is stored.
+            const T* a = p.A.data.data() + (ta ? t.r0 : t.r0 * p.A.ld);
+            const T* b = p.B.data.data() + (tb ? t.c0 * p.B.ld : t.c0);
+            fn(ta, tb, t.rows, t.cols, K, p.alpha, a, p.A.ld, b, p.B.ld, p.beta, tile.data.data(), tile.ld);
+            for (int64_t i = 0; i < t.rows; ++i) {
+              ASSERT_EQ(0, std::memcmp(&tile.at(i, 0), &full.at(t.r0 + i, t.c0), t.cols * sizeof(T)))
+                  << "row " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// An add kernel reads its addend in the store: the same bits as copying the
+// addend into C and accumulating onto it with fn and beta 1, for a bias row
+// (ldd 0) and a full addend with its own leading dimension, over no, one and
+// several depth passes; the addend is never written.
+template <class T>
+void expect_add_matches_copy_then_beta_one(GemmFn<T> fn, GemmAddFn<T> add) {
+  std::mt19937 rng(10);
+  const int64_t M = 97, N = 150;
+  for (int64_t K : {0, 77, 601}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Problem<T> p(ta, tb, M, N, K, T(1), T(1), 3, rng);
+        for (bool bias : {false, true}) {
+          SCOPED_TRACE(p.describe() + (bias ? " bias" : " full addend"));
+          const Matrix<T> D = random_matrix<T>(bias ? 1 : M, N, 6, rng);
+          const int64_t ldd = bias ? 0 : D.ld;
+          Matrix<T> want(M, N, 2), got(M, N, 2);
+          std::fill(got.data.begin(), got.data.end(), std::numeric_limits<T>::quiet_NaN());
+          for (int64_t i = 0; i < M; ++i) std::copy_n(&D.at(bias ? 0 : i, 0), N, &want.at(i, 0));
+          fn(ta, tb, M, N, K, T(1), p.A.data.data(), p.A.ld, p.B.data.data(), p.B.ld, T(1), want.data.data(),
+             want.ld);
+          const Matrix<T> d_before = D;
+          add(ta, tb, M, N, K, p.A.data.data(), p.A.ld, p.B.data.data(), p.B.ld, D.data.data(), ldd,
+              got.data.data(), got.ld);
+          for (int64_t i = 0; i < M; ++i) {
+            ASSERT_EQ(0, std::memcmp(&got.at(i, 0), &want.at(i, 0), N * sizeof(T))) << "row " << i;
+          }
+          EXPECT_EQ(0, std::memcmp(D.data.data(), d_before.data.data(), D.data.size() * sizeof(T)));
+        }
+      }
+    }
+  }
+}
 
 }  // namespace nabla::cpu::testing_support

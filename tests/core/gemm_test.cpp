@@ -1,4 +1,5 @@
-// gemm and gemm_builtin against a naive long double triple loop, for f32 and f64.
+// gemm, gemm_builtin and (f32) gemm_f32_avx512 against a naive long double
+// triple loop, for f32 and f64.
 //
 // Tolerance: any summation order of a length-K dot product is within
 // gamma_K * sum_k |a_k b_k| of the exact value (gamma_K ~ K * eps / 2); scaling by
@@ -16,6 +17,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gemm_matrix.h"
@@ -34,9 +36,22 @@ struct Impl {
   GemmFn<T> fn;
 };
 
+// gemm_f32_avx512 with C as its own addend, as gemm calls it.
+void f32_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_f32_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, C, ldc);
+}
+
+void f32_avx512_add(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, const float* D, int64_t ldd, float* C, int64_t ldc) {
+  gemm_f32_avx512(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, D, ldd, C, ldc);
+}
+
 template <class T>
 std::vector<Impl<T>> impls() {
-  return {{"gemm", &gemm<T>}, {"gemm_builtin", &gemm_builtin<T>}};
+  std::vector<Impl<T>> all = {{"gemm", &gemm<T>}, {"gemm_builtin", &gemm_builtin<T>}, {"gemm_blas", &gemm_blas<T>}};
+  if constexpr (std::is_same_v<T, float>) all.push_back({"gemm_f32_avx512", &f32_avx512});
+  return all;
 }
 
 // The exact result (to long double) and the accepted error of every element.
@@ -234,42 +249,19 @@ TYPED_TEST(GemmTest, EmptyOutputIsUntouched) {
 }
 
 // The built-in kernel's promise (see gemm.cpp): a tile of C computed alone has
-// the same bits as the same elements of a whole-matrix call, whatever its
-// position, size or leading dimension.
+// the same bits as the same elements of a whole-matrix call.
 TYPED_TEST(GemmTest, BuiltinTileIsBitIdentical) {
-  using T = TypeParam;
-  std::mt19937 rng(9);
-  const int64_t M = 97, N = 150, K = 600;
-  struct TileSpec {
-    int64_t r0, c0, rows, cols;
-  };
-  const TileSpec tiles[] = {{0, 0, M, N},     {0, 0, 1, 1},    {96, 149, 1, 1}, {5, 3, 17, 41},
-                            {12, 32, 24, 64}, {1, 7, 90, 100}, {50, 0, 47, 150}};
-  for (bool ta : kBools) {
-    for (bool tb : kBools) {
-      for (T beta : {T(0), T(0.75)}) {
-        const Problem<T> p(ta, tb, M, N, K, T(1.25), beta, 3, rng);
-        const Matrix<T> full = p.run(&gemm_builtin<T>);
-        for (const auto& t : tiles) {
-          SCOPED_TRACE(p.describe() + " tile at " + std::to_string(t.r0) + "," +
-                       std::to_string(t.c0));
-          Matrix<T> tile(t.rows, t.cols, 5);
-          for (int64_t i = 0; i < t.rows; ++i) {
-            for (int64_t j = 0; j < t.cols; ++j) tile.at(i, j) = p.C0.at(t.r0 + i, t.c0 + j);
-          }
-          // op(A) rows r0.. and op(B) columns c0.., whichever way each is stored.
-          const T* a = p.A.data.data() + (ta ? t.r0 : t.r0 * p.A.ld);
-          const T* b = p.B.data.data() + (tb ? t.c0 * p.B.ld : t.c0);
-          gemm_builtin<T>(ta, tb, t.rows, t.cols, K, p.alpha, a, p.A.ld, b, p.B.ld, p.beta,
-                          tile.data.data(), tile.ld);
-          for (int64_t i = 0; i < t.rows; ++i) {
-            ASSERT_EQ(0, std::memcmp(&tile.at(i, 0), &full.at(t.r0 + i, t.c0), t.cols * sizeof(T)))
-                << "row " << i;
-          }
-        }
-      }
-    }
-  }
+  testing_support::expect_tiles_bit_identical<TypeParam>(&gemm_builtin<TypeParam>, {600});
+}
+
+// The same promise from the AVX-512 f32 kernel, whose tiles the matmul op
+// computes on separate threads (the portable fallback is gemm_builtin).
+TEST(GemmF32Avx512, TileIsBitIdentical) {
+  testing_support::expect_tiles_bit_identical<float>(&f32_avx512, {600, 601, 77, 256});
+}
+
+TEST(GemmF32Avx512, AddMatchesCopyThenBetaOne) {
+  testing_support::expect_add_matches_copy_then_beta_one<float>(&f32_avx512, &f32_avx512_add);
 }
 
 // gemm_small (alpha 1; beta 0, or 1 with accumulate): every transpose,
@@ -313,7 +305,7 @@ TEST(Gemm, SmallProductsRoundToBf16LikeRoundedOperands) {
 
 TEST(Gemm, BackendName) {
   const std::string name = gemm_backend();
-  EXPECT_TRUE(name == "openblas" || name == "builtin") << name;
+  EXPECT_TRUE(name == "avx512" || name == "openblas" || name == "builtin") << name;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // One GEMM interface for every matmul in nabla. Small products (alpha 1, beta
-// 0 or 1) on gemm_small; others on OpenBLAS when the build found it (run
+// 0 or 1) on gemm_small; other f32 ones on the AVX-512 kernel where the build
+// has it (gemm_f32_avx512); the rest on OpenBLAS when the build found it (run
 // single-threaded: nabla's own pool splits the work), else a built-in
 // cache-blocked kernel.
 #pragma once
@@ -31,8 +32,15 @@ inline void prefetch_matrix(const void* p, int64_t rows, int64_t row_bytes, int6
   }
 }
 
-// "openblas" or "builtin".
+// What gemm<float> runs for products past gemm_small: "avx512", "openblas" or
+// "builtin".
 const char* gemm_backend();
+
+// OpenBLAS's gemm where the build found it, else gemm_builtin: the peer
+// that benchmarks measure nabla's own kernels against.
+template <class T>
+void gemm_blas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+               int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
 // Multiply-adds (M N K) up to which gemm_small is the faster route: a BLAS
 // call's setup and packing outweigh the arithmetic of a product this small
@@ -85,9 +93,23 @@ void product(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
              const T* B, int64_t ldb, T* C, int64_t ldc, bool accumulate = false, const T* d = nullptr,
              int64_t d_row_stride = 0, int64_t d_col_stride = 1);
 
-// True when the build has the AVX-512 BF16 kernel (__AVX512BF16__); else
-// gemm_bf16 runs a portable loop with the same rounding.
-bool gemm_bf16_native();
+// C = alpha op(A) op(B) + beta D in f32 on the AVX-512 kernel (gemm_bf16's
+// loop nest and micro-kernel with f32 panels and FMAs), where D [M, N] with
+// leading dimension ldd (0: one row read by every row, a bias) is C itself
+// (D == C, ldd == ldc) or an addend read in the micro-kernel's store, never
+// copied into C first. Deterministic as gemm_builtin is: the summation order
+// depends only on K, and a tile of C computed alone is bit-identical to the
+// same elements of a whole-matrix call. beta == 0 leaves D unread. Without
+// gemm_avx512_native(), gemm_builtin computes the same product. Runs on the
+// calling thread only.
+void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, const float* D, int64_t ldd, float* C,
+                     int64_t ldc);
+
+// True when the build has the AVX-512 kernels (AVX512F, BW and BF16): then
+// gemm<float> runs gemm_f32_avx512 and gemm_bf16 VDPBF16PS; else gemm_bf16
+// runs a portable loop with the same rounding.
+bool gemm_avx512_native();
 
 // x rounded to the nearest bfloat16 (ties to even), returned as the f32 of the
 // same value. As the AVX-512 BF16 conversion does, NaN stays NaN (quiet) and

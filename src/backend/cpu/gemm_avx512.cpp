@@ -1,18 +1,24 @@
-// gemm_bf16: f32 in and out, operands rounded to bfloat16, f32 accumulation.
+// The AVX-512 GEMM kernels, one loop nest and micro-kernel for two
+// precisions: f32 (FMAs; gemm<float> runs here where the build has them) and
+// bf16 (gemm_bf16: f32 in and out, operands rounded to bfloat16, f32
+// accumulation); and gemm_bf16's portable loop for other builds.
 //
-// With AVX-512 BF16 the kernel follows gemm_builtin (Goto/BLIS loop order,
-// see gemm.cpp) with bf16 panels for VDPBF16PS, which multiplies pairs of
-// bf16 values and adds both products to an f32 lane. Operands are therefore
-// packed as pairs along k: one 32-bit word holds op(A)[i, k] and
-// op(A)[i, k + 1] (k even, low half first), likewise op(B)[k, j] and
-// op(B)[k + 1, j]. An odd depth pads its last pair with zero.
+// The kernel follows gemm_builtin (Goto/BLIS loop order, see gemm.cpp) on
+// panels of 32-bit words: an f32 word is one value, a bf16 word a pair for
+// VDPBF16PS, which multiplies pairs of bf16 values and adds both products to
+// an f32 lane. A bf16 word holds op(A)[i, k] and op(A)[i, k + 1] (k even, low
+// half first), likewise op(B)[k, j] and op(B)[k + 1, j]; an odd depth pads
+// its last pair with zero. The f32 kernel's own loop nest (rather than
+// OpenBLAS) reads an addend (a bias) in its store, prefetches C in short
+// products and, measured in the training steps, runs their products faster.
 //
-// Determinism, as in gemm_builtin: every element of C sums its pairs in
+// Determinism, as in gemm_builtin: every element of C sums its words in
 // increasing k within depth passes of kKc, the first pass writing
 // C = alpha*acc + beta*C and later ones C += alpha*acc. Edge tiles run the same
 // full-size micro-kernel on zero-padded panels and only the store is masked,
 // so a tile of C computed on its own is bit-identical to the same elements of
-// a whole-matrix call (tests/core/gemm_bf16_test.cpp checks this).
+// a whole-matrix call (tests/core/gemm_test.cpp and gemm_bf16_test.cpp check
+// this).
 // NOTE: VDPBF16PS ignores MXCSR and treats subnormal inputs and results as
 // zero, so a product or partial sum below 2^-126 in magnitude becomes zero;
 // the portable loop keeps subnormals. Either path is deterministic, but the two
@@ -25,8 +31,10 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_common.h"
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
-#define NABLA_GEMM_BF16_NATIVE 1
+// Both kernels need AVX512F, BW and BF16 (Zen 4, Sapphire Rapids); without
+// them f32 goes to OpenBLAS or the built-in kernel, bf16 to the portable loop.
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define NABLA_GEMM_AVX512 1
 #include <immintrin.h>
 #endif
 
@@ -53,20 +61,29 @@ float round_to_bf16(float x) {
 
 namespace {
 
-#ifdef NABLA_GEMM_BF16_NATIVE
+#ifdef NABLA_GEMM_AVX512
 
 // Blocking. The register tile is kMr rows x kNr columns: 24 of the 32 zmm
-// registers accumulate, 2 hold a k-pair of B, and each row's A pair is a
-// broadcast. A kKc x kNr bf16 panel of B (16 KiB) stays in L1, a kMc x kKc
-// block of A in L2, kNc bounds the packed B. kKc (even, so pairs never straddle
-// passes) also fixes the summation order. On Zen 4 (bench/gemm_bench.cpp)
-// this reaches about 200 GFLOP/s, twice OpenBLAS's sgemm; 6 x 64 tiles, kKc of
-// 384 or 512 and kMc of 384 measured within noise of it.
+// registers accumulate, 2 hold a depth step of B, and each row's A word is a
+// broadcast. A depth step is one 32-bit word per element: an f32 value, or a
+// bf16 pair (two k). A kKc-deep x kNr panel of B (32 KiB f32, 16 KiB bf16)
+// stays in L1, a kMc x kKc block of A in L2, kNc bounds the packed B. kKc
+// (even, so pairs never straddle passes) also fixes the summation order. On
+// Zen 4 (bench/gemm_bench.cpp) the bf16 kernel reaches about 200 GFLOP/s on
+// one thread, twice OpenBLAS's sgemm, the f32 one 105-110 (90-94% of the FMA
+// peak; OpenBLAS 100-104); 6 x 64 tiles, kKc of 384 or 512 and kMc of 384
+// measured within noise of these.
 constexpr int kMr = 12;
 constexpr int kNr = 32;
 constexpr int64_t kKc = 256;
 constexpr int64_t kMc = kMr * 16;
 constexpr int64_t kNc = 2048;
+
+// 32-bit words per depth step of kc along k.
+template <bool Bf16>
+int64_t words(int64_t kc) {
+  return Bf16 ? (kc + 1) / 2 : kc;
+}
 
 thread_local PackBuffer t_pack_a;
 thread_local PackBuffer t_pack_b;
@@ -126,18 +143,19 @@ inline void transpose_16x16(__m512i r[16]) {
 
 // Packs `lines` (<= width) x depth kc of a matrix whose lines are contiguous
 // along k (line r at src + r * ld: rows of A, or columns of B^T) into width
-// words per k-pair: dst[p * width + r] = pair p of line r, zero past `lines`.
-// Per block of 16 pairs, each group of up to 16 lines is rounded into 16
-// vectors of pairs and transposed in registers, so a pair's words of the
-// group leave in one (masked) store; a word-by-word copy out of a buffer
-// made this the slower half of the packing.
-void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc,
-                  uint32_t* dst) {
-  const int64_t pairs = (kc + 1) / 2;
-  for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
-    const int64_t k0 = 2 * p0;
+// words per depth step: dst[w * width + r] = word w of line r, zero past
+// `lines`. Per block of 16 words, each group of up to 16 lines is loaded (and
+// rounded) into 16 vectors of words and transposed in registers, so a word's
+// values of the group leave in one (masked) store; a word-by-word copy out of
+// a buffer made this the slower half of the packing.
+template <bool Bf16>
+void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc, uint32_t* dst) {
+  constexpr int64_t kBlock = Bf16 ? 32 : 16;  // floats per block of 16 words
+  const int64_t n_words = words<Bf16>(kc);
+  for (int64_t w0 = 0; w0 < n_words; w0 += 16) {
+    const int64_t k0 = w0 * kBlock / 16;
     const __mmask16 lo = first_lanes(kc - k0), hi = first_lanes(kc - k0 - 16);
-    const int64_t count = std::min<int64_t>(16, pairs - p0);
+    const int64_t count = std::min<int64_t>(16, n_words - w0);
     for (int g = 0; g < width; g += 16) {
       const int group = std::min(16, width - g);
       __m512i v[16];
@@ -150,16 +168,20 @@ void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_
           // track of; fetch this line two blocks ahead while this block is
           // converted (vit-tiny bf16 step +3%, fmnist +4%, with
           // pack_across_k's).
-          _mm_prefetch(reinterpret_cast<const char*>(s + 2 * 32), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(s + 2 * 32 + 16), _MM_HINT_T0);
-          v[r] = to_bf16_pairs(_mm512_maskz_loadu_ps(lo, s), _mm512_maskz_loadu_ps(hi, s + 16));
+          _mm_prefetch(reinterpret_cast<const char*>(s + 2 * kBlock), _MM_HINT_T0);
+          if constexpr (Bf16) {
+            _mm_prefetch(reinterpret_cast<const char*>(s + 2 * kBlock + 16), _MM_HINT_T0);
+            v[r] = to_bf16_pairs(_mm512_maskz_loadu_ps(lo, s), _mm512_maskz_loadu_ps(hi, s + 16));
+          } else {
+            v[r] = _mm512_castps_si512(_mm512_maskz_loadu_ps(lo, s));
+          }
         }
       }
       transpose_16x16(v);
       const __mmask16 keep = first_lanes(group);
 #pragma GCC unroll 16
-      for (int p = 0; p < 16; ++p) {
-        if (p < count) _mm512_mask_storeu_epi32(dst + (p0 + p) * width + g, keep, v[p]);
+      for (int w = 0; w < 16; ++w) {
+        if (w < count) _mm512_mask_storeu_epi32(dst + (w0 + w) * width + g, keep, v[w]);
       }
     }
   }
@@ -167,29 +189,35 @@ void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_
 
 // Packs depth kc x `lines` of a matrix whose rows (along k) are contiguous
 // across lines (row k at src + k * ld: B, or A^T) into panels of width lines,
-// each in pack_along_k's layout, panel q at dst + q * pairs * width. Each pair
-// interleaves rows k and k + 1 word by word; rows are read in order, once.
-void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc,
-                   uint32_t* dst) {
+// each in pack_along_k's layout, panel q at dst + q * words * width. A bf16
+// pair interleaves rows k and k + 1 word by word; rows are read in order, once.
+template <bool Bf16>
+void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc, uint32_t* dst) {
   // Word 2j takes bf16 j of row k, word 2j + 1 bf16 j of row k + 1 (at 16 + j).
   alignas(64) static constexpr int16_t kInterleave[32] = {
       0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i interleave = _mm512_load_si512(kInterleave);
-  const int64_t pairs = (kc + 1) / 2;
-  for (int64_t k = 0; k < kc; k += 2) {
+  constexpr int64_t kStep = Bf16 ? 2 : 1;  // rows per word
+  const int64_t n_words = words<Bf16>(kc);
+  for (int64_t k = 0; k < kc; k += kStep) {
     const float* row0 = src + k * ld;
-    const float* row1 = k + 1 < kc ? row0 + ld : nullptr;
-    uint32_t* d = dst + k / 2 * width;
-    for (int64_t q0 = 0; q0 < lines; q0 += width, d += pairs * width) {
+    const float* row1 = Bf16 && k + 1 < kc ? row0 + ld : nullptr;
+    uint32_t* d = dst + k / kStep * width;
+    for (int64_t q0 = 0; q0 < lines; q0 += width, d += n_words * width) {
       for (int c = 0; c < width; c += 16) {
-        // Rows two pairs ahead, while this pair is converted.
-        _mm_prefetch(reinterpret_cast<const char*>(row0 + 4 * ld + q0 + c), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(row0 + 5 * ld + q0 + c), _MM_HINT_T0);
+        // Rows two words ahead, while this word is converted.
+        _mm_prefetch(reinterpret_cast<const char*>(row0 + 2 * kStep * ld + q0 + c), _MM_HINT_T0);
+        if constexpr (Bf16) _mm_prefetch(reinterpret_cast<const char*>(row0 + 5 * ld + q0 + c), _MM_HINT_T0);
         const __mmask16 load = first_lanes(lines - q0 - c);
         const __m512 f0 = _mm512_maskz_loadu_ps(load, row0 + q0 + c);
-        const __m512 f1 = row1 ? _mm512_maskz_loadu_ps(load, row1 + q0 + c) : _mm512_setzero_ps();
-        const __m512i v = _mm512_permutexvar_epi16(interleave, to_bf16_pairs(f0, f1));
+        __m512i v;
+        if constexpr (Bf16) {
+          const __m512 f1 = row1 ? _mm512_maskz_loadu_ps(load, row1 + q0 + c) : _mm512_setzero_ps();
+          v = _mm512_permutexvar_epi16(interleave, to_bf16_pairs(f0, f1));
+        } else {
+          v = _mm512_castps_si512(f0);
+        }
         _mm512_mask_storeu_epi32(d + c, first_lanes(width - c), v);
       }
     }
@@ -197,44 +225,46 @@ void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64
 }
 
 // Packs rows [i0, i0 + mc) x depth [p0, p0 + kc) of op(A) into micro-panels
-// of kMr rows, each (kc + 1) / 2 pairs x kMr words.
+// of kMr rows, each words(kc) x kMr words.
+template <bool Bf16>
 void pack_a(bool trans, const float* A, int64_t lda, int64_t i0, int64_t p0, int64_t mc, int64_t kc,
             uint32_t* dst) {
   if (trans) {  // A is [K, M]
-    pack_across_k(A + p0 * lda + i0, lda, mc, kMr, kc, dst);
+    pack_across_k<Bf16>(A + p0 * lda + i0, lda, mc, kMr, kc, dst);
     return;
   }
-  const int64_t pairs = (kc + 1) / 2;
-  for (int64_t ir = 0; ir < mc; ir += kMr, dst += pairs * kMr)
-    pack_along_k(A + (i0 + ir) * lda + p0, lda, std::min<int64_t>(kMr, mc - ir), kMr, kc, dst);
+  const int64_t n_words = words<Bf16>(kc);
+  for (int64_t ir = 0; ir < mc; ir += kMr, dst += n_words * kMr)
+    pack_along_k<Bf16>(A + (i0 + ir) * lda + p0, lda, std::min<int64_t>(kMr, mc - ir), kMr, kc, dst);
 }
 
 // Packs depth [p0, p0 + kc) x columns [j0, j0 + nc) of op(B) into
-// micro-panels of kNr columns, each (kc + 1) / 2 pairs x kNr words.
+// micro-panels of kNr columns, each words(kc) x kNr words.
+template <bool Bf16>
 void pack_b(bool trans, const float* B, int64_t ldb, int64_t p0, int64_t j0, int64_t kc, int64_t nc,
             uint32_t* dst) {
   if (!trans) {
-    pack_across_k(B + p0 * ldb + j0, ldb, nc, kNr, kc, dst);
+    pack_across_k<Bf16>(B + p0 * ldb + j0, ldb, nc, kNr, kc, dst);
     return;
   }
-  const int64_t pairs = (kc + 1) / 2;  // B is [N, K]
-  for (int64_t jr = 0; jr < nc; jr += kNr, dst += pairs * kNr)
-    pack_along_k(B + (j0 + jr) * ldb + p0, ldb, std::min<int64_t>(kNr, nc - jr), kNr, kc, dst);
+  const int64_t n_words = words<Bf16>(kc);  // B is [N, K]
+  for (int64_t jr = 0; jr < nc; jr += kNr, dst += n_words * kNr)
+    pack_along_k<Bf16>(B + (j0 + jr) * ldb + p0, ldb, std::min<int64_t>(kNr, nc - jr), kNr, kc, dst);
 }
 
 // C[rows, cols] (leading dimension ldc) = alpha * a * b + beta * D for packed
-// micro-panels a and b of `pairs` k-pairs, where D (leading dimension ldd, 0
-// for one row read by every row) is C itself or a separate addend. The kernel
-// computes Rows x 16 Vecs of the kMr x kNr panels (rows <= Rows, cols <= 16
-// Vecs), only the store cut to rows x cols: an edge tile takes the smallest
-// variant that covers it, where the full one multiplied padding (attention's
-// 197 x 197 scores: 224 columns and 204 rows computed for 197). Each element
-// sums its pairs in the same order in every variant, so the bits are the same.
-// beta == 0 overwrites C.
-template <int Rows, int Vecs>
-void micro_kernel(int64_t pairs, const uint32_t* __restrict a, const uint32_t* __restrict b,
-                  float alpha, float beta, const float* D, int64_t ldd, float* C, int64_t ldc,
-                  int64_t rows, int64_t cols) {
+// micro-panels a and b of n_words depth steps, where D (leading dimension
+// ldd, 0 for one row read by every row) is C itself or a separate addend. A
+// step is an FMA of f32 words, or (Bf16) a VDPBF16PS of bf16 pairs. The
+// kernel computes Rows x 16 Vecs of the kMr x kNr panels (rows <= Rows, cols
+// <= 16 Vecs), only the store cut to rows x cols: an edge tile takes the
+// smallest variant that covers it, where the full one multiplied padding
+// (attention's 197 x 197 scores: 224 columns and 204 rows computed for 197).
+// Each element sums its steps in the same order in every variant, so the bits
+// are the same. beta == 0 overwrites C.
+template <bool Bf16, int Rows, int Vecs>
+void micro_kernel(int64_t n_words, const uint32_t* __restrict a, const uint32_t* __restrict b, float alpha,
+                  float beta, const float* D, int64_t ldd, float* C, int64_t ldc, int64_t rows, int64_t cols) {
   static_assert(Rows <= kMr && Vecs * 16 <= kNr);
   // The tile of C is written (and D read) only after the k loop; their lines
   // are fetched now, so that a tile not in cache (a step's output lands in a
@@ -252,15 +282,23 @@ void micro_kernel(int64_t pairs, const uint32_t* __restrict a, const uint32_t* _
 #pragma GCC unroll 2
     for (int v = 0; v < Vecs; ++v) acc[i][v] = _mm512_setzero_ps();
   }
-  for (int64_t p = 0; p < pairs; ++p, a += kMr, b += kNr) {
-    __m512bh bv[Vecs];
+  for (int64_t w = 0; w < n_words; ++w, a += kMr, b += kNr) {
+    __m512i bv[Vecs];
 #pragma GCC unroll 2
-    for (int v = 0; v < Vecs; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 16 * v));
+    for (int v = 0; v < Vecs; ++v) bv[v] = _mm512_load_si512(b + 16 * v);
 #pragma GCC unroll 12
     for (int i = 0; i < Rows; ++i) {
-      const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
+      if constexpr (Bf16) {
+        const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i])));
 #pragma GCC unroll 2
-      for (int v = 0; v < Vecs; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], bv[v], ai);
+        for (int v = 0; v < Vecs; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], reinterpret_cast<__m512bh>(bv[v]), ai);
+      } else {
+        float ai;
+        std::memcpy(&ai, a + i, sizeof ai);
+        const __m512 av = _mm512_set1_ps(ai);
+#pragma GCC unroll 2
+        for (int v = 0; v < Vecs; ++v) acc[i][v] = _mm512_fmadd_ps(av, _mm512_castsi512_ps(bv[v]), acc[i][v]);
+      }
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
@@ -287,69 +325,77 @@ void micro_kernel(int64_t pairs, const uint32_t* __restrict a, const uint32_t* _
   }
 }
 
-// Depth passes of fewer pairs than this prefetch C a tile ahead.
-constexpr int64_t kShortPairs = 64;
+// Depth passes shorter than this (in k) prefetch C a tile ahead.
+constexpr int64_t kShortDepth = 128;
 
 // The micro-kernel variant for a tile of rows x cols (at most kMr x kNr).
-void micro_kernel(int64_t pairs, const uint32_t* a, const uint32_t* b, float alpha, float beta, const float* D,
+template <bool Bf16>
+void micro_kernel(int64_t n_words, const uint32_t* a, const uint32_t* b, float alpha, float beta, const float* D,
                   int64_t ldd, float* C, int64_t ldc, int64_t rows, int64_t cols) {
   if (cols > 16) {
-    if (rows > 8) return micro_kernel<12, 2>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
-    if (rows > 4) return micro_kernel<8, 2>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
-    return micro_kernel<4, 2>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+    if (rows > 8) return micro_kernel<Bf16, 12, 2>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+    if (rows > 4) return micro_kernel<Bf16, 8, 2>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+    return micro_kernel<Bf16, 4, 2>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
   }
-  if (rows > 8) return micro_kernel<12, 1>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
-  if (rows > 4) return micro_kernel<8, 1>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
-  micro_kernel<4, 1>(pairs, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+  if (rows > 8) return micro_kernel<Bf16, 12, 1>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+  if (rows > 4) return micro_kernel<Bf16, 8, 1>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+  micro_kernel<Bf16, 4, 1>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
 }
 
 // C = alpha op(A) op(B) + beta D, D [M, N] with leading dimension ldd (C
 // itself for plain GEMM; read by the first depth pass only).
-void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                      const float* D, int64_t ldd, float* C, int64_t ldc) {
+template <bool Bf16>
+void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, const float* D, int64_t ldd, float* C,
+                  int64_t ldc) {
   const int64_t nc_max = (std::min(kNc, N) + kNr - 1) / kNr * kNr;
   const int64_t mc_max = (std::min(kMc, M) + kMr - 1) / kMr * kMr;
-  const int64_t pairs_max = (std::min(kKc, K) + 1) / 2;
-  uint32_t* pa = t_pack_a.get<uint32_t>(mc_max * pairs_max);
-  uint32_t* pb = t_pack_b.get<uint32_t>(nc_max * pairs_max);
+  const int64_t words_max = words<Bf16>(std::min(kKc, K));
+  uint32_t* pa = t_pack_a.get<uint32_t>(mc_max * words_max);
+  uint32_t* pb = t_pack_b.get<uint32_t>(nc_max * words_max);
 
   for (int64_t jc = 0; jc < N; jc += kNc) {
     const int64_t nc = std::min(kNc, N - jc);
     for (int64_t pc = 0; pc < K; pc += kKc) {
       const int64_t kc = std::min(kKc, K - pc);
-      const int64_t pairs = (kc + 1) / 2;
+      const int64_t n_words = words<Bf16>(kc);
       // Later passes add onto C itself.
       const float pass_beta = pc == 0 ? beta : 1.0f;
       const float* pass_d = pc == 0 ? D : C;
       const int64_t pass_ldd = pc == 0 ? ldd : ldc;
-      pack_b(trans_b, B, ldb, pc, jc, kc, nc, pb);
+      pack_b<Bf16>(trans_b, B, ldb, pc, jc, kc, nc, pb);
       for (int64_t ic = 0; ic < M; ic += kMc) {
         const int64_t mc = std::min(kMc, M - ic);
-        pack_a(trans_a, A, lda, ic, pc, mc, kc, pa);
+        pack_a<Bf16>(trans_a, A, lda, ic, pc, mc, kc, pa);
         for (int64_t jr = 0; jr < nc; jr += kNr) {
-          const uint32_t* b = pb + jr * pairs;
+          const uint32_t* b = pb + jr * n_words;
           for (int64_t ir = 0; ir < mc; ir += kMr) {
             const int64_t i = ic + ir, j = jc + jr;
             // The next tile's C, a whole tile ahead, in a short product
             // (attention's scores, K 64): its tile computes for less time than
             // cold lines take to arrive when the micro-kernel requests them
-            // (vit-tiny's scores -10% per step; longer products unchanged).
+            // (vit-tiny's bf16 scores -10% per step; longer products unchanged).
             // The next tile is the one below, or the top of the next panel.
             const bool below = ir + kMr < mc;
             const int64_t ni = below ? i + kMr : ic, nj = below ? j : j + kNr;
-            if (pairs < kShortPairs && nj < jc + nc) {
+            if (kc < kShortDepth && nj < jc + nc) {
               constexpr int64_t f = sizeof(float);
               prefetch_matrix(C + ni * ldc + nj, std::min<int64_t>(kMr, ic + mc - ni),
                               std::min<int64_t>(kNr, jc + nc - nj) * f, ldc * f, true);
             }
-            micro_kernel(pairs, pa + ir * pairs, b, alpha, pass_beta, pass_d + i * pass_ldd + j, pass_ldd,
-                         C + i * ldc + j, ldc, mc - ir, nc - jr);
+            micro_kernel<Bf16>(n_words, pa + ir * n_words, b, alpha, pass_beta, pass_d + i * pass_ldd + j,
+                               pass_ldd, C + i * ldc + j, ldc, mc - ir, nc - jr);
           }
         }
       }
     }
   }
+}
+
+void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                      const float* D, int64_t ldd, float* C, int64_t ldc) {
+  blocked_gemm<true>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, D, ldd, C, ldc);
 }
 
 #else  // portable
@@ -381,6 +427,14 @@ void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 
 #endif
 
+// C = beta D (C itself, or an addend): a product with nothing to multiply.
+void scale_into(int64_t M, int64_t N, float beta, const float* D, int64_t ldd, float* C, int64_t ldc) {
+  if (D == C && ldd == ldc) return scale_c(M, N, beta, C, ldc);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * D[i * ldd + j];
+  }
+}
+
 }  // namespace
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -388,25 +442,34 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   // As in BLAS, alpha == 0 leaves A and B unread.
-  if (K <= 0 || alpha == 0.0f) {
-    scale_c(M, N, beta, C, ldc);
-    return;
-  }
+  if (K <= 0 || alpha == 0.0f) return scale_c(M, N, beta, C, ldc);
   gemm_bf16_kernel(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, C, ldc);
 }
 
 void gemm_bf16_add(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                    const float* B, int64_t ldb, const float* D, int64_t ldd, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    for (int64_t i = 0; i < M; ++i) std::copy(D + i * ldd, D + i * ldd + N, C + i * ldc);
-    return;
-  }
+  if (K <= 0) return scale_into(M, N, 1.0f, D, ldd, C, ldc);
   gemm_bf16_kernel(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, D, ldd, C, ldc);
 }
 
-bool gemm_bf16_native() {
-#ifdef NABLA_GEMM_BF16_NATIVE
+void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, const float* D, int64_t ldd, float* C,
+                     int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || alpha == 0.0f) return scale_into(M, N, beta, D, ldd, C, ldc);
+#ifdef NABLA_GEMM_AVX512
+  blocked_gemm<false>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, D, ldd, C, ldc);
+#else
+  if (beta != 0.0f && (D != C || ldd != ldc)) {
+    scale_into(M, N, 1.0f, D, ldd, C, ldc);
+  }
+  gemm_builtin<float>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+}
+
+bool gemm_avx512_native() {
+#ifdef NABLA_GEMM_AVX512
   return true;
 #else
   return false;
