@@ -176,6 +176,27 @@ TEST(RoundToBf16, SpecialValues) {
   EXPECT_EQ(round_to_bf16(std::numeric_limits<float>::min()), std::numeric_limits<float>::min());
 }
 
+// The in-place array form (gemm_small's rounding) gives the scalar's bits for
+// every kind of value, NaN payloads included, at lengths around whole
+// vectors, and writes nothing past n.
+TEST(RoundToBf16, ArrayRoundsLikeOneByOne) {
+  std::mt19937 rng(11);
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu, 0x00800000u, 0x3F808000u,
+                                0x3F818000u, 0x7F7F8000u, 0x7F7FFFFFu, 0x7F800000u, 0xFF800000u, 0x7FC00000u,
+                                0x7F800001u, 0xFF800001u, 0x7FBFFFFFu, 0xFFFFFFFFu};
+  for (int i = 0; i < 4000; ++i) bits.push_back(static_cast<uint32_t>(rng()));  // every exponent
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, static_cast<int64_t>(bits.size())}) {
+    std::vector<float> x(static_cast<size_t>(n) + 1);
+    for (int64_t i = 0; i < n; ++i) x[i] = from_bits(bits[i]);
+    x[n] = from_bits(0x3F800001u);  // past the end: must stay as it is
+    round_to_bf16(x.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(to_bits(x[i]), to_bits(round_to_bf16(from_bits(bits[i])))) << std::hex << bits[i] << " n " << n;
+    }
+    EXPECT_EQ(to_bits(x[n]), 0x3F800001u);
+  }
+}
+
 // gemm_bf16 with one operand all ones gives the other's rounded values, so the
 // packing (both layouts of both operands, either half of a k-pair) must round
 // as round_to_bf16 does.

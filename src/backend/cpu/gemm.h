@@ -117,4 +117,8 @@ bool gemm_avx512_native();
 // bf16 round to infinity.
 float round_to_bf16(float x);
 
+// x[0, n) rounded in place as round_to_bf16 rounds each (one vector
+// conversion per 16 values where the build has AVX-512 BF16).
+void round_to_bf16(float* x, int64_t n);
+
 }  // namespace nabla::cpu

@@ -468,6 +468,19 @@ void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 #endif
 }
 
+void round_to_bf16(float* x, int64_t n) {
+#ifdef NABLA_GEMM_AVX512
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(n - i);
+    const __m256i half = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
+    const __m512i wide = _mm512_maskz_slli_epi32(kAll16, _mm512_maskz_cvtepu16_epi32(kAll16, half), 16);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_castsi512_ps(wide));
+  }
+#else
+  for (int64_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
+#endif
+}
+
 bool gemm_avx512_native() {
 #ifdef NABLA_GEMM_AVX512
   return true;
