@@ -60,7 +60,7 @@ const bool kRegistered = [] {
     GemmFn fn;
     const char* label;
   } impls[] = {{"sgemm_gemm", &nabla::cpu::gemm<float>, nabla::cpu::gemm_backend()},
-               {"sgemm_blas", &nabla::cpu::gemm_blas<float>, "OpenBLAS where the build has it"},
+               {"sgemm_blas", &nabla::cpu::gemm_blas<float>, nabla::cpu::gemm_blas_backend()},
                {"sgemm_builtin", &nabla::cpu::gemm_builtin<float>, "builtin"},
                {"gemm_bf16", &nabla::cpu::gemm_bf16,
                 nabla::cpu::gemm_avx512_native() ? "bf16 avx512" : "bf16 portable"}};

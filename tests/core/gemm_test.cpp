@@ -304,8 +304,10 @@ TEST(Gemm, SmallProductsRoundToBf16LikeRoundedOperands) {
 }
 
 TEST(Gemm, BackendName) {
-  const std::string name = gemm_backend();
+  const std::string name = gemm_backend(), blas = gemm_blas_backend();
   EXPECT_TRUE(name == "avx512" || name == "openblas" || name == "builtin") << name;
+  EXPECT_TRUE(blas == "openblas" || blas == "builtin") << blas;
+  EXPECT_EQ(name == "avx512", gemm_avx512_native());
 }
 
 }  // namespace

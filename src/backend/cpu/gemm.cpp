@@ -432,14 +432,15 @@ template void gemm_small<float>(bool, bool, int64_t, int64_t, int64_t, const flo
 template void gemm_small<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*,
                                  int64_t, double*, int64_t, bool, bool);
 
-const char* gemm_backend() {
-  if (gemm_avx512_native()) return "avx512";
+const char* gemm_blas_backend() {
 #ifdef NABLA_HAVE_OPENBLAS
   return "openblas";
 #else
   return "builtin";
 #endif
 }
+
+const char* gemm_backend() { return gemm_avx512_native() ? "avx512" : gemm_blas_backend(); }
 
 template <class T>
 void product(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda,

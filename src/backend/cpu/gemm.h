@@ -42,6 +42,9 @@ template <class T>
 void gemm_blas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
                int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
+// What gemm_blas runs: "openblas" or "builtin".
+const char* gemm_blas_backend();
+
 // Multiply-adds (M N K) up to which gemm_small is the faster route: a BLAS
 // call's setup and packing outweigh the arithmetic of a product this small
 // (attention at 16 tokens: [16, 24] x [24, 16], 6,144).
