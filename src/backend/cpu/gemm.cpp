@@ -1,5 +1,6 @@
-// GEMM: products of at most kSmallGemmWork multiply-adds on gemm_small, larger
-// ones on OpenBLAS when the build found it, else the built-in kernel below.
+// GEMM: products of at most kSmallGemmWork multiply-adds on gemm_small; larger
+// f32 ones on the AVX-512 kernel (gemm_avx512.cpp) where the build has it;
+// the rest on OpenBLAS when the build found it, else the built-in kernel below.
 //
 // Determinism. The built-in kernel computes every element of C in an order that
 // depends only on K: for each depth pass (k in [p, min(K, p + kKc)), p a
@@ -11,9 +12,10 @@
 // position or the leading dimensions (tests/core/gemm_test.cpp checks this).
 // NOTE: this relies on the compiler treating every lane of the micro-kernel
 // alike (see the pragma there); the tile test is what guards it.
-// OpenBLAS gives no such promise (its kernels and blocking depend on the
-// shape); there the caller, the matmul op, keeps results deterministic by
-// always calling gemm on tiles of fixed size.
+// The AVX-512 kernel keeps the same promise. OpenBLAS gives none (its
+// kernels and blocking depend on the shape); there the caller, the matmul
+// op, keeps results deterministic by always calling gemm on tiles of fixed
+// size.
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_common.h"
 #include "backend/cpu/simd.h"
