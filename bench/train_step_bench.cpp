@@ -237,8 +237,8 @@ int main(int argc, char** argv) {
       fmt::print(
           "{{\"kind\": \"machine\", \"fma_gflops\": {:.1f}, \"sgemm_gflops\": {:.1f}, \"gemm_gflops\": {:.1f}, "
           "\"threads\": {}, \"gemm\": \"{}\"}}\n",
-          fma_peak_gflops(threads), gemm_gflops(threads, &cpu::gemm_blas<float>), gemm_gflops(threads, &cpu::gemm<float>),
-          threads, cpu::gemm_backend());
+          fma_peak_gflops(threads), gemm_gflops(threads, &cpu::gemm_blas<float>),
+          gemm_gflops(threads, &cpu::gemm<float>), threads, cpu::gemm_backend());
       return 0;
     }
     Result r;

@@ -247,7 +247,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
     return gemm_small(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, false, beta == T(1));
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (gemm_avx512_native()) return gemm_f32_avx512(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, C, ldc);
+    if (gemm_avx512_native()) {
+      return gemm_f32_avx512(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, C, ldc);
+    }
   }
   gemm_blas<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
