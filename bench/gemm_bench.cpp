@@ -14,8 +14,7 @@
 
 namespace {
 
-using GemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                        const float*, int64_t, float, float*, int64_t);
+using GemmFn = nabla::cpu::GemmFn<float>;
 
 std::vector<float> random_floats(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

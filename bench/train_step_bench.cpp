@@ -185,8 +185,7 @@ double fma_peak_gflops(int threads) {
   return best;
 }
 
-using GemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
-                        float, float*, int64_t);
+using GemmFn = nabla::cpu::GemmFn<float>;
 
 // An f32 GEMM's rate at a ViT-Tiny MLP shape (M=1576, K=192, N=768), rows
 // split across `threads` threads each running `gemm` on its share: OpenBLAS's

@@ -6,14 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
-#include <cstdint>
 #include <limits>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "backend/cpu/gemm.h"
 
 namespace nabla::cpu::testing_support {
 
@@ -42,9 +44,7 @@ Matrix<T> random_matrix(int64_t rows, int64_t cols, int64_t pad, std::mt19937& r
   return m;
 }
 
-template <class T>
-using GemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*,
-                        int64_t, T, T*, int64_t);
+using cpu::GemmFn;
 
 // One problem: C = alpha * op(A) op(B) + beta * C0, op(A) [M, K], op(B) [K, N].
 template <class T>

@@ -186,12 +186,7 @@ void gemm_builtin(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
   using Bl = Blocking<T>;
   constexpr int mr = Bl::kMr;
   constexpr int nr = Bl::kNr;
-  if (M <= 0 || N <= 0) return;
-  // As in BLAS, alpha == 0 leaves A and B unread.
-  if (K <= 0 || alpha == T(0)) {
-    scale_c(M, N, beta, C, ldc);
-    return;
-  }
+  if (trivial_product(M, N, K, alpha, beta, C, ldc)) return;
 
   const int64_t nc_max = std::min(Bl::kNc, (N + nr - 1) / nr * nr);
   const int64_t mc_max = std::min(Bl::kMc, (M + mr - 1) / mr * mr);
@@ -238,11 +233,7 @@ void gemm_builtin(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T
 template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0 || alpha == T(0)) {
-    scale_c(M, N, beta, C, ldc);
-    return;
-  }
+  if (trivial_product(M, N, K, alpha, beta, C, ldc)) return;
   if (M * N * K <= kSmallGemmWork && alpha == T(1) && (beta == T(0) || beta == T(1))) {
     return gemm_small(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, false, beta == T(1));
   }
@@ -257,11 +248,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
 template <class T>
 void gemm_blas(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
                int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0 || alpha == T(0)) {
-    scale_c(M, N, beta, C, ldc);
-    return;
-  }
+  if (trivial_product(M, N, K, alpha, beta, C, ldc)) return;
 #ifdef NABLA_HAVE_OPENBLAS
   if (blas_accepts(trans_a, trans_b, M, N, K, lda, ldb, ldc)) {
     blas_single_thread();

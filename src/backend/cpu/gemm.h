@@ -9,6 +9,12 @@
 
 namespace nabla::cpu {
 
+// The signature every GEMM below shares, for tests and benchmarks that run
+// several side by side.
+template <class T>
+using GemmFn = void (*)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                        int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+
 // C[M, N] = alpha * op(A)[M, K] * op(B)[K, N] + beta * C, all row-major.
 // op(A) = A or A^T per trans_a (A is stored [M, K] or [K, M] with leading
 // dimension lda); likewise B. Runs on the calling thread only.

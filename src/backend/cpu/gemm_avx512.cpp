@@ -440,9 +440,7 @@ void scale_into(int64_t M, int64_t N, float beta, const float* D, int64_t ldd, f
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  // As in BLAS, alpha == 0 leaves A and B unread.
-  if (K <= 0 || alpha == 0.0f) return scale_c(M, N, beta, C, ldc);
+  if (trivial_product(M, N, K, alpha, beta, C, ldc)) return;
   gemm_bf16_kernel(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, C, ldc);
 }
 

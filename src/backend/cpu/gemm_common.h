@@ -51,4 +51,13 @@ void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
   }
 }
 
+// A product with nothing to multiply (C empty, K == 0, or alpha == 0, which
+// as in BLAS leaves A and B unread) done as scale_c: true when it was one.
+template <class T>
+bool trivial_product(int64_t M, int64_t N, int64_t K, T alpha, T beta, T* C, int64_t ldc) {
+  if (M > 0 && N > 0 && K > 0 && alpha != T(0)) return false;
+  if (M > 0 && N > 0) scale_c(M, N, beta, C, ldc);
+  return true;
+}
+
 }  // namespace nabla::cpu
