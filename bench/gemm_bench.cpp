@@ -46,11 +46,15 @@ void run_gemm(benchmark::State& state, GemmFn fn, const char* label) {
 // {M, K, N, trans_a}: ViT-Tiny (197 tokens x batch 8 = 1576 rows; width 192,
 // MLP 768, fused qkv 576), small ViT/GPT blocks (2048 rows, width 128/256),
 // a weight gradient (dW = X^T dY: K is the 2048 rows), GPT-2 small (256
-// tokens, width 768, MLP 3072), and one head of ViT-Tiny's attention (scores
-// q k^T over 197 tokens of 64, then probabilities times values).
+// tokens, width 768, MLP 3072), one head of ViT-Tiny's attention (scores
+// q k^T over 197 tokens of 64, then probabilities times values), and two
+// narrow products whose A^T the f32 kernel reads in place: a ViT-Tiny weight
+// gradient's K chunk (split K: 400 of the 1576 rows) and attention's
+// dV = P^T dO.
 constexpr int64_t kShapes[][4] = {{1576, 192, 768, 0}, {1576, 768, 192, 0}, {1576, 192, 576, 0},
                                   {2048, 128, 256, 0}, {2048, 256, 128, 0}, {128, 2048, 256, 1},
-                                  {256, 768, 3072, 0},  {197, 64, 197, 0},   {197, 197, 64, 0}};
+                                  {256, 768, 3072, 0},  {197, 64, 197, 0},   {197, 197, 64, 0},
+                                  {192, 400, 192, 1},   {197, 197, 64, 1}};
 
 // Registered shape by shape, so the f32 and bf16 rates of a shape print together.
 const bool kRegistered = [] {

@@ -252,10 +252,11 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t p0, int64_t j0, int
     pack_along_k<Bf16>(B + (j0 + jr) * ldb + p0, ldb, std::min<int64_t>(kNr, nc - jr), kNr, kc, dst);
 }
 
-// C[rows, cols] (leading dimension ldc) = alpha * a * b + beta * D for packed
+// C[rows, cols] (leading dimension ldc) = alpha * a * b + beta * D for
 // micro-panels a and b of n_words depth steps, where D (leading dimension
-// ldd, 0 for one row read by every row) is C itself or a separate addend. A
-// step is an FMA of f32 words, or (Bf16) a VDPBF16PS of bf16 pairs. The
+// ldd, 0 for one row read by every row) is C itself or a separate addend.
+// Step w's kMr words of a are at a + w * a_step: kMr when packed, lda for an
+// f32 A^T read in place; b is packed. A step is an FMA of f32 words, or (Bf16) a VDPBF16PS of bf16 pairs. The
 // kernel computes Rows x 16 Vecs of the kMr x kNr panels (rows <= Rows, cols
 // <= 16 Vecs), only the store cut to rows x cols: an edge tile takes the
 // smallest variant that covers it, where the full one multiplied padding
@@ -263,8 +264,9 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t p0, int64_t j0, int
 // Each element sums its steps in the same order in every variant, so the bits
 // are the same. beta == 0 overwrites C.
 template <bool Bf16, int Rows, int Vecs>
-void micro_kernel(int64_t n_words, const uint32_t* __restrict a, const uint32_t* __restrict b, float alpha,
-                  float beta, const float* D, int64_t ldd, float* C, int64_t ldc, int64_t rows, int64_t cols) {
+void micro_kernel(int64_t n_words, const uint32_t* __restrict a, int64_t a_step, const uint32_t* __restrict b,
+                  float alpha, float beta, const float* D, int64_t ldd, float* C, int64_t ldc, int64_t rows,
+                  int64_t cols) {
   static_assert(Rows <= kMr && Vecs * 16 <= kNr);
   // The tile of C is written (and D read) only after the k loop; their lines
   // are fetched now, so that a tile not in cache (a step's output lands in a
@@ -282,7 +284,7 @@ void micro_kernel(int64_t n_words, const uint32_t* __restrict a, const uint32_t*
 #pragma GCC unroll 2
     for (int v = 0; v < Vecs; ++v) acc[i][v] = _mm512_setzero_ps();
   }
-  for (int64_t w = 0; w < n_words; ++w, a += kMr, b += kNr) {
+  for (int64_t w = 0; w < n_words; ++w, a += a_step, b += kNr) {
     __m512i bv[Vecs];
 #pragma GCC unroll 2
     for (int v = 0; v < Vecs; ++v) bv[v] = _mm512_load_si512(b + 16 * v);
@@ -330,16 +332,16 @@ constexpr int64_t kShortDepth = 128;
 
 // The micro-kernel variant for a tile of rows x cols (at most kMr x kNr).
 template <bool Bf16>
-void micro_kernel(int64_t n_words, const uint32_t* a, const uint32_t* b, float alpha, float beta, const float* D,
-                  int64_t ldd, float* C, int64_t ldc, int64_t rows, int64_t cols) {
+void micro_kernel(int64_t n_words, const uint32_t* a, int64_t a_step, const uint32_t* b, float alpha, float beta,
+                  const float* D, int64_t ldd, float* C, int64_t ldc, int64_t rows, int64_t cols) {
   if (cols > 16) {
-    if (rows > 8) return micro_kernel<Bf16, 12, 2>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
-    if (rows > 4) return micro_kernel<Bf16, 8, 2>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
-    return micro_kernel<Bf16, 4, 2>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+    if (rows > 8) return micro_kernel<Bf16, 12, 2>(n_words, a, a_step, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+    if (rows > 4) return micro_kernel<Bf16, 8, 2>(n_words, a, a_step, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+    return micro_kernel<Bf16, 4, 2>(n_words, a, a_step, b, alpha, beta, D, ldd, C, ldc, rows, cols);
   }
-  if (rows > 8) return micro_kernel<Bf16, 12, 1>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
-  if (rows > 4) return micro_kernel<Bf16, 8, 1>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
-  micro_kernel<Bf16, 4, 1>(n_words, a, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+  if (rows > 8) return micro_kernel<Bf16, 12, 1>(n_words, a, a_step, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+  if (rows > 4) return micro_kernel<Bf16, 8, 1>(n_words, a, a_step, b, alpha, beta, D, ldd, C, ldc, rows, cols);
+  micro_kernel<Bf16, 4, 1>(n_words, a, a_step, b, alpha, beta, D, ldd, C, ldc, rows, cols);
 }
 
 // C = alpha op(A) op(B) + beta D, D [M, N] with leading dimension ldd (C
@@ -353,7 +355,17 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   const int64_t words_max = words<Bf16>(std::min(kKc, K));
   uint32_t* pa = t_pack_a.get<uint32_t>(mc_max * words_max);
   uint32_t* pb = t_pack_b.get<uint32_t>(nc_max * words_max);
-
+  // An f32 A^T ([K, M]: a weight gradient's X) already holds each depth step
+  // of a micro-panel as kMr contiguous floats, lda apart, which the kernel
+  // broadcasts in place instead of packing A: worth it where few panels of B
+  // would reuse a packed copy (N up to 8 panels), and unless lda is a
+  // multiple of 128 floats, where a panel's kc lines fall into 8 or fewer of
+  // L1's 64 sets and evict each other. In cache, one thread: vit-tiny's
+  // [192, 192] weight gradient (a K chunk of 400) +8-14%, attention's dV =
+  // P^T dO (197 x 197 x 64) +13-28%; [192, 768] (24 panels of B) -2%, lda
+  // 768 -4%. A ([M, K]) read in place, its kMr rows as kMr streams, was
+  // 6-30% slower than packed at every narrow shape measured.
+  const bool direct_a = !Bf16 && trans_a && N <= 8 * kNr && lda % 128 != 0;
   for (int64_t jc = 0; jc < N; jc += kNc) {
     const int64_t nc = std::min(kNc, N - jc);
     for (int64_t pc = 0; pc < K; pc += kKc) {
@@ -366,7 +378,13 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
       pack_b<Bf16>(trans_b, B, ldb, pc, jc, kc, nc, pb);
       for (int64_t ic = 0; ic < M; ic += kMc) {
         const int64_t mc = std::min(kMc, M - ic);
-        pack_a<Bf16>(trans_a, A, lda, ic, pc, mc, kc, pa);
+        // With direct_a, full panels in place and a ragged last one packed (zero rows).
+        const int64_t mc_direct = direct_a ? mc / kMr * kMr : 0;
+        if (!direct_a) {
+          pack_a<Bf16>(trans_a, A, lda, ic, pc, mc, kc, pa);
+        } else if (mc_direct < mc) {
+          pack_a<Bf16>(trans_a, A, lda, ic + mc_direct, pc, mc - mc_direct, kc, pa);
+        }
         for (int64_t jr = 0; jr < nc; jr += kNr) {
           const uint32_t* b = pb + jr * n_words;
           for (int64_t ir = 0; ir < mc; ir += kMr) {
@@ -383,8 +401,14 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
               prefetch_matrix(C + ni * ldc + nj, std::min<int64_t>(kMr, ic + mc - ni),
                               std::min<int64_t>(kNr, jc + nc - nj) * f, ldc * f, true);
             }
-            micro_kernel<Bf16>(n_words, pa + ir * n_words, b, alpha, pass_beta, pass_d + i * pass_ldd + j,
-                               pass_ldd, C + i * ldc + j, ldc, mc - ir, nc - jr);
+            const uint32_t* a = pa + (ir - mc_direct) * n_words;
+            int64_t a_step = kMr;
+            if (ir < mc_direct) {
+              a = reinterpret_cast<const uint32_t*>(A + pc * lda + i);
+              a_step = lda;
+            }
+            micro_kernel<Bf16>(n_words, a, a_step, b, alpha, pass_beta, pass_d + i * pass_ldd + j, pass_ldd,
+                               C + i * ldc + j, ldc, mc - ir, nc - jr);
           }
         }
       }
