@@ -76,8 +76,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     throw IoError(path + ": rename failed: " + std::strerror(e));
   }
   // Persist the rename itself: fsync the directory.
-  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-  if (dir.empty()) dir = "/";
+  // NOTE: one initialisation: assigning "/" afterwards made g++ 12 warn (a
+  // false -Wrestrict in the inlined string copy).
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
