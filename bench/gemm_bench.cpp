@@ -66,7 +66,7 @@ const bool kRegistered = [] {
                {"sgemm_blas", &nabla::cpu::gemm_blas<float>, nabla::cpu::gemm_blas_backend()},
                {"sgemm_builtin", &nabla::cpu::gemm_builtin<float>, "builtin"},
                {"gemm_bf16", &nabla::cpu::gemm_bf16,
-                nabla::cpu::gemm_avx512_native() ? "bf16 avx512" : "bf16 portable"}};
+                nabla::cpu::gemm_bf16_backend()}};
   for (const auto& shape : kShapes) {
     for (const auto& impl : impls) {
       benchmark::RegisterBenchmark(impl.name, run_gemm, impl.fn, impl.label)

@@ -235,9 +235,9 @@ int main(int argc, char** argv) {
     if (machine) {
       fmt::print(
           "{{\"kind\": \"machine\", \"fma_gflops\": {:.1f}, \"sgemm_gflops\": {:.1f}, \"gemm_gflops\": {:.1f}, "
-          "\"threads\": {}, \"gemm\": \"{}\"}}\n",
+          "\"threads\": {}, \"gemm\": \"{}\", \"gemm_bf16\": \"{}\"}}\n",
           fma_peak_gflops(threads), gemm_gflops(threads, &cpu::gemm_blas<float>),
-          gemm_gflops(threads, &cpu::gemm<float>), threads, cpu::gemm_backend());
+          gemm_gflops(threads, &cpu::gemm<float>), threads, cpu::gemm_backend(), cpu::gemm_bf16_backend());
       return 0;
     }
     Result r;

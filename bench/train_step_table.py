@@ -21,7 +21,7 @@ def med(xs):
 cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"], capture_output=True, text=True).stdout.strip()
 print(f"\n{datetime.date.today()}, {cpu}, {machine[2]['threads']} threads; FMA peak {machine[1]['fma_gflops']:.0f} "
       f"GFLOP/s (1 thread), {fma2:.0f} (2); OpenBLAS sgemm {sgemm2:.0f} GFLOP/s on 2 threads, nabla's gemm "
-      f"{gemm2:.0f} ({machine[2]['gemm']}); "
+      f"{gemm2:.0f} ({machine[2]['gemm']}), bf16 on {machine[2].get('gemm_bf16', 'avx512')}; "
       f"medians of {sys.argv[2]} interleaved rounds\n")
 print("| configuration | nabla | PyTorch (best setting) | ratio (target) | best round vs best round | nabla matmul GFLOP/s | % of FMA peak | % of OpenBLAS sgemm | peak RSS nabla / torch (ratio) | 2 vs 1 thread | nabla --bf16-matmul (ratio to PyTorch f32) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -116,9 +116,14 @@ void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                      int64_t ldc);
 
 // True when the build has the AVX-512 kernels (AVX512F, BW and BF16): then
-// gemm<float> runs gemm_f32_avx512 and gemm_bf16 VDPBF16PS; else gemm_bf16
-// runs a portable loop with the same rounding.
+// gemm<float> runs gemm_f32_avx512 and gemm_bf16 VDPBF16PS (or AMX, see
+// gemm_bf16_backend); else gemm_bf16 runs a portable loop with the same rounding.
 bool gemm_avx512_native();
+
+// The kernel gemm_bf16 runs: "amx" (AMX tiles, TDPBF16PS: where the build
+// has AMX-BF16 and Linux grants the process its tile state, unless the
+// environment sets NABLA_AMX=0), "avx512" (VDPBF16PS) or "portable".
+const char* gemm_bf16_backend();
 
 // x rounded to the nearest bfloat16 (ties to even), returned as the f32 of the
 // same value. As the AVX-512 BF16 conversion does, NaN stays NaN (quiet) and

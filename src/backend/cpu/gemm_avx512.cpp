@@ -36,6 +36,15 @@
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
 #define NABLA_GEMM_AVX512 1
 #include <immintrin.h>
+// AMX (Sapphire Rapids and later) runs the bf16 products on tile registers
+// where the kernel grants the process their state (see amx_usable).
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#define NABLA_GEMM_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#endif
 #endif
 
 namespace nabla::cpu {
@@ -252,6 +261,20 @@ void pack_b(bool trans, const float* B, int64_t ldb, int64_t p0, int64_t j0, int
     pack_along_k<Bf16>(B + (j0 + jr) * ldb + p0, ldb, std::min<int64_t>(kNr, nc - jr), kNr, kc, dst);
 }
 
+// c = alpha * acc + beta * d in the lanes of mask (beta == 0: d unread).
+// Explicit FMAs, so that no element depends on whether the compiler contracts.
+inline void store_acc(__m512 acc, __mmask16 mask, float alpha, float beta, const float* d, float* c) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  __m512 r;
+  if (beta == 1.0f) {
+    r = _mm512_fmadd_ps(va, acc, _mm512_maskz_loadu_ps(mask, d));
+  } else {
+    r = _mm512_mul_ps(va, acc);
+    if (beta != 0.0f) r = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, d), r);
+  }
+  _mm512_mask_storeu_ps(c, mask, r);
+}
+
 // C[rows, cols] (leading dimension ldc) = alpha * a * b + beta * D for
 // micro-panels a and b of n_words depth steps, where D (leading dimension
 // ldd, 0 for one row read by every row) is C itself or a separate addend.
@@ -303,7 +326,6 @@ void micro_kernel(int64_t n_words, const uint32_t* __restrict a, int64_t a_step,
       }
     }
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __mmask16 mask[Vecs];
 #pragma GCC unroll 2
   for (int v = 0; v < Vecs; ++v) mask[v] = first_lanes(cols - 16 * v);
@@ -311,19 +333,7 @@ void micro_kernel(int64_t n_words, const uint32_t* __restrict a, int64_t a_step,
   for (int i = 0; i < Rows; ++i) {
     if (i >= rows) break;
 #pragma GCC unroll 2
-    for (int v = 0; v < Vecs; ++v) {
-      float* c = C + i * ldc + 16 * v;
-      const float* d = D + i * ldd + 16 * v;
-      // Explicit FMAs, so that no row depends on whether the compiler contracts.
-      __m512 r;
-      if (beta == 1.0f) {
-        r = _mm512_fmadd_ps(va, acc[i][v], _mm512_maskz_loadu_ps(mask[v], d));
-      } else {
-        r = _mm512_mul_ps(va, acc[i][v]);
-        if (beta != 0.0f) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], d), r);
-      }
-      _mm512_mask_storeu_ps(c, mask[v], r);
-    }
+    for (int v = 0; v < Vecs; ++v) store_acc(acc[i][v], mask[v], alpha, beta, D + i * ldd + 16 * v, C + i * ldc + 16 * v);
   }
 }
 
@@ -416,9 +426,186 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   }
 }
 
+#ifdef NABLA_GEMM_AMX
+
+// The bf16 GEMM on AMX tiles: TDPBF16PS multiplies a 16-row x 16-pair tile
+// of A by a 16-pair x 16-column tile of B (pairs as in the word layout
+// above) into a 16 x 16 f32 tile of C, 16 times the multiply-adds of a
+// VDPBF16PS. Eight tile registers hold a 32 x 32 block of C (tmm0-3), two
+// tiles of A (tmm4-5) and two of B (tmm6-7). Blocking and summation order
+// follow blocked_gemm: depth passes of kKc, each pass's products summed in
+// increasing k within the tile, the first pass writing alpha*acc + beta*D and
+// later ones adding onto C; A and B are zero-padded to whole tiles (32 rows,
+// 32 columns, 16 pairs), so an element's sum depends on K alone and a tile
+// of C computed alone is bit-identical to a whole-matrix call.
+constexpr int64_t kAmxBlock = 32;  // rows and columns of C per block of 4 tiles
+constexpr int64_t kAmxPairs = 16;  // words (bf16 pairs) per tile step
+
+// Linux grants a process AMX's tile state only on request; NABLA_AMX=0
+// keeps the VDPBF16PS kernel (to compare the two, or on a kernel that refuses).
+bool amx_usable() {
+  static const bool usable = [] {
+    const char* env = std::getenv("NABLA_AMX");
+    if (env && std::strcmp(env, "0") == 0) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+}
+
+// The LDTILECFG layout (palette 1): every tile 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Rows [0, rows) x depth kc of op(A) (at A: row i's k at A[i * lda + k], or
+// for trans A^T[k * lda + i]) as bf16 pairs in a row-major [rows_pad, words]
+// block, words a multiple of kAmxPairs, zero past the data.
+void amx_pack_a(bool trans, const float* A, int64_t lda, int64_t rows, int64_t rows_pad, int64_t kc,
+                int64_t words, uint32_t* dst) {
+  if (!trans) {
+    for (int64_t i = 0; i < rows_pad; ++i) {
+      uint32_t* d = dst + i * words;
+      for (int64_t w0 = 0; w0 < words; w0 += 16) {
+        const int64_t k0 = 2 * w0;
+        __m512i v = _mm512_setzero_si512();
+        if (i < rows && k0 < kc) {
+          const float* s = A + i * lda + k0;
+          v = to_bf16_pairs(_mm512_maskz_loadu_ps(first_lanes(kc - k0), s),
+                            _mm512_maskz_loadu_ps(first_lanes(kc - k0 - 16), s + 16));
+        }
+        _mm512_storeu_si512(d + w0, v);
+      }
+    }
+    return;
+  }
+  // A^T: rows k and k + 1 interleave into words across the M lines
+  // (pack_across_k, 16 lines a panel), then each 16 x 16 block of words is
+  // transposed into rows of A.
+  alignas(64) uint32_t panel[16 * 16];
+  for (int64_t i0 = 0; i0 < rows_pad; i0 += 16) {
+    const int64_t lines = std::max<int64_t>(0, std::min<int64_t>(16, rows - i0));
+    for (int64_t w0 = 0; w0 < words; w0 += 16) {
+      __m512i v[16];
+      const int64_t k0 = 2 * w0, kb = std::min<int64_t>(32, kc - k0);
+      if (lines > 0 && kb > 0) {
+        pack_across_k<true>(A + k0 * lda + i0, lda, lines, 16, kb, panel);
+        const int64_t filled = (kb + 1) / 2;
+#pragma GCC unroll 16
+        for (int w = 0; w < 16; ++w)
+          v[w] = w < filled ? _mm512_load_si512(panel + 16 * w) : _mm512_setzero_si512();
+        transpose_16x16(v);
+      } else {
+#pragma GCC unroll 16
+        for (int w = 0; w < 16; ++w) v[w] = _mm512_setzero_si512();
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + (i0 + r) * words + w0, v[r]);
+    }
+  }
+}
+
+// Columns [0, cols) x depth kc of op(B) (at B: B[k * ldb + j], or for trans
+// B^T[j * ldb + k]) as panels of 16 columns, panel q at dst + q * words * 16,
+// word w of column c at [w * 16 + c] (a TDPBF16PS B tile per 16 words);
+// cols_pad / 16 panels, zero past the data.
+void amx_pack_b(bool trans, const float* B, int64_t ldb, int64_t cols, int64_t cols_pad, int64_t kc,
+                int64_t words, uint32_t* dst) {
+  const int64_t n_words = (kc + 1) / 2;
+  for (int64_t j0 = 0; j0 < cols_pad; j0 += 16) {
+    uint32_t* d = dst + j0 * words;
+    const int64_t lines = std::min<int64_t>(16, cols - j0);
+    int64_t filled = 0;
+    if (lines > 0) {
+      if (trans) {
+        pack_along_k<true>(B + j0 * ldb, ldb, lines, 16, kc, d);
+      } else {
+        pack_across_k<true>(B + j0, ldb, lines, 16, kc, d);
+      }
+      filled = n_words;
+    }
+    std::memset(d + filled * 16, 0, static_cast<size_t>(words - filled) * 16 * sizeof(uint32_t));
+  }
+}
+
+void amx_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, const float* D, int64_t ldd, float* C,
+                   int64_t ldc) {
+  const auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  const int64_t words_max = round_up(words<true>(std::min(kKc, K)), kAmxPairs);
+  const int64_t mc_max = round_up(std::min(kMc, M), kAmxBlock), nc_max = round_up(std::min(kNc, N), kAmxBlock);
+  uint32_t* pa = t_pack_a.get<uint32_t>(mc_max * words_max);
+  uint32_t* pb = t_pack_b.get<uint32_t>(nc_max * words_max);
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.colsb[t] = 64;
+    config.rows[t] = 16;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) float acc[kAmxBlock * kAmxBlock];
+  for (int64_t jc = 0; jc < N; jc += kNc) {
+    const int64_t nc = std::min(kNc, N - jc), nc_pad = round_up(nc, kAmxBlock);
+    for (int64_t pc = 0; pc < K; pc += kKc) {
+      const int64_t kc = std::min(kKc, K - pc), n_words = round_up(words<true>(kc), kAmxPairs);
+      const float pass_beta = pc == 0 ? beta : 1.0f;
+      const float* pass_d = pc == 0 ? D : C;
+      const int64_t pass_ldd = pc == 0 ? ldd : ldc;
+      amx_pack_b(trans_b, trans_b ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, nc, nc_pad, kc, n_words, pb);
+      for (int64_t ic = 0; ic < M; ic += kMc) {
+        const int64_t mc = std::min(kMc, M - ic), mc_pad = round_up(mc, kAmxBlock);
+        amx_pack_a(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, mc_pad, kc, n_words, pa);
+        for (int64_t jr = 0; jr < nc_pad; jr += kAmxBlock) {
+          const uint32_t* b0 = pb + jr * n_words;
+          const uint32_t* b1 = b0 + 16 * n_words;
+          for (int64_t ir = 0; ir < mc_pad; ir += kAmxBlock) {
+            const uint32_t* a0 = pa + ir * n_words;
+            const uint32_t* a1 = a0 + 16 * n_words;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t w = 0; w < n_words; w += kAmxPairs) {
+              _tile_loadd(4, a0 + w, n_words * 4);
+              _tile_loadd(5, a1 + w, n_words * 4);
+              _tile_loadd(6, b0 + w * 16, 64);
+              _tile_loadd(7, b1 + w * 16, 64);
+              _tile_dpbf16ps(0, 4, 6);
+              _tile_dpbf16ps(1, 4, 7);
+              _tile_dpbf16ps(2, 5, 6);
+              _tile_dpbf16ps(3, 5, 7);
+            }
+            _tile_stored(0, acc, kAmxBlock * 4);
+            _tile_stored(1, acc + 16, kAmxBlock * 4);
+            _tile_stored(2, acc + 16 * kAmxBlock, kAmxBlock * 4);
+            _tile_stored(3, acc + 16 * kAmxBlock + 16, kAmxBlock * 4);
+            const int64_t i = ic + ir, j = jc + jr;
+            const int64_t rows = std::min(kAmxBlock, mc - ir), cols = std::min(kAmxBlock, nc - jr);
+            const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - 16);
+            for (int64_t r = 0; r < rows; ++r) {
+              const float* d = pass_d + (i + r) * pass_ldd + j;
+              float* c = C + (i + r) * ldc + j;
+              store_acc(_mm512_load_ps(acc + r * kAmxBlock), m0, alpha, pass_beta, d, c);
+              if (cols > 16) store_acc(_mm512_load_ps(acc + r * kAmxBlock + 16), m1, alpha, pass_beta, d + 16, c + 16);
+            }
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+#endif  // NABLA_GEMM_AMX
+
 void gemm_bf16_kernel(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                       const float* D, int64_t ldd, float* C, int64_t ldc) {
+#ifdef NABLA_GEMM_AMX
+  if (amx_usable()) return amx_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, D, ldd, C, ldc);
+#endif
   blocked_gemm<true>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, D, ldd, C, ldc);
 }
 
@@ -509,6 +696,13 @@ bool gemm_avx512_native() {
 #else
   return false;
 #endif
+}
+
+const char* gemm_bf16_backend() {
+#ifdef NABLA_GEMM_AMX
+  if (amx_usable()) return "amx";
+#endif
+  return gemm_avx512_native() ? "avx512" : "portable";
 }
 
 }  // namespace nabla::cpu
