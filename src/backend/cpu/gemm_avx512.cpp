@@ -200,13 +200,17 @@ void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_
 // across lines (row k at src + k * ld: B, or A^T) into panels of width lines,
 // each in pack_along_k's layout, panel q at dst + q * words * width. A bf16
 // pair interleaves rows k and k + 1 word by word; rows are read in order, once.
-template <bool Bf16>
-void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc, uint32_t* dst) {
-  // Word 2j takes bf16 j of row k, word 2j + 1 bf16 j of row k + 1 (at 16 + j).
+// Two rows of 16 floats (k and k + 1 of 16 lines) as 16 words of bf16
+// pairs, word j holding line j's pair: bf16 j of row k low, of row k + 1 high.
+inline __m512i interleave_pairs(__m512 row0, __m512 row1) {
   alignas(64) static constexpr int16_t kInterleave[32] = {
       0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i interleave = _mm512_load_si512(kInterleave);
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), to_bf16_pairs(row0, row1));
+}
+
+template <bool Bf16>
+void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc, uint32_t* dst) {
   constexpr int64_t kStep = Bf16 ? 2 : 1;  // rows per word
   const int64_t n_words = words<Bf16>(kc);
   for (int64_t k = 0; k < kc; k += kStep) {
@@ -223,7 +227,7 @@ void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64
         __m512i v;
         if constexpr (Bf16) {
           const __m512 f1 = row1 ? _mm512_maskz_loadu_ps(load, row1 + q0 + c) : _mm512_setzero_ps();
-          v = _mm512_permutexvar_epi16(interleave, to_bf16_pairs(f0, f1));
+          v = interleave_pairs(f0, f1);
         } else {
           v = _mm512_castps_si512(f0);
         }
@@ -482,26 +486,23 @@ void amx_pack_a(bool trans, const float* A, int64_t lda, int64_t rows, int64_t r
     }
     return;
   }
-  // A^T: rows k and k + 1 interleave into words across the M lines
-  // (pack_across_k, 16 lines a panel), then each 16 x 16 block of words is
-  // transposed into rows of A.
-  alignas(64) uint32_t panel[16 * 16];
+  // A^T: rows k and k + 1 of 16 lines interleave into a vector of 16 words
+  // (word j: line j's pair), 16 such vectors are transposed in registers
+  // into 16 rows of A of 16 words each.
   for (int64_t i0 = 0; i0 < rows_pad; i0 += 16) {
     const int64_t lines = std::max<int64_t>(0, std::min<int64_t>(16, rows - i0));
+    const __mmask16 mask = first_lanes(lines);
     for (int64_t w0 = 0; w0 < words; w0 += 16) {
       __m512i v[16];
-      const int64_t k0 = 2 * w0, kb = std::min<int64_t>(32, kc - k0);
-      if (lines > 0 && kb > 0) {
-        pack_across_k<true>(A + k0 * lda + i0, lda, lines, 16, kb, panel);
-        const int64_t filled = (kb + 1) / 2;
 #pragma GCC unroll 16
-        for (int w = 0; w < 16; ++w)
-          v[w] = w < filled ? _mm512_load_si512(panel + 16 * w) : _mm512_setzero_si512();
-        transpose_16x16(v);
-      } else {
-#pragma GCC unroll 16
-        for (int w = 0; w < 16; ++w) v[w] = _mm512_setzero_si512();
+      for (int w = 0; w < 16; ++w) {
+        const int64_t k = 2 * (w0 + w);
+        const float* row = A + k * lda + i0;
+        const __m512 f0 = k < kc ? _mm512_maskz_loadu_ps(mask, row) : _mm512_setzero_ps();
+        const __m512 f1 = k + 1 < kc ? _mm512_maskz_loadu_ps(mask, row + lda) : _mm512_setzero_ps();
+        v[w] = interleave_pairs(f0, f1);
       }
+      transpose_16x16(v);
 #pragma GCC unroll 16
       for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + (i0 + r) * words + w0, v[r]);
     }
