@@ -25,6 +25,7 @@
 // are not bit-identical to each other (their summation orders differ too).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -42,8 +43,6 @@
 #define NABLA_GEMM_AMX 1
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <cstdlib>
 #endif
 #endif
 
@@ -196,10 +195,6 @@ void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_
   }
 }
 
-// Packs depth kc x `lines` of a matrix whose rows (along k) are contiguous
-// across lines (row k at src + k * ld: B, or A^T) into panels of width lines,
-// each in pack_along_k's layout, panel q at dst + q * words * width. A bf16
-// pair interleaves rows k and k + 1 word by word; rows are read in order, once.
 // Two rows of 16 floats (k and k + 1 of 16 lines) as 16 words of bf16
 // pairs, word j holding line j's pair: bf16 j of row k low, of row k + 1 high.
 inline __m512i interleave_pairs(__m512 row0, __m512 row1) {
@@ -209,6 +204,10 @@ inline __m512i interleave_pairs(__m512 row0, __m512 row1) {
   return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), to_bf16_pairs(row0, row1));
 }
 
+// Packs depth kc x `lines` of a matrix whose rows (along k) are contiguous
+// across lines (row k at src + k * ld: B, or A^T) into panels of width lines,
+// each in pack_along_k's layout, panel q at dst + q * words * width. A bf16
+// pair interleaves rows k and k + 1 word by word; rows are read in order, once.
 template <bool Bf16>
 void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc, uint32_t* dst) {
   constexpr int64_t kStep = Bf16 ? 2 : 1;  // rows per word
@@ -283,8 +282,8 @@ inline void store_acc(__m512 acc, __mmask16 mask, float alpha, float beta, const
 // micro-panels a and b of n_words depth steps, where D (leading dimension
 // ldd, 0 for one row read by every row) is C itself or a separate addend.
 // Step w's kMr words of a are at a + w * a_step: kMr when packed, lda for an
-// f32 A^T read in place; b is packed. A step is an FMA of f32 words, or (Bf16) a VDPBF16PS of bf16 pairs. The
-// kernel computes Rows x 16 Vecs of the kMr x kNr panels (rows <= Rows, cols
+// f32 A^T read in place; b is packed. A step is an FMA of f32 words, or
+// (Bf16) a VDPBF16PS of bf16 pairs. The kernel computes Rows x 16 Vecs of the kMr x kNr panels (rows <= Rows, cols
 // <= 16 Vecs), only the store cut to rows x cols: an edge tile takes the
 // smallest variant that covers it, where the full one multiplied padding
 // (attention's 197 x 197 scores: 224 columns and 204 rows computed for 197).
@@ -337,7 +336,9 @@ void micro_kernel(int64_t n_words, const uint32_t* __restrict a, int64_t a_step,
   for (int i = 0; i < Rows; ++i) {
     if (i >= rows) break;
 #pragma GCC unroll 2
-    for (int v = 0; v < Vecs; ++v) store_acc(acc[i][v], mask[v], alpha, beta, D + i * ldd + 16 * v, C + i * ldc + 16 * v);
+    for (int v = 0; v < Vecs; ++v) {
+      store_acc(acc[i][v], mask[v], alpha, beta, D + i * ldd + 16 * v, C + i * ldc + 16 * v);
+    }
   }
 }
 
@@ -466,14 +467,14 @@ struct alignas(64) TileConfig {
 };
 
 // Rows [0, rows) x depth kc of op(A) (at A: row i's k at A[i * lda + k], or
-// for trans A^T[k * lda + i]) as bf16 pairs in a row-major [rows_pad, words]
-// block, words a multiple of kAmxPairs, zero past the data.
+// for trans A^T[k * lda + i]) as bf16 pairs in a row-major [rows_pad, padded]
+// block (padded words a row, a multiple of kAmxPairs), zero past the data.
 void amx_pack_a(bool trans, const float* A, int64_t lda, int64_t rows, int64_t rows_pad, int64_t kc,
-                int64_t words, uint32_t* dst) {
+                int64_t padded, uint32_t* dst) {
   if (!trans) {
     for (int64_t i = 0; i < rows_pad; ++i) {
-      uint32_t* d = dst + i * words;
-      for (int64_t w0 = 0; w0 < words; w0 += 16) {
+      uint32_t* d = dst + i * padded;
+      for (int64_t w0 = 0; w0 < padded; w0 += 16) {
         const int64_t k0 = 2 * w0;
         __m512i v = _mm512_setzero_si512();
         if (i < rows && k0 < kc) {
@@ -492,7 +493,7 @@ void amx_pack_a(bool trans, const float* A, int64_t lda, int64_t rows, int64_t r
   for (int64_t i0 = 0; i0 < rows_pad; i0 += 16) {
     const int64_t lines = std::max<int64_t>(0, std::min<int64_t>(16, rows - i0));
     const __mmask16 mask = first_lanes(lines);
-    for (int64_t w0 = 0; w0 < words; w0 += 16) {
+    for (int64_t w0 = 0; w0 < padded; w0 += 16) {
       __m512i v[16];
 #pragma GCC unroll 16
       for (int w = 0; w < 16; ++w) {
@@ -504,20 +505,19 @@ void amx_pack_a(bool trans, const float* A, int64_t lda, int64_t rows, int64_t r
       }
       transpose_16x16(v);
 #pragma GCC unroll 16
-      for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + (i0 + r) * words + w0, v[r]);
+      for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + (i0 + r) * padded + w0, v[r]);
     }
   }
 }
 
 // Columns [0, cols) x depth kc of op(B) (at B: B[k * ldb + j], or for trans
-// B^T[j * ldb + k]) as panels of 16 columns, panel q at dst + q * words * 16,
-// word w of column c at [w * 16 + c] (a TDPBF16PS B tile per 16 words);
-// cols_pad / 16 panels, zero past the data.
+// B^T[j * ldb + k]) as cols_pad / 16 panels of 16 columns and padded words,
+// panel q at dst + q * padded * 16 with word w of column c at [w * 16 + c]
+// (a TDPBF16PS B tile per 16 words), zero past the data.
 void amx_pack_b(bool trans, const float* B, int64_t ldb, int64_t cols, int64_t cols_pad, int64_t kc,
-                int64_t words, uint32_t* dst) {
-  const int64_t n_words = (kc + 1) / 2;
+                int64_t padded, uint32_t* dst) {
   for (int64_t j0 = 0; j0 < cols_pad; j0 += 16) {
-    uint32_t* d = dst + j0 * words;
+    uint32_t* d = dst + j0 * padded;
     const int64_t lines = std::min<int64_t>(16, cols - j0);
     int64_t filled = 0;
     if (lines > 0) {
@@ -526,9 +526,9 @@ void amx_pack_b(bool trans, const float* B, int64_t ldb, int64_t cols, int64_t c
       } else {
         pack_across_k<true>(B + j0, ldb, lines, 16, kc, d);
       }
-      filled = n_words;
+      filled = words<true>(kc);
     }
-    std::memset(d + filled * 16, 0, static_cast<size_t>(words - filled) * 16 * sizeof(uint32_t));
+    std::memset(d + filled * 16, 0, static_cast<size_t>(padded - filled) * 16 * sizeof(uint32_t));
   }
 }
 
@@ -588,8 +588,9 @@ void amx_gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
             for (int64_t r = 0; r < rows; ++r) {
               const float* d = pass_d + (i + r) * pass_ldd + j;
               float* c = C + (i + r) * ldc + j;
-              store_acc(_mm512_load_ps(acc + r * kAmxBlock), m0, alpha, pass_beta, d, c);
-              if (cols > 16) store_acc(_mm512_load_ps(acc + r * kAmxBlock + 16), m1, alpha, pass_beta, d + 16, c + 16);
+              const float* row = acc + r * kAmxBlock;
+              store_acc(_mm512_load_ps(row), m0, alpha, pass_beta, d, c);
+              if (cols > 16) store_acc(_mm512_load_ps(row + 16), m1, alpha, pass_beta, d + 16, c + 16);
             }
           }
         }
