@@ -34,15 +34,7 @@ void softmax_back_kernel(const KernelArgs& a) {
     rows.run(b, e, [&](int64_t r, const std::array<int64_t, 2>& o) {
       const T *yr = yp + o[0], *dr = dp + o[1];
       if constexpr (std::is_same_v<T, float>) {
-        // f32 lanes for the dot product and the update.
-        using cpu::VecF;
-        const float dot = cpu::sum_lanes(len, [&](int64_t i, int64_t n) {
-          return VecF::load(yr + i * ys, ys, n) * VecF::load(dr + i * ds, ds, n);
-        });
-        const float s = float(scale);
-        cpu::map(out + r * len, yr, ys, dr, ds, len,
-                 [&](VecF yv, VecF dv) { return s * yv * (dv - dot); });
-        return;
+        return cpu::softmax_back_row(yr, ys, dr, ds, len, float(scale), out + r * len);
       }
       double dot = 0;
       for (int64_t j = 0; j < len; ++j) dot += double(dr[j * ds]) * double(yr[j * ys]);

@@ -445,17 +445,28 @@ inline void softmax_one_vector(VecF z, int64_t visible, int64_t len, float* y) {
   softmax_one_vector_rows<1>(&z, &visible, &y, 1, len);
 }
 
-// y[0, visible) replaced by its softmax given its max mx (e^(y - mx), divided
-// by the sum in f32 lanes) and y[visible, len) by zeros; mx == -inf (every
-// position hidden) makes the row NaN, as the composite gives. A NaN need not
-// be mx: e^(NaN - mx) makes the sum, so the row, NaN.
-inline void softmax_in_place_given_max(float* y, int64_t visible, int64_t len, float mx) {
+// A softmax's backward along one row: out = scale y (dy - sum(y dy)), y and
+// dy with strides ys and ds (any value), out contiguous and possibly dy
+// itself; f32 lanes for the dot product and the update.
+inline void softmax_back_row(const float* y, int64_t ys, const float* dy, int64_t ds, int64_t len, float scale,
+                             float* out) {
+  const float dot =
+      sum_lanes(len, [&](int64_t i, int64_t n) { return VecF::load(y + i * ys, ys, n) * VecF::load(dy + i * ds, ds, n); });
+  map(out, y, ys, dy, ds, len, [&](VecF yv, VecF dv) { return scale * yv * (dv - dot); });
+}
+
+// y[0, visible) replaced by the softmax of scale * y given its max mx
+// (e^(scale y - mx), divided by the sum in f32 lanes) and y[visible, len) by
+// zeros; mx == -inf (every position hidden) makes the row NaN, as the
+// composite gives. A NaN need not be mx: e^(NaN - mx) makes the sum, so the
+// row, NaN.
+inline void softmax_in_place_given_max(float* y, int64_t visible, int64_t len, float mx, float scale = 1.0f) {
   if (mx == -__builtin_inff()) {
     for (int64_t j = 0; j < len; ++j) y[j] = __builtin_nanf("");
     return;
   }
   const float total = sum_lanes(visible, [&](int64_t i, int64_t n) {
-    const VecF e = exp(VecF::load(y + i, 1, n) - mx);
+    const VecF e = exp(VecF::load(y + i, 1, n) * scale - mx);
     e.store(y + i, n);
     return e;
   });
@@ -464,19 +475,21 @@ inline void softmax_in_place_given_max(float* y, int64_t visible, int64_t len, f
   for (int64_t j = visible; j < len; ++j) y[j] = 0.0f;
 }
 
-// y[0, visible) replaced by its softmax (the max subtracted, e^, divided by
-// the sum) and y[visible, len) by zeros, as softmax_in_place_given_max.
-inline void softmax_in_place(float* y, int64_t visible, int64_t len) {
+// y[0, visible) replaced by the softmax of scale * y (the max subtracted, e^,
+// divided by the sum) and y[visible, len) by zeros, as
+// softmax_in_place_given_max. The scale is applied as the row is read, not in
+// a pass of its own.
+inline void softmax_in_place(float* y, int64_t visible, int64_t len, float scale = 1.0f) {
   constexpr int W = VecF::kWidth;
   constexpr float kNegInf = -__builtin_inff();
   // A row of one vector (attention over 16 tokens): no loops, no passes.
-  if (visible <= W) return softmax_one_vector(VecF::load(y, 1, visible), visible, len, y);
+  if (visible <= W) return softmax_one_vector(VecF::load(y, 1, visible) * scale, visible, len, y);
   VecF vmax = kNegInf;
   for (int64_t j = 0; j < visible; j += W) {
     const int64_t n = visible - j < W ? visible - j : W;
-    vmax = max(vmax, select(first_lanes(n), VecF::load(y + j, 1, n), kNegInf));
+    vmax = max(vmax, select(first_lanes(n), VecF::load(y + j, 1, n) * scale, kNegInf));
   }
-  softmax_in_place_given_max(y, visible, len, reduce_max(vmax));
+  softmax_in_place_given_max(y, visible, len, reduce_max(vmax), scale);
 }
 
 }  // namespace nabla::cpu
