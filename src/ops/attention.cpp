@@ -133,11 +133,47 @@ HeadRows<T> head_rows(const TensorView& t, int64_t b, int64_t h, int64_t row0, i
   return {out, cols, false};
 }
 
+// The B operand of a product that every query block of a head repeats (K^T
+// for the scores, V for the output, V^T for dP, K for dQ), as the product
+// reads it: packed once per head (cpu::PackedB) for f32 on the AVX-512
+// kernel when the head has several blocks, which a product would otherwise
+// pack again for each (a quarter of GPT-2 small's causal attention time went
+// to packing); else handed to cpu::product each time.
+template <class T>
+struct HeadOperand {
+  bool trans;
+  const T* p;
+  int64_t ld;
+  const cpu::PackedB* packed;
+
+  // C [M, n] = op(A) times this operand's first k rows and n columns.
+  void multiply(bool bf16, bool trans_a, int64_t M, int64_t n, int64_t k, const T* A, int64_t lda, T* C,
+                int64_t ldc) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (packed) return packed->multiply(trans_a, M, n, k, A, lda, C, ldc);
+    }
+    cpu::product<T>(bf16, trans_a, trans, M, n, k, A, lda, p, ld, C, ldc);
+  }
+};
+
+// op(B) [K, N] from a head's rows (transposed with trans), packed into buf
+// when share.
+template <class T>
+HeadOperand<T> head_operand(bool trans, const HeadRows<T>& rows, int64_t K, int64_t N, bool share,
+                            cpu::PackedB& buf) {
+  HeadOperand<T> op{trans, rows.p, rows.ld, nullptr};
+  if constexpr (std::is_same_v<T, float>) {
+    if (share && buf.pack(trans, K, N, rows.p, rows.ld)) op.packed = &buf;
+  }
+  return op;
+}
+
 // Per-thread buffers. NOTE: a function-level thread_local (see
 // cpu::gather_buffer for why not one inside the kernel's lambda).
 template <class T>
 struct Scratch {
   std::vector<T> q, k, v, dout, p, dp;
+  cpu::PackedB k_t, v_n, v_t, k_n;  // K^T, V, V^T, K packed (f32)
 };
 template <class T>
 Scratch<T>& scratch() {
@@ -202,13 +238,13 @@ int64_t head_grain(const Dims& d) {
 // the number of keys any of these queries sees. bf16: the bf16 matmul option
 // (every product of the op rounds its operands, as a matmul's do).
 template <class T>
-int64_t block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t i0, int64_t rows, const HeadRows<T>& K,
-                            const Dims& d, bool causal, double scale, bool bf16, Scratch<T>& s, HeadRows<T>& Q) {
+int64_t block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                            const HeadOperand<T>& Kt, const Dims& d, bool causal, double scale, bool bf16,
+                            Scratch<T>& s, HeadRows<T>& Q) {
   const int64_t kv = causal ? causal_visible(i0 + rows - 1, d.Tq, d.Tk) : d.Tk;
   Q = head_rows(q, b, h, i0, rows, s.q);
   T* p = uninitialized(s.p, rows * kv);
-  // op(B) = K^T: K stored [Tk, D] is B transposed.
-  cpu::product<T>(bf16, Q.trans, !K.trans, rows, kv, d.D, Q.p, Q.ld, K.p, K.ld, p, kv);
+  Kt.multiply(bf16, Q.trans, rows, kv, d.D, Q.p, Q.ld, p, kv);
   softmax_rows(p, rows, kv, i0, d.Tq, d.Tk, causal, scale);
   return kv;
 }
@@ -222,18 +258,22 @@ void attention_kernel(const KernelArgs& a) {
   const bool bf16 = a.bf16_matmul;
   T* out = a.out.ptr<T>();
   const int64_t block = query_block(d.Tq, d.Tk, causal);
+  const bool share = !bf16 && block < d.Tq;
   a.parallel_for(d.B * d.H, head_grain(d), [&](int64_t t0, int64_t t1) {
     Scratch<T>& s = scratch<T>();
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / d.H, h = t % d.H;
       const HeadRows<T> K = head_rows(k, b, h, 0, d.Tk, s.k), V = head_rows(v, b, h, 0, d.Tk, s.v);
+      // op(B) = K^T for the scores: K stored [Tk, D] is B transposed.
+      const HeadOperand<T> Kt = head_operand(!K.trans, K, d.D, d.Tk, share, s.k_t);
+      const HeadOperand<T> Vn = head_operand(V.trans, V, d.Tk, d.Dv, share, s.v_n);
       for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
         const int64_t rows = std::min(block, d.Tq - i0);
         HeadRows<T> Q{};
-        const int64_t kv = block_probabilities(q, b, h, i0, rows, K, d, causal, scale, bf16, s, Q);
+        const int64_t kv = block_probabilities(q, b, h, i0, rows, Kt, d, causal, scale, bf16, s, Q);
         // O rows = P V, written into out [B, Tq, H, Dv] in place.
         T* o = out + ((b * d.Tq + i0) * d.H + h) * d.Dv;
-        cpu::product<T>(bf16, false, V.trans, rows, d.Dv, kv, s.p.data(), kv, V.p, V.ld, o, d.H * d.Dv);
+        Vn.multiply(bf16, false, rows, d.Dv, kv, s.p.data(), kv, o, d.H * d.Dv);
       }
     }
   });
@@ -253,30 +293,45 @@ void attention_back_kernel(const KernelArgs& a) {
   T* dk = dq + d.B * d.Tq * d.H * d.D;
   T* dv = dk + d.B * d.Tk * d.H * d.D;
   const int64_t block = query_block(d.Tq, d.Tk, causal);
+  const bool share = !bf16 && block < d.Tq;
   a.parallel_for(d.B * d.H, head_grain(d), [&](int64_t t0, int64_t t1) {
     Scratch<T>& s = scratch<T>();
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / d.H, h = t % d.H;
       T* dk_h = dk + (b * d.Tk * d.H + h) * d.D;
       T* dv_h = dv + (b * d.Tk * d.H + h) * d.Dv;
-      for (int64_t j = 0; j < d.Tk; ++j) {
-        std::fill(dk_h + j * d.H * d.D, dk_h + j * d.H * d.D + d.D, T(0));
-        std::fill(dv_h + j * d.H * d.Dv, dv_h + j * d.H * d.Dv + d.Dv, T(0));
-      }
+      // Keys [0, written) of dk and dv hold sums; the blocks' kv never shrinks.
+      int64_t written = 0;
       const HeadRows<T> K = head_rows(k, b, h, 0, d.Tk, s.k), V = head_rows(v, b, h, 0, d.Tk, s.v);
+      const HeadOperand<T> Kt = head_operand(!K.trans, K, d.D, d.Tk, share, s.k_t);
+      const HeadOperand<T> Vt = head_operand(!V.trans, V, d.Dv, d.Tk, share, s.v_t);
+      const HeadOperand<T> Kn = head_operand(K.trans, K, d.Tk, d.D, share, s.k_n);
       for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
         const int64_t rows = std::min(block, d.Tq - i0);
         HeadRows<T> Q{};
-        const int64_t kv = block_probabilities(q, b, h, i0, rows, K, d, causal, scale, bf16, s, Q);
+        const int64_t kv = block_probabilities(q, b, h, i0, rows, Kt, d, causal, scale, bf16, s, Q);
         const HeadRows<T> dO = head_rows(dout, b, h, i0, rows, s.dout);
         T* P = s.p.data();
         T* dS = uninitialized(s.dp, rows * kv);
-        cpu::product<T>(bf16, dO.trans, !V.trans, rows, kv, d.Dv, dO.p, dO.ld, V.p, V.ld, dS, kv);
+        Vt.multiply(bf16, dO.trans, rows, kv, d.Dv, dO.p, dO.ld, dS, kv);
         for (int64_t r = 0; r < rows; ++r) score_gradient_row(P + r * kv, dS + r * kv, kv, scale);
         T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
-        cpu::product<T>(bf16, false, K.trans, rows, d.D, kv, dS, kv, K.p, K.ld, dq_rows, d.H * d.D);
-        cpu::product<T>(bf16, true, Q.trans, kv, d.D, rows, dS, kv, Q.p, Q.ld, dk_h, d.H * d.D, true);
-        cpu::product<T>(bf16, true, dO.trans, kv, d.Dv, rows, P, kv, dO.p, dO.ld, dv_h, d.H * d.Dv, true);
+        Kn.multiply(bf16, false, rows, d.D, kv, dS, kv, dq_rows, d.H * d.D);
+        // dK += dS^T Q and dV += P^T dO over the keys written before, and
+        // written (no pass zeroing them first) over the keys new to this block.
+        for (const bool add : {true, false}) {
+          const int64_t j0 = add ? 0 : written, j1 = add ? written : kv;
+          if (j1 <= j0) continue;
+          cpu::product<T>(bf16, true, Q.trans, j1 - j0, d.D, rows, dS + j0, kv, Q.p, Q.ld, dk_h + j0 * d.H * d.D,
+                          d.H * d.D, add);
+          cpu::product<T>(bf16, true, dO.trans, j1 - j0, d.Dv, rows, P + j0, kv, dO.p, dO.ld,
+                          dv_h + j0 * d.H * d.Dv, d.H * d.Dv, add);
+        }
+        written = std::max(written, kv);
+      }
+      for (int64_t j = written; j < d.Tk; ++j) {  // keys no query sees
+        std::fill(dk_h + j * d.H * d.D, dk_h + j * d.H * d.D + d.D, T(0));
+        std::fill(dv_h + j * d.H * d.Dv, dv_h + j * d.H * d.Dv + d.Dv, T(0));
       }
     }
   });

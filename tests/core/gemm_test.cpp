@@ -260,6 +260,35 @@ TEST(GemmF32Avx512, TileIsBitIdentical) {
   testing_support::expect_tiles_bit_identical<float>(&f32_avx512, {600, 601, 77, 256});
 }
 
+// A B packed once (PackedB) and multiplied by its leading rows and columns:
+// the bits of gemm_f32_avx512 on the same sub-matrix of B, for both of B's
+// layouts, depth prefixes inside and across the 256-deep passes, and column
+// prefixes inside and across the 2048-wide blocks.
+TEST(GemmF32Avx512, PackedBMatchesAFreshProduct) {
+  if (!gemm_avx512_native()) GTEST_SKIP() << "PackedB needs the AVX-512 kernel";
+  std::mt19937 rng(9);
+  struct Shape {
+    int64_t K, N, k, n;
+  };
+  for (bool tb : kBools) {
+    for (const Shape& s : {Shape{64, 256, 64, 97}, Shape{300, 64, 241, 64}, Shape{300, 64, 300, 33},
+                           Shape{40, 2100, 37, 2090}}) {
+      SCOPED_TRACE("tb " + std::to_string(tb) + " K " + std::to_string(s.K) + " N " + std::to_string(s.N) +
+                   " k " + std::to_string(s.k) + " n " + std::to_string(s.n));
+      const int64_t M = 37;
+      const Matrix<float> A = random_matrix<float>(M, s.K, 3, rng);
+      const Matrix<float> B = tb ? random_matrix<float>(s.N, s.K, 2, rng) : random_matrix<float>(s.K, s.N, 2, rng);
+      PackedB packed;
+      ASSERT_TRUE(packed.pack(tb, s.K, s.N, B.data.data(), B.ld));
+      Matrix<float> C(M, s.n, 1), expect(M, s.n, 1);
+      packed.multiply(false, M, s.n, s.k, A.data.data(), A.ld, C.data.data(), C.ld);
+      gemm_f32_avx512(false, tb, M, s.n, s.k, 1.0f, A.data.data(), A.ld, B.data.data(), B.ld, 0.0f,
+                      expect.data.data(), expect.ld, expect.data.data(), expect.ld);
+      EXPECT_EQ(0, std::memcmp(C.data.data(), expect.data.data(), C.data.size() * sizeof(float)));
+    }
+  }
+}
+
 TEST(GemmF32Avx512, AddMatchesCopyThenBetaOne) {
   testing_support::expect_add_matches_copy_then_beta_one<float>(&f32_avx512, &f32_avx512_add);
 }

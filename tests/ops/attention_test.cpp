@@ -107,15 +107,16 @@ TEST(Attention, MatchesAReferenceLoop) {
 // The fused op in f32 (vectorised softmax, query blocks, causal key skipping)
 // against the composed form in f64, value and every gradient, at the models'
 // shapes: fmnist's heads (16 tokens of 24), vit-tiny's (197 of 64), GPT-2's
-// causal ones (three query blocks) and 300 tokens (two blocks), with q, k, v
-// read through strided views.
+// causal ones (three query blocks) and 300 tokens (two blocks; causal, five,
+// the visible keys crossing the GEMM's 256-deep passes), with q, k, v read
+// through strided views.
 TEST(Attention, FusedF32MatchesTheCompositeAtModelShapes) {
   struct Case {
     int64_t b, t, h, d;
     bool causal;
   };
   for (const Case& c : {Case{4, 16, 4, 24, false}, Case{1, 197, 3, 64, false}, Case{2, 130, 2, 32, true},
-                        Case{1, 300, 1, 16, false}}) {
+                        Case{1, 300, 1, 16, false}, Case{1, 300, 1, 16, true}}) {
     SCOPED_TRACE(std::to_string(c.t) + " tokens, causal " + std::to_string(c.causal));
     Tensor qkv64 = random_leaf({c.b, c.t, 3, c.h, c.d}, 11);
     Tensor dout64 = random_leaf({c.b, c.t, c.h, c.d}, 12);

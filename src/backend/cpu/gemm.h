@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "backend/cpu/gemm_common.h"
+
 namespace nabla::cpu {
 
 // The signature every GEMM below shares, for tests and benchmarks that run
@@ -114,6 +116,27 @@ void product(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float beta, const float* D, int64_t ldd, float* C,
                      int64_t ldc);
+
+// op(B) [K, N] packed once, for f32 products that repeat it with different
+// A: a head's K and V in fused attention, shared by all of its query blocks,
+// which gemm_f32_avx512 would pack again for each. Needs the AVX-512 kernel.
+class PackedB {
+ public:
+  // Packs op(B) (B stored [K, N], or [N, K] with trans_b; leading dimension
+  // ldb). False, with nothing packed, where gemm_avx512_native() is not.
+  bool pack(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
+  // C [M, n] = op(A) [M, k] times the packed op(B)'s first k rows and first
+  // n columns (k <= K, n <= N): the same bits as gemm_f32_avx512 with alpha
+  // 1 and beta 0 on those rows and columns. Only after pack() returned true;
+  // runs on the calling thread only.
+  void multiply(bool trans_a, int64_t M, int64_t n, int64_t k, const float* A, int64_t lda, float* C,
+                int64_t ldc) const;
+
+ private:
+  PackBuffer buffer_;
+  const uint32_t* words_ = nullptr;
+  int64_t K_ = 0, N_ = 0;
+};
 
 // True when the build has the AVX-512 kernels (AVX512F, BW and BF16): then
 // gemm<float> runs gemm_f32_avx512 and gemm_bf16 VDPBF16PS (or AMX, see

@@ -359,17 +359,36 @@ void micro_kernel(int64_t n_words, const uint32_t* a, int64_t a_step, const uint
   micro_kernel<Bf16, 4, 1>(n_words, a, a_step, b, alpha, beta, D, ldd, C, ldc, rows, cols);
 }
 
+// op(B) [K, N] packed ahead of the product (PackedB, f32 only: a depth
+// prefix of bf16 pairs could pair its last k with the one after it): pass
+// (jc, pc)'s micro-panels, each packed with the pass's full depth, at
+// packed_pass().
+struct Prepacked {
+  const uint32_t* words = nullptr;
+  int64_t K = 0, N = 0;
+};
+
+// Where pass (jc, pc) of a whole op(B) [K, N] starts: the column blocks
+// before it (kNc wide, a multiple of kNr) whole, then the depth before pc of
+// this block's padded width.
+template <bool Bf16>
+int64_t packed_pass(int64_t K, int64_t N, int64_t jc, int64_t pc) {
+  const int64_t width = (std::min(kNc, N - jc) + kNr - 1) / kNr * kNr;
+  return jc * words<Bf16>(K) + width * words<Bf16>(pc);
+}
+
 // C = alpha op(A) op(B) + beta D, D [M, N] with leading dimension ldd (C
-// itself for plain GEMM; read by the first depth pass only).
+// itself for plain GEMM; read by the first depth pass only). With prepacked,
+// op(B) is its first K rows and N columns and B is unread.
 template <bool Bf16>
 void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, const float* D, int64_t ldd, float* C,
-                  int64_t ldc) {
+                  int64_t ldc, const Prepacked& prepacked = {}) {
   const int64_t nc_max = (std::min(kNc, N) + kNr - 1) / kNr * kNr;
   const int64_t mc_max = (std::min(kMc, M) + kMr - 1) / kMr * kMr;
   const int64_t words_max = words<Bf16>(std::min(kKc, K));
   uint32_t* pa = t_pack_a.get<uint32_t>(mc_max * words_max);
-  uint32_t* pb = t_pack_b.get<uint32_t>(nc_max * words_max);
+  uint32_t* pb = prepacked.words ? nullptr : t_pack_b.get<uint32_t>(nc_max * words_max);
   // An f32 A^T ([K, M]: a weight gradient's X) already holds each depth step
   // of a micro-panel as kMr contiguous floats, lda apart, which the kernel
   // broadcasts in place instead of packing A: worth it where few panels of B
@@ -390,7 +409,14 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
       const float pass_beta = pc == 0 ? beta : 1.0f;
       const float* pass_d = pc == 0 ? D : C;
       const int64_t pass_ldd = pc == 0 ? ldd : ldc;
-      pack_b<Bf16>(trans_b, B, ldb, pc, jc, kc, nc, pb);
+      const uint32_t* pass_b = pb;
+      int64_t panel_words = n_words * kNr;  // between micro-panels of B
+      if (prepacked.words) {
+        pass_b = prepacked.words + packed_pass<Bf16>(prepacked.K, prepacked.N, jc, pc);
+        panel_words = words<Bf16>(std::min(kKc, prepacked.K - pc)) * kNr;
+      } else {
+        pack_b<Bf16>(trans_b, B, ldb, pc, jc, kc, nc, pb);
+      }
       for (int64_t ic = 0; ic < M; ic += kMc) {
         const int64_t mc = std::min(kMc, M - ic);
         // With direct_a, full panels in place and a ragged last one packed (zero rows).
@@ -401,7 +427,7 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
           pack_a<Bf16>(trans_a, A, lda, ic + mc_direct, pc, mc - mc_direct, kc, pa);
         }
         for (int64_t jr = 0; jr < nc; jr += kNr) {
-          const uint32_t* b = pb + jr * n_words;
+          const uint32_t* b = pass_b + jr / kNr * panel_words;
           for (int64_t ir = 0; ir < mc; ir += kMr) {
             const int64_t i = ic + ir, j = jc + jr;
             // The next tile's C, a whole tile ahead, in a short product
@@ -676,6 +702,38 @@ void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
     scale_into(M, N, 1.0f, D, ldd, C, ldc);
   }
   gemm_builtin<float>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+}
+
+bool PackedB::pack(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
+#ifdef NABLA_GEMM_AVX512
+  const int64_t width = (N + kNr - 1) / kNr * kNr;  // every column block padded
+  uint32_t* dst = buffer_.get<uint32_t>(std::max<int64_t>(1, width * K));
+  for (int64_t jc = 0; jc < N; jc += kNc) {
+    for (int64_t pc = 0; pc < K; pc += kKc) {
+      pack_b<false>(trans_b, B, ldb, pc, jc, std::min(kKc, K - pc), std::min(kNc, N - jc),
+                    dst + packed_pass<false>(K, N, jc, pc));
+    }
+  }
+  words_ = dst;
+  K_ = K;
+  N_ = N;
+  return true;
+#else
+  (void)trans_b, (void)K, (void)N, (void)B, (void)ldb;
+  return false;
+#endif
+}
+
+void PackedB::multiply(bool trans_a, int64_t M, int64_t n, int64_t k, const float* A, int64_t lda, float* C,
+                       int64_t ldc) const {
+  if (M <= 0 || n <= 0) return;
+  if (k <= 0) return scale_c(M, n, 0.0f, C, ldc);
+#ifdef NABLA_GEMM_AVX512
+  blocked_gemm<false>(trans_a, false, M, n, k, 1.0f, A, lda, nullptr, 0, 0.0f, C, ldc, C, ldc,
+                      Prepacked{words_, K_, N_});
+#else
+  (void)trans_a, (void)A, (void)lda;
 #endif
 }
 
