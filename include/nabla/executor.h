@@ -48,6 +48,9 @@ class Executor {
   // Per-op kernel time over every run() so far, largest first, one line per
   // op: "matmul  41.2%  812.3 ms  2400 calls". Empty unless profiling.
   std::string profile() const;
+  // Forgets the times gathered so far, e.g. after warm-up runs whose first
+  // touches of the arena (page faults) would swell every node's figure.
+  void reset_profile();
   int threads() const;
 
   // The values of an output, leaf, or view of either, after run(); in

@@ -32,6 +32,7 @@ class TrainStep {
   // through executor() after run().
   const std::vector<Tensor>& gradients() const { return grads_; }
   const Executor& executor() const { return *executor_; }
+  Executor& executor() { return *executor_; }
   optim::AdamW& optimizer() { return *optimizer_; }
   const optim::AdamW& optimizer() const { return *optimizer_; }
 

@@ -212,6 +212,11 @@ std::string Executor::profile() const {
   return out;
 }
 
+void Executor::reset_profile() {
+  impl_->step_seconds.assign(impl_->step_seconds.size(), 0.0);
+  impl_->profiled_runs = 0;
+}
+
 const MemoryReport& Executor::memory() const { return impl_->plan.report; }
 int Executor::threads() const { return impl_->options.threads; }
 

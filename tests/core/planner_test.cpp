@@ -136,6 +136,20 @@ TEST(Executor, MemoryLimitFailsBeforeAllocating) {
   }
 }
 
+TEST(Executor, ProfileCountsRunsSinceItsLastReset) {
+  Tensor x = random_leaf({16, 16}, 5, DType::f32);
+  Graph g({sum(tanh(x * 2.0))});
+  Executor ex(g, {.threads = 1, .profile = true});
+  EXPECT_EQ(ex.profile(), "");
+  ex.run();
+  ex.run();
+  EXPECT_NE(ex.profile().find("total over 2 runs"), std::string::npos) << ex.profile();
+  EXPECT_NE(ex.profile().find("tanh"), std::string::npos) << ex.profile();
+  ex.reset_profile();
+  ex.run();
+  EXPECT_NE(ex.profile().find("total over 1 runs"), std::string::npos) << ex.profile();
+}
+
 TEST(Executor, CheckFiniteNamesTheFirstBadOp) {
   Tensor x = Tensor::from_vector<float>({3}, {1, 0, 2});
   Tensor y = exp(log(x) * 2.0);  // log(0) = -inf
