@@ -169,6 +169,8 @@ namespace ops {
 // a's threads. The contiguous op's kernel; ops that start from a copy of an
 // input they could not take over in place use it too.
 void copy_to_contiguous(const KernelArgs& a, const TensorView& x, void* out);
+// The same into memory laid out by out_strides (e.g. concat's band of its output).
+void copy_into(const KernelArgs& a, const TensorView& x, void* out, const Strides& out_strides);
 }  // namespace ops
 
 }  // namespace nabla

@@ -1,5 +1,4 @@
 // concat: joins tensors along one axis.
-#include "backend/cpu/strided.h"
 #include "core/op.h"
 
 namespace nabla {
@@ -30,16 +29,7 @@ void concat_forward(const KernelArgs& a) {
   Strides os = contiguous_strides(a.out.shape);
   int64_t start = 0;
   for (const TensorView& x : a.in) {
-    auto* dst = static_cast<char*>(a.out.data) + start * os[axis] * elem;
-    cpu::Walker<2> w(x.shape, {&os, &x.strides});
-    auto* src = static_cast<const char*>(x.data);
-    a.parallel_for(x.numel(), 1 << 14, [&](int64_t b, int64_t e) {
-      w.run(b, e, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
-        for (int64_t i = 0; i < n; ++i) {
-          std::memcpy(dst + (o[0] + i * s[0]) * elem, src + (o[1] + i * s[1]) * elem, elem);
-        }
-      });
-    });
+    copy_into(a, x, static_cast<char*>(a.out.data) + start * os[axis] * elem, os);
     start += x.shape[axis];
   }
 }

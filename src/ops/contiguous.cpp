@@ -13,21 +13,23 @@ namespace ops {
 namespace {
 
 // Copies with E, an unsigned integer of the element's size: a strided run is
-// then a plain loop instead of one memcpy call per element.
+// then a plain loop instead of one memcpy call per element. `os` lays out the
+// destination (row-major, or a band of a larger row-major tensor).
 template <class E>
-void copy_kernel(const KernelArgs& a, const TensorView& x, void* out) {
-  Strides os = contiguous_strides(x.shape);
-  cpu::Walker<2> w(x.shape, {&os, &x.strides});
+void copy_kernel(const KernelArgs& a, const TensorView& x, void* out, const Strides& os) {
   const E* src = static_cast<const E*>(x.data);
   E* dst = static_cast<E*>(out);
+  cpu::Walker<2> w(x.shape, {&os, &x.strides});
   a.parallel_for(x.numel(), 1 << 14, [&](int64_t b, int64_t e) {
     w.run(b, e, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
       E* d = dst + o[0];
       const E* p = src + o[1];
-      if (s[1] == 1) {
+      if (s[0] == 1 && s[1] == 1) {
         std::memcpy(d, p, n * sizeof(E));
-      } else {
+      } else if (s[0] == 1) {  // the usual case, kept apart so it vectorizes
         for (int64_t i = 0; i < n; ++i) d[i] = p[i * s[1]];
+      } else {
+        for (int64_t i = 0; i < n; ++i) d[i * s[0]] = p[i * s[1]];
       }
     });
   });
@@ -50,15 +52,19 @@ std::vector<GradCase> contiguous_cases() {
 }  // namespace
 
 void copy_to_contiguous(const KernelArgs& a, const TensorView& x, void* out) {
+  copy_into(a, x, out, contiguous_strides(x.shape));
+}
+
+void copy_into(const KernelArgs& a, const TensorView& x, void* out, const Strides& out_strides) {
   switch (dtype_size(x.dtype)) {
     case 1:
-      return copy_kernel<uint8_t>(a, x, out);
+      return copy_kernel<uint8_t>(a, x, out, out_strides);
     case 2:
-      return copy_kernel<uint16_t>(a, x, out);
+      return copy_kernel<uint16_t>(a, x, out, out_strides);
     case 4:
-      return copy_kernel<uint32_t>(a, x, out);
+      return copy_kernel<uint32_t>(a, x, out, out_strides);
     case 8:
-      return copy_kernel<uint64_t>(a, x, out);
+      return copy_kernel<uint64_t>(a, x, out, out_strides);
     default:
       throw DTypeError(std::string("contiguous: no copy for ") + dtype_name(x.dtype));
   }
