@@ -35,9 +35,7 @@ void get_rows_forward(const KernelArgs& a) {
                      const char* row = src + rows[p] * table.strides[0] * elem;
                      char* out = dst + p * width * elem;
                      w.run(0, width, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
-                       for (int64_t i = 0; i < n; ++i) {
-                         std::memcpy(out + (o[0] + i) * elem, row + (o[1] + i * s[1]) * elem, elem);
-                       }
+                       cpu::copy_run(out + o[0] * elem, row + o[1] * elem, n, s[1], elem);
                      });
                    }
                  });

@@ -10,11 +10,7 @@ void copy_strided(const void* src, const Shape& shape, const Strides& strides, s
   auto* s = static_cast<const char*>(src);
   auto* d = static_cast<char*>(dst);
   w.run(0, numel(shape), [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& in) {
-    if (in[0] == 1) {
-      std::memcpy(d + o[1] * elem, s + o[0] * elem, n * elem);
-    } else {
-      for (int64_t i = 0; i < n; ++i) std::memcpy(d + (o[1] + i) * elem, s + (o[0] + i * in[0]) * elem, elem);
-    }
+    copy_run(d + o[1] * elem, s + o[0] * elem, n, in[0], elem);
   });
 }
 

@@ -120,6 +120,16 @@ inline std::vector<int64_t> position_offsets(const Shape& shape, const Strides& 
   return off;
 }
 
+// Copies n elements of elem bytes, src_stride elements apart, to contiguous
+// dst: one memcpy where the source is contiguous too.
+inline void copy_run(char* dst, const char* src, int64_t n, int64_t src_stride, size_t elem) {
+  if (src_stride == 1) {
+    std::memcpy(dst, src, size_t(n) * elem);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * int64_t(elem), src + i * src_stride * int64_t(elem), elem);
+}
+
 // Copies a strided view into contiguous row-major memory. elem: element size.
 void copy_strided(const void* src, const Shape& shape, const Strides& strides, size_t elem, void* dst);
 
