@@ -234,11 +234,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (machine) {
+      const double fma = fma_peak_gflops(threads);
+      const double sgemm = gemm_gflops(threads, &cpu::gemm_blas<float>);
+      const double gemm = gemm_gflops(threads, &cpu::gemm<float>);
       fmt::print(
           "{{\"kind\": \"machine\", \"fma_gflops\": {:.1f}, \"sgemm_gflops\": {:.1f}, \"gemm_gflops\": {:.1f}, "
           "\"threads\": {}, \"gemm\": \"{}\", \"gemm_bf16\": \"{}\"}}\n",
-          fma_peak_gflops(threads), gemm_gflops(threads, &cpu::gemm_blas<float>),
-          gemm_gflops(threads, &cpu::gemm<float>), threads, cpu::gemm_backend(), cpu::gemm_bf16_backend());
+          fma, sgemm, gemm, threads, cpu::gemm_backend(), cpu::gemm_bf16_backend());
       return 0;
     }
     Result r;
