@@ -34,9 +34,20 @@ namespace nabla::cpu {
 namespace {
 
 // How long an idle worker, or a caller waiting for workers, spins before it
-// sleeps: enough to bridge the gap between back-to-back kernels of one graph,
-// too little to burn a core noticeably once the graph is done.
-constexpr auto kSpinTime = std::chrono::microseconds(20);
+// sleeps. Sleeping costs the next job a wake-up, 85-120 us for a worker on
+// the 2-vCPU VMs measured here (the host reschedules a halted vCPU), and the
+// woken thread may be placed on its waker's CPU. With 20 us of spinning a
+// vit-tiny step put its worker to sleep about 220 times and a
+// Fashion-MNIST step 96 times (about twice each with 500 us), which in the
+// host's slow phases left fmnist's two threads no faster than one (52-64
+// ms a step against 52 on one; 32-36 with 0.5-1 ms). Longer is worse
+// again: with 5 ms the vCPU never idles and the host deschedules it (68
+// ms), and a sched_yield between looks, meant to share an oversubscribed
+// CPU, cost as much as sleeping here (52 ms). The price of spinning is CPU
+// time burnt by a waiting thread where processes share the cores: ctest -j2,
+// two threads a process, took 190 s with 20 us, 195 with 500 and 225 with
+// 1 ms.
+constexpr auto kSpinTime = std::chrono::microseconds(500);
 
 // Spins until done() holds or kSpinTime has passed; returns done().
 template <class Pred>
