@@ -198,10 +198,10 @@ double gemm_gflops(int threads, GemmFn gemm) {
   double best = 0;
   for (int rep = 0; rep < 20; ++rep) {
     auto t0 = Clock::now();
-    // On the library's own pool, as matmul runs it. NOTE: in about one process
-    // in three here, two threads ran at one thread's rate throughout
-    // (OpenBLAS's sgemm and nabla's gemm alike: the host's placement);
-    // bench/train_step.sh keeps the best of three.
+    // On the library's own pool, as matmul runs it. NOTE: a pool's first
+    // jobs can run at one thread's rate while the VM keeps its fresh worker
+    // on the caller's vCPU (main measures nabla's gemm last for that);
+    // bench/train_step.sh keeps the best of three processes.
     cpu::parallel_for(threads, threads, 1, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
         int64_t lo = M * t / threads, hi = M * (t + 1) / threads;
