@@ -34,19 +34,12 @@ namespace nabla::cpu {
 namespace {
 
 // How long an idle worker, or a caller waiting for workers, spins before it
-// sleeps. Sleeping costs the next job a wake-up, 85-120 us for a worker on
-// the 2-vCPU VMs measured here (the host reschedules a halted vCPU), and the
-// woken thread may be placed on its waker's CPU. With 20 us of spinning a
-// vit-tiny step put its worker to sleep about 220 times and a
-// Fashion-MNIST step 96 times (about twice each with 500 us), which in the
-// host's slow phases left fmnist's two threads no faster than one (52-64
-// ms a step against 52 on one; 32-36 with 0.5-1 ms). Longer is worse
-// again: with 5 ms the vCPU never idles and the host deschedules it (68
-// ms), and a sched_yield between looks, meant to share an oversubscribed
-// CPU, cost as much as sleeping here (52 ms). The price of spinning is CPU
-// time burnt by a waiting thread where processes share the cores: ctest -j2,
-// two threads a process, took 190 s with 20 us, 195 with 500 and 225 with
-// 1 ms.
+// sleeps. On the 2-vCPU VMs measured here a sleeping worker joins the next
+// job 85-120 us late (the host reschedules a halted vCPU); with 20 us a
+// vit-tiny step slept its worker 220 times and fmnist's two threads fell to
+// one thread's speed in the host's slow phases. Much longer (5 ms) is as
+// bad: a vCPU that never idles is descheduled. See docs/performance.md
+// (session 13) for the measurements and the cost with shared cores.
 constexpr auto kSpinTime = std::chrono::microseconds(500);
 
 // Spins until done() holds or kSpinTime has passed; returns done().
