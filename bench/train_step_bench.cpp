@@ -6,6 +6,7 @@
 //
 //   nabla_bench_train --model vit-tiny|fmnist|gpt2-small-byte|gpt2 --batch B
 //                     [--context T] [--steps N] [--warmup W] [--threads N] [--bf16-matmul]
+//                     [--low-memory]
 //   nabla_bench_train --machine [--threads N]   FMA peak, OpenBLAS sgemm and nabla gemm rates
 //   nabla_bench_train --model M --config          the model's config JSON
 #include <fmt/format.h>
@@ -93,12 +94,13 @@ void fill_random(Tensor t, int64_t classes, std::mt19937& rng) {
 struct Result {
   double step_ms = 0, items_per_s = 0, gflop_per_step = 0, achieved_gflops = 0, rss_mib = 0, params = 0;
   double arena_mib = 0;
+  int factored = 0;  // gradients kept as factors (--low-memory)
   float first_loss = 0, last_loss = 0;
 };
 
 template <class Model>
 Result run_model(Model& model, const Tensor& input, const Tensor& target, int64_t classes, int64_t items,
-                 int steps, int warmup, int threads, bool bf16_matmul) {
+                 int steps, int warmup, int threads, bool bf16_matmul, bool low_memory) {
   (void)input;
   Tensor loss;
   if constexpr (std::is_same_v<Model, models::Vit>) {
@@ -111,7 +113,9 @@ Result run_model(Model& model, const Tensor& input, const Tensor& target, int64_
   r.gflop_per_step = matmul_flops(loss, model.params()) * 1e-9;
   r.params = double(model.params().count());
   optim::AdamWConfig adamw;
-  TrainStep step(loss, model.params(), {}, adamw, ExecOptions{.threads = threads, .bf16_matmul = bf16_matmul});
+  TrainStep step(loss, model.params(), {}, adamw, ExecOptions{.threads = threads, .bf16_matmul = bf16_matmul},
+                 1, low_memory);
+  r.factored = step.factored_gradients();
   r.arena_mib = double(step.executor().memory().arena_bytes) / 1048576.0;
   std::mt19937 rng(7);
   fill_random(input, classes, rng);
@@ -221,7 +225,7 @@ int main(int argc, char** argv) {
   std::string model_name;
   int64_t batch = 0, context = 0;
   int steps = 10, warmup = 2, threads = 2;
-  bool machine = false, config_only = false, bf16_matmul = false;
+  bool machine = false, config_only = false, bf16_matmul = false, low_memory = false;
   app.add_option("--model", model_name, "vit-tiny, fmnist, gpt2-small-byte or gpt2");
   app.add_option("--batch", batch, "Batch size (default: the configuration's)");
   app.add_option("--context", context, "GPT-2 context length");
@@ -229,6 +233,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::Range(0, 100000));
   app.add_option("--threads", threads, "Threads")->check(CLI::Range(1, 256));
   app.add_flag("--bf16-matmul", bf16_matmul, "Matmul operands rounded to bf16, f32 accumulation");
+  app.add_flag("--low-memory", low_memory, "Keep small-factored weight gradients factored (TrainStep low_memory)");
   app.add_flag("--config", config_only, "Print the model's config JSON (for the PyTorch peer) and exit");
   app.add_flag("--machine", machine, "Measure the FMA peak, OpenBLAS sgemm and nabla gemm rates instead");
   CLI11_PARSE(app, argc, argv);
@@ -252,7 +257,7 @@ int main(int argc, char** argv) {
       models::Vit model(c, 1);
       Tensor images = Tensor::zeros(DType::f32, {batch, c.in_chans, c.img_size, c.img_size});
       Tensor labels = Tensor::zeros(DType::i32, {batch});
-      r = run_model(model, images, labels, c.num_classes, batch, steps, warmup, threads, bf16_matmul);
+      r = run_model(model, images, labels, c.num_classes, batch, steps, warmup, threads, bf16_matmul, low_memory);
       unit = "images";
     } else if (model_name == "gpt2-small-byte" || model_name == "gpt2") {
       models::Gpt2Config c = models::gpt2_preset(model_name);
@@ -261,18 +266,18 @@ int main(int argc, char** argv) {
       if (config_only) return fmt::print("{}\n", c.to_json()), 0;
       models::Gpt2 model(c, 1);
       Tensor tokens = Tensor::zeros(DType::i32, {batch, context + 1});
-      r = run_model(model, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads, bf16_matmul);
+      r = run_model(model, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads, bf16_matmul, low_memory);
       unit = "tokens";
     } else {
       throw UsageError("nabla_bench_train: unknown --model '" + model_name +
                        "' (vit-tiny, fmnist, gpt2-small-byte, gpt2)");
     }
     fmt::print(
-        "{{\"framework\": \"nabla\", \"model\": \"{}\", \"bf16_matmul\": {}, \"batch\": {}, \"context\": {}, \"threads\": {}, "
+        "{{\"framework\": \"nabla\", \"model\": \"{}\", \"bf16_matmul\": {}, \"low_memory\": {}, \"factored\": {}, \"batch\": {}, \"context\": {}, \"threads\": {}, "
         "\"unit\": \"{}\", \"step_ms\": {:.2f}, \"per_s\": {:.1f}, \"matmul_gflop_per_step\": {:.3f}, "
         "\"gflops\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"arena_mib\": {:.1f}, \"params\": {:.0f}, "
         "\"first_loss\": {:.4f}, \"last_loss\": {:.4f}}}\n",
-        model_name, bf16_matmul, batch, context, threads, unit, r.step_ms, r.items_per_s, r.gflop_per_step,
+        model_name, bf16_matmul, low_memory, r.factored, batch, context, threads, unit, r.step_ms, r.items_per_s, r.gflop_per_step,
         r.achieved_gflops, r.rss_mib, r.arena_mib, r.params, r.first_loss, r.last_loss);
     return 0;
   } catch (const UsageError& e) {

@@ -101,6 +101,7 @@ struct TrainGpt2Args {
   std::string save, resume, log;
   bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
   bool bf16_matmul = false;   // f32 matmuls on bf16-rounded operands, f32 accumulation
+  bool low_memory = false;    // keep small-factored weight gradients factored (TrainStep's low_memory)
 };
 int run_train_gpt2(const TrainGpt2Args& opt);
 

@@ -226,6 +226,9 @@ int main(int argc, char** argv) {
   gpt_cmd->add_flag("--check-finite", gpt.check_finite,
                     "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
   add_bf16_matmul(gpt_cmd, gpt.bf16_matmul);
+  gpt_cmd->add_flag("--low-memory", gpt.low_memory,
+                    "Keep weight gradients as their smaller factors and multiply them out in the optimizer step "
+                    "(same results; less memory at small batches, more time)");
 
   SampleArgs sample;
   CLI::App* sample_cmd = app.add_subcommand("sample", "Generate text from a GPT-2 checkpoint (key/value cache)");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,9 +23,16 @@ struct Slot {
 // for position embeddings and class tokens.
 bool default_decay(const std::string& name, const Tensor& param);
 
+// Elements [begin, end) of gradient `slot`, for a gradient that is not held
+// in memory (see TrainStep's low_memory): computed on demand, valid until the
+// calling thread's next call. Called from several threads at once.
+using GradientRange = std::function<const float*(size_t slot, int64_t begin, int64_t end)>;
+
 // Global L2 norm over all gradients, summed in a fixed order (the same at
-// any thread count). grads[i] has slots[i].param's element count.
-double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads);
+// any thread count). grads[i] has slots[i].param's element count; a null
+// grads[i] is read through `range`.
+double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads,
+                   const GradientRange& range = {});
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.05;
@@ -35,9 +43,11 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(std::vector<Slot> slots, AdamWConfig config, int threads);
-  // grads[i]: contiguous f32 gradient of slots[i].param. grad_scale
+  // grads[i]: contiguous f32 gradient of slots[i].param, or null to read it
+  // through `range` (in the same chunks as global_norm). grad_scale
   // multiplies every gradient first (clipping, averaging micro-batches).
-  void step(const std::vector<const float*>& grads, double lr, double grad_scale = 1.0);
+  void step(const std::vector<const float*>& grads, double lr, double grad_scale = 1.0,
+            const GradientRange& range = {});
 
   int64_t steps() const { return t_; }
   const std::vector<Slot>& slots() const { return slots_; }

@@ -15,13 +15,28 @@
 
 namespace nabla {
 
+namespace train {
+class GradientRows;
+}
+
 // loss (scalar) and `extras` (e.g. logits, for accuracy) are outputs; the
 // gradient of every parameter is made contiguous so the fused optimizer reads
 // it in place.
+//
+// low_memory: a weight gradient that autodiff builds as a product of two
+// factors smaller than it (a linear layer's over few tokens: [T, R] and
+// [T, C] against [R, C]; a tied embedding's too) is never formed whole: the
+// step keeps the factors and update() multiplies them out a chunk at a time,
+// once for the clip's norm and once for AdamW. The same arithmetic, so the
+// same parameters bit for bit where both paths run nabla's own GEMM kernel;
+// the backward pass skips those products and update() runs them twice. GPT-2
+// 124M at 4 x 64 tokens holds 0.3 GB less. Needs micro_batches == 1.
 class TrainStep {
  public:
   TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
-            const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches = 1);
+            const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches = 1,
+            bool low_memory = false);
+  ~TrainStep();
 
   // Forward and backward for the batch now in the input leaves. With
   // micro_batches > 1, gradients are summed over successive calls and
@@ -29,8 +44,10 @@ class TrainStep {
   void run();
   float loss() const;
   // The gradient of each parameter (in params.list() order), readable
-  // through executor() after run().
+  // through executor() after run(); undefined for the gradients low_memory
+  // keeps factored.
   const std::vector<Tensor>& gradients() const { return grads_; }
+  int factored_gradients() const { return n_factored_; }
   const Executor& executor() const { return *executor_; }
   Executor& executor() { return *executor_; }
   optim::AdamW& optimizer() { return *optimizer_; }
@@ -50,6 +67,8 @@ class TrainStep {
   std::vector<const float*> grad_ptrs_;
   std::vector<int64_t> sizes_;
   std::vector<std::vector<float>> accum_;  // used when several runs feed one update
+  std::vector<std::unique_ptr<train::GradientRows>> factored_;  // per parameter; null: held whole
+  int n_factored_ = 0;
   int micro_batches_ = 1;
   int runs_since_update_ = 0;
   int threads_;

@@ -8,6 +8,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
+#include "ops/matmul.h"
 
 namespace nabla {
 namespace ops {
@@ -461,6 +462,15 @@ std::vector<GradCase> matmul_heads_cases() {
 }
 
 }  // namespace
+
+bool matmul_tiles_blocked(int64_t M, int64_t N, int64_t K) {
+  if (split_k_chunk(1, M, N, K) > 0) return false;
+  const std::pair<int64_t, int64_t> tiles = matmul_tiles(1, M, N, K);
+  // The smallest tile is the last row's last one.
+  const int64_t edge_m = M % tiles.first ? M % tiles.first : tiles.first;
+  const int64_t edge_n = N % tiles.second ? N % tiles.second : tiles.second;
+  return edge_m * edge_n * K > cpu::kSmallGemmWork;
+}
 
 extern const OpDef op_matmul{
     .name = "matmul",

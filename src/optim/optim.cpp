@@ -41,10 +41,13 @@ void for_each_range(const std::vector<int64_t>& off, int threads, F&& fn) {
   });
 }
 
-void check_grads(const std::vector<const float*>& grads, size_t n) {
+void check_grads(const std::vector<const float*>& grads, size_t n, bool has_range = false) {
   if (grads.size() != n) {
     throw UsageError("optimizer: " + std::to_string(grads.size()) + " gradients for " + std::to_string(n) +
                      " parameters");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!grads[i] && !has_range) throw UsageError("optimizer: no gradient for parameter " + std::to_string(i));
   }
 }
 
@@ -55,7 +58,9 @@ bool default_decay(const std::string& name, const Tensor& param) {
   return name != "pos_embed" && name != "cls_token" && name.find("wpe") == std::string::npos;
 }
 
-double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads) {
+double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads,
+                   const GradientRange& range) {
+  check_grads(grads, sizes.size(), bool(range));
   std::vector<int64_t> off{0};
   for (int64_t n : sizes) off.push_back(off.back() + n);
   int64_t chunks = (off.back() + kGrain - 1) / kGrain;
@@ -66,7 +71,8 @@ double global_norm(const std::vector<const float*>& grads, const std::vector<int
     size_t s = std::upper_bound(off.begin(), off.end(), b) - off.begin() - 1;
     for (int64_t i = b; i < e;) {
       int64_t end = std::min(e, off[s + 1]);
-      acc += cpu::sum_squares_f64(grads[s] + (i - off[s]), end - i);
+      const float* g = grads[s] ? grads[s] + (i - off[s]) : range(s, i - off[s], end - off[s]);
+      acc += cpu::sum_squares_f64(g, end - i);
       i = end;
       ++s;
     }
@@ -86,8 +92,8 @@ AdamW::AdamW(std::vector<Slot> slots, AdamWConfig config, int threads)
   }
 }
 
-void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_scale) {
-  check_grads(grads, slots_.size());
+void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_scale, const GradientRange& range) {
+  check_grads(grads, slots_.size(), bool(range));
   ++t_;
   const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
   const double bc1 = 1 - std::pow(config_.beta1, double(t_)), bc2 = 1 - std::pow(config_.beta2, double(t_));
@@ -96,14 +102,15 @@ void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_
     float* p = slots_[s].param.data_as<float>();
     float* m = m_[s].data_as<float>();
     float* v = v_[s].data_as<float>();
-    const float* g = grads[s];
+    // Elements [b, e) of the gradient: read in place, or computed now.
+    const float* g = grads[s] ? grads[s] + b : range(s, b, e);
     const float decay = slots_[s].decay ? float(1 - lr * config_.weight_decay) : 1.0f;
     // On cpu::VecF: a scalar loop would not vectorise (std::sqrt sets errno).
     // The same lane-wise arithmetic for every element, tail included.
     using cpu::VecF;
     for (int64_t i = b; i < e; i += VecF::kWidth) {
       const int64_t n = std::min<int64_t>(VecF::kWidth, e - i);
-      const VecF gi = VecF::load(g + i, 1, n) * gs;
+      const VecF gi = VecF::load(g + (i - b), 1, n) * gs;
       const VecF mi = VecF(b1) * VecF::load(m + i, 1, n) + VecF(1 - b1) * gi;
       const VecF vi = VecF(b2) * VecF::load(v + i, 1, n) + VecF(1 - b2) * gi * gi;
       const VecF pi = VecF::load(p + i, 1, n) * decay - VecF(step_size) * mi / (cpu::sqrt(vi) * inv_sqrt_bc2 + eps);

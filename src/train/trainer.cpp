@@ -4,12 +4,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "backend/cpu/thread_pool.h"
 #include "core/node.h"
 #include "core/op.h"
 #include "nabla/error.h"
 #include "nabla/graph.h"
+#include "train/factored_gradient.h"
 
 namespace nabla {
 
@@ -31,8 +33,12 @@ Tensor own_buffer(const Tensor& g) {
 }  // namespace
 
 TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
-                     const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches)
+                     const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches, bool low_memory)
     : loss_(loss), micro_batches_(micro_batches) {
+  if (low_memory && micro_batches > 1) {
+    throw UsageError("train step: low_memory keeps no gradient to accumulate over " +
+                     std::to_string(micro_batches) + " micro-batches");
+  }
   threads_ = options.threads > 0 ? options.threads : cpu::default_threads();
   std::vector<Tensor> wrt;
   std::vector<optim::Slot> slots;
@@ -42,18 +48,51 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   }
   Graph graph({loss});
   for (const Tensor& t : extras) graph.add_output(t);
+  std::vector<std::optional<train::FactoredGradient>> factors;
   for (const Tensor& g : grad(loss, wrt)) {
-    grads_.push_back(own_buffer(g));
-    graph.add_output(grads_.back());
+    factors.push_back(low_memory ? train::factor_gradient(g) : std::nullopt);
+    if (auto& f = factors.back()) {
+      // The factors instead of the product: it is never computed.
+      f->left = own_buffer(f->left);
+      graph.add_output(f->left);
+      for (auto& b : f->blocks) {
+        b.right = own_buffer(b.right);
+        graph.add_output(b.right);
+      }
+      if (f->values.defined()) {
+        f->values = own_buffer(f->values);
+        f->indices = own_buffer(f->indices);
+        for (const Tensor& t : {f->values, f->indices}) graph.add_output(t);
+      }
+      grads_.emplace_back();
+    } else {
+      grads_.push_back(own_buffer(g));
+      graph.add_output(grads_.back());
+    }
   }
   executor_ = std::make_unique<Executor>(graph, options);
   optimizer_ = std::make_unique<optim::AdamW>(std::move(slots), adamw, threads_);
-  for (const Tensor& g : grads_) {
-    grad_ptrs_.push_back(static_cast<const float*>(executor_->data(g)));
-    sizes_.push_back(g.numel());
+  for (size_t i = 0; i < grads_.size(); ++i) {
+    const auto& f = factors[i];
+    grad_ptrs_.push_back(f ? nullptr : static_cast<const float*>(executor_->data(grads_[i])));
+    sizes_.push_back(wrt[i].numel());
+    factored_.emplace_back();
+    if (!f) continue;
+    const auto data = [&](const Tensor& t) { return static_cast<const float*>(executor_->data(t)); };
+    std::vector<train::GradientRows::Block> blocks;
+    for (const auto& b : f->blocks) blocks.push_back({data(b.right), b.col, b.right.dim(1)});
+    const bool rows_added = f->values.defined();
+    factored_.back() = std::make_unique<train::GradientRows>(
+        data(f->left), f->left.dim(0), f->left.dim(1), wrt[i].dim(1), std::move(blocks),
+        rows_added ? data(f->values) : nullptr,
+        rows_added ? static_cast<const int32_t*>(executor_->data(f->indices)) : nullptr,
+        rows_added ? f->indices.numel() : 0, options.bf16_matmul);
+    ++n_factored_;
   }
   if (micro_batches_ > 1) accum_.resize(grads_.size());
 }
+
+TrainStep::~TrainStep() = default;
 
 void TrainStep::run() {
   executor_->run();
@@ -81,9 +120,18 @@ double TrainStep::update(double lr, double clip) {
     for (size_t i = 0; i < grads.size(); ++i) grads[i] = accum_[i].data();
     scale = 1.0 / runs_since_update_;
   }
-  double norm = optim::global_norm(grads, sizes_, threads_) * scale;
+  optim::GradientRange range;
+  if (n_factored_ > 0) {
+    for (const auto& f : factored_) {
+      if (!f) continue;
+      f->check_indices();
+      f->new_run();
+    }
+    range = [this](size_t slot, int64_t begin, int64_t end) { return factored_[slot]->range(begin, end); };
+  }
+  double norm = optim::global_norm(grads, sizes_, threads_, range) * scale;
   if (clip > 0 && norm > clip) scale *= clip / norm;
-  optimizer_->step(grads, lr, scale);
+  optimizer_->step(grads, lr, scale, range);
   runs_since_update_ = 0;
   return norm;
 }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "backend/cpu/gemm.h"
 #include "core/node.h"
 #include "nabla/nabla.hpp"
 #include "nabla/trainer.h"
@@ -36,4 +37,98 @@ TEST(TrainStep, ParameterGradientsHaveMemoryOfTheirOwn) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t j = 0; j < got.size(); ++j) EXPECT_NEAR(got[j], want[j], 1e-4 * (1 + std::abs(want[j])));
   }
+}
+
+namespace {
+
+// A token model with a tied embedding: wte [V, D] looks the tokens up and is
+// the output head; w_in [H, D] is a linear layer's weight (x w_in^T), w_out
+// [H, D] a Conv1D-style one (h w_out) and w_qkv [D, 3D] a fused one read a
+// column block at a time (GPT-2's c_attn). Every weight's gradient is a
+// product over the tokens, with factors smaller than it.
+struct TiedModel {
+  nn::Params params;
+  Tensor tokens, targets, loss;
+  TiedModel(int64_t batch, int64_t seq, int64_t vocab, int64_t dim, int64_t hidden) {
+    Tensor wte = params.add("wte.weight", ramp({vocab, dim}, 0.37));
+    Tensor w_in = params.add("fc.weight", ramp({hidden, dim}, 0.23));
+    Tensor w_out = params.add("proj.weight", ramp({hidden, dim}, 0.71));
+    Tensor bias = params.add("fc.bias", ramp({hidden}, 0.13));
+    Tensor w_qkv = params.add("qkv.weight", ramp({dim, 3 * dim}, 0.19));
+    tokens = Tensor::zeros(DType::i32, {batch, seq});
+    targets = Tensor::zeros(DType::i32, {batch, seq});
+    for (int64_t i = 0; i < batch * seq; ++i) {
+      tokens.data_as<int32_t>()[i] = int32_t((7 * i + 3) % vocab);  // repeats: rows that add up
+      targets.data_as<int32_t>()[i] = int32_t((5 * i + 1) % vocab);
+    }
+    Tensor x = get_rows(wte, tokens);                                         // [B, T, D]
+    Tensor h = gelu(matmul_add(x, transpose(w_in), bias));                    // [B, T, H]
+    auto block = [&](int64_t i) { return matmul(x, slice(w_qkv, 1, i * dim, (i + 1) * dim)); };
+    Tensor y = x + matmul(h, w_out) + block(0) * sigmoid(block(1)) + block(2);  // [B, T, D]
+    loss = cross_entropy(matmul(y, transpose(wte)), targets);                 // tied head
+  }
+};
+
+// Trains `steps` steps and returns every parameter's values and each norm.
+std::pair<std::vector<std::vector<float>>, std::vector<double>> train_tied(bool low_memory, bool bf16, double clip,
+                                                                           int* factored = nullptr) {
+  TiedModel m(2, 8, 160, 128, 256);
+  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 2, .bf16_matmul = bf16}, 1,
+                 low_memory);
+  if (factored) *factored = step.factored_gradients();
+  std::vector<double> norms;
+  for (int i = 0; i < 3; ++i) {
+    step.run();
+    norms.push_back(step.update(1e-2, clip));
+  }
+  std::vector<std::vector<float>> values;
+  for (const auto& [name, p] : m.params.list()) values.push_back(p.to_vector<float>());
+  return {values, norms};
+}
+
+}  // namespace
+
+// low_memory keeps the weights' gradients as their factors and multiplies
+// them out in update(): the same products and row additions as the graph's,
+// so the parameters come out bit for bit the same, clipped or not.
+TEST(TrainStep, LowMemoryTrainsTheSameParameters) {
+  for (bool bf16 : {false, true}) {
+    for (double clip : {0.0, 0.05}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + " clip " + std::to_string(clip));
+      int factored = -1;
+      const auto [want, want_norms] = train_tied(false, bf16, clip);
+      const auto [got, got_norms] = train_tied(true, bf16, clip, &factored);
+      EXPECT_EQ(factored, 4);  // wte (with its lookup's rows), fc, proj and qkv; not the bias
+      if (clip > 0) ASSERT_GT(want_norms[0], clip);  // the clip is exercised
+      ASSERT_EQ(got.size(), want.size());
+      if (!bf16 && !cpu::gemm_avx512_native()) {
+        // OpenBLAS's order may depend on the rows it is given: equal to rounding.
+        for (size_t i = 0; i < got.size(); ++i) {
+          for (size_t j = 0; j < got[i].size(); ++j) EXPECT_NEAR(got[i][j], want[i][j], 1e-5) << "parameter " << i;
+        }
+        continue;
+      }
+      EXPECT_EQ(got_norms, want_norms);
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "parameter " << i;
+    }
+  }
+}
+
+TEST(TrainStep, LowMemoryFactorsOnlyWhatItShrinks) {
+  // 64 tokens: fc's factors [64, 256] and [64, 128] still hold less than its
+  // [256, 128] (proj's and qkv's likewise), wte's [64, 160], [64, 128] and
+  // the lookup's rows more than its [160, 128].
+  TiedModel m(8, 8, 160, 128, 256);
+  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, 1, true);
+  EXPECT_EQ(step.factored_gradients(), 3);
+  EXPECT_TRUE(step.gradients()[0].defined());   // wte
+  EXPECT_FALSE(step.gradients()[1].defined());  // fc.weight
+  EXPECT_FALSE(step.gradients()[2].defined());  // proj.weight
+  EXPECT_TRUE(step.gradients()[3].defined());   // fc.bias
+  EXPECT_FALSE(step.gradients()[4].defined());  // qkv.weight
+}
+
+TEST(TrainStep, LowMemoryRefusesMicroBatches) {
+  TiedModel m(2, 8, 160, 128, 256);
+  EXPECT_THROW(TrainStep(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, 2, true), UsageError);
 }

@@ -1,0 +1,169 @@
+#include "train/factored_gradient.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "backend/cpu/gemm.h"
+#include "core/node.h"
+#include "core/op.h"
+#include "nabla/error.h"
+#include "nabla/ops.h"
+#include "ops/matmul.h"
+
+namespace nabla::train {
+
+namespace {
+
+// The compute node whose whole output t is, in t's row-major order (t itself,
+// or a view such as a reshape or a double transpose of it); null otherwise.
+const Node* producer(const Tensor& t) {
+  if (!t.is_contiguous() || t.offset() != 0) return nullptr;
+  const Node* root = t.node()->root();
+  if (root->is_leaf() || root->numel() != t.numel()) return nullptr;
+  return root;
+}
+
+bool is_op(const Node* n, const char* name) { return n && std::strcmp(n->op->name, name) == 0; }
+
+// t [R, width] = matmul(a [R, T] stored as a row-major [T, R] seen
+// transposed, b [T, width] row-major): a linear layer's weight gradient.
+bool add_product(const Tensor& t, int64_t col, FactoredGradient& f) {
+  const Node* n = producer(t);
+  if (!is_op(n, "matmul") || n->inputs.size() != 2) return false;
+  const Tensor &a = n->inputs[0], &b = n->inputs[1];
+  if (a.rank() != 2 || b.rank() != 2 || a.dtype() != DType::f32 || b.dtype() != DType::f32) return false;
+  const Tensor left = transpose(a);
+  if (!left.is_contiguous() || !b.is_contiguous()) return false;
+  // The graph's product would run where range() cannot reproduce its bits.
+  if (!ops::matmul_tiles_blocked(left.dim(1), b.dim(1), b.dim(0))) return false;
+  if (!f.left.defined()) {
+    f.left = left;
+  } else if (left.node()->root() != f.left.node()->root() || left.offset() != f.left.offset() ||
+             left.shape() != f.left.shape()) {
+    return false;  // blocks with different left factors
+  }
+  f.blocks.push_back({b, col});
+  return true;
+}
+
+// The column blocks of t [R, C]: one product, or products placed along the
+// columns by scatter_slice and add_slice (step 1, disjoint).
+bool add_blocks(const Tensor& t, FactoredGradient& f) {
+  const Node* n = producer(t);
+  const auto is_column_slice = [&] {
+    const auto& a = n->attrs.ints;
+    return a.size() >= 4 && a[0] == 1 && a[3] == 1 && t.rank() == 2;
+  };
+  if (is_op(n, "scatter_slice") && is_column_slice()) return add_product(n->inputs[0], n->attrs.ints[1], f);
+  if (is_op(n, "add_slice") && is_column_slice()) {
+    return add_blocks(n->inputs[0], f) && add_product(n->inputs[1], n->attrs.ints[1], f);
+  }
+  return add_product(t, 0, f);
+}
+
+}  // namespace
+
+int64_t FactoredGradient::elements() const {
+  int64_t n = left.numel() + (values.defined() ? values.numel() + indices.numel() : 0);
+  for (const Block& b : blocks) n += b.right.numel();
+  return n;
+}
+
+std::optional<FactoredGradient> factor_gradient(const Tensor& g) {
+  if (g.rank() != 2 || g.dtype() != DType::f32) return std::nullopt;
+  FactoredGradient f;
+  const Node* n = producer(g);
+  if (is_op(n, "add_rows")) {
+    // A tied embedding: the output head's product, then the lookup's rows.
+    const Tensor &values = n->inputs[1], &indices = n->inputs[2];
+    if (!add_blocks(n->inputs[0], f) || values.dtype() != DType::f32 ||
+        values.numel() != indices.numel() * g.dim(1)) {
+      return std::nullopt;
+    }
+    f.values = values;
+    f.indices = indices;
+  } else if (!add_blocks(g, f)) {
+    return std::nullopt;
+  }
+  // Every block T x width at its columns, disjoint, within C.
+  std::sort(f.blocks.begin(), f.blocks.end(), [](const auto& a, const auto& b) { return a.col < b.col; });
+  int64_t end = 0;
+  for (const auto& b : f.blocks) {
+    if (b.right.dim(0) != f.left.dim(0) || b.col < end) return std::nullopt;
+    end = b.col + b.right.dim(1);
+  }
+  if (f.left.dim(1) != g.dim(0) || end > g.dim(1) || f.elements() >= g.numel()) return std::nullopt;
+  return f;
+}
+
+GradientRows::GradientRows(const float* left, int64_t tokens, int64_t rows, int64_t cols, std::vector<Block> blocks,
+                           const float* values, const int32_t* indices, int64_t n_indices, bool bf16)
+    : left_(left), tokens_(tokens), rows_(rows), cols_(cols), blocks_(std::move(blocks)), values_(values),
+      indices_(indices), n_indices_(n_indices), bf16_(bf16) {
+  int64_t covered = 0;
+  for (const Block& b : blocks_) covered += b.width;
+  covered_ = covered == cols_;
+}
+
+void GradientRows::new_run() {
+  static std::atomic<uint64_t> runs{0};
+  run_ = ++runs;
+}
+
+void GradientRows::check_indices() const {
+  for (int64_t q = 0; q < n_indices_; ++q) {
+    if (indices_[q] < 0 || indices_[q] >= rows_) {
+      throw ShapeError("add_rows: index " + std::to_string(indices_[q]) + " at position " + std::to_string(q) +
+                       " is out of range for " + std::to_string(rows_) + " rows");
+    }
+  }
+}
+
+const float* GradientRows::range(int64_t begin, int64_t end) const {
+  const int64_t r0 = begin / cols_, r1 = (end + cols_ - 1) / cols_, n_rows = r1 - r0;
+  thread_local std::vector<float> scratch;
+  scratch.resize(size_t(n_rows * cols_));
+  float* out = scratch.data();
+  if (!covered_) std::fill(scratch.begin(), scratch.end(), 0.0f);  // scatter_slice's zeros
+  // Rows r0.. of left^T right, block by block: the graph's matmul computes
+  // each element with the same kernel and order whichever tile it falls in.
+  // A range is a few rows (32K elements), so packing a whole right factor
+  // for each would cost as much as the product (GPT-2's c_fc: 11 rows
+  // against 256 x 3072): each thread packs each block once per run (the
+  // ranges of one parameter come in order) and keeps the last parameter's.
+  thread_local std::vector<std::unique_ptr<cpu::PackedB>> packed;
+  thread_local std::vector<uint64_t> packed_run;
+  while (packed.size() < blocks_.size()) {
+    packed.push_back(std::make_unique<cpu::PackedB>());
+    packed_run.push_back(0);
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& b = blocks_[i];
+    float* c = out + b.col;
+    // The blocked kernel, as the graph's tiles ran (factor_gradient checked
+    // they all do), even where these few rows would be gemm_small's size.
+    if (bf16_) {
+      cpu::gemm_bf16(true, false, n_rows, b.width, tokens_, 1.0f, left_ + r0, rows_, b.right, b.width, 0.0f, c, cols_);
+    } else if (packed_run[i] == run_ || packed[i]->pack(false, tokens_, b.width, b.right, b.width)) {
+      packed_run[i] = run_;
+      packed[i]->multiply(true, n_rows, b.width, tokens_, left_ + r0, rows_, c, cols_);
+    } else {  // no AVX-512 kernel: OpenBLAS or the built-in one, as gemm<float> runs the graph's
+      cpu::gemm<float>(true, false, n_rows, b.width, tokens_, 1.0f, left_ + r0, rows_, b.right, b.width, 0.0f, c,
+                       cols_);
+    }
+  }
+  // add_rows' additions that land here, in index order as it makes them.
+  for (int64_t q = 0; q < n_indices_; ++q) {
+    const int64_t r = indices_[q];
+    if (r < r0 || r >= r1) continue;
+    float* o = out + (r - r0) * cols_;
+    const float* v = values_ + q * cols_;
+    for (int64_t j = 0; j < cols_; ++j) o[j] += v[j];
+  }
+  return out + (begin - r0 * cols_);
+}
+
+}  // namespace nabla::train
