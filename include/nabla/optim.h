@@ -29,10 +29,8 @@ bool default_decay(const std::string& name, const Tensor& param);
 using GradientRange = std::function<const float*(size_t slot, int64_t begin, int64_t end)>;
 
 // Global L2 norm over all gradients, summed in a fixed order (the same at
-// any thread count). grads[i] has slots[i].param's element count; a null
-// grads[i] is read through `range`.
-double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads,
-                   const GradientRange& range = {});
+// any thread count). grads[i] has slots[i].param's element count.
+double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads);
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.05;
@@ -44,7 +42,7 @@ class AdamW {
  public:
   AdamW(std::vector<Slot> slots, AdamWConfig config, int threads);
   // grads[i]: contiguous f32 gradient of slots[i].param, or null to read it
-  // through `range` (in the same chunks as global_norm). grad_scale
+  // through `range`, a chunk at a time. grad_scale
   // multiplies every gradient first (clipping, averaging micro-batches).
   void step(const std::vector<const float*>& grads, double lr, double grad_scale = 1.0,
             const GradientRange& range = {});

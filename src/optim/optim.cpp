@@ -58,9 +58,8 @@ bool default_decay(const std::string& name, const Tensor& param) {
   return name != "pos_embed" && name != "cls_token" && name.find("wpe") == std::string::npos;
 }
 
-double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads,
-                   const GradientRange& range) {
-  check_grads(grads, sizes.size(), bool(range));
+double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads) {
+  check_grads(grads, sizes.size());
   std::vector<int64_t> off{0};
   for (int64_t n : sizes) off.push_back(off.back() + n);
   int64_t chunks = (off.back() + kGrain - 1) / kGrain;
@@ -71,8 +70,7 @@ double global_norm(const std::vector<const float*>& grads, const std::vector<int
     size_t s = std::upper_bound(off.begin(), off.end(), b) - off.begin() - 1;
     for (int64_t i = b; i < e;) {
       int64_t end = std::min(e, off[s + 1]);
-      const float* g = grads[s] ? grads[s] + (i - off[s]) : range(s, i - off[s], end - off[s]);
-      acc += cpu::sum_squares_f64(g, end - i);
+      acc += cpu::sum_squares_f64(grads[s] + (i - off[s]), end - i);
       i = end;
       ++s;
     }

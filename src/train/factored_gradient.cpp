@@ -122,6 +122,64 @@ void GradientRows::check_indices() const {
   }
 }
 
+double GradientRows::squared_norm() const {
+  // Under bf16 matmuls the graph's product multiplies bf16-rounded factors
+  // (exactly, summing in f32): the Gram matrices round them too.
+  const auto gram = [&](const float* x, int64_t width, float beta, float* out) {
+    if (bf16_) return cpu::gemm_bf16(false, true, tokens_, tokens_, width, 1.0f, x, width, x, width, beta, out, tokens_);
+    cpu::gemm<float>(false, true, tokens_, tokens_, width, 1.0f, x, width, x, width, beta, out, tokens_);
+  };
+  const int64_t T = tokens_;
+  thread_local std::vector<float> a, b, m, g_rounded;
+  a.resize(size_t(T * T));
+  b.resize(size_t(T * T));
+  gram(left_, rows_, 0.0f, a.data());
+  for (size_t i = 0; i < blocks_.size(); ++i) gram(blocks_[i].right, blocks_[i].width, i ? 1.0f : 0.0f, b.data());
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) sum += double(a[i]) * double(b[i]);
+  if (n_indices_ > 0) {
+    // <L^T G, S> = sum_q sum_t L[t, idx_q] (G V^T)[t, q], V the lookup's rows
+    // (which add_rows adds in f32: only L and G are rounded under bf16).
+    const int64_t n = n_indices_;
+    m.resize(size_t(T * n));
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      const Block& g = blocks_[i];
+      const float* right = g.right;
+      if (bf16_) {
+        g_rounded.assign(g.right, g.right + T * g.width);
+        cpu::round_to_bf16(g_rounded.data(), int64_t(g_rounded.size()));
+        right = g_rounded.data();
+      }
+      cpu::gemm<float>(false, true, T, n, g.width, 1.0f, right, g.width, values_ + g.col, cols_, i ? 1.0f : 0.0f,
+                       m.data(), n);
+    }
+    double cross = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t q = 0; q < n; ++q) {
+        const float l = left_[t * rows_ + indices_[q]];
+        cross += double(bf16_ ? cpu::round_to_bf16(l) : l) * double(m[t * n + q]);
+      }
+    }
+    // ||S||^2, each row's additions summed first.
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t q = 0; q < n; ++q) order[q] = q;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return indices_[x] < indices_[y]; });
+    std::vector<double> row(static_cast<size_t>(cols_));
+    double rows_sq = 0;
+    for (size_t k = 0; k < order.size();) {
+      std::fill(row.begin(), row.end(), 0.0);
+      const int32_t r = indices_[order[k]];
+      for (; k < order.size() && indices_[order[k]] == r; ++k) {
+        const float* v = values_ + order[k] * cols_;
+        for (int64_t j = 0; j < cols_; ++j) row[j] += v[j];
+      }
+      for (double x : row) rows_sq += x * x;
+    }
+    sum += 2 * cross + rows_sq;
+  }
+  return std::max(sum, 0.0);  // rounding can take an all-but-zero gradient below 0
+}
+
 const float* GradientRows::range(int64_t begin, int64_t end) const {
   const int64_t r0 = begin / cols_, r1 = (end + cols_ - 1) / cols_, n_rows = r1 - r0;
   thread_local std::vector<float> scratch;
@@ -145,11 +203,11 @@ const float* GradientRows::range(int64_t begin, int64_t end) const {
     float* c = out + b.col;
     // The blocked kernel, as the graph's tiles ran (factor_gradient checked
     // they all do), even where these few rows would be gemm_small's size.
-    if (bf16_) {
-      cpu::gemm_bf16(true, false, n_rows, b.width, tokens_, 1.0f, left_ + r0, rows_, b.right, b.width, 0.0f, c, cols_);
-    } else if (packed_run[i] == run_ || packed[i]->pack(false, tokens_, b.width, b.right, b.width)) {
+    if (packed_run[i] == run_ || packed[i]->pack(false, tokens_, b.width, b.right, b.width, bf16_)) {
       packed_run[i] = run_;
       packed[i]->multiply(true, n_rows, b.width, tokens_, left_ + r0, rows_, c, cols_);
+    } else if (bf16_) {
+      cpu::gemm_bf16(true, false, n_rows, b.width, tokens_, 1.0f, left_ + r0, rows_, b.right, b.width, 0.0f, c, cols_);
     } else {  // no AVX-512 kernel: OpenBLAS or the built-in one, as gemm<float> runs the graph's
       cpu::gemm<float>(true, false, n_rows, b.width, tokens_, 1.0f, left_ + r0, rows_, b.right, b.width, 0.0f, c,
                        cols_);

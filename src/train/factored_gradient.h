@@ -8,10 +8,9 @@
 // of columns, all with the same L, and a tied embedding adds the lookup's
 // gradient rows at the token ids. Where T is small against the layer (GPT-2
 // 124M at 4 x 64 tokens: T (R + C) is 0.1-0.4 of R C), the factors take much
-// less memory than dW. The global-norm clip needs every gradient before the
-// first update, so the optimizer step reads each chunk twice: once for the
-// norm, once for the update (the backward pass no longer computes the
-// product, update() computes it twice).
+// less memory than dW. The global-norm clip needs every gradient's norm
+// before the first update; that comes from the factors too (Gram matrices,
+// see squared_norm), and the update multiplies dW out a chunk at a time.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +57,13 @@ class GradientRows {
                const float* values, const int32_t* indices, int64_t n_indices, bool bf16);
   // Call once the factors hold a run's values, before range().
   void new_run();
+  // ||dW||^2 from the factors, without dW: with A = L L^T and B = G G^T
+  // ([T, T], G the blocks side by side), ||L^T G||^2 = sum_ij A_ij B_ij;
+  // a lookup's rows S add 2 <L^T G, S> + ||S||^2. T^2 (R + C) multiply-adds
+  // against dW's T R C (the "ghost norm" of per-example clipping). Equal to
+  // the materialised sum of squares up to f32 rounding (relative 1e-6 here),
+  // not bit for bit. Runs on the calling thread.
+  double squared_norm() const;
   // Valid until this thread's next call; safe from several threads at once.
   const float* range(int64_t begin, int64_t end) const;
   // ShapeError when an index is outside [0, rows), as the graph's add_rows

@@ -121,15 +121,35 @@ double TrainStep::update(double lr, double clip) {
     scale = 1.0 / runs_since_update_;
   }
   optim::GradientRange range;
+  double norm = 0;
   if (n_factored_ > 0) {
-    for (const auto& f : factored_) {
-      if (!f) continue;
-      f->check_indices();
-      f->new_run();
+    // The gradients held whole, then the factored ones' norms from their
+    // factors, each summed in slot order.
+    std::vector<const float*> whole;
+    std::vector<int64_t> whole_sizes;
+    std::vector<size_t> factored;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (factored_[i]) {
+        factored_[i]->check_indices();
+        factored_[i]->new_run();
+        factored.push_back(i);
+      } else {
+        whole.push_back(grads[i]);
+        whole_sizes.push_back(sizes_[i]);
+      }
     }
+    std::vector<double> squares(factored.size());
+    cpu::parallel_for(threads_, int64_t(factored.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) squares[k] = factored_[factored[k]]->squared_norm();
+    });
+    const double whole_norm = optim::global_norm(whole, whole_sizes, threads_);
+    double sq = whole_norm * whole_norm;
+    for (double x : squares) sq += x;
+    norm = std::sqrt(sq) * scale;
     range = [this](size_t slot, int64_t begin, int64_t end) { return factored_[slot]->range(begin, end); };
+  } else {
+    norm = optim::global_norm(grads, sizes_, threads_) * scale;
   }
-  double norm = optim::global_norm(grads, sizes_, threads_, range) * scale;
   if (clip > 0 && norm > clip) scale *= clip / norm;
   optimizer_->step(grads, lr, scale, range);
   runs_since_update_ = 0;

@@ -289,6 +289,33 @@ TEST(GemmF32Avx512, PackedBMatchesAFreshProduct) {
   }
 }
 
+// PackedB with bf16 pairs: the bits of gemm_bf16 on the same columns, at the
+// packed depth (odd, across passes), for both of B's layouts and for A and
+// A^T.
+TEST(GemmF32Avx512, PackedBBf16MatchesGemmBf16) {
+  std::mt19937 rng(10);
+  PackedB probe;
+  const float one = 1.0f;
+  if (!probe.pack(false, 1, 1, &one, 1, true)) GTEST_SKIP() << "bf16 PackedB needs the VDPBF16PS kernel";
+  for (bool ta : kBools) {
+    for (bool tb : kBools) {
+      for (int64_t K : {64, 301}) {
+        SCOPED_TRACE("ta " + std::to_string(ta) + " tb " + std::to_string(tb) + " K " + std::to_string(K));
+        const int64_t M = 29, N = 200, n = 97;
+        const Matrix<float> A = ta ? random_matrix<float>(K, M, 3, rng) : random_matrix<float>(M, K, 3, rng);
+        const Matrix<float> B = tb ? random_matrix<float>(N, K, 2, rng) : random_matrix<float>(K, N, 2, rng);
+        PackedB packed;
+        ASSERT_TRUE(packed.pack(tb, K, N, B.data.data(), B.ld, true));
+        Matrix<float> C(M, n, 1), expect(M, n, 1);
+        packed.multiply(ta, M, n, K, A.data.data(), A.ld, C.data.data(), C.ld);
+        gemm_bf16(ta, tb, M, n, K, 1.0f, A.data.data(), A.ld, B.data.data(), B.ld, 0.0f, expect.data.data(),
+                  expect.ld);
+        EXPECT_EQ(0, std::memcmp(C.data.data(), expect.data.data(), C.data.size() * sizeof(float)));
+      }
+    }
+  }
+}
+
 TEST(GemmF32Avx512, AddMatchesCopyThenBetaOne) {
   testing_support::expect_add_matches_copy_then_beta_one<float>(&f32_avx512, &f32_avx512_add);
 }

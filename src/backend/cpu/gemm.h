@@ -119,16 +119,21 @@ void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 
 // op(B) [K, N] packed once, for f32 products that repeat it with different
 // A: a head's K and V in fused attention, shared by all of its query blocks,
-// which gemm_f32_avx512 would pack again for each. Needs the AVX-512 kernel.
+// which gemm_f32_avx512 would pack again for each; a factored weight
+// gradient's right factor, shared by its chunks of rows. Needs the AVX-512
+// kernel.
 class PackedB {
  public:
   // Packs op(B) (B stored [K, N], or [N, K] with trans_b; leading dimension
-  // ldb). False, with nothing packed, where gemm_avx512_native() is not.
-  bool pack(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
+  // ldb), as bf16 pairs for gemm_bf16's products with bf16. False, with
+  // nothing packed, where gemm_avx512_native() is not (or, for bf16, where
+  // gemm_bf16 runs on AMX).
+  bool pack(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, bool bf16 = false);
   // C [M, n] = op(A) [M, k] times the packed op(B)'s first k rows and first
-  // n columns (k <= K, n <= N): the same bits as gemm_f32_avx512 with alpha
-  // 1 and beta 0 on those rows and columns. Only after pack() returned true;
-  // runs on the calling thread only.
+  // n columns (k <= K, n <= N; k == K for bf16): the same bits as
+  // gemm_f32_avx512 with alpha 1 and beta 0 on those rows and columns (as
+  // gemm_bf16 for bf16). Only after pack() returned true; runs on the
+  // calling thread only.
   void multiply(bool trans_a, int64_t M, int64_t n, int64_t k, const float* A, int64_t lda, float* C,
                 int64_t ldc) const;
 
@@ -136,6 +141,7 @@ class PackedB {
   PackBuffer buffer_;
   const uint32_t* words_ = nullptr;
   int64_t K_ = 0, N_ = 0;
+  bool bf16_ = false;
 };
 
 // True when the build has the AVX-512 kernels (AVX512F, BW and BF16): then

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
@@ -359,10 +360,10 @@ void micro_kernel(int64_t n_words, const uint32_t* a, int64_t a_step, const uint
   micro_kernel<Bf16, 4, 1>(n_words, a, a_step, b, alpha, beta, D, ldd, C, ldc, rows, cols);
 }
 
-// op(B) [K, N] packed ahead of the product (PackedB, f32 only: a depth
-// prefix of bf16 pairs could pair its last k with the one after it): pass
-// (jc, pc)'s micro-panels, each packed with the pass's full depth, at
-// packed_pass().
+// op(B) [K, N] packed ahead of the product (PackedB; bf16 pairs only for
+// products of its full depth: a shorter prefix could pair its last k with
+// the one after it): pass (jc, pc)'s micro-panels, each packed with the
+// pass's full depth, at packed_pass().
 struct Prepacked {
   const uint32_t* words = nullptr;
   int64_t K = 0, N = 0;
@@ -705,22 +706,30 @@ void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 #endif
 }
 
-bool PackedB::pack(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) {
+bool PackedB::pack(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, bool bf16) {
 #ifdef NABLA_GEMM_AVX512
+  // bf16 products on AMX tiles sum in another order than this kernel's.
+  if (bf16 && std::strcmp(gemm_bf16_backend(), "avx512") != 0) return false;
   const int64_t width = (N + kNr - 1) / kNr * kNr;  // every column block padded
-  uint32_t* dst = buffer_.get<uint32_t>(std::max<int64_t>(1, width * K));
+  const int64_t depth = bf16 ? words<true>(K) : K;
+  uint32_t* dst = buffer_.get<uint32_t>(std::max<int64_t>(1, width * depth));
   for (int64_t jc = 0; jc < N; jc += kNc) {
     for (int64_t pc = 0; pc < K; pc += kKc) {
-      pack_b<false>(trans_b, B, ldb, pc, jc, std::min(kKc, K - pc), std::min(kNc, N - jc),
-                    dst + packed_pass<false>(K, N, jc, pc));
+      const int64_t kc = std::min(kKc, K - pc), nc = std::min(kNc, N - jc);
+      if (bf16) {
+        pack_b<true>(trans_b, B, ldb, pc, jc, kc, nc, dst + packed_pass<true>(K, N, jc, pc));
+      } else {
+        pack_b<false>(trans_b, B, ldb, pc, jc, kc, nc, dst + packed_pass<false>(K, N, jc, pc));
+      }
     }
   }
   words_ = dst;
   K_ = K;
   N_ = N;
+  bf16_ = bf16;
   return true;
 #else
-  (void)trans_b, (void)K, (void)N, (void)B, (void)ldb;
+  (void)trans_b, (void)K, (void)N, (void)B, (void)ldb, (void)bf16;
   return false;
 #endif
 }
@@ -730,6 +739,11 @@ void PackedB::multiply(bool trans_a, int64_t M, int64_t n, int64_t k, const floa
   if (M <= 0 || n <= 0) return;
   if (k <= 0) return scale_c(M, n, 0.0f, C, ldc);
 #ifdef NABLA_GEMM_AVX512
+  if (bf16_) {
+    if (k != K_) throw std::logic_error("PackedB: a bf16 product must use the packed depth whole");
+    return blocked_gemm<true>(trans_a, false, M, n, k, 1.0f, A, lda, nullptr, 0, 0.0f, C, ldc, C, ldc,
+                              Prepacked{words_, K_, N_});
+  }
   blocked_gemm<false>(trans_a, false, M, n, k, 1.0f, A, lda, nullptr, 0, 0.0f, C, ldc, C, ldc,
                       Prepacked{words_, K_, N_});
 #else
