@@ -5,10 +5,11 @@
 # (every configuration and framework once per round, REPS rounds) and each is
 # its own process, so peak resident memory is its own. PyTorch runs under both
 # of its good thread settings here and keeps the faster; nabla also runs on one
-# thread for the scaling column, and with --bf16-matmul (bf16 operands, f32
-# accumulation) on two. Prints a markdown table.
+# thread for the scaling column, with --bf16-matmul (bf16 operands, f32
+# accumulation) on two, and with --low-memory (weight gradients kept as their
+# factors where smaller) on two. Prints a markdown table.
 #
-# Usage: bench/train_step.sh [REPS]     (default 3 rounds; about 10 minutes)
+# Usage: bench/train_step.sh [REPS]     (default 3 rounds; about 15 minutes)
 # Environment: CONFIGS="fmnist gpt2-small-byte" to run a subset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,7 @@ for ((r = 1; r <= reps; r++)); do
     "$bench" --model "$m" "${args[@]}" --threads 2 >>"$results"
     "$bench" --model "$m" "${args[@]}" --threads 1 >>"$results"
     "$bench" --model "$m" "${args[@]}" --threads 2 --bf16-matmul >>"$results"
+    "$bench" --model "$m" "${args[@]}" --threads 2 --low-memory >>"$results"
     OPENBLAS_NUM_THREADS=2 "$py" bench/peers/train_step.py --config "$cfg" "${args[@]}" --torch-threads 1 >>"$results"
     OMP_WAIT_POLICY=PASSIVE "$py" bench/peers/train_step.py --config "$cfg" "${args[@]}" --torch-threads 2 >>"$results"
   done

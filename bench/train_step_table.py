@@ -23,16 +23,18 @@ print(f"\n{datetime.date.today()}, {cpu}, {machine[2]['threads']} threads; FMA p
       f"GFLOP/s (1 thread), {fma2:.0f} (2); OpenBLAS sgemm {sgemm2:.0f} GFLOP/s on 2 threads, nabla's gemm "
       f"{gemm2:.0f} ({machine[2]['gemm']}), bf16 on {machine[2].get('gemm_bf16', 'avx512')}; "
       f"medians of {sys.argv[2]} interleaved rounds\n")
-print("| configuration | nabla | PyTorch (best setting) | ratio (target) | best round vs best round | nabla matmul GFLOP/s | % of FMA peak | % of OpenBLAS sgemm | peak RSS nabla / torch (ratio) | 2 vs 1 thread | nabla --bf16-matmul (ratio to PyTorch f32) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| configuration | nabla | PyTorch (best setting) | ratio (target) | best round vs best round | nabla matmul GFLOP/s | % of FMA peak | % of OpenBLAS sgemm | peak RSS nabla / torch (ratio) | 2 vs 1 thread | nabla --bf16-matmul (ratio to PyTorch f32) | nabla --low-memory: peak RSS (ratio to torch), speed (to nabla's default) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 order = ["vit-tiny", "fmnist", "gpt2-small-byte", "gpt2"]
 for m in order:
     nabla = [r for r in rows if r.get("framework") == "nabla" and r["model"] == m]
-    n2 = [r for r in nabla if r["threads"] == 2 and not r.get("bf16_matmul")]
-    nb = [r for r in nabla if r["threads"] == 2 and r.get("bf16_matmul")]
+    plain = [r for r in nabla if not r.get("low_memory")]
+    n2 = [r for r in plain if r["threads"] == 2 and not r.get("bf16_matmul")]
+    nb = [r for r in plain if r["threads"] == 2 and r.get("bf16_matmul")]
+    nl = [r for r in nabla if r.get("low_memory") and r["threads"] == 2 and not r.get("bf16_matmul")]
     if not n2:
         continue
-    n1 = [r for r in nabla if r["threads"] == 1 and not r.get("bf16_matmul")]
+    n1 = [r for r in plain if r["threads"] == 1 and not r.get("bf16_matmul")]
     t = [r for r in rows if r.get("framework") == "torch" and r["model"] == m]
     settings = {}
     for r in t:
@@ -50,7 +52,11 @@ for m in order:
     bps = med([r["per_s"] for r in nb])
     bf16 = f"{bps:,.0f} {unit}/s ({bps / tps:.2f}x)" if nb else "-"
     best = max(r["per_s"] for r in n2) / max(r["per_s"] for r in t)
+    low = "-"
+    if nl:
+        lrss, lps = med([r["peak_rss_mib"] for r in nl]), med([r["per_s"] for r in nl])
+        low = (f"{lrss:,.0f} MiB ({lrss / trss:.2f}x), {lps / nps:.2f}x; {nl[0]['factored']} gradient(s) factored")
     print(f"| {m} {shape} | {nps:,.0f} {unit}/s | {tps:,.0f} {unit}/s ({best_key}) | {nps / tps:.2f}x ({target[m]}x: {ok}) | {best:.2f}x "
           f"| {gf:.0f} | {100 * gf / fma2:.0f}% | {100 * gf / sgemm2:.0f}% | {nrss:,.0f} / {trss:,.0f} MiB ({nrss / trss:.2f}x) "
-          f"| {scale:.2f}x | {bf16} |")
+          f"| {scale:.2f}x | {bf16} | {low} |")
 print()
