@@ -30,6 +30,14 @@ Tensor own_buffer(const Tensor& g) {
   return contiguous(g);
 }
 
+// A factored gradient's factor, read in update(): a leaf's (an input the
+// caller may rewrite before update(), a parameter the update itself changes)
+// is copied, so the factor is the run's.
+Tensor factor_buffer(const Tensor& t) {
+  if (t.node()->root()->is_leaf()) return apply(ops::op_contiguous, {t});
+  return own_buffer(t);
+}
+
 }  // namespace
 
 TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
@@ -53,15 +61,15 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
     factors.push_back(low_memory ? train::factor_gradient(g) : std::nullopt);
     if (auto& f = factors.back()) {
       // The factors instead of the product: it is never computed.
-      f->left = own_buffer(f->left);
+      f->left = factor_buffer(f->left);
       graph.add_output(f->left);
       for (auto& b : f->blocks) {
-        b.right = own_buffer(b.right);
+        b.right = factor_buffer(b.right);
         graph.add_output(b.right);
       }
       if (f->values.defined()) {
-        f->values = own_buffer(f->values);
-        f->indices = own_buffer(f->indices);
+        f->values = factor_buffer(f->values);
+        f->indices = factor_buffer(f->indices);
         for (const Tensor& t : {f->values, f->indices}) graph.add_output(t);
       }
       grads_.emplace_back();

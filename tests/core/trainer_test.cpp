@@ -137,3 +137,30 @@ TEST(TrainStep, LowMemoryRefusesMicroBatches) {
   TiedModel m(2, 8, 160, 128, 256);
   EXPECT_THROW(TrainStep(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, 2, true), UsageError);
 }
+
+// A factor that is a leaf (here the input x of a linear layer) is copied in
+// the run: a caller that writes the next batch into x before update() still
+// gets this run's gradient.
+TEST(TrainStep, LowMemoryFactorsAreTheRunsValues) {
+  const auto train = [](bool low_memory) {
+    nn::Params params;
+    Tensor w = params.add("w", ramp({256, 128}, 0.29));
+    Tensor x = ramp({16, 128}, 0.61);
+    Tensor loss = sum(square(matmul(x, transpose(w))));
+    TrainStep step(loss, params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 2}, 1, low_memory);
+    EXPECT_EQ(step.factored_gradients(), low_memory ? 1 : 0);
+    for (int i = 0; i < 2; ++i) {
+      step.run();
+      for (int64_t k = 0; k < x.numel(); ++k) x.data_as<float>()[k] = float(k % 7) - 3.0f;  // the next batch
+      step.update(1e-2, 0.0);
+    }
+    return w.to_vector<float>();
+  };
+  const std::vector<float> want = train(false), got = train(true);
+  ASSERT_EQ(got.size(), want.size());
+  if (cpu::gemm_avx512_native()) {
+    EXPECT_EQ(got, want);
+  } else {
+    for (size_t j = 0; j < got.size(); ++j) EXPECT_NEAR(got[j], want[j], 1e-5);
+  }
+}
