@@ -33,7 +33,7 @@ class GradientRows;
 // are the same bit for bit where both paths run nabla's own GEMM kernels;
 // with it, the norm (and so the scale) agrees to rounding. GPT-2 124M at
 // 4 x 64 tokens holds 240 MiB less (peak RSS 1,929 -> 1,690 MiB) for a step
-// 2-9% longer. Needs micro_batches == 1.
+// about 6% longer. Needs micro_batches == 1.
 class TrainStep {
  public:
   TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
