@@ -57,4 +57,10 @@ struct Node {
 
 uint64_t next_node_id();
 
+// The tensor is its root's memory exactly, in the root's layout (a node, or
+// a view such as a reshape or a transpose of a transpose): the planner lets
+// an output of the same shape be written over it, and a reader may take it
+// for the root's result.
+bool covers_root(const Tensor& t);
+
 }  // namespace nabla

@@ -70,14 +70,6 @@ class ArenaAllocator {
   int64_t top_ = 0;
 };
 
-// The tensor is its root's memory exactly, in the root's layout (a node, or
-// a view such as a reshape or a transpose of a transpose): an output the same
-// shape may be written over it.
-bool covers_root(const Tensor& t) {
-  const Node* n = t.node();
-  return !n->is_view() || (t.offset() == 0 && t.is_contiguous() && t.numel() == n->root()->numel());
-}
-
 }  // namespace
 
 MemoryPlan plan_memory(const std::vector<Tensor>& order, const std::vector<Tensor>& outputs, bool reuse,

@@ -62,6 +62,11 @@ const Node* Node::root() const {
   return n;
 }
 
+bool covers_root(const Tensor& t) {
+  const Node* n = t.node();
+  return !n->is_view() || (t.offset() == 0 && t.is_contiguous() && t.numel() == n->root()->numel());
+}
+
 uint64_t next_node_id() {
   static std::atomic<uint64_t> counter{0};
   return ++counter;

@@ -20,10 +20,8 @@ namespace {
 // The compute node whose whole output t is, in t's row-major order (t itself,
 // or a view such as a reshape or a double transpose of it); null otherwise.
 const Node* producer(const Tensor& t) {
-  if (!t.is_contiguous() || t.offset() != 0) return nullptr;
   const Node* root = t.node()->root();
-  if (root->is_leaf() || root->numel() != t.numel()) return nullptr;
-  return root;
+  return covers_root(t) && !root->is_leaf() ? root : nullptr;
 }
 
 bool is_op(const Node* n, const char* name) { return n && std::strcmp(n->op->name, name) == 0; }
