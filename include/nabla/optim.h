@@ -49,6 +49,9 @@ class AdamW {
 
   int64_t steps() const { return t_; }
   const std::vector<Slot>& slots() const { return slots_; }
+  // Overrides the weight-decay rule for one slot (e.g. a position embedding
+  // that a caller without names wants left undecayed).
+  void set_decay(size_t slot, bool decay);
   // Moments as named leaves ("optimizer.exp_avg.<name>", "optimizer.exp_avg_sq.<name>")
   // for checkpoints, and back.
   std::vector<std::pair<std::string, Tensor>> state() const;

@@ -90,10 +90,20 @@ AdamW::AdamW(std::vector<Slot> slots, AdamWConfig config, int threads)
   }
 }
 
+void AdamW::set_decay(size_t slot, bool decay) {
+  if (slot >= slots_.size()) {
+    throw UsageError("adamw: no slot " + std::to_string(slot) + " among " + std::to_string(slots_.size()));
+  }
+  slots_[slot].decay = decay;
+}
+
 void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_scale, const GradientRange& range) {
   check_grads(grads, slots_.size(), bool(range));
   ++t_;
   const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
+  // 1 - beta in double, then rounded: 1 - float(0.999) is 1.3e-5 off 0.001,
+  // a bias in v that the bias correction (in double) would not cancel.
+  const float c1 = float(1 - config_.beta1), c2 = float(1 - config_.beta2);
   const double bc1 = 1 - std::pow(config_.beta1, double(t_)), bc2 = 1 - std::pow(config_.beta2, double(t_));
   const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1 / std::sqrt(bc2)), gs = float(grad_scale);
   for_each_range(offsets_, threads_, [&](size_t s, int64_t b, int64_t e) {
@@ -109,8 +119,8 @@ void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_
     for (int64_t i = b; i < e; i += VecF::kWidth) {
       const int64_t n = std::min<int64_t>(VecF::kWidth, e - i);
       const VecF gi = VecF::load(g + (i - b), 1, n) * gs;
-      const VecF mi = VecF(b1) * VecF::load(m + i, 1, n) + VecF(1 - b1) * gi;
-      const VecF vi = VecF(b2) * VecF::load(v + i, 1, n) + VecF(1 - b2) * gi * gi;
+      const VecF mi = VecF(b1) * VecF::load(m + i, 1, n) + VecF(c1) * gi;
+      const VecF vi = VecF(b2) * VecF::load(v + i, 1, n) + VecF(c2) * gi * gi;
       const VecF pi = VecF::load(p + i, 1, n) * decay - VecF(step_size) * mi / (cpu::sqrt(vi) * inv_sqrt_bc2 + eps);
       mi.store(m + i, n);
       vi.store(v + i, n);

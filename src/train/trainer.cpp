@@ -47,6 +47,10 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
     throw UsageError("train step: low_memory keeps no gradient to accumulate over " +
                      std::to_string(micro_batches) + " micro-batches");
   }
+  if (!loss.defined() || loss.dtype() != DType::f32 || loss.numel() != 1) {
+    throw DTypeError("train step: the loss must be one f32 element, got " +
+                     (loss.defined() ? to_string(loss) : std::string("an undefined tensor")));
+  }
   threads_ = options.threads > 0 ? options.threads : cpu::default_threads();
   std::vector<Tensor> wrt;
   std::vector<optim::Slot> slots;
