@@ -169,6 +169,99 @@ nabla_status nabla_get_rows(nabla_context* ctx, nabla_tensor* table, nabla_tenso
 nabla_status nabla_scatter_add_rows(nabla_context* ctx, nabla_tensor* values, nabla_tensor* indices,
                                     int64_t rows, nabla_tensor** out);
 
+/* ---- Transformer and vision ops (see include/nabla/ops.h). Each is
+ * differentiable in its float inputs, with a fused backward where ops.h says
+ * so; an optional tensor argument may be NULL. */
+
+/* Activations. gelu is the tanh approximation (GPT-2, timm's default ViT
+ * uses gelu_erf), gelu_quick is x * sigmoid(1.702 x). */
+nabla_status nabla_gelu(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_gelu_erf(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_gelu_quick(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_erf(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_hardswish(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+nabla_status nabla_softplus(nabla_context* ctx, nabla_tensor* x, double beta, double threshold,
+                            nabla_tensor** out);
+nabla_status nabla_elu(nabla_context* ctx, nabla_tensor* x, double alpha, nabla_tensor** out);
+nabla_status nabla_leaky_relu(nabla_context* ctx, nabla_tensor* x, double slope, nabla_tensor** out);
+nabla_status nabla_clamp(nabla_context* ctx, nabla_tensor* x, double lo, double hi, nabla_tensor** out);
+
+/* Norms over the last axis. layer_norm: (x - mean) / sqrt(var + eps) * gamma
+ * + beta; rms_norm: x / sqrt(mean(x^2) + eps) * gamma. gamma and beta are
+ * [C] or NULL for none. */
+nabla_status nabla_layer_norm(nabla_context* ctx, nabla_tensor* x, nabla_tensor* gamma,
+                              nabla_tensor* beta, double eps, nabla_tensor** out);
+nabla_status nabla_rms_norm(nabla_context* ctx, nabla_tensor* x, nabla_tensor* gamma, double eps,
+                            nabla_tensor** out);
+
+/* softmax(scale * x + mask) over the last axis; mask is additive (-inf
+ * hides), broadcastable to x, or NULL; causal (nonzero) hides j > i + Tk - Tq
+ * on x [..., Tq, Tk]. */
+nabla_status nabla_softmax(nabla_context* ctx, nabla_tensor* x, double scale, nabla_tensor* mask,
+                           int causal, nabla_tensor** out);
+nabla_status nabla_log_softmax(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
+/* Mean over rows of -log softmax(logits)[label]: logits [..., C], labels i32
+ * [...]; rows labelled ignore_index are skipped (PyTorch uses -100). */
+nabla_status nabla_cross_entropy(nabla_context* ctx, nabla_tensor* logits, nabla_tensor* labels,
+                                 int64_t ignore_index, nabla_tensor** out);
+/* Mean over rows of -sum(probs * log_softmax(logits)). */
+nabla_status nabla_cross_entropy_soft(nabla_context* ctx, nabla_tensor* logits, nabla_tensor* probs,
+                                      nabla_tensor** out);
+
+/* Attention. scale <= 0 means 1/sqrt(D).
+ * scaled_dot_product_attention: q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv]
+ * -> [..., Tq, Dv]; mask as for nabla_softmax. Composed from matmul and softmax.
+ * attention: the fused kernel on token-major operands q [B, Tq, H, D],
+ * k [B, Tk, H, D], v [B, Tk, H, Dv] -> [B, Tq, H, Dv] (a qkv projection
+ * reshaped to heads, with no permutes); the T x T scores are never stored. */
+nabla_status nabla_scaled_dot_product_attention(nabla_context* ctx, nabla_tensor* q, nabla_tensor* k,
+                                                nabla_tensor* v, nabla_tensor* mask, int causal,
+                                                double scale, nabla_tensor** out);
+nabla_status nabla_attention(nabla_context* ctx, nabla_tensor* q, nabla_tensor* k, nabla_tensor* v,
+                             int causal, double scale, nabla_tensor** out);
+/* Rotary position embedding of x [..., T, D] at positions offset, offset+1, ...
+ * mode 0: GPT-NeoX pairs (x[i], x[i + D/2]); 1: original pairs (x[2i], x[2i+1]). */
+nabla_status nabla_rope(nabla_context* ctx, nabla_tensor* x, int64_t offset, double base, int mode,
+                        nabla_tensor** out);
+/* Zeroes elements with probability p and scales the rest by 1/(1-p); the mask
+ * is a hash of seed (an i32 tensor of one element: write a new value into it
+ * for new masks without recompiling) and salt. train == 0 returns x. */
+nabla_status nabla_dropout(nabla_context* ctx, nabla_tensor* x, double p, nabla_tensor* seed, int train,
+                           int64_t salt, nabla_tensor** out);
+
+/* Images, NCHW, as PyTorch. Each of stride, padding, dilation, output_padding
+ * and kernel is two values (height, width); NULL means the default (stride 1,
+ * padding 0, dilation 1, output_padding 0; a pool's stride defaults to its
+ * kernel).
+ * conv_2d: x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or NULL.
+ * conv_transpose_2d: w [C, O/groups, KH, KW], the adjoint of conv_2d in x. */
+nabla_status nabla_conv_2d(nabla_context* ctx, nabla_tensor* x, nabla_tensor* w, nabla_tensor* bias,
+                           const int64_t* stride, const int64_t* padding, const int64_t* dilation,
+                           int64_t groups, nabla_tensor** out);
+nabla_status nabla_conv_transpose_2d(nabla_context* ctx, nabla_tensor* x, nabla_tensor* w,
+                                     nabla_tensor* bias, const int64_t* stride, const int64_t* padding,
+                                     const int64_t* output_padding, const int64_t* dilation,
+                                     int64_t groups, nabla_tensor** out);
+nabla_status nabla_avg_pool_2d(nabla_context* ctx, nabla_tensor* x, const int64_t* kernel,
+                               const int64_t* stride, const int64_t* padding, nabla_tensor** out);
+nabla_status nabla_max_pool_2d(nabla_context* ctx, nabla_tensor* x, const int64_t* kernel,
+                               const int64_t* stride, const int64_t* padding, nabla_tensor** out);
+
+/* Shaping and indexing. pad: `rank` (before, after) pairs, 2 * rank values.
+ * repeat: tiles x repeats[d] times along each axis (extra leading repeats add
+ * axes). argmax and one_hot are not differentiable. */
+nabla_status nabla_pad(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* pads, double value,
+                       nabla_tensor** out);
+nabla_status nabla_repeat(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* repeats,
+                          nabla_tensor** out);
+/* dst with rows indices[i] replaced by values[i]. */
+nabla_status nabla_set_rows(nabla_context* ctx, nabla_tensor* dst, nabla_tensor* indices,
+                            nabla_tensor* values, nabla_tensor** out);
+nabla_status nabla_argmax(nabla_context* ctx, nabla_tensor* x, int64_t axis, int keepdim,
+                          nabla_tensor** out);
+nabla_status nabla_one_hot(nabla_context* ctx, nabla_tensor* indices, int64_t classes, nabla_dtype dtype,
+                           nabla_tensor** out);
+
 /* ---- Autodiff and running */
 
 /* Records `loss` (one element, f32 or f64) and builds the gradient of every
@@ -189,6 +282,59 @@ nabla_status nabla_compute(nabla_context* ctx, nabla_tensor* const* outputs, siz
  * t is a leaf (any time), or an output, loss or gradient of the last
  * nabla_compute (or a view of one). */
 nabla_status nabla_tensor_read(nabla_context* ctx, nabla_tensor* t, void* dst, size_t bytes);
+
+/* ---- Training step
+ *
+ * A trainer compiles forward, loss, backward and a fused AdamW update over
+ * every f32 parameter that reaches the loss, once; each step then runs it
+ * with no per-tensor host work. This is the path nabla's own `nabla train`
+ * takes, so an FFI training loop runs as fast as the C++ one:
+ *
+ *   nabla_trainer_create(ctx, loss, &logits, 1, 0.9, 0.999, 1e-8, 0.05,
+ *                        NULL, 0, 0, 0, &trainer);
+ *   for each batch: nabla_tensor_write(ctx, images, ...);
+ *                   nabla_tensor_write(ctx, labels, ...);
+ *                   nabla_trainer_run(trainer, &loss_value);
+ *                   nabla_trainer_update(trainer, lr, 1.0, &grad_norm);
+ *
+ * Parameters are updated in place: nabla_tensor_read on one reads its new
+ * value. Weight decay applies to parameters of rank >= 2 (weights), not to
+ * biases and norm gains, nor to the `n_no_decay` parameters listed in
+ * no_decay (position embeddings, class tokens). */
+typedef struct nabla_trainer nabla_trainer;
+
+/* Flags for nabla_trainer_create (bitwise or). */
+enum {
+  /* f32 matmuls round operands to bfloat16 and accumulate in f32. */
+  NABLA_TRAIN_BF16_MATMUL = 1,
+  /* Keeps weight gradients that are products of smaller factors as their
+   * factors (linear layers over few tokens); see TrainStep in
+   * include/nabla/trainer.h. */
+  NABLA_TRAIN_LOW_MEMORY = 2
+};
+
+/* loss: one f32 element. extras: `n_extras` more tensors to compute each
+ * step (logits for accuracy, say), read with nabla_trainer_read. threads <= 0
+ * means the default. The trainer belongs to ctx: it is freed with it, or
+ * earlier with nabla_trainer_free. */
+nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_tensor* const* extras,
+                                  size_t n_extras, double beta1, double beta2, double eps,
+                                  double weight_decay, nabla_tensor* const* no_decay, size_t n_no_decay,
+                                  int threads, int flags, nabla_trainer** out);
+/* Forward and backward on the values now in the leaves; the loss goes to
+ * *loss when loss is not NULL. */
+nabla_status nabla_trainer_run(nabla_trainer* trainer, float* loss);
+/* Clips the gradients to global L2 norm `clip` (0: no clipping) and takes one
+ * AdamW step at learning rate lr. The norm before clipping goes to
+ * *grad_norm when it is not NULL. */
+nabla_status nabla_trainer_update(nabla_trainer* trainer, double lr, double clip, double* grad_norm);
+/* Copies the value of the loss, an extra, or a leaf (a parameter's current
+ * value) into dst; `bytes` must be numel * element size. */
+nabla_status nabla_trainer_read(nabla_trainer* trainer, nabla_tensor* t, void* dst, size_t bytes);
+/* The number of parameters the trainer updates, and of optimizer steps taken. */
+nabla_status nabla_trainer_parameters(nabla_trainer* trainer, int64_t* count, int64_t* elements);
+nabla_status nabla_trainer_steps(nabla_trainer* trainer, int64_t* out);
+void nabla_trainer_free(nabla_trainer* trainer);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -18,10 +18,17 @@
 #include "nabla/graph.h"
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
+#include "nabla/trainer.h"
 
 struct nabla_tensor {
   nabla::Tensor t;
   nabla_context* ctx;
+};
+
+struct nabla_trainer {
+  std::unique_ptr<nabla::TrainStep> step;
+  nabla_context* ctx;
+  bool ran = false;  // a run finished: the loss and extras hold its values
 };
 
 struct nabla_context {
@@ -39,6 +46,9 @@ struct nabla_context {
   int executor_threads = 0;
   uint64_t executor_generation = 0;
   bool executor_ran = false;  // false after a run that threw: values are partial
+
+  // Trainers live as long as the context too, unless freed earlier.
+  std::vector<std::unique_ptr<nabla_trainer>> trainers;
 
   nabla_tensor* wrap(nabla::Tensor t) {
     tensors.push_back(std::make_unique<nabla_tensor>(nabla_tensor{std::move(t), this}));
@@ -115,6 +125,14 @@ struct Call {
     }
     return n > 0 ? nabla::Shape(p, p + n) : nabla::Shape{};
   }
+  // An optional tensor argument: NULL is "none".
+  nabla::Tensor optional(nabla_context* ctx, nabla_tensor* t, const std::string& arg) const {
+    return t ? tensor(ctx, t, arg) : nabla::Tensor();
+  }
+  // Two values (height, width), or `fallback` when p is NULL.
+  nabla::Size2d pair(const int64_t* p, nabla::Size2d fallback) const {
+    return p ? nabla::Size2d(p[0], p[1]) : fallback;
+  }
   nabla::DType dtype(nabla_dtype d) const {
     switch (d) {
       case NABLA_F32:
@@ -170,7 +188,13 @@ nabla_status make_leaf(const char* fn, nabla_context* ctx, nabla_dtype dtype, in
   X(silu)                    \
   X(step)                    \
   X(sign)                    \
-  X(contiguous)
+  X(contiguous)              \
+  X(gelu)                    \
+  X(gelu_erf)                \
+  X(gelu_quick)              \
+  X(erf)                     \
+  X(hardswish)               \
+  X(log_softmax)
 
 #define NABLA_C_BINARY_OPS(X) \
   X(add, a, b)                \
@@ -179,7 +203,8 @@ nabla_status make_leaf(const char* fn, nabla_context* ctx, nabla_dtype dtype, in
   X(div, a, b)                \
   X(eq, a, b)                 \
   X(matmul, a, b)             \
-  X(get_rows, table, indices)
+  X(get_rows, table, indices) \
+  X(cross_entropy_soft, logits, probs)
 
 #define NABLA_C_REDUCE_OPS(X) \
   X(sum)                      \
@@ -394,6 +419,172 @@ nabla_status nabla_scatter_add_rows(nabla_context* ctx, nabla_tensor* values, na
   });
 }
 
+nabla_status nabla_softplus(nabla_context* ctx, nabla_tensor* x, double beta, double threshold,
+                            nabla_tensor** out) {
+  return op_call("nabla_softplus", ctx, out,
+                 [&](Call& c) { return nabla::softplus(c.tensor(ctx, x, "x"), beta, threshold); });
+}
+
+nabla_status nabla_elu(nabla_context* ctx, nabla_tensor* x, double alpha, nabla_tensor** out) {
+  return op_call("nabla_elu", ctx, out, [&](Call& c) { return nabla::elu(c.tensor(ctx, x, "x"), alpha); });
+}
+
+nabla_status nabla_leaky_relu(nabla_context* ctx, nabla_tensor* x, double slope, nabla_tensor** out) {
+  return op_call("nabla_leaky_relu", ctx, out,
+                 [&](Call& c) { return nabla::leaky_relu(c.tensor(ctx, x, "x"), slope); });
+}
+
+nabla_status nabla_clamp(nabla_context* ctx, nabla_tensor* x, double lo, double hi, nabla_tensor** out) {
+  return op_call("nabla_clamp", ctx, out,
+                 [&](Call& c) { return nabla::clamp(c.tensor(ctx, x, "x"), lo, hi); });
+}
+
+nabla_status nabla_layer_norm(nabla_context* ctx, nabla_tensor* x, nabla_tensor* gamma, nabla_tensor* beta,
+                              double eps, nabla_tensor** out) {
+  return op_call("nabla_layer_norm", ctx, out, [&](Call& c) {
+    return nabla::layer_norm(c.tensor(ctx, x, "x"), c.optional(ctx, gamma, "gamma"),
+                             c.optional(ctx, beta, "beta"), eps);
+  });
+}
+
+nabla_status nabla_rms_norm(nabla_context* ctx, nabla_tensor* x, nabla_tensor* gamma, double eps,
+                            nabla_tensor** out) {
+  return op_call("nabla_rms_norm", ctx, out, [&](Call& c) {
+    return nabla::rms_norm(c.tensor(ctx, x, "x"), c.optional(ctx, gamma, "gamma"), eps);
+  });
+}
+
+nabla_status nabla_softmax(nabla_context* ctx, nabla_tensor* x, double scale, nabla_tensor* mask, int causal,
+                           nabla_tensor** out) {
+  return op_call("nabla_softmax", ctx, out, [&](Call& c) {
+    return nabla::softmax(c.tensor(ctx, x, "x"), scale, c.optional(ctx, mask, "mask"), causal != 0);
+  });
+}
+
+nabla_status nabla_cross_entropy(nabla_context* ctx, nabla_tensor* logits, nabla_tensor* labels,
+                                 int64_t ignore_index, nabla_tensor** out) {
+  return op_call("nabla_cross_entropy", ctx, out, [&](Call& c) {
+    return nabla::cross_entropy(c.tensor(ctx, logits, "logits"), c.tensor(ctx, labels, "labels"),
+                                ignore_index);
+  });
+}
+
+namespace {
+// The C API's "scale <= 0": the op's default, 1/sqrt(D).
+std::optional<double> attention_scale(double scale) {
+  return scale > 0 ? std::optional<double>(scale) : std::nullopt;
+}
+}  // namespace
+
+nabla_status nabla_scaled_dot_product_attention(nabla_context* ctx, nabla_tensor* q, nabla_tensor* k,
+                                                nabla_tensor* v, nabla_tensor* mask, int causal,
+                                                double scale, nabla_tensor** out) {
+  return op_call("nabla_scaled_dot_product_attention", ctx, out, [&](Call& c) {
+    return nabla::scaled_dot_product_attention(c.tensor(ctx, q, "q"), c.tensor(ctx, k, "k"),
+                                               c.tensor(ctx, v, "v"), c.optional(ctx, mask, "mask"),
+                                               causal != 0, attention_scale(scale));
+  });
+}
+
+nabla_status nabla_attention(nabla_context* ctx, nabla_tensor* q, nabla_tensor* k, nabla_tensor* v,
+                             int causal, double scale, nabla_tensor** out) {
+  return op_call("nabla_attention", ctx, out, [&](Call& c) {
+    return nabla::attention(c.tensor(ctx, q, "q"), c.tensor(ctx, k, "k"), c.tensor(ctx, v, "v"),
+                            causal != 0, attention_scale(scale));
+  });
+}
+
+nabla_status nabla_rope(nabla_context* ctx, nabla_tensor* x, int64_t offset, double base, int mode,
+                        nabla_tensor** out) {
+  return op_call("nabla_rope", ctx, out, [&](Call& c) {
+    if (mode != 0 && mode != 1) {
+      c.argument_error("unknown mode " + std::to_string(mode) + "; expected 0 (GPT-NeoX) or 1 (original)");
+    }
+    return nabla::rope(c.tensor(ctx, x, "x"), offset, base, static_cast<nabla::RopeMode>(mode));
+  });
+}
+
+nabla_status nabla_dropout(nabla_context* ctx, nabla_tensor* x, double p, nabla_tensor* seed, int train,
+                           int64_t salt, nabla_tensor** out) {
+  return op_call("nabla_dropout", ctx, out, [&](Call& c) {
+    return nabla::dropout(c.tensor(ctx, x, "x"), p, c.tensor(ctx, seed, "seed"), train != 0, salt);
+  });
+}
+
+nabla_status nabla_conv_2d(nabla_context* ctx, nabla_tensor* x, nabla_tensor* w, nabla_tensor* bias,
+                           const int64_t* stride, const int64_t* padding, const int64_t* dilation,
+                           int64_t groups, nabla_tensor** out) {
+  return op_call("nabla_conv_2d", ctx, out, [&](Call& c) {
+    return nabla::conv_2d(c.tensor(ctx, x, "x"), c.tensor(ctx, w, "w"), c.optional(ctx, bias, "bias"),
+                          c.pair(stride, 1), c.pair(padding, 0), c.pair(dilation, 1), groups);
+  });
+}
+
+nabla_status nabla_conv_transpose_2d(nabla_context* ctx, nabla_tensor* x, nabla_tensor* w, nabla_tensor* bias,
+                                     const int64_t* stride, const int64_t* padding,
+                                     const int64_t* output_padding, const int64_t* dilation, int64_t groups,
+                                     nabla_tensor** out) {
+  return op_call("nabla_conv_transpose_2d", ctx, out, [&](Call& c) {
+    return nabla::conv_transpose_2d(c.tensor(ctx, x, "x"), c.tensor(ctx, w, "w"),
+                                    c.optional(ctx, bias, "bias"), c.pair(stride, 1), c.pair(padding, 0),
+                                    c.pair(output_padding, 0), c.pair(dilation, 1), groups);
+  });
+}
+
+nabla_status nabla_avg_pool_2d(nabla_context* ctx, nabla_tensor* x, const int64_t* kernel,
+                               const int64_t* stride, const int64_t* padding, nabla_tensor** out) {
+  return op_call("nabla_avg_pool_2d", ctx, out, [&](Call& c) {
+    nabla::Size2d k = c.pair(c.need(kernel, "kernel"), 1);
+    return nabla::avg_pool_2d(c.tensor(ctx, x, "x"), k, c.pair(stride, k), c.pair(padding, 0));
+  });
+}
+
+nabla_status nabla_max_pool_2d(nabla_context* ctx, nabla_tensor* x, const int64_t* kernel,
+                               const int64_t* stride, const int64_t* padding, nabla_tensor** out) {
+  return op_call("nabla_max_pool_2d", ctx, out, [&](Call& c) {
+    nabla::Size2d k = c.pair(c.need(kernel, "kernel"), 1);
+    return nabla::max_pool_2d(c.tensor(ctx, x, "x"), k, c.pair(stride, k), c.pair(padding, 0));
+  });
+}
+
+nabla_status nabla_pad(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* pads, double value,
+                       nabla_tensor** out) {
+  return op_call("nabla_pad", ctx, out, [&](Call& c) {
+    if (rank > 0 && rank > INT32_MAX / 2) c.argument_error("rank " + std::to_string(rank) + " is too large");
+    nabla::Shape flat = c.ints(pads, rank > 0 ? 2 * rank : rank, "pads", "rank");
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    for (size_t i = 0; i + 1 < flat.size(); i += 2) pairs.emplace_back(flat[i], flat[i + 1]);
+    return nabla::pad(c.tensor(ctx, x, "x"), pairs, value);
+  });
+}
+
+nabla_status nabla_repeat(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* repeats,
+                          nabla_tensor** out) {
+  return op_call("nabla_repeat", ctx, out, [&](Call& c) {
+    return nabla::repeat(c.tensor(ctx, x, "x"), c.ints(repeats, rank, "repeats", "rank"));
+  });
+}
+
+nabla_status nabla_set_rows(nabla_context* ctx, nabla_tensor* dst, nabla_tensor* indices, nabla_tensor* values,
+                            nabla_tensor** out) {
+  return op_call("nabla_set_rows", ctx, out, [&](Call& c) {
+    return nabla::set_rows(c.tensor(ctx, dst, "dst"), c.tensor(ctx, indices, "indices"),
+                           c.tensor(ctx, values, "values"));
+  });
+}
+
+nabla_status nabla_argmax(nabla_context* ctx, nabla_tensor* x, int64_t axis, int keepdim, nabla_tensor** out) {
+  return op_call("nabla_argmax", ctx, out,
+                 [&](Call& c) { return nabla::argmax(c.tensor(ctx, x, "x"), axis, keepdim != 0); });
+}
+
+nabla_status nabla_one_hot(nabla_context* ctx, nabla_tensor* indices, int64_t classes, nabla_dtype dtype,
+                           nabla_tensor** out) {
+  return op_call("nabla_one_hot", ctx, out, [&](Call& c) {
+    return nabla::one_hot(c.tensor(ctx, indices, "indices"), classes, c.dtype(dtype));
+  });
+}
+
 // ---- Autodiff and running
 
 nabla_status nabla_backward(nabla_context* ctx, nabla_tensor* loss) {
@@ -470,23 +661,27 @@ nabla_status nabla_compute(nabla_context* ctx, nabla_tensor* const* outputs, siz
   });
 }
 
+namespace {
+
+// A leaf's value is its host memory, computed or not.
+void read_leaf(const char* fn, const nabla::Tensor& value, void* dst, size_t bytes) {
+  size_t need = static_cast<size_t>(value.numel()) * nabla::dtype_size(value.dtype());
+  if (bytes != need) {
+    throw nabla::ShapeError(std::string(fn) + ": read of " + nabla::to_string(value) + " needs " +
+                            std::to_string(need) + " bytes, got a buffer of " + std::to_string(bytes));
+  }
+  if (need > 0) std::memcpy(dst, value.data(), need);
+}
+
+}  // namespace
+
 nabla_status nabla_tensor_read(nabla_context* ctx, nabla_tensor* t, void* dst, size_t bytes) {
   return guard([&] {
     Call c{"nabla_tensor_read"};
     nabla_context& context = c.context(ctx);
     const nabla::Tensor& value = c.tensor(ctx, t, "t");
     if (bytes > 0) c.need(dst, "dst");
-    // A leaf's value is its host memory, computed or not.
-    if (value.is_leaf()) {
-      size_t need = static_cast<size_t>(value.numel()) * nabla::dtype_size(value.dtype());
-      if (bytes != need) {
-        throw nabla::ShapeError("nabla_tensor_read: read of " + nabla::to_string(value) +
-                                " needs " + std::to_string(need) + " bytes, got a buffer of " +
-                                std::to_string(bytes));
-      }
-      if (need > 0) std::memcpy(dst, value.data(), need);
-      return;
-    }
+    if (value.is_leaf()) return read_leaf("nabla_tensor_read", value, dst, bytes);
     if (!context.executor) {
       throw nabla::UsageError(
           "nabla_tensor_read: nothing has been computed; call nabla_compute first");
@@ -497,6 +692,125 @@ nabla_status nabla_tensor_read(nabla_context* ctx, nabla_tensor* t, void* dst, s
     }
     context.executor->read(value, dst, bytes);
   });
+}
+
+// ---- Training step
+
+nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_tensor* const* extras,
+                                  size_t n_extras, double beta1, double beta2, double eps,
+                                  double weight_decay, nabla_tensor* const* no_decay, size_t n_no_decay,
+                                  int threads, int flags, nabla_trainer** out) {
+  return guard([&] {
+    Call c{"nabla_trainer_create"};
+    nabla_context& context = c.context(ctx);
+    c.need(out, "out");
+    const nabla::Tensor& objective = c.tensor(ctx, loss, "loss");
+    constexpr int kKnownFlags = NABLA_TRAIN_BF16_MATMUL | NABLA_TRAIN_LOW_MEMORY;
+    if (flags & ~kKnownFlags) {
+      c.argument_error("unknown flags " + std::to_string(flags & ~kKnownFlags) +
+                       "; expected NABLA_TRAIN_BF16_MATMUL (1) and NABLA_TRAIN_LOW_MEMORY (2)");
+    }
+    if (n_extras > 0) c.need(extras, "extras");
+    std::vector<nabla::Tensor> outputs;
+    for (size_t i = 0; i < n_extras; ++i)
+      outputs.push_back(c.tensor(ctx, extras[i], "extras[" + std::to_string(i) + "]"));
+
+    // The C API's parameters have no names: they are numbered in the order
+    // the loss first reaches them.
+    nabla::nn::Params params;
+    std::vector<nabla::Tensor> reached = nabla::find_parameters({objective});
+    if (reached.empty()) {
+      throw nabla::UsageError("nabla_trainer_create: no parameter reaches the loss; create weights with "
+                              "nabla_parameter");
+    }
+    for (size_t i = 0; i < reached.size(); ++i) params.add("parameter " + std::to_string(i), reached[i]);
+    if (n_no_decay > 0) c.need(no_decay, "no_decay");
+    std::vector<size_t> undecayed;
+    for (size_t i = 0; i < n_no_decay; ++i) {
+      const nabla::Tensor& t = c.tensor(ctx, no_decay[i], "no_decay[" + std::to_string(i) + "]");
+      size_t slot = 0;
+      while (slot < reached.size() && reached[slot].node() != t.node()) ++slot;
+      if (slot == reached.size()) {
+        c.argument_error("no_decay[" + std::to_string(i) + "] (" + nabla::to_string(t) +
+                         ") is not a parameter that reaches the loss");
+      }
+      undecayed.push_back(slot);
+    }
+
+    nabla::ExecOptions options{.threads = threads, .bf16_matmul = (flags & NABLA_TRAIN_BF16_MATMUL) != 0};
+    auto trainer = std::make_unique<nabla_trainer>();
+    trainer->ctx = ctx;
+    trainer->step = std::make_unique<nabla::TrainStep>(
+        objective, params, outputs, nabla::optim::AdamWConfig{beta1, beta2, eps, weight_decay}, options, 1,
+        (flags & NABLA_TRAIN_LOW_MEMORY) != 0);
+    for (size_t slot : undecayed) trainer->step->optimizer().set_decay(slot, false);
+    context.trainers.push_back(std::move(trainer));
+    *out = context.trainers.back().get();
+  });
+}
+
+nabla_status nabla_trainer_run(nabla_trainer* trainer, float* loss) {
+  return guard([&] {
+    nabla::TrainStep& step = *Call{"nabla_trainer_run"}.need(trainer, "trainer")->step;
+    trainer->ran = false;
+    step.run();
+    trainer->ran = true;
+    if (loss) *loss = step.loss();
+  });
+}
+
+nabla_status nabla_trainer_update(nabla_trainer* trainer, double lr, double clip, double* grad_norm) {
+  return guard([&] {
+    Call c{"nabla_trainer_update"};
+    nabla::TrainStep& step = *c.need(trainer, "trainer")->step;
+    if (!(clip >= 0)) c.argument_error("clip " + std::to_string(clip) + " is negative or NaN");
+    double norm = step.update(lr, clip);
+    if (grad_norm) *grad_norm = norm;
+  });
+}
+
+nabla_status nabla_trainer_read(nabla_trainer* trainer, nabla_tensor* t, void* dst, size_t bytes) {
+  return guard([&] {
+    Call c{"nabla_trainer_read"};
+    c.need(trainer, "trainer");
+    const nabla::Tensor& value = c.tensor(trainer->ctx, t, "t");
+    if (bytes > 0) c.need(dst, "dst");
+    if (value.is_leaf()) return read_leaf("nabla_trainer_read", value, dst, bytes);
+    if (!trainer->ran) {
+      throw nabla::UsageError("nabla_trainer_read: no values to read: the trainer has not run, or its last "
+                              "nabla_trainer_run failed");
+    }
+    trainer->step->executor().read(value, dst, bytes);
+  });
+}
+
+nabla_status nabla_trainer_parameters(nabla_trainer* trainer, int64_t* count, int64_t* elements) {
+  return guard([&] {
+    Call c{"nabla_trainer_parameters"};
+    const auto& slots = c.need(trainer, "trainer")->step->optimizer().slots();
+    int64_t total = 0;
+    for (const auto& slot : slots) total += slot.param.numel();
+    if (count) *count = static_cast<int64_t>(slots.size());
+    if (elements) *elements = total;
+  });
+}
+
+nabla_status nabla_trainer_steps(nabla_trainer* trainer, int64_t* out) {
+  return guard([&] {
+    Call c{"nabla_trainer_steps"};
+    *c.need(out, "out") = c.need(trainer, "trainer")->step->optimizer().steps();
+  });
+}
+
+void nabla_trainer_free(nabla_trainer* trainer) {
+  if (!trainer) return;
+  auto& owned = trainer->ctx->trainers;
+  for (auto it = owned.begin(); it != owned.end(); ++it) {
+    if (it->get() == trainer) {
+      owned.erase(it);
+      return;
+    }
+  }
 }
 
 }  // extern "C"

@@ -1,0 +1,331 @@
+/* Trains a small Vision Transformer through the C API with nabla_trainer, as
+ * an FFI framework would: a conv_2d patch embedding, a class token and
+ * position embedding, a pre-LN block with LayerNorm, fused multi-head
+ * attention and a GELU MLP, a final LayerNorm and a linear head under
+ * cross-entropy. This is the model ggml's auto-backward cannot train (no
+ * LayerNorm or GELU backward, conv_2d's non-contiguous gradient), built from
+ * C alone with its real ops.
+ *
+ * The task is synthetic but needs every part: 8x8 images whose class is the
+ * quadrant holding a bright square, under noise. Passing means the held-out
+ * accuracy reaches 95% and the loss falls below a tenth of its start; wrong
+ * gradients anywhere in the chain leave it near chance (25%). Then the same
+ * model trains a few steps with each trainer flag, and each new entry point's
+ * bad input comes back as a status with a message naming it.
+ *
+ * Dimensions: B images of 1 x 8 x 8, patch 4 (P = 4 patches, T = 5 tokens
+ * with the class token), width E = 16, H = 2 heads of D = 8, MLP width F = 32,
+ * K = 4 classes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nabla.h"
+
+enum { B = 32, S = 8, PATCH = 4, P = 4, T = 5, E = 16, H = 2, D = 8, F = 32, K = 4, STEPS = 120 };
+
+static int failures = 0;
+
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              nabla_last_error());                                                             \
+      ++failures;                                                                              \
+    }                                                                                          \
+  } while (0)
+
+#define OK(call)                                                                \
+  do {                                                                          \
+    nabla_status s_ = (call);                                                   \
+    if (s_ != NABLA_OK) {                                                       \
+      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call, \
+              nabla_status_string(s_), nabla_last_error());                     \
+      exit(1);                                                                  \
+    }                                                                           \
+  } while (0)
+
+/* A failed call with `status` whose message names `name`. */
+#define FAILS(call, status, name)                              \
+  do {                                                         \
+    CHECK((call) == (status));                                 \
+    CHECK(strstr(nabla_last_error(), (name)) != NULL);         \
+    printf("  %-28s %s\n", #status ":", nabla_last_error());   \
+  } while (0)
+
+static unsigned long long rng_state = 2024;
+static float uniform(float lo, float hi) {
+  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return lo + (hi - lo) * (float)((rng_state >> 40) & 0xFFFFFF) / (float)0x1000000;
+}
+
+/* A batch: image b is noise with a bright 3x3 square in quadrant labels[b]. */
+static void make_batch(float* images, int32_t* labels) {
+  for (int b = 0; b < B; ++b) {
+    int q = (int)uniform(0, K) % K;
+    labels[b] = q;
+    int top = (q / 2) * 4 + (int)uniform(0, 2), left = (q % 2) * 4 + (int)uniform(0, 2);
+    for (int i = 0; i < S; ++i)
+      for (int j = 0; j < S; ++j) {
+        int inside = i >= top && i < top + 3 && j >= left && j < left + 3;
+        images[(b * S + i) * S + j] = uniform(-0.5f, 0.5f) + (inside ? 1.5f : 0.0f);
+      }
+  }
+}
+
+typedef struct {
+  nabla_context* ctx;
+  nabla_tensor *images, *labels, *logits, *loss;
+  nabla_tensor *cls, *pos, *patch_w;
+} Vit;
+
+static nabla_tensor* param(nabla_context* ctx, int rank, const int64_t* shape, float std, float fill) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  float* data = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; ++i) data[i] = std > 0 ? uniform(-std, std) : fill;
+  nabla_tensor* t = NULL;
+  OK(nabla_parameter(ctx, NABLA_F32, rank, shape, data, &t));
+  free(data);
+  return t;
+}
+
+/* y = x w + b over the last axis. */
+static nabla_tensor* linear(nabla_context* ctx, nabla_tensor* x, int64_t in, int64_t out) {
+  int64_t ws[2] = {in, out}, bs[1] = {out};
+  nabla_tensor* y = NULL;
+  OK(nabla_matmul_add(ctx, x, param(ctx, 2, ws, 1.0f / sqrtf((float)in), 0), param(ctx, 1, bs, 0, 0), &y));
+  return y;
+}
+
+static nabla_tensor* norm(nabla_context* ctx, nabla_tensor* x) {
+  int64_t s[1] = {E};
+  nabla_tensor* y = NULL;
+  OK(nabla_layer_norm(ctx, x, param(ctx, 1, s, 0, 1), param(ctx, 1, s, 0, 0), 1e-6, &y));
+  return y;
+}
+
+static Vit build(void) {
+  Vit m;
+  nabla_context* ctx = NULL;
+  OK(nabla_context_create(&ctx));
+  m.ctx = ctx;
+  int64_t is[4] = {B, 1, S, S}, ls[1] = {B};
+  OK(nabla_tensor_from_data(ctx, NABLA_F32, 4, is, NULL, &m.images));
+  OK(nabla_tensor_from_data(ctx, NABLA_I32, 1, ls, NULL, &m.labels));
+
+  /* Patch embedding: conv [E, 1, 4, 4] stride 4 -> [B, E, 2, 2] -> tokens [B, P, E]. */
+  int64_t ws[4] = {E, 1, PATCH, PATCH}, es[1] = {E}, stride[2] = {PATCH, PATCH};
+  nabla_tensor *x = NULL, *tokens = NULL;
+  m.patch_w = param(ctx, 4, ws, 0.25f, 0);
+  OK(nabla_conv_2d(ctx, m.images, m.patch_w, param(ctx, 1, es, 0, 0), stride, NULL, NULL, 1, &x));
+  int64_t flat[3] = {B, E, P};
+  OK(nabla_reshape(ctx, x, 3, flat, &x));
+  OK(nabla_transpose(ctx, x, 1, 2, &tokens));
+
+  /* Class token first, then the position embedding. */
+  int64_t cs[3] = {1, 1, E}, cb[3] = {B, 1, E}, ps[3] = {1, T, E};
+  nabla_tensor* cls_b = NULL;
+  m.cls = param(ctx, 3, cs, 0.02f, 0);
+  m.pos = param(ctx, 3, ps, 0.02f, 0);
+  OK(nabla_expand(ctx, m.cls, 3, cb, &cls_b));
+  nabla_tensor* parts[2] = {cls_b, tokens};
+  OK(nabla_concat(ctx, parts, 2, 1, &x));
+  OK(nabla_add(ctx, x, m.pos, &x));
+
+  /* Attention: qkv [B, T, 3E] -> [B, T, 3, H, D]; q, k, v are [B, T, H, D] views. */
+  nabla_tensor *qkv = NULL, *q = NULL, *k = NULL, *v = NULL, *a = NULL, *h = NULL;
+  qkv = linear(ctx, norm(ctx, x), E, 3 * E);
+  int64_t split[5] = {B, T, 3, H, D}, heads[4] = {B, T, H, D}, merged[3] = {B, T, E};
+  OK(nabla_reshape(ctx, qkv, 5, split, &qkv));
+  nabla_tensor** qkv_parts[3] = {&q, &k, &v};
+  for (int i = 0; i < 3; ++i) {
+    OK(nabla_slice(ctx, qkv, 2, i, i + 1, 1, qkv_parts[i]));
+    OK(nabla_reshape(ctx, *qkv_parts[i], 4, heads, qkv_parts[i]));
+  }
+  OK(nabla_attention(ctx, q, k, v, 0, 0.0, &a));
+  OK(nabla_reshape(ctx, a, 3, merged, &a));
+  OK(nabla_add(ctx, x, linear(ctx, a, E, E), &x));
+
+  /* MLP with exact GELU, as timm's ViT. */
+  OK(nabla_gelu_erf(ctx, linear(ctx, norm(ctx, x), E, F), &h));
+  OK(nabla_add(ctx, x, linear(ctx, h, F, E), &x));
+
+  /* Head on the class token. */
+  int64_t rows[2] = {B, E};
+  OK(nabla_slice(ctx, norm(ctx, x), 1, 0, 1, 1, &x));
+  OK(nabla_reshape(ctx, x, 2, rows, &x));
+  m.logits = linear(ctx, x, E, K);
+  OK(nabla_cross_entropy(ctx, m.logits, m.labels, -100, &m.loss));
+  return m;
+}
+
+static nabla_trainer* make_trainer(Vit* m, int flags) {
+  nabla_trainer* trainer = NULL;
+  nabla_tensor* no_decay[2] = {m->cls, m->pos};
+  OK(nabla_trainer_create(m->ctx, m->loss, &m->logits, 1, 0.9, 0.999, 1e-8, 0.05, no_decay, 2, 2, flags,
+                          &trainer));
+  return trainer;
+}
+
+static float images[B * S * S];
+static int32_t labels[B];
+
+static void write_batch(Vit* m) {
+  make_batch(images, labels);
+  OK(nabla_tensor_write(m->ctx, m->images, images, sizeof images));
+  OK(nabla_tensor_write(m->ctx, m->labels, labels, sizeof labels));
+}
+
+/* Held-out accuracy over 4 fresh batches (a run without an update). */
+static double accuracy(Vit* m, nabla_trainer* trainer) {
+  int correct = 0;
+  for (int r = 0; r < 4; ++r) {
+    write_batch(m);
+    OK(nabla_trainer_run(trainer, NULL));
+    float logits[B * K];
+    OK(nabla_trainer_read(trainer, m->logits, logits, sizeof logits));
+    for (int b = 0; b < B; ++b) {
+      int best = 0;
+      for (int c = 1; c < K; ++c)
+        if (logits[b * K + c] > logits[b * K + best]) best = c;
+      correct += best == labels[b];
+    }
+  }
+  return correct / (4.0 * B);
+}
+
+static void train(void) {
+  Vit m = build();
+  nabla_trainer* trainer = make_trainer(&m, 0);
+  int64_t count = 0, elements = 0;
+  OK(nabla_trainer_parameters(trainer, &count, &elements));
+  CHECK(count == 20); /* patch w, b; cls; pos; 3 norms x 2; qkv, proj, fc1, fc2, head x 2 */
+  printf("vit: %lld parameters, %lld values\n", (long long)count, (long long)elements);
+
+  float patch_before[E * PATCH * PATCH], patch_after[E * PATCH * PATCH];
+  OK(nabla_tensor_read(m.ctx, m.patch_w, patch_before, sizeof patch_before));
+  float first = 0, last = 0;
+  for (int step = 0; step < STEPS; ++step) {
+    write_batch(&m);
+    float loss = 0;
+    double norm = 0;
+    OK(nabla_trainer_run(trainer, &loss));
+    OK(nabla_trainer_update(trainer, 3e-3, 1.0, &norm));
+    CHECK(isfinite(loss) && isfinite(norm) && norm > 0);
+    if (step == 0) first = loss;
+    last = loss;
+    if (step % 20 == 0 || step == STEPS - 1) printf("step %3d  loss %.4f  grad norm %.4f\n", step, loss, norm);
+  }
+  int64_t steps = 0;
+  OK(nabla_trainer_steps(trainer, &steps));
+  CHECK(steps == STEPS);
+  /* The update reached the leaves the caller holds. */
+  OK(nabla_tensor_read(m.ctx, m.patch_w, patch_after, sizeof patch_after));
+  CHECK(memcmp(patch_before, patch_after, sizeof patch_before) != 0);
+
+  double acc = accuracy(&m, trainer);
+  printf("held-out accuracy %.3f, loss %.4f -> %.4f\n", acc, first, last);
+  CHECK(acc >= 0.95);
+  CHECK(last < 0.1f * first);
+  nabla_trainer_free(trainer);
+  nabla_context_free(m.ctx);
+}
+
+/* The same start under each flag: a few steps, finite and falling. The
+ * parameters match the default trainer's to rounding (low memory changes
+ * no value without clipping; bf16 rounds the products' operands). */
+static void flags(void) {
+  const int variants[3] = {0, NABLA_TRAIN_LOW_MEMORY, NABLA_TRAIN_BF16_MATMUL};
+  float losses[3][10];
+  for (int f = 0; f < 3; ++f) {
+    rng_state = 7;
+    Vit m = build();
+    nabla_trainer* trainer = make_trainer(&m, variants[f]);
+    for (int step = 0; step < 10; ++step) {
+      write_batch(&m);
+      OK(nabla_trainer_run(trainer, &losses[f][step]));
+      OK(nabla_trainer_update(trainer, 3e-3, 0.0, NULL));
+    }
+    printf("flags %d: loss %.5f -> %.5f\n", variants[f], losses[f][0], losses[f][9]);
+    nabla_context_free(m.ctx); /* frees the trainer too */
+  }
+  for (int step = 0; step < 10; ++step) {
+    CHECK(fabsf(losses[1][step] - losses[0][step]) <= 1e-5f * fabsf(losses[0][step]));
+    CHECK(fabsf(losses[2][step] - losses[0][step]) <= 2e-2f * fabsf(losses[0][step]));
+  }
+  CHECK(losses[0][9] < losses[0][0]);
+}
+
+static void errors(void) {
+  printf("errors:\n");
+  nabla_context* ctx = NULL;
+  OK(nabla_context_create(&ctx));
+  int64_t xs[3] = {2, 3, 8}, gs[1] = {7}, ims[4] = {1, 2, 6, 6}, w3[3] = {4, 2, 3}, w4[4] = {4, 3, 3, 3},
+          ls[2] = {2, 3}, one[1] = {1};
+  nabla_tensor *x = NULL, *gamma = NULL, *image = NULL, *w_bad = NULL, *w_groups = NULL, *flabels = NULL,
+               *out = NULL, *loss = NULL, *w = NULL, *seed = NULL;
+  OK(nabla_tensor_from_data(ctx, NABLA_F32, 3, xs, NULL, &x));
+  OK(nabla_parameter(ctx, NABLA_F32, 1, gs, NULL, &gamma));
+  OK(nabla_tensor_from_data(ctx, NABLA_F32, 4, ims, NULL, &image));
+  OK(nabla_tensor_from_data(ctx, NABLA_F32, 3, w3, NULL, &w_bad));
+  OK(nabla_tensor_from_data(ctx, NABLA_F32, 4, w4, NULL, &w_groups));
+  OK(nabla_tensor_from_data(ctx, NABLA_F32, 2, ls, NULL, &flabels));
+  OK(nabla_tensor_from_data(ctx, NABLA_F32, 1, one, NULL, &seed));
+
+  FAILS(nabla_layer_norm(ctx, x, gamma, NULL, 1e-5, &out), NABLA_ERROR_SHAPE, "layer_norm");
+  FAILS(nabla_conv_2d(ctx, image, w_bad, NULL, NULL, NULL, NULL, 1, &out), NABLA_ERROR_SHAPE, "conv_2d");
+  FAILS(nabla_conv_2d(ctx, image, w_groups, NULL, NULL, NULL, NULL, 1, &out), NABLA_ERROR_SHAPE, "conv_2d");
+  FAILS(nabla_cross_entropy(ctx, x, flabels, -100, &out), NABLA_ERROR_DTYPE, "cross_entropy");
+  FAILS(nabla_max_pool_2d(ctx, image, NULL, NULL, NULL, &out), NABLA_ERROR_ARGUMENT, "kernel");
+  FAILS(nabla_rope(ctx, x, 0, 10000.0, 5, &out), NABLA_ERROR_ARGUMENT, "nabla_rope");
+  FAILS(nabla_dropout(ctx, x, 0.1, seed, 1, 0, &out), NABLA_ERROR_DTYPE, "dropout");
+  FAILS(nabla_attention(ctx, x, x, x, 0, 0.0, &out), NABLA_ERROR_SHAPE, "attention");
+  CHECK(out == NULL);
+
+  /* The trainer: a loss no parameter reaches, bad flags, an f64 loss,
+   * update and read before any run. */
+  nabla_trainer* trainer = NULL;
+  OK(nabla_sum(ctx, x, NULL, 0, 0, &loss));
+  FAILS(nabla_trainer_create(ctx, loss, NULL, 0, 0.9, 0.999, 1e-8, 0.0, NULL, 0, 1, 0, &trainer),
+        NABLA_ERROR_USAGE, "no parameter reaches the loss");
+  int64_t ws[2] = {8, 8}, ds[2] = {2, 8};
+  OK(nabla_parameter(ctx, NABLA_F32, 2, ws, NULL, &w));
+  OK(nabla_matmul(ctx, x, w, &out));
+  OK(nabla_sum(ctx, out, NULL, 0, 0, &loss));
+  FAILS(nabla_trainer_create(ctx, loss, NULL, 0, 0.9, 0.999, 1e-8, 0.0, NULL, 0, 1, 8, &trainer),
+        NABLA_ERROR_ARGUMENT, "unknown flags 8");
+  FAILS(nabla_trainer_create(ctx, loss, NULL, 0, 0.9, 0.999, 1e-8, 0.0, &gamma, 1, 1, 0, &trainer),
+        NABLA_ERROR_ARGUMENT, "no_decay[0]");
+  nabla_tensor *x64 = NULL, *w64 = NULL, *loss64 = NULL;
+  OK(nabla_tensor_from_data(ctx, NABLA_F64, 2, ds, NULL, &x64));
+  OK(nabla_parameter(ctx, NABLA_F64, 2, ws, NULL, &w64));
+  OK(nabla_matmul(ctx, x64, w64, &loss64));
+  OK(nabla_sum(ctx, loss64, NULL, 0, 0, &loss64));
+  FAILS(nabla_trainer_create(ctx, loss64, NULL, 0, 0.9, 0.999, 1e-8, 0.0, NULL, 0, 1, 0, &trainer),
+        NABLA_ERROR_DTYPE, "f32");
+  CHECK(trainer == NULL);
+  OK(nabla_trainer_create(ctx, loss, &out, 1, 0.9, 0.999, 1e-8, 0.0, NULL, 0, 1, 0, &trainer));
+  FAILS(nabla_trainer_update(trainer, 1e-3, 0.0, NULL), NABLA_ERROR_USAGE, "before any run");
+  float values[2 * 8];
+  FAILS(nabla_trainer_read(trainer, out, values, sizeof values), NABLA_ERROR_USAGE, "nabla_trainer_read");
+  OK(nabla_trainer_run(trainer, NULL));
+  FAILS(nabla_trainer_read(trainer, out, values, 4), NABLA_ERROR_SHAPE, "bytes");
+  FAILS(nabla_trainer_update(trainer, 1e-3, -1.0, NULL), NABLA_ERROR_ARGUMENT, "clip");
+  FAILS(nabla_trainer_run(NULL, NULL), NABLA_ERROR_ARGUMENT, "trainer");
+  nabla_context_free(ctx);
+}
+
+int main(void) {
+  train();
+  flags();
+  errors();
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("ok\n");
+  return 0;
+}
