@@ -331,8 +331,12 @@ nabla_status nabla_trainer_update(nabla_trainer* trainer, double lr, double clip
 /* Copies the value of the loss, an extra, or a leaf (a parameter's current
  * value) into dst; `bytes` must be numel * element size. */
 nabla_status nabla_trainer_read(nabla_trainer* trainer, nabla_tensor* t, void* dst, size_t bytes);
-/* The number of parameters the trainer updates, and of optimizer steps taken. */
-nabla_status nabla_trainer_parameters(nabla_trainer* trainer, int64_t* count, int64_t* elements);
+/* How many parameters the trainer updates, their total element count, and
+ * how many of their gradients NABLA_TRAIN_LOW_MEMORY keeps as factors (0
+ * without the flag). Any out-pointer may be NULL. */
+nabla_status nabla_trainer_parameters(nabla_trainer* trainer, int64_t* count, int64_t* elements,
+                                      int64_t* factored);
+/* Optimizer steps taken. */
 nabla_status nabla_trainer_steps(nabla_trainer* trainer, int64_t* out);
 void nabla_trainer_free(nabla_trainer* trainer);
 

@@ -784,14 +784,17 @@ nabla_status nabla_trainer_read(nabla_trainer* trainer, nabla_tensor* t, void* d
   });
 }
 
-nabla_status nabla_trainer_parameters(nabla_trainer* trainer, int64_t* count, int64_t* elements) {
+nabla_status nabla_trainer_parameters(nabla_trainer* trainer, int64_t* count, int64_t* elements,
+                                      int64_t* factored) {
   return guard([&] {
     Call c{"nabla_trainer_parameters"};
-    const auto& slots = c.need(trainer, "trainer")->step->optimizer().slots();
+    const nabla::TrainStep& step = *c.need(trainer, "trainer")->step;
+    const auto& slots = step.optimizer().slots();
     int64_t total = 0;
     for (const auto& slot : slots) total += slot.param.numel();
     if (count) *count = static_cast<int64_t>(slots.size());
     if (elements) *elements = total;
+    if (factored) *factored = step.factored_gradients();
   });
 }
 

@@ -264,7 +264,7 @@ def test_ops():
 # ---- Training: the same ViT in nabla (through the C API) and in torch.
 
 B, C, HH, WW, E, HEADS, FF, K = 6, 3, 12, 10, 16, 2, 32, 5
-STEPS, LR, WD, CLIP, EPS = 4, 1e-2, 0.05, 1.0, 1e-6
+STEPS, LR, WD, CLIP, EPS = 4, 1e-2, 0.05, 1.0, 1e-4
 
 
 def init_weights():
@@ -402,11 +402,16 @@ def test_training():
         got = nb.read(P[n], lambda h, dst, nbytes: nb.lib.nabla_trainer_read(trainer, h, dst, nbytes)).double()
         moved = (param64[n] - w[n].double()).abs().max().item()
         expect(moved > 0.1 * LR, f"{n}: the f64 run moved it by only {moved}")
-        err = (got - param64[n]).abs().max().item()
-        ref_err = (param32[n] - param64[n]).abs().max().item()
-        ok = err <= 4 * ref_err + 1e-7
-        print(f"  {n:8s} {'ok ' if ok else 'BAD'} off f64 by {err:.1e} (torch-f32 {ref_err:.1e}), moved {moved:.1e}")
-        expect(ok, f"{n}: nabla is {err:.3e} from torch-f64 after {STEPS} steps, torch-f32 is {ref_err:.3e}")
+        # The largest error catches a wrong element; the mean, a bias in
+        # every element smaller than the rounding noise of the worst one.
+        diff, ref_diff = (got - param64[n]).abs(), (param32[n] - param64[n]).abs()
+        err, ref_err = diff.max().item(), ref_diff.max().item()
+        mean, ref_mean = diff.mean().item(), ref_diff.mean().item()
+        ok = err <= 4 * ref_err and mean <= 2 * ref_mean
+        print(f"  {n:8s} {'ok ' if ok else 'BAD'} off f64 by {err:.1e} max, {mean:.1e} mean "
+              f"(torch-f32 {ref_err:.1e}, {ref_mean:.1e}), moved {moved:.1e}")
+        expect(ok, f"{n}: nabla is {err:.3e} (mean {mean:.3e}) from torch-f64 after {STEPS} steps, "
+                   f"torch-f32 {ref_err:.3e} ({ref_mean:.3e})")
     nb.close()
 
 

@@ -22,44 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nabla.h"
+#include "check.h"
 
 enum { B = 32, S = 8, PATCH = 4, P = 4, T = 5, E = 16, H = 2, D = 8, F = 32, K = 4, STEPS = 120 };
 
-static int failures = 0;
-
-#define CHECK(cond)                                                                            \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              nabla_last_error());                                                             \
-      ++failures;                                                                              \
-    }                                                                                          \
-  } while (0)
-
-#define OK(call)                                                                \
-  do {                                                                          \
-    nabla_status s_ = (call);                                                   \
-    if (s_ != NABLA_OK) {                                                       \
-      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call, \
-              nabla_status_string(s_), nabla_last_error());                     \
-      exit(1);                                                                  \
-    }                                                                           \
-  } while (0)
-
-/* A failed call with `status` whose message names `name`. */
-#define FAILS(call, status, name)                              \
-  do {                                                         \
-    CHECK((call) == (status));                                 \
-    CHECK(strstr(nabla_last_error(), (name)) != NULL);         \
-    printf("  %-28s %s\n", #status ":", nabla_last_error());   \
-  } while (0)
-
-static unsigned long long rng_state = 2024;
-static float uniform(float lo, float hi) {
-  rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-  return lo + (hi - lo) * (float)((rng_state >> 40) & 0xFFFFFF) / (float)0x1000000;
-}
 
 /* A batch: image b is noise with a bright 3x3 square in quadrant labels[b]. */
 static void make_batch(float* images, int32_t* labels) {
@@ -201,7 +167,7 @@ static void train(void) {
   Vit m = build();
   nabla_trainer* trainer = make_trainer(&m, 0);
   int64_t count = 0, elements = 0;
-  OK(nabla_trainer_parameters(trainer, &count, &elements));
+  OK(nabla_trainer_parameters(trainer, &count, &elements, NULL));
   CHECK(count == 20); /* patch w, b; cls; pos; 3 norms x 2; qkv, proj, fc1, fc2, head x 2 */
   printf("vit: %lld parameters, %lld values\n", (long long)count, (long long)elements);
 
@@ -322,10 +288,5 @@ int main(void) {
   train();
   flags();
   errors();
-  if (failures) {
-    fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("ok\n");
-  return 0;
+  return finish();
 }

@@ -1,0 +1,187 @@
+# A small Ruby binding of nabla's C API (include/nabla.h) over Debian's
+# ruby-ffi: what a Ruby ML framework would write to train real models
+# through nabla. Only the entry points the examples use are attached; each
+# one is a line in SIGNATURES.
+#
+#   Nabla.load("build/libnabla.so")
+#   ctx = Nabla::Context.new
+#   w = ctx.parameter([4, 3], values)          # f32 unless dtype: is given
+#   y = ctx.op(:gelu_erf, ctx.op(:matmul, x, w))
+#
+# A failed call raises Nabla::Error with nabla's own message.
+require "ffi"
+
+module Nabla
+  extend FFI::Library
+
+  class Error < StandardError; end
+
+  F32, F64, I32 = 0, 1, 2
+  TRAIN_BF16_MATMUL, TRAIN_LOW_MEMORY = 1, 2
+
+  P = :pointer
+  SIGNATURES = {
+    nabla_last_error: [[], :string],
+    nabla_context_create: [[P], :int],
+    nabla_context_free: [[P], :void],
+    nabla_tensor_from_data: [[P, :int, :int, P, P, P], :int],
+    nabla_parameter: [[P, :int, :int, P, P, P], :int],
+    nabla_tensor_write: [[P, P, P, :size_t], :int],
+    nabla_tensor_read: [[P, P, P, :size_t], :int],
+    nabla_tensor_rank: [[P, P], :int],
+    nabla_tensor_shape: [[P, P, :int], :int],
+    nabla_tensor_dtype: [[P, P], :int],
+    nabla_add: [[P, P, P, P], :int],
+    nabla_mul: [[P, P, P, P], :int],
+    nabla_matmul_add: [[P, P, P, P, P], :int],
+    nabla_scale: [[P, P, :double, P], :int],
+    nabla_gelu_erf: [[P, P, P], :int],
+    nabla_reshape: [[P, P, :int, P, P], :int],
+    nabla_expand: [[P, P, :int, P, P], :int],
+    nabla_transpose: [[P, P, :int64, :int64, P], :int],
+    nabla_slice: [[P, P, :int64, :int64, :int64, :int64, P], :int],
+    nabla_concat: [[P, P, :size_t, :int64, P], :int],
+    nabla_layer_norm: [[P, P, P, P, :double, P], :int],
+    nabla_attention: [[P, P, P, P, :int, :double, P], :int],
+    nabla_conv_2d: [[P, P, P, P, P, P, P, :int64, P], :int],
+    nabla_cross_entropy: [[P, P, P, :int64, P], :int],
+    nabla_argmax: [[P, P, :int64, :int, P], :int],
+    nabla_compute: [[P, P, :size_t, :int], :int],
+    nabla_trainer_create: [[P, P, P, :size_t, :double, :double, :double, :double, P, :size_t, :int, :int, P], :int],
+    nabla_trainer_run: [[P, P], :int],
+    nabla_trainer_update: [[P, :double, :double, P], :int],
+    nabla_trainer_read: [[P, P, P, :size_t], :int],
+    nabla_trainer_parameters: [[P, P, P, P], :int]
+  }.freeze
+
+  def self.load(path)
+    ffi_lib path
+    SIGNATURES.each { |name, (args, ret)| attach_function name, args, ret }
+  end
+
+  def self.check(status)
+    raise Error, "#{nabla_last_error} (status #{status})" unless status.zero?
+  end
+
+  def self.int64s(values)
+    FFI::MemoryPointer.new(:int64, [values.size, 1].max).tap { |m| m.write_array_of_int64(values) }
+  end
+
+  def self.pointers(values)
+    FFI::MemoryPointer.new(:pointer, [values.size, 1].max).tap { |m| m.write_array_of_pointer(values) }
+  end
+
+  # Element type and FFI pack code per dtype.
+  PACK = { F32 => ["e*", 4], F64 => ["E*", 8], I32 => ["l<*", 4] }.freeze
+
+  # A tensor handle: its context owns it.
+  Tensor = Struct.new(:ptr, :shape, :dtype) do
+    def numel = shape.reduce(1, :*)
+  end
+
+  class Context
+    def initialize
+      out = FFI::MemoryPointer.new(:pointer)
+      Nabla.check(Nabla.nabla_context_create(out))
+      @ctx = out.read_pointer
+      ObjectSpace.define_finalizer(self, Context.release(@ctx))
+    end
+
+    def self.release(ctx) = proc { Nabla.nabla_context_free(ctx) }
+
+    attr_reader :ctx
+
+    def tensor(shape, values = nil, dtype: F32) = leaf(:nabla_tensor_from_data, shape, values, dtype)
+    def parameter(shape, values, dtype: F32) = leaf(:nabla_parameter, shape, values, dtype)
+
+    # nabla_<name>(ctx, *args, &out): Tensors go as handles, Arrays of
+    # integers as int64 arrays, nil as NULL.
+    def op(name, *args)
+      out = FFI::MemoryPointer.new(:pointer)
+      args = args.map do |a|
+        case a
+        when Tensor then a.ptr
+        when Array then Nabla.int64s(a)
+        else a
+        end
+      end
+      Nabla.check(Nabla.send(:"nabla_#{name}", @ctx, *args, out))
+      wrap(out.read_pointer)
+    end
+
+    def write(t, values)
+      bytes = values.pack(PACK.fetch(t.dtype)[0])
+      Nabla.check(Nabla.nabla_tensor_write(@ctx, t.ptr, FFI::MemoryPointer.from_string(bytes), bytes.bytesize))
+    end
+
+    def read(t)
+      code, size = PACK.fetch(t.dtype)
+      buf = FFI::MemoryPointer.new(:char, [t.numel * size, 1].max)
+      Nabla.check(Nabla.nabla_tensor_read(@ctx, t.ptr, buf, t.numel * size))
+      buf.read_bytes(t.numel * size).unpack(code)
+    end
+
+    def compute(outputs, threads: 0)
+      Nabla.check(Nabla.nabla_compute(@ctx, Nabla.pointers(outputs.map(&:ptr)), outputs.size, threads))
+    end
+
+    def wrap(ptr)
+      rank = FFI::MemoryPointer.new(:int)
+      Nabla.check(Nabla.nabla_tensor_rank(ptr, rank))
+      dims = FFI::MemoryPointer.new(:int64, [rank.read_int, 1].max)
+      Nabla.check(Nabla.nabla_tensor_shape(ptr, dims, rank.read_int))
+      dtype = FFI::MemoryPointer.new(:int)
+      Nabla.check(Nabla.nabla_tensor_dtype(ptr, dtype))
+      Tensor.new(ptr, dims.read_array_of_int64(rank.read_int), dtype.read_int)
+    end
+
+    private
+
+    def leaf(fn, shape, values, dtype)
+      data = nil
+      if values
+        bytes = values.pack(PACK.fetch(dtype)[0])
+        data = FFI::MemoryPointer.from_string(bytes)
+      end
+      out = FFI::MemoryPointer.new(:pointer)
+      Nabla.check(Nabla.send(fn, @ctx, dtype, shape.size, Nabla.int64s(shape), data, out))
+      Tensor.new(out.read_pointer, shape.dup, dtype)
+    end
+  end
+
+  # Forward, backward and a fused AdamW step over every parameter the loss
+  # reaches, compiled once (nabla_trainer_*).
+  class Trainer
+    def initialize(ctx, loss, extras: [], betas: [0.9, 0.999], eps: 1e-8, weight_decay: 0.05,
+                   no_decay: [], threads: 0, flags: 0)
+      @ctx = ctx
+      out = FFI::MemoryPointer.new(:pointer)
+      Nabla.check(Nabla.nabla_trainer_create(ctx.ctx, loss.ptr, Nabla.pointers(extras.map(&:ptr)), extras.size,
+                                             betas[0], betas[1], eps, weight_decay,
+                                             Nabla.pointers(no_decay.map(&:ptr)), no_decay.size,
+                                             threads, flags, out))
+      @trainer = out.read_pointer
+    end
+
+    # Runs forward and backward; returns the loss.
+    def run
+      loss = FFI::MemoryPointer.new(:float)
+      Nabla.check(Nabla.nabla_trainer_run(@trainer, loss))
+      loss.read_float
+    end
+
+    # One AdamW step; returns the gradient norm before clipping.
+    def update(lr, clip: 0.0)
+      norm = FFI::MemoryPointer.new(:double)
+      Nabla.check(Nabla.nabla_trainer_update(@trainer, lr, clip, norm))
+      norm.read_double
+    end
+
+    def parameters
+      count = FFI::MemoryPointer.new(:int64)
+      elements = FFI::MemoryPointer.new(:int64)
+      Nabla.check(Nabla.nabla_trainer_parameters(@trainer, count, elements, nil))
+      [count.read_int64, elements.read_int64]
+    end
+  end
+end
