@@ -10,43 +10,20 @@
  * Then NABLA_TRAIN_LOW_MEMORY must keep weight gradients as factors (32
  * tokens against 64 x 256 weights) and train to the same losses.
  *
- * Dimensions: Bt sequences of T tokens from V, width E, H heads of D, MLP F.
+ * Dimensions: Bt sequences of T tokens from V, width E, H heads, MLP F.
  */
 #include <math.h>
 
 #include "check.h"
 
-enum { Bt = 4, T = 8, V = 16, E = 64, H = 2, D = 32, F = 256, STEPS = 400 };
+enum { Bt = 4, T = 8, V = 16, E = 64, H = 2, F = 256, STEPS = 400 };
 
 typedef struct {
   nabla_context* ctx;
   nabla_tensor *tokens, *targets, *logits, *loss, *wpe;
 } Gpt;
 
-static nabla_tensor* param(nabla_context* ctx, int rank, const int64_t* shape, float std, float fill) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
-  float* data = malloc(sizeof(float) * (size_t)n);
-  for (int64_t i = 0; i < n; ++i) data[i] = std > 0 ? uniform(-std, std) : fill;
-  nabla_tensor* t = NULL;
-  OK(nabla_parameter(ctx, NABLA_F32, rank, shape, data, &t));
-  free(data);
-  return t;
-}
-
-static nabla_tensor* linear(nabla_context* ctx, nabla_tensor* x, int64_t in, int64_t out) {
-  int64_t ws[2] = {in, out}, bs[1] = {out};
-  nabla_tensor* y = NULL;
-  OK(nabla_matmul_add(ctx, x, param(ctx, 2, ws, 1.0f / sqrtf((float)in), 0), param(ctx, 1, bs, 0, 0), &y));
-  return y;
-}
-
-static nabla_tensor* norm(nabla_context* ctx, nabla_tensor* x) {
-  int64_t s[1] = {E};
-  nabla_tensor* y = NULL;
-  OK(nabla_layer_norm(ctx, x, param(ctx, 1, s, 0, 1), param(ctx, 1, s, 0, 0), 1e-5, &y));
-  return y;
-}
+static nabla_tensor* norm(nabla_context* ctx, nabla_tensor* x) { return layer_norm(ctx, x, E, 1e-5); }
 
 static Gpt build(void) {
   Gpt m;
@@ -58,23 +35,10 @@ static Gpt build(void) {
   OK(nabla_tensor_from_data(ctx, NABLA_I32, 2, ts, NULL, &m.targets));
   nabla_tensor* wte = param(ctx, 2, wte_s, 0.1f, 0);
   m.wpe = param(ctx, 2, wpe_s, 0.1f, 0);
-  nabla_tensor *x = NULL, *qkv = NULL, *q = NULL, *k = NULL, *v = NULL, *a = NULL, *h = NULL, *head = NULL;
+  nabla_tensor *x = NULL, *head = NULL;
   OK(nabla_get_rows(ctx, wte, m.tokens, &x));
   OK(nabla_add(ctx, x, m.wpe, &x));
-
-  qkv = linear(ctx, norm(ctx, x), E, 3 * E);
-  int64_t split[5] = {Bt, T, 3, H, D}, heads[4] = {Bt, T, H, D}, merged[3] = {Bt, T, E};
-  OK(nabla_reshape(ctx, qkv, 5, split, &qkv));
-  nabla_tensor** parts[3] = {&q, &k, &v};
-  for (int i = 0; i < 3; ++i) {
-    OK(nabla_slice(ctx, qkv, 2, i, i + 1, 1, parts[i]));
-    OK(nabla_reshape(ctx, *parts[i], 4, heads, parts[i]));
-  }
-  OK(nabla_attention(ctx, q, k, v, 1, 0.0, &a));
-  OK(nabla_reshape(ctx, a, 3, merged, &a));
-  OK(nabla_add(ctx, x, linear(ctx, a, E, E), &x));
-  OK(nabla_gelu(ctx, linear(ctx, norm(ctx, x), E, F), &h));
-  OK(nabla_add(ctx, x, linear(ctx, h, F, E), &x));
+  x = transformer_block(ctx, x, Bt, T, E, H, F, 1, 1e-5, nabla_gelu);
 
   /* The head is the token embedding, transposed (GPT-2's tied lm_head). */
   OK(nabla_transpose(ctx, wte, 0, 1, &head));

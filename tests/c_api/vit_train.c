@@ -14,7 +14,7 @@
  * bad input comes back as a status with a message naming it.
  *
  * Dimensions: B images of 1 x 8 x 8, patch 4 (P = 4 patches, T = 5 tokens
- * with the class token), width E = 16, H = 2 heads of D = 8, MLP width F = 32,
+ * with the class token), width E = 16, H = 2 heads, MLP width F = 32,
  * K = 4 classes.
  */
 #include <math.h>
@@ -24,7 +24,7 @@
 
 #include "check.h"
 
-enum { B = 32, S = 8, PATCH = 4, P = 4, T = 5, E = 16, H = 2, D = 8, F = 32, K = 4, STEPS = 120 };
+enum { B = 32, S = 8, PATCH = 4, P = 4, T = 5, E = 16, H = 2, F = 32, K = 4, STEPS = 120 };
 
 
 /* A batch: image b is noise with a bright 3x3 square in quadrant labels[b]. */
@@ -47,31 +47,7 @@ typedef struct {
   nabla_tensor *cls, *pos, *patch_w;
 } Vit;
 
-static nabla_tensor* param(nabla_context* ctx, int rank, const int64_t* shape, float std, float fill) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
-  float* data = malloc(sizeof(float) * (size_t)n);
-  for (int64_t i = 0; i < n; ++i) data[i] = std > 0 ? uniform(-std, std) : fill;
-  nabla_tensor* t = NULL;
-  OK(nabla_parameter(ctx, NABLA_F32, rank, shape, data, &t));
-  free(data);
-  return t;
-}
-
-/* y = x w + b over the last axis. */
-static nabla_tensor* linear(nabla_context* ctx, nabla_tensor* x, int64_t in, int64_t out) {
-  int64_t ws[2] = {in, out}, bs[1] = {out};
-  nabla_tensor* y = NULL;
-  OK(nabla_matmul_add(ctx, x, param(ctx, 2, ws, 1.0f / sqrtf((float)in), 0), param(ctx, 1, bs, 0, 0), &y));
-  return y;
-}
-
-static nabla_tensor* norm(nabla_context* ctx, nabla_tensor* x) {
-  int64_t s[1] = {E};
-  nabla_tensor* y = NULL;
-  OK(nabla_layer_norm(ctx, x, param(ctx, 1, s, 0, 1), param(ctx, 1, s, 0, 0), 1e-6, &y));
-  return y;
-}
+static nabla_tensor* norm(nabla_context* ctx, nabla_tensor* x) { return layer_norm(ctx, x, E, 1e-6); }
 
 static Vit build(void) {
   Vit m;
@@ -101,23 +77,8 @@ static Vit build(void) {
   OK(nabla_concat(ctx, parts, 2, 1, &x));
   OK(nabla_add(ctx, x, m.pos, &x));
 
-  /* Attention: qkv [B, T, 3E] -> [B, T, 3, H, D]; q, k, v are [B, T, H, D] views. */
-  nabla_tensor *qkv = NULL, *q = NULL, *k = NULL, *v = NULL, *a = NULL, *h = NULL;
-  qkv = linear(ctx, norm(ctx, x), E, 3 * E);
-  int64_t split[5] = {B, T, 3, H, D}, heads[4] = {B, T, H, D}, merged[3] = {B, T, E};
-  OK(nabla_reshape(ctx, qkv, 5, split, &qkv));
-  nabla_tensor** qkv_parts[3] = {&q, &k, &v};
-  for (int i = 0; i < 3; ++i) {
-    OK(nabla_slice(ctx, qkv, 2, i, i + 1, 1, qkv_parts[i]));
-    OK(nabla_reshape(ctx, *qkv_parts[i], 4, heads, qkv_parts[i]));
-  }
-  OK(nabla_attention(ctx, q, k, v, 0, 0.0, &a));
-  OK(nabla_reshape(ctx, a, 3, merged, &a));
-  OK(nabla_add(ctx, x, linear(ctx, a, E, E), &x));
-
-  /* MLP with exact GELU, as timm's ViT. */
-  OK(nabla_gelu_erf(ctx, linear(ctx, norm(ctx, x), E, F), &h));
-  OK(nabla_add(ctx, x, linear(ctx, h, F, E), &x));
+  /* One block; its MLP uses the exact GELU, as timm's ViT. */
+  x = transformer_block(ctx, x, B, T, E, H, F, 0, 1e-6, nabla_gelu_erf);
 
   /* Head on the class token. */
   int64_t rows[2] = {B, E};
