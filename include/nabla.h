@@ -283,6 +283,22 @@ nabla_status nabla_compute(nabla_context* ctx, nabla_tensor* const* outputs, siz
  * nabla_compute (or a view of one). */
 nabla_status nabla_tensor_read(nabla_context* ctx, nabla_tensor* t, void* dst, size_t bytes);
 
+/* ---- Checkpoints (safetensors, the format PyTorch, timm and Hugging Face
+ * read; see docs/formats.md)
+ *
+ * nabla_save_safetensors writes leaves (parameters, or any tensor made by
+ * nabla_tensor_from_data) under `names` (n of each), at their dtype: to a
+ * temporary beside `path`, flushed, then renamed over it, so a crash leaves
+ * the old file or the new one. nabla_load_safetensors reads the tensor named
+ * names[i] into leaf tensors[i], which must have its shape (and, after the
+ * widening that loading does: f16/bf16 to f32, integers to i32, its dtype).
+ * Every name is checked before any leaf is written: a file that does not fit
+ * changes nothing. */
+nabla_status nabla_save_safetensors(nabla_context* ctx, const char* path, const char* const* names,
+                                    nabla_tensor* const* tensors, size_t n);
+nabla_status nabla_load_safetensors(nabla_context* ctx, const char* path, const char* const* names,
+                                    nabla_tensor* const* tensors, size_t n);
+
 /* ---- Training step
  *
  * A trainer compiles forward, loss, backward and a fused AdamW update over
@@ -336,6 +352,10 @@ nabla_status nabla_trainer_read(nabla_trainer* trainer, nabla_tensor* t, void* d
  * without the flag). Any out-pointer may be NULL. */
 nabla_status nabla_trainer_parameters(nabla_trainer* trainer, int64_t* count, int64_t* elements,
                                       int64_t* factored);
+/* The handle of the index-th parameter the trainer updates (0 <= index <
+ * count), in the order the loss first reaches them: to save or inspect
+ * every parameter without keeping track of them. */
+nabla_status nabla_trainer_parameter(nabla_trainer* trainer, int64_t index, nabla_tensor** out);
 /* Optimizer steps taken. */
 nabla_status nabla_trainer_steps(nabla_trainer* trainer, int64_t* out);
 void nabla_trainer_free(nabla_trainer* trainer);

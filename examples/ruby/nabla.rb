@@ -47,6 +47,8 @@ module Nabla
     nabla_cross_entropy: [[P, P, P, :int64, P], :int],
     nabla_argmax: [[P, P, :int64, :int, P], :int],
     nabla_compute: [[P, P, :size_t, :int], :int],
+    nabla_save_safetensors: [[P, :string, P, P, :size_t], :int],
+    nabla_load_safetensors: [[P, :string, P, P, :size_t], :int],
     nabla_trainer_create: [[P, P, P, :size_t, :double, :double, :double, :double, P, :size_t, :int, :int, P], :int],
     nabla_trainer_run: [[P, P], :int],
     nabla_trainer_update: [[P, :double, :double, P], :int],
@@ -125,6 +127,10 @@ module Nabla
       Nabla.check(Nabla.nabla_compute(@ctx, Nabla.pointers(outputs.map(&:ptr)), outputs.size, threads))
     end
 
+    # Checkpoints: [[name, tensor], ...] to and from a safetensors file.
+    def save(path, named) = safetensors(:nabla_save_safetensors, path, named)
+    def load(path, named) = safetensors(:nabla_load_safetensors, path, named)
+
     def wrap(ptr)
       rank = FFI::MemoryPointer.new(:int)
       Nabla.check(Nabla.nabla_tensor_rank(ptr, rank))
@@ -136,6 +142,12 @@ module Nabla
     end
 
     private
+
+    def safetensors(fn, path, named)
+      names = named.map { |name, _| FFI::MemoryPointer.from_string(name) }
+      Nabla.check(Nabla.send(fn, @ctx, path, Nabla.pointers(names), Nabla.pointers(named.map { |_, t| t.ptr }),
+                             named.size))
+    end
 
     def leaf(fn, shape, values, dtype)
       data = nil

@@ -7,10 +7,15 @@
 # timm's structure.
 #
 # Usage: train_vit.rb [--lib build/libnabla.so] [--steps 600] [--batch 64]
-#                     [--threads 0] [--min-accuracy A]
+#                     [--threads 0] [--min-accuracy A] [--save vit.safetensors]
+#                     [--logits FILE]
 # Data: Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
-# Prints the loss as it trains and the accuracy on the first 2,000 test
-# images; with --min-accuracy, exits 1 below it.
+# Prints the loss as it trains and the accuracy on the first 1,984 test
+# images; with --min-accuracy, exits 1 below it. --save writes the weights
+# with timm's names and layouts (a Linear's weight is [out, in]), which load
+# into timm's VisionTransformer(img_size=28, patch_size=7, in_chans=1,
+# embed_dim=64, depth=2, num_heads=4, mlp_ratio=2, num_classes=10) on inputs
+# normalised as below; --logits writes those test images' logits (f32, raw).
 require "optparse"
 require "zlib"
 require_relative "nabla"
@@ -25,6 +30,8 @@ OptionParser.new do |o|
   o.on("--lr X", Float) { |v| opts[:lr] = v }
   o.on("--data DIR") { |v| opts[:data] = v }
   o.on("--min-accuracy A", Float) { |v| opts[:min_accuracy] = v }
+  o.on("--save PATH") { |v| opts[:save] = v }
+  o.on("--logits PATH") { |v| opts[:logits] = v }
 end.parse!
 Nabla.load(opts[:lib])
 
@@ -56,33 +63,45 @@ init = lambda do |shape, std: 0.02|
     std * z
   end
 end
-param = ->(shape, std: 0.02) { ctx.parameter(shape, init.call(shape, std: std)) }
-zeros = ->(shape) { ctx.parameter(shape, Array.new(shape.reduce(:*), 0.0)) }
-ones = ->(shape) { ctx.parameter(shape, Array.new(shape.reduce(:*), 1.0)) }
-linear = ->(x, i, o) { ctx.op(:matmul_add, x, param.call([i, o]), zeros.call([o])) }
-norm = ->(x) { ctx.op(:layer_norm, x, ones.call([E]), zeros.call([E]), 1e-6) }
+# Parameters under timm's names, in the order of its state dict.
+named = []
+param = lambda do |name, shape, values|
+  ctx.parameter(shape, values).tap { |t| named << [name, t] }
+end
+normal = ->(name, shape) { param.call(name, shape, init.call(shape)) }
+zeros = ->(name, shape) { param.call(name, shape, Array.new(shape.reduce(:*), 0.0)) }
+ones = ->(name, shape) { param.call(name, shape, Array.new(shape.reduce(:*), 1.0)) }
+# A Linear as PyTorch stores it: weight [out, in], read transposed (a view).
+linear = lambda do |x, name, i, o|
+  w = ctx.op(:transpose, normal.call("#{name}.weight", [o, i]), 0, 1)
+  ctx.op(:matmul_add, x, w, zeros.call("#{name}.bias", [o]))
+end
+norm = ->(x, name) { ctx.op(:layer_norm, x, ones.call("#{name}.weight", [E]), zeros.call("#{name}.bias", [E]), 1e-6) }
 
 images = ctx.tensor([B, 1, S, S])
 labels = ctx.tensor([B], dtype: Nabla::I32)
 # Pixels arrive as 0..255; normalise with Fashion-MNIST's mean and std.
 mean = ctx.tensor([1], [-0.2860 / 0.3530])
 x = ctx.op(:add, ctx.op(:scale, images, 1.0 / (255 * 0.3530)), mean)
-x = ctx.op(:conv_2d, x, param.call([E, 1, PATCH, PATCH]), zeros.call([E]), [PATCH, PATCH], nil, nil, 1)
+cls = zeros.call("cls_token", [1, 1, E])
+pos = normal.call("pos_embed", [1, T, E])
+x = ctx.op(:conv_2d, x, normal.call("patch_embed.proj.weight", [E, 1, PATCH, PATCH]),
+           zeros.call("patch_embed.proj.bias", [E]), [PATCH, PATCH], nil, nil, 1)
 x = ctx.op(:transpose, ctx.op(:reshape, x, 3, [B, E, T - 1]), 1, 2)
-cls = param.call([1, 1, E])
-pos = param.call([1, T, E])
 x = ctx.op(:concat, Nabla.pointers([ctx.op(:expand, cls, 3, [B, 1, E]).ptr, x.ptr]), 2, 1)
 x = ctx.op(:add, x, pos)
-DEPTH.times do
-  qkv = ctx.op(:reshape, linear.call(norm.call(x), E, 3 * E), 5, [B, T, 3, HEADS, E / HEADS])
-  q, k, v = (0..2).map { |i| ctx.op(:reshape, ctx.op(:slice, qkv, 2, i, i + 1, 1), 4, [B, T, HEADS, E / HEADS]) }
+DEPTH.times do |i|
+  block = "blocks.#{i}"
+  qkv = ctx.op(:reshape, linear.call(norm.call(x, "#{block}.norm1"), "#{block}.attn.qkv", E, 3 * E), 5,
+               [B, T, 3, HEADS, E / HEADS])
+  q, k, v = (0..2).map { |j| ctx.op(:reshape, ctx.op(:slice, qkv, 2, j, j + 1, 1), 4, [B, T, HEADS, E / HEADS]) }
   attended = ctx.op(:reshape, ctx.op(:attention, q, k, v, 0, 0.0), 3, [B, T, E])
-  x = ctx.op(:add, x, linear.call(attended, E, E))
-  hidden = ctx.op(:gelu_erf, linear.call(norm.call(x), E, MLP))
-  x = ctx.op(:add, x, linear.call(hidden, MLP, E))
+  x = ctx.op(:add, x, linear.call(attended, "#{block}.attn.proj", E, E))
+  hidden = ctx.op(:gelu_erf, linear.call(norm.call(x, "#{block}.norm2"), "#{block}.mlp.fc1", E, MLP))
+  x = ctx.op(:add, x, linear.call(hidden, "#{block}.mlp.fc2", MLP, E))
 end
-x = ctx.op(:reshape, ctx.op(:slice, norm.call(x), 1, 0, 1, 1), 2, [B, E])
-logits = linear.call(x, E, CLASSES)
+x = ctx.op(:reshape, ctx.op(:slice, norm.call(x, "norm"), 1, 0, 1, 1), 2, [B, E])
+logits = linear.call(x, "head", E, CLASSES)
 loss = ctx.op(:cross_entropy, logits, labels, -100)
 
 trainer = Nabla::Trainer.new(ctx, loss, no_decay: [cls, pos], threads: opts[:threads])
@@ -117,11 +136,15 @@ elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
 argmax = ctx.op(:argmax, logits, 1, 0)
 correct = 0
 tested = (2000 / B) * B
+all_logits = []
 (0...tested).each_slice(B) do |indices|
   batch_of.call(test_x, test_y, indices)
-  ctx.compute([argmax], threads: opts[:threads])
+  ctx.compute([argmax, logits], threads: opts[:threads])
   correct += ctx.read(argmax).zip(indices).count { |pred, i| pred == test_y[i] }
+  all_logits.concat(ctx.read(logits)) if opts[:logits]
 end
+ctx.save(opts[:save], named) if opts[:save]
+File.binwrite(opts[:logits], all_logits.pack("e*")) if opts[:logits]
 accuracy = correct.to_f / tested
 puts format("test accuracy %.2f%% on %d images after %.1f s of training (%.0f images/s, data prep in Ruby included)",
             100 * accuracy, tested, elapsed, opts[:steps] * B / elapsed)

@@ -16,6 +16,7 @@
 #include "nabla/error.h"
 #include "nabla/executor.h"
 #include "nabla/graph.h"
+#include "nabla/io.h"
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
 #include "nabla/trainer.h"
@@ -29,6 +30,7 @@ struct nabla_trainer {
   std::unique_ptr<nabla::TrainStep> step;
   nabla_context* ctx;
   bool ran = false;  // a run finished: the loss and extras hold its values
+  std::vector<nabla_tensor*> parameter_handles;  // made on first request
 };
 
 struct nabla_context {
@@ -694,6 +696,69 @@ nabla_status nabla_tensor_read(nabla_context* ctx, nabla_tensor* t, void* dst, s
   });
 }
 
+// ---- Checkpoints
+
+namespace {
+
+// names[i] with tensors[i], checked: non-NULL, of this context.
+std::vector<std::pair<std::string, nabla::Tensor>> named_tensors(const Call& c, nabla_context* ctx,
+                                                                 const char* const* names,
+                                                                 nabla_tensor* const* tensors, size_t n) {
+  if (n > 0) {
+    c.need(names, "names");
+    c.need(tensors, "tensors");
+  }
+  std::vector<std::pair<std::string, nabla::Tensor>> out;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string index = std::to_string(i);
+    const std::string name_arg = "names[" + index + "]";
+    out.emplace_back(c.need(names[i], name_arg.c_str()), c.tensor(ctx, tensors[i], "tensors[" + index + "]"));
+  }
+  return out;
+}
+
+}  // namespace
+
+nabla_status nabla_save_safetensors(nabla_context* ctx, const char* path, const char* const* names,
+                                    nabla_tensor* const* tensors, size_t n) {
+  return guard([&] {
+    Call c{"nabla_save_safetensors"};
+    c.context(ctx);
+    nabla::save_safetensors(c.need(path, "path"), named_tensors(c, ctx, names, tensors, n));
+  });
+}
+
+nabla_status nabla_load_safetensors(nabla_context* ctx, const char* path, const char* const* names,
+                                    nabla_tensor* const* tensors, size_t n) {
+  return guard([&] {
+    Call c{"nabla_load_safetensors"};
+    c.context(ctx);
+    const std::string file = c.need(path, "path");
+    auto wanted = named_tensors(c, ctx, names, tensors, n);
+    nabla::Safetensors loaded = nabla::load_safetensors(file);
+    std::vector<const nabla::Tensor*> sources;
+    for (const auto& [name, leaf] : wanted) {
+      if (!leaf.is_leaf()) {
+        throw nabla::UsageError("nabla_load_safetensors: '" + name + "' is to be loaded into " +
+                                nabla::to_string(leaf) + ", which is not a leaf");
+      }
+      const nabla::Tensor* found = loaded.find(name);
+      if (!found) throw nabla::IoError(file + ": no tensor named '" + name + "'");
+      const nabla::Tensor& source = *found;
+      if (source.shape() != leaf.shape() || source.dtype() != leaf.dtype()) {
+        throw nabla::ShapeError(file + ": tensor '" + name + "' is " + nabla::to_string(source) +
+                                ", the leaf to load it into is " + nabla::to_string(leaf));
+      }
+      sources.push_back(&source);
+    }
+    // Only now, with every tensor found and fitting, are leaves written.
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      nabla::Tensor leaf = wanted[i].second;
+      leaf.copy_from(sources[i]->data(), static_cast<size_t>(leaf.numel()) * nabla::dtype_size(leaf.dtype()));
+    }
+  });
+}
+
 // ---- Training step
 
 nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_tensor* const* extras,
@@ -795,6 +860,23 @@ nabla_status nabla_trainer_parameters(nabla_trainer* trainer, int64_t* count, in
     if (count) *count = static_cast<int64_t>(slots.size());
     if (elements) *elements = total;
     if (factored) *factored = step.factored_gradients();
+  });
+}
+
+nabla_status nabla_trainer_parameter(nabla_trainer* trainer, int64_t index, nabla_tensor** out) {
+  return guard([&] {
+    Call c{"nabla_trainer_parameter"};
+    const auto& slots = c.need(trainer, "trainer")->step->optimizer().slots();
+    c.need(out, "out");
+    if (index < 0 || index >= static_cast<int64_t>(slots.size())) {
+      c.argument_error("index " + std::to_string(index) + " is outside [0, " + std::to_string(slots.size()) +
+                       ")");
+    }
+    auto& handles = trainer->parameter_handles;
+    if (handles.empty()) {
+      for (const auto& slot : slots) handles.push_back(trainer->ctx->wrap(slot.param));
+    }
+    *out = handles[static_cast<size_t>(index)];
   });
 }
 

@@ -124,6 +124,70 @@ static double accuracy(Vit* m, nabla_trainer* trainer) {
   return correct / (4.0 * B);
 }
 
+/* The trained parameters go to a safetensors file by name, and into a
+ * freshly initialised model of another context, which must then compute the
+ * same logits bit for bit. A file that does not fit changes nothing. */
+static void checkpoint(Vit* trained, nabla_trainer* trainer, int64_t count) {
+  enum { MAX = 32 };
+  const char* path = "c_api_vit_train.safetensors";
+  char name_buf[MAX][24];
+  const char* names[MAX];
+  nabla_tensor* params[MAX];
+  CHECK(count <= MAX);
+  for (int64_t i = 0; i < count; ++i) {
+    snprintf(name_buf[i], sizeof name_buf[i], "parameter.%lld", (long long)i);
+    names[i] = name_buf[i];
+    OK(nabla_trainer_parameter(trainer, i, &params[i]));
+  }
+  OK(nabla_save_safetensors(trained->ctx, path, names, params, (size_t)count));
+
+  Vit fresh = build();
+  nabla_trainer* other = make_trainer(&fresh, 0);
+  nabla_tensor* fresh_params[MAX];
+  for (int64_t i = 0; i < count; ++i) OK(nabla_trainer_parameter(other, i, &fresh_params[i]));
+  /* The leaf the failed loads below would write first. */
+  int64_t first_numel = 0;
+  OK(nabla_tensor_numel(fresh_params[0], &first_numel));
+  const size_t first_bytes = sizeof(float) * (size_t)first_numel;
+  float* first_before = malloc(first_bytes);
+  float* first_after = malloc(first_bytes);
+  OK(nabla_tensor_read(fresh.ctx, fresh_params[0], first_before, first_bytes));
+
+  printf("checkpoint errors:\n");
+  const char* wrong[2] = {names[0], "no.such.tensor"};
+  FAILS(nabla_load_safetensors(fresh.ctx, "missing.safetensors", names, fresh_params, 1), NABLA_ERROR_IO,
+        "missing.safetensors");
+  FAILS(nabla_load_safetensors(fresh.ctx, path, wrong, fresh_params, 2), NABLA_ERROR_IO, "no.such.tensor");
+  /* parameter.0 fits, parameter.1 (another shape) does not: a shape error,
+   * and parameter.0's leaf is not written either. */
+  nabla_tensor* misfit[2] = {fresh_params[0], fresh_params[0]};
+  FAILS(nabla_load_safetensors(fresh.ctx, path, names, misfit, 2), NABLA_ERROR_SHAPE, "parameter.1");
+  OK(nabla_tensor_read(fresh.ctx, fresh_params[0], first_after, first_bytes));
+  CHECK(memcmp(first_before, first_after, first_bytes) == 0);
+  free(first_before);
+  free(first_after);
+  FAILS(nabla_save_safetensors(fresh.ctx, path, names, &fresh.logits, 1), NABLA_ERROR_USAGE, "not a leaf");
+  FAILS(nabla_load_safetensors(fresh.ctx, path, names, params, 1), NABLA_ERROR_ARGUMENT, "another context");
+
+  OK(nabla_load_safetensors(fresh.ctx, path, names, fresh_params, (size_t)count));
+  float before[E * PATCH * PATCH], after[E * PATCH * PATCH];
+  OK(nabla_tensor_read(fresh.ctx, fresh.patch_w, after, sizeof after));
+  OK(nabla_tensor_read(trained->ctx, trained->patch_w, before, sizeof before));
+  CHECK(memcmp(before, after, sizeof before) == 0);
+  float logits[2][B * K];
+  write_batch(trained);
+  OK(nabla_tensor_write(fresh.ctx, fresh.images, images, sizeof images));
+  OK(nabla_tensor_write(fresh.ctx, fresh.labels, labels, sizeof labels));
+  OK(nabla_trainer_run(trainer, NULL));
+  OK(nabla_trainer_run(other, NULL));
+  OK(nabla_trainer_read(trainer, trained->logits, logits[0], sizeof logits[0]));
+  OK(nabla_trainer_read(other, fresh.logits, logits[1], sizeof logits[1]));
+  CHECK(memcmp(logits[0], logits[1], sizeof logits[0]) == 0);
+  printf("checkpoint: %lld parameters saved and loaded into a fresh model: same logits\n", (long long)count);
+  nabla_context_free(fresh.ctx);
+  remove(path);
+}
+
 static void train(void) {
   Vit m = build();
   nabla_trainer* trainer = make_trainer(&m, 0);
@@ -157,6 +221,7 @@ static void train(void) {
   printf("held-out accuracy %.3f, loss %.4f -> %.4f\n", acc, first, last);
   CHECK(acc >= 0.95);
   CHECK(last < 0.1f * first);
+  checkpoint(&m, trainer, count);
   nabla_trainer_free(trainer);
   nabla_context_free(m.ctx);
 }
