@@ -356,6 +356,15 @@ nabla_status nabla_trainer_parameters(nabla_trainer* trainer, int64_t* count, in
  * count), in the order the loss first reaches them: to save or inspect
  * every parameter without keeping track of them. */
 nabla_status nabla_trainer_parameter(nabla_trainer* trainer, int64_t index, nabla_tensor** out);
+/* A training checkpoint: every parameter the trainer updates, under
+ * names[i] (one per parameter, in nabla_trainer_parameter's order; NULL for
+ * "parameter.<i>"), AdamW's moments as "optimizer.exp_avg.<name>" and
+ * "optimizer.exp_avg_sq.<name>", and its step count, in one safetensors
+ * file written atomically. nabla_trainer_load restores all of it into a
+ * trainer of the same model, so that training continues exactly as it would
+ * have; a file missing any of it, or with another shape, changes nothing. */
+nabla_status nabla_trainer_save(nabla_trainer* trainer, const char* path, const char* const* names);
+nabla_status nabla_trainer_load(nabla_trainer* trainer, const char* path, const char* const* names);
 /* Optimizer steps taken. */
 nabla_status nabla_trainer_steps(nabla_trainer* trainer, int64_t* out);
 void nabla_trainer_free(nabla_trainer* trainer);

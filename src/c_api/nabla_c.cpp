@@ -880,6 +880,86 @@ nabla_status nabla_trainer_parameter(nabla_trainer* trainer, int64_t index, nabl
   });
 }
 
+namespace {
+
+constexpr const char* kOptimizerSteps = "nabla.optimizer_steps";
+
+// The checkpoint name of each of the trainer's parameters.
+std::vector<std::string> checkpoint_names(const Call& c, const nabla_trainer* trainer, const char* const* names) {
+  const size_t n = trainer->step->optimizer().slots().size();
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string index = std::to_string(i);
+    const std::string arg = "names[" + index + "]";
+    out.push_back(names ? std::string(c.need(names[i], arg.c_str())) : "parameter." + index);
+  }
+  return out;
+}
+
+}  // namespace
+
+nabla_status nabla_trainer_save(nabla_trainer* trainer, const char* path, const char* const* names) {
+  return guard([&] {
+    Call c{"nabla_trainer_save"};
+    c.need(trainer, "trainer");
+    const std::string file = c.need(path, "path");
+    const nabla::optim::AdamW& adamw = trainer->step->optimizer();
+    const std::vector<std::string> saved = checkpoint_names(c, trainer, names);
+    const auto moments = adamw.state();  // per slot: exp_avg, then exp_avg_sq
+    std::vector<std::pair<std::string, nabla::Tensor>> tensors;
+    for (size_t i = 0; i < saved.size(); ++i) tensors.emplace_back(saved[i], adamw.slots()[i].param);
+    for (size_t i = 0; i < saved.size(); ++i) {
+      tensors.emplace_back("optimizer.exp_avg." + saved[i], moments[2 * i].second);
+      tensors.emplace_back("optimizer.exp_avg_sq." + saved[i], moments[2 * i + 1].second);
+    }
+    nabla::save_safetensors(file, tensors, {{kOptimizerSteps, std::to_string(adamw.steps())}});
+  });
+}
+
+nabla_status nabla_trainer_load(nabla_trainer* trainer, const char* path, const char* const* names) {
+  return guard([&] {
+    Call c{"nabla_trainer_load"};
+    c.need(trainer, "trainer");
+    const std::string file = c.need(path, "path");
+    nabla::optim::AdamW& adamw = trainer->step->optimizer();
+    const std::vector<std::string> wanted = checkpoint_names(c, trainer, names);
+    const nabla::Safetensors loaded = nabla::load_safetensors(file);
+
+    auto steps_entry = loaded.metadata.find(kOptimizerSteps);
+    int64_t steps = -1;
+    if (steps_entry != loaded.metadata.end()) {
+      const std::string& text = steps_entry->second;
+      if (!text.empty() && text.size() < 19 && text.find_first_not_of("0123456789") == std::string::npos)
+        steps = std::stoll(text);
+    }
+    if (steps < 0) throw nabla::IoError(file + ": no optimizer step count (metadata \"" + kOptimizerSteps + "\")");
+    // Every tensor found and fitting before anything is written.
+    auto fitting = [&](const std::string& name, const nabla::Tensor& like) -> const nabla::Tensor& {
+      const nabla::Tensor* t = loaded.find(name);
+      if (!t) throw nabla::IoError(file + ": no tensor named '" + name + "'");
+      if (t->shape() != like.shape() || t->dtype() != like.dtype()) {
+        throw nabla::ShapeError(file + ": tensor '" + name + "' is " + nabla::to_string(*t) + ", the trainer's is " +
+                                nabla::to_string(like));
+      }
+      return *t;
+    };
+    std::vector<const nabla::Tensor*> values;
+    std::vector<std::pair<std::string, nabla::Tensor>> moments;  // under the optimizer's own slot names
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      const auto& slot = adamw.slots()[i];
+      values.push_back(&fitting(wanted[i], slot.param));
+      moments.emplace_back("optimizer.exp_avg." + slot.name, fitting("optimizer.exp_avg." + wanted[i], slot.param));
+      moments.emplace_back("optimizer.exp_avg_sq." + slot.name,
+                           fitting("optimizer.exp_avg_sq." + wanted[i], slot.param));
+    }
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      nabla::Tensor param = adamw.slots()[i].param;
+      param.copy_from(values[i]->data(), static_cast<size_t>(param.numel()) * nabla::dtype_size(param.dtype()));
+    }
+    adamw.load_state(moments, steps);
+  });
+}
+
 nabla_status nabla_trainer_steps(nabla_trainer* trainer, int64_t* out) {
   return guard([&] {
     Call c{"nabla_trainer_steps"};

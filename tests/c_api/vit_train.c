@@ -188,6 +188,86 @@ static void checkpoint(Vit* trained, nabla_trainer* trainer, int64_t count) {
   remove(path);
 }
 
+/* Reads every parameter of a trainer, concatenated, into out (elements
+ * values in all); returns how many were read. */
+static int64_t read_parameters(nabla_context* ctx, nabla_trainer* trainer, float* out, int64_t elements) {
+  int64_t count = 0, done = 0;
+  OK(nabla_trainer_parameters(trainer, &count, NULL, NULL));
+  for (int64_t i = 0; i < count; ++i) {
+    nabla_tensor* p = NULL;
+    int64_t n = 0;
+    OK(nabla_trainer_parameter(trainer, i, &p));
+    OK(nabla_tensor_numel(p, &n));
+    if (done + n > elements) return -1;
+    OK(nabla_tensor_read(ctx, p, out + done, sizeof(float) * (size_t)n));
+    done += n;
+  }
+  return done;
+}
+
+/* Ten steps of a run resumed from nabla_trainer_save's checkpoint, in a
+ * model built from other weights, are those of the run that went on: the
+ * same losses and parameters, bit for bit. */
+static void resume(void) {
+  enum { BEFORE = 30, AFTER = 10, VALUES = 4096 };
+  const char* path = "c_api_vit_resume.safetensors";
+  rng_state = 31;
+  Vit a = build();
+  nabla_trainer* ta = make_trainer(&a, 0);
+  float losses[2][AFTER];
+  unsigned long long data_at_save = 0;
+  for (int step = 0; step < BEFORE + AFTER; ++step) {
+    if (step == BEFORE) {
+      OK(nabla_trainer_save(ta, path, NULL));
+      data_at_save = rng_state;
+    }
+    write_batch(&a);
+    OK(nabla_trainer_run(ta, step >= BEFORE ? &losses[0][step - BEFORE] : NULL));
+    OK(nabla_trainer_update(ta, 3e-3, 1.0, NULL));
+  }
+
+  Vit b = build();
+  nabla_trainer* tb = make_trainer(&b, 0);
+  static float values[2][VALUES];
+  const int64_t n = read_parameters(b.ctx, tb, values[1], VALUES);
+  CHECK(n > 0);
+  printf("resume errors:\n");
+  /* The saved names but the last: every parameter but one is found. */
+  char name_buf[20][24];
+  const char* wrong[20];
+  for (int i = 0; i < 20; ++i) {
+    snprintf(name_buf[i], sizeof name_buf[i], "parameter.%d", i);
+    wrong[i] = name_buf[i];
+  }
+  wrong[19] = "no.such.parameter";
+  FAILS(nabla_trainer_load(tb, "missing.safetensors", NULL), NABLA_ERROR_IO, "missing.safetensors");
+  FAILS(nabla_trainer_load(tb, path, wrong), NABLA_ERROR_IO, "no.such.parameter");
+  static float unchanged[VALUES];
+  CHECK(read_parameters(b.ctx, tb, unchanged, VALUES) == n);
+  CHECK(memcmp(unchanged, values[1], sizeof(float) * (size_t)n) == 0);
+
+  OK(nabla_trainer_load(tb, path, NULL));
+  int64_t steps = 0;
+  OK(nabla_trainer_steps(tb, &steps));
+  CHECK(steps == BEFORE);
+  /* The batches the first run saw after its save. */
+  rng_state = data_at_save;
+  for (int step = 0; step < AFTER; ++step) {
+    write_batch(&b);
+    OK(nabla_trainer_run(tb, &losses[1][step]));
+    OK(nabla_trainer_update(tb, 3e-3, 1.0, NULL));
+  }
+  CHECK(memcmp(losses[0], losses[1], sizeof losses[0]) == 0);
+  CHECK(read_parameters(a.ctx, ta, values[0], VALUES) == n);
+  CHECK(read_parameters(b.ctx, tb, values[1], VALUES) == n);
+  CHECK(memcmp(values[0], values[1], sizeof(float) * (size_t)n) == 0);
+  printf("resume: %d steps after loading step %d's checkpoint match the uninterrupted run bit for bit "
+         "(loss %.5f)\n", AFTER, BEFORE, losses[1][AFTER - 1]);
+  nabla_context_free(b.ctx);
+  nabla_context_free(a.ctx);
+  remove(path);
+}
+
 static void train(void) {
   Vit m = build();
   nabla_trainer* trainer = make_trainer(&m, 0);
@@ -312,6 +392,7 @@ static void errors(void) {
 
 int main(void) {
   train();
+  resume();
   flags();
   errors();
   return finish();
