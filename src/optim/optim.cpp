@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
@@ -13,6 +14,13 @@ namespace {
 // Elements per chunk of the fused update: fixed, so every element is updated
 // by the same arithmetic whatever the thread count.
 constexpr int64_t kGrain = 1 << 15;
+
+// 1e-08 rather than std::to_string's 0.000000.
+std::string shortest(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
 
 std::vector<int64_t> slot_offsets(const std::vector<Slot>& slots) {
   std::vector<int64_t> off{0};
@@ -83,6 +91,15 @@ double global_norm(const std::vector<const float*>& grads, const std::vector<int
 
 AdamW::AdamW(std::vector<Slot> slots, AdamWConfig config, int threads)
     : slots_(std::move(slots)), config_(config), threads_(threads) {
+  // As PyTorch's: callers through the C API pass these unchecked.
+  auto require = [](bool ok, const std::string& what, double value) {
+    if (!ok) throw UsageError("adamw: " + what + ", got " + shortest(value));
+  };
+  require(config.beta1 >= 0 && config.beta1 < 1, "beta1 must be in [0, 1)", config.beta1);
+  require(config.beta2 >= 0 && config.beta2 < 1, "beta2 must be in [0, 1)", config.beta2);
+  require(config.eps >= 0 && std::isfinite(config.eps), "eps must be finite and >= 0", config.eps);
+  require(config.weight_decay >= 0 && std::isfinite(config.weight_decay), "weight decay must be finite and >= 0",
+          config.weight_decay);
   offsets_ = slot_offsets(slots_);
   for (const Slot& s : slots_) {
     m_.push_back(Tensor::zeros(DType::f32, s.param.shape()));
@@ -99,6 +116,9 @@ void AdamW::set_decay(size_t slot, bool decay) {
 
 void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_scale, const GradientRange& range) {
   check_grads(grads, slots_.size(), bool(range));
+  if (!(lr >= 0) || !std::isfinite(lr)) {
+    throw UsageError("adamw: learning rate must be finite and >= 0, got " + shortest(lr));
+  }
   ++t_;
   const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
   // 1 - beta in double, then rounded: 1 - float(0.999) is 1.3e-5 off 0.001,

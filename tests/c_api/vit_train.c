@@ -379,6 +379,10 @@ static void errors(void) {
   FAILS(nabla_trainer_create(ctx, loss64, NULL, 0, 0.9, 0.999, 1e-8, 0.0, NULL, 0, 1, 0, &trainer),
         NABLA_ERROR_DTYPE, "f32");
   CHECK(trainer == NULL);
+  FAILS(nabla_trainer_create(ctx, loss, NULL, 0, 1.0, 0.999, 1e-8, 0.0, NULL, 0, 1, 0, &trainer), NABLA_ERROR_USAGE,
+        "beta1 must be in [0, 1)");
+  FAILS(nabla_trainer_create(ctx, loss, NULL, 0, 0.9, 0.999, -1e-8, 0.0, NULL, 0, 1, 0, &trainer), NABLA_ERROR_USAGE,
+        "eps");
   OK(nabla_trainer_create(ctx, loss, &out, 1, 0.9, 0.999, 1e-8, 0.0, NULL, 0, 1, 0, &trainer));
   FAILS(nabla_trainer_update(trainer, 1e-3, 0.0, NULL), NABLA_ERROR_USAGE, "before any run");
   float values[2 * 8];
@@ -386,6 +390,10 @@ static void errors(void) {
   OK(nabla_trainer_run(trainer, NULL));
   FAILS(nabla_trainer_read(trainer, out, values, 4), NABLA_ERROR_SHAPE, "bytes");
   FAILS(nabla_trainer_update(trainer, 1e-3, -1.0, NULL), NABLA_ERROR_ARGUMENT, "clip");
+  FAILS(nabla_trainer_update(trainer, NAN, 0.0, NULL), NABLA_ERROR_USAGE, "learning rate");
+  int64_t steps = -1;
+  OK(nabla_trainer_steps(trainer, &steps));
+  CHECK(steps == 0);
   FAILS(nabla_trainer_run(NULL, NULL), NABLA_ERROR_ARGUMENT, "trainer");
   nabla_context_free(ctx);
 }
