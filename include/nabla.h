@@ -173,8 +173,8 @@ nabla_status nabla_scatter_add_rows(nabla_context* ctx, nabla_tensor* values, na
  * differentiable in its float inputs, with a fused backward where ops.h says
  * so; an optional tensor argument may be NULL. */
 
-/* Activations. gelu is the tanh approximation (GPT-2, timm's default ViT
- * uses gelu_erf), gelu_quick is x * sigmoid(1.702 x). */
+/* Activations. gelu is the tanh approximation (GPT-2's), gelu_erf the exact
+ * one (timm's ViT), gelu_quick x * sigmoid(1.702 x). */
 nabla_status nabla_gelu(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
 nabla_status nabla_gelu_erf(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);
 nabla_status nabla_gelu_quick(nabla_context* ctx, nabla_tensor* x, nabla_tensor** out);

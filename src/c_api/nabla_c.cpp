@@ -552,7 +552,7 @@ nabla_status nabla_max_pool_2d(nabla_context* ctx, nabla_tensor* x, const int64_
 nabla_status nabla_pad(nabla_context* ctx, nabla_tensor* x, int rank, const int64_t* pads, double value,
                        nabla_tensor** out) {
   return op_call("nabla_pad", ctx, out, [&](Call& c) {
-    if (rank > 0 && rank > INT32_MAX / 2) c.argument_error("rank " + std::to_string(rank) + " is too large");
+    if (rank > INT32_MAX / 2) c.argument_error("rank " + std::to_string(rank) + " is too large");
     nabla::Shape flat = c.ints(pads, rank > 0 ? 2 * rank : rank, "pads", "rank");
     std::vector<std::pair<int64_t, int64_t>> pairs;
     for (size_t i = 0; i + 1 < flat.size(); i += 2) pairs.emplace_back(flat[i], flat[i + 1]);
@@ -717,6 +717,27 @@ std::vector<std::pair<std::string, nabla::Tensor>> named_tensors(const Call& c, 
   return out;
 }
 
+// The tensor `name` of a loaded file, which must have `like`'s shape and dtype.
+const nabla::Tensor& stored_like(const nabla::Safetensors& loaded, const std::string& file, const std::string& name,
+                                 const nabla::Tensor& like) {
+  const nabla::Tensor* t = loaded.find(name);
+  if (!t) throw nabla::IoError(file + ": no tensor named '" + name + "'");
+  if (t->shape() != like.shape() || t->dtype() != like.dtype()) {
+    throw nabla::ShapeError(file + ": tensor '" + name + "' is " + nabla::to_string(*t) +
+                            ", the leaf to load it into is " + nabla::to_string(like));
+  }
+  return *t;
+}
+
+// Copies sources[i] into leaves[i]; called once every source is known to fit,
+// so that a file that does not fit changes nothing.
+void write_leaves(const std::vector<nabla::Tensor>& leaves, const std::vector<const nabla::Tensor*>& sources) {
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    nabla::Tensor leaf = leaves[i];
+    leaf.copy_from(sources[i]->data(), static_cast<size_t>(leaf.numel()) * nabla::dtype_size(leaf.dtype()));
+  }
+}
+
 }  // namespace
 
 nabla_status nabla_save_safetensors(nabla_context* ctx, const char* path, const char* const* names,
@@ -736,26 +757,17 @@ nabla_status nabla_load_safetensors(nabla_context* ctx, const char* path, const 
     const std::string file = c.need(path, "path");
     auto wanted = named_tensors(c, ctx, names, tensors, n);
     nabla::Safetensors loaded = nabla::load_safetensors(file);
+    std::vector<nabla::Tensor> leaves;
     std::vector<const nabla::Tensor*> sources;
     for (const auto& [name, leaf] : wanted) {
       if (!leaf.is_leaf()) {
         throw nabla::UsageError("nabla_load_safetensors: '" + name + "' is to be loaded into " +
                                 nabla::to_string(leaf) + ", which is not a leaf");
       }
-      const nabla::Tensor* found = loaded.find(name);
-      if (!found) throw nabla::IoError(file + ": no tensor named '" + name + "'");
-      const nabla::Tensor& source = *found;
-      if (source.shape() != leaf.shape() || source.dtype() != leaf.dtype()) {
-        throw nabla::ShapeError(file + ": tensor '" + name + "' is " + nabla::to_string(source) +
-                                ", the leaf to load it into is " + nabla::to_string(leaf));
-      }
-      sources.push_back(&source);
+      leaves.push_back(leaf);
+      sources.push_back(&stored_like(loaded, file, name, leaf));
     }
-    // Only now, with every tensor found and fitting, are leaves written.
-    for (size_t i = 0; i < wanted.size(); ++i) {
-      nabla::Tensor leaf = wanted[i].second;
-      leaf.copy_from(sources[i]->data(), static_cast<size_t>(leaf.numel()) * nabla::dtype_size(leaf.dtype()));
-    }
+    write_leaves(leaves, sources);
   });
 }
 
@@ -883,6 +895,8 @@ nabla_status nabla_trainer_parameter(nabla_trainer* trainer, int64_t index, nabl
 namespace {
 
 constexpr const char* kOptimizerSteps = "nabla.optimizer_steps";
+// AdamW::state()'s names for a slot's moments, in its order.
+constexpr const char* kMoments[2] = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
 
 // The checkpoint name of each of the trainer's parameters.
 std::vector<std::string> checkpoint_names(const Call& c, const nabla_trainer* trainer, const char* const* names) {
@@ -909,8 +923,7 @@ nabla_status nabla_trainer_save(nabla_trainer* trainer, const char* path, const 
     std::vector<std::pair<std::string, nabla::Tensor>> tensors;
     for (size_t i = 0; i < saved.size(); ++i) tensors.emplace_back(saved[i], adamw.slots()[i].param);
     for (size_t i = 0; i < saved.size(); ++i) {
-      tensors.emplace_back("optimizer.exp_avg." + saved[i], moments[2 * i].second);
-      tensors.emplace_back("optimizer.exp_avg_sq." + saved[i], moments[2 * i + 1].second);
+      for (size_t m = 0; m < 2; ++m) tensors.emplace_back(kMoments[m] + saved[i], moments[2 * i + m].second);
     }
     nabla::save_safetensors(file, tensors, {{kOptimizerSteps, std::to_string(adamw.steps())}});
   });
@@ -934,28 +947,18 @@ nabla_status nabla_trainer_load(nabla_trainer* trainer, const char* path, const 
     }
     if (steps < 0) throw nabla::IoError(file + ": no optimizer step count (metadata \"" + kOptimizerSteps + "\")");
     // Every tensor found and fitting before anything is written.
-    auto fitting = [&](const std::string& name, const nabla::Tensor& like) -> const nabla::Tensor& {
-      const nabla::Tensor* t = loaded.find(name);
-      if (!t) throw nabla::IoError(file + ": no tensor named '" + name + "'");
-      if (t->shape() != like.shape() || t->dtype() != like.dtype()) {
-        throw nabla::ShapeError(file + ": tensor '" + name + "' is " + nabla::to_string(*t) + ", the trainer's is " +
-                                nabla::to_string(like));
-      }
-      return *t;
-    };
+    std::vector<nabla::Tensor> params;
     std::vector<const nabla::Tensor*> values;
     std::vector<std::pair<std::string, nabla::Tensor>> moments;  // under the optimizer's own slot names
     for (size_t i = 0; i < wanted.size(); ++i) {
       const auto& slot = adamw.slots()[i];
-      values.push_back(&fitting(wanted[i], slot.param));
-      moments.emplace_back("optimizer.exp_avg." + slot.name, fitting("optimizer.exp_avg." + wanted[i], slot.param));
-      moments.emplace_back("optimizer.exp_avg_sq." + slot.name,
-                           fitting("optimizer.exp_avg_sq." + wanted[i], slot.param));
+      params.push_back(slot.param);
+      values.push_back(&stored_like(loaded, file, wanted[i], slot.param));
+      for (const char* moment : kMoments) {
+        moments.emplace_back(moment + slot.name, stored_like(loaded, file, moment + wanted[i], slot.param));
+      }
     }
-    for (size_t i = 0; i < wanted.size(); ++i) {
-      nabla::Tensor param = adamw.slots()[i].param;
-      param.copy_from(values[i]->data(), static_cast<size_t>(param.numel()) * nabla::dtype_size(param.dtype()));
-    }
+    write_leaves(params, values);
     adamw.load_state(moments, steps);
   });
 }
