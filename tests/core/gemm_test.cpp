@@ -321,8 +321,10 @@ TEST(GemmF32Avx512, AddMatchesCopyThenBetaOne) {
 }
 
 // gemm_small (alpha 1; beta 0, or 1 with accumulate): every transpose,
-// widths around whole vectors and the 6-row blocks, padded leading
-// dimensions; C's padding untouched.
+// widths around whole vectors, heights around the row blocks (16 rows of
+// one vector, 8 of two) and their halving tails, depths around the 16 x 16
+// blocks of the transposing copy, padded leading dimensions; C's padding
+// untouched.
 TYPED_TEST(GemmTest, SmallProducts) {
   using T = TypeParam;
   std::mt19937 rng(5);
@@ -332,9 +334,9 @@ TYPED_TEST(GemmTest, SmallProducts) {
   };
   for (bool ta : kBools)
     for (bool tb : kBools)
-      for (int64_t M : {1, 5, 6, 7, 16})
+      for (int64_t M : {1, 5, 7, 8, 9, 15, 16, 17, 33})
         for (int64_t N : {1, 15, 16, 17, 24, 33, 40})
-          for (int64_t K : {1, 7, 24})
+          for (int64_t K : {1, 7, 17, 24, 33})
             for (int64_t pad : {0, 3})
               for (T beta : {T(0), T(1)}) {
                 Problem<T> p(ta, tb, M, N, K, T(1), beta, pad, rng);
