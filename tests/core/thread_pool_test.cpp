@@ -1,5 +1,6 @@
 // parallel_for: coverage of the range, chunk boundaries, exceptions, nesting,
-// and fork/join under many quick calls, sleeps and concurrent callers.
+// fork/join under many quick calls, sleeps and concurrent callers, and which
+// thread starts where.
 #include "backend/cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -123,6 +125,34 @@ TEST(ThreadPool, ConcurrentCallers) {
   }
   for (auto& c : callers) c.join();
   EXPECT_EQ(total.load(), 3 * 1000 * 16);
+}
+
+// The caller runs the start of the range and a helper the start of its own
+// later segment, call after call: what keeps a row kernel's rows on the core
+// whose cache the previous op left them in. Chunks of 20 ms, so only a
+// thread descheduled for the length of a whole segment would see another
+// thread take its first chunk.
+TEST(ThreadPool, EachThreadStartsItsOwnSegment) {
+  for (int call = 0; call < 3; ++call) {
+    std::mutex mutex;
+    std::vector<std::pair<std::thread::id, int64_t>> order;
+    parallel_for(2, 8, 1, [&](int64_t begin, int64_t) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        order.emplace_back(std::this_thread::get_id(), begin);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    });
+    ASSERT_EQ(order.size(), 8u);
+    std::map<std::thread::id, int64_t> first;
+    for (const auto& [id, chunk] : order) first.emplace(id, chunk);
+    EXPECT_EQ(first[std::this_thread::get_id()], 0);
+    for (const auto& [id, chunk] : first) {
+      if (id != std::this_thread::get_id()) {
+        EXPECT_EQ(chunk, 4) << "a helper began outside its segment";
+      }
+    }
+  }
 }
 
 TEST(ThreadPool, DefaultThreadsIsPositive) { EXPECT_GE(default_threads(), 1); }

@@ -1,11 +1,17 @@
 // One process-wide pool of persistent workers behind parallel_for.
 //
 // A call publishes a job (the range, the grain, fn) under a new epoch and hands
-// the epoch to the helpers it wants. Everyone, the caller included, claims
-// chunk indices from one atomic counter. When the caller finds no chunk left it
-// closes the job and waits only for the workers that joined it: a helper the OS
-// has not scheduled yet finds the job closed and never touches it, so an
-// oversubscribed machine slows a call down but cannot stall it.
+// the epoch to the helpers it wants. The chunks are split into one contiguous
+// segment per participant (the caller first, then helper i): each claims its
+// own segment's chunks in order from that segment's atomic counter, then
+// the other segments' leftovers. So the caller always runs the first part of
+// a range and helper i the same later part, op after op, and a row kernel
+// finds the rows the previous op wrote on its own core still in its cache;
+// with one shared counter the chunks interleaved across the cores at random.
+// When the caller finds no chunk left it closes the job and waits only for
+// the workers that joined it: a helper the OS has not scheduled yet finds the
+// job closed and never touches it (its segment is claimed by the others), so
+// an oversubscribed machine slows a call down but cannot stall it.
 #include "backend/cpu/thread_pool.h"
 
 #include <algorithm>
@@ -89,10 +95,10 @@ class Pool {
   static constexpr uint64_t kCountMask = kClosed - 1;
 
   int grow(int helpers);
-  void worker_main(Worker* w);
+  void worker_main(Worker* w, int participant);
   bool join(uint32_t epoch);
   void leave();
-  void run_chunks();
+  void run_chunks(int participant);
   void wait_for_workers();
   static void notify_if_sleeping(Worker& w);
 
@@ -105,7 +111,14 @@ class Pool {
   // The current job; written by the caller only while no worker is inside it.
   const RangeFn* fn_ = nullptr;
   int64_t n_ = 0, grain_ = 1, chunks_ = 0;
-  alignas(64) std::atomic<int64_t> next_{0};  // next chunk to claim
+  // Participant p's chunks [p * chunks_ / parts_, (p + 1) * chunks_ / parts_):
+  // next is the next one to claim (it may overshoot end), one line each.
+  struct alignas(64) Segment {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
+  std::unique_ptr<Segment[]> segments_;
+  int parts_ = 0, capacity_ = 0;
   std::mutex error_mutex_;
   std::exception_ptr error_;
 
@@ -136,7 +149,7 @@ int Pool::grow(int helpers) {
     while (static_cast<int>(workers_.size()) < helpers) {
       auto w = std::make_unique<Worker>();
       try {
-        w->thread = std::thread(&Pool::worker_main, this, w.get());
+        w->thread = std::thread(&Pool::worker_main, this, w.get(), static_cast<int>(workers_.size()) + 1);
       } catch (const std::system_error&) {
         break;  // the system refuses more threads: run with the ones we have
       }
@@ -156,7 +169,7 @@ void Pool::notify_if_sleeping(Worker& w) {
   }
 }
 
-void Pool::worker_main(Worker* w) {
+void Pool::worker_main(Worker* w, int participant) {
   t_inside_chunk = true;
   uint32_t seen = 0;
   for (;;) {
@@ -170,7 +183,7 @@ void Pool::worker_main(Worker* w) {
     seen = w->ticket.load(std::memory_order_acquire);
     if (stop_.load()) return;
     if (join(seen)) {
-      run_chunks();
+      run_chunks(participant);
       leave();
     }
   }
@@ -195,18 +208,22 @@ void Pool::leave() {
   }
 }
 
-void Pool::run_chunks() {
-  for (;;) {
-    const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
-    if (c >= chunks_) return;
-    const int64_t begin = c * grain_;
-    try {
-      (*fn_)(begin, begin + std::min(grain_, n_ - begin));
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex_);
-      if (!error_) error_ = std::current_exception();
-      // Skip the chunks nobody has started, as the inline path would.
-      next_.store(chunks_, std::memory_order_relaxed);
+void Pool::run_chunks(int participant) {
+  // Its own segment first, then the others' in turn.
+  for (int i = 0; i < parts_; ++i) {
+    Segment& seg = segments_[(participant + i) % parts_];
+    for (;;) {
+      const int64_t c = seg.next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= seg.end) break;
+      const int64_t begin = c * grain_;
+      try {
+        (*fn_)(begin, begin + std::min(grain_, n_ - begin));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+        // Skip the chunks nobody has started, as the inline path would.
+        for (int p = 0; p < parts_; ++p) segments_[p].next.store(segments_[p].end, std::memory_order_relaxed);
+      }
     }
   }
 }
@@ -230,7 +247,15 @@ void Pool::run(int threads, int64_t n, int64_t grain, int64_t chunks, const Rang
   n_ = n;
   grain_ = grain;
   chunks_ = chunks;
-  next_.store(0, std::memory_order_relaxed);
+  parts_ = helpers + 1;
+  if (parts_ > capacity_) {
+    segments_ = std::make_unique<Segment[]>(parts_);
+    capacity_ = parts_;
+  }
+  for (int p = 0; p < parts_; ++p) {
+    segments_[p].next.store(p * chunks / parts_, std::memory_order_relaxed);
+    segments_[p].end = (p + 1) * chunks / parts_;
+  }
   error_ = nullptr;
   ++epoch_;
   state_.store(uint64_t{epoch_} << 32, std::memory_order_release);
@@ -240,7 +265,7 @@ void Pool::run(int threads, int64_t n, int64_t grain, int64_t chunks, const Rang
   for (int i = 0; i < helpers; ++i) notify_if_sleeping(*workers_[i]);
 
   t_inside_chunk = true;
-  run_chunks();
+  run_chunks(0);
   t_inside_chunk = false;
 
   // Every chunk is claimed: let no one else in, then wait for those inside.

@@ -30,6 +30,9 @@ class RangeFn {
 
 // Splits [0, n) into chunks of `grain` items (the last may be shorter) and runs
 // fn(begin, end) for each chunk on up to `threads` threads, the caller included.
+// Each thread starts on its own contiguous share of the chunks, the caller on
+// the first, so consecutive calls over the same rows keep them on one core;
+// a thread that finishes early takes the others' leftovers.
 // Returns when every chunk has run. Exceptions thrown by fn are rethrown here.
 void parallel_for(int threads, int64_t n, int64_t grain, RangeFn fn);
 
