@@ -40,11 +40,12 @@ struct Checkpoint {
 Checkpoint load_checkpoint(const std::string& path);
 
 // Copies the checkpoint's tensors into `params` by name; every parameter
-// must be present with its shape (IoError naming the first mismatch).
+// must be present with its shape and dtype (IoError naming the first
+// mismatch, with no parameter changed).
 void load_params(const Checkpoint& ckpt, nn::Params& params);
 
 // Restores the optimizer moments a training checkpoint holds (IoError naming
-// the file when one is missing or mis-shaped).
+// the file when one is missing or mis-shaped, with no moment changed).
 void load_optimizer_state(const Checkpoint& ckpt, optim::AdamW& optimizer);
 
 // IoError naming the file when it holds fewer values in all than a model of

@@ -57,7 +57,12 @@ Checkpoint load_checkpoint(const std::string& path) {
 }
 
 void load_params(const Checkpoint& ckpt, nn::Params& params) {
-  for (const auto& [name, p] : params.list()) {
+  // Every parameter is checked before any is written: a mismatch leaves the
+  // model as it was, not half loaded.
+  const std::vector<std::pair<std::string, Tensor>> list = params.list();
+  std::vector<const Tensor*> found;
+  found.reserve(list.size());
+  for (const auto& [name, p] : list) {
     const Tensor* t = ckpt.file.find(name);
     if (!t) throw IoError(ckpt.path + ": missing parameter '" + name + "'");
     if (t->shape() != p.shape()) {
@@ -68,8 +73,11 @@ void load_params(const Checkpoint& ckpt, nn::Params& params) {
       throw IoError(ckpt.path + ": parameter '" + name + "' is " + dtype_name(t->dtype()) + ", expected " +
                     dtype_name(p.dtype()));
     }
-    Tensor dst = p;
-    dst.copy_from(t->data(), size_t(t->numel()) * dtype_size(t->dtype()));
+    found.push_back(t);
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    Tensor dst = list[i].second;
+    dst.copy_from(found[i]->data(), size_t(found[i]->numel()) * dtype_size(found[i]->dtype()));
   }
 }
 

@@ -165,6 +165,9 @@ void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& tensor
     }
     throw IoError("optimizer state: missing '" + name + "'");
   };
+  // Every moment is checked before any is written: a bad file leaves the
+  // optimizer as it was.
+  std::vector<std::pair<const Tensor*, const Tensor*>> moments;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Tensor& m = find("optimizer.exp_avg." + slots_[i].name);
     const Tensor& v = find("optimizer.exp_avg_sq." + slots_[i].name);
@@ -173,8 +176,11 @@ void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& tensor
       throw IoError("optimizer state: moments of '" + slots_[i].name + "' do not match its shape " +
                     to_string(slots_[i].param.shape()));
     }
-    m_[i].copy_from(m.data(), size_t(m.numel()) * 4);
-    v_[i].copy_from(v.data(), size_t(v.numel()) * 4);
+    moments.emplace_back(&m, &v);
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    m_[i].copy_from(moments[i].first->data(), size_t(moments[i].first->numel()) * 4);
+    v_[i].copy_from(moments[i].second->data(), size_t(moments[i].second->numel()) * 4);
   }
   t_ = steps;
 }

@@ -1,5 +1,6 @@
 // Readers on damaged input: strict JSON fields in checkpoints, model configs
-// whose parameters the file cannot hold, checkpoints of another architecture,
+// whose parameters the file cannot hold, checkpoints of another architecture
+// or whose tensors do not fit (nothing loaded),
 // stale temporaries of killed writers, shapes too large to describe, an IDX
 // .gz that inflates far beyond its header. Inputs the fuzzers (fuzz/) found
 // are in fuzz_regressions_test.cpp.
@@ -20,6 +21,7 @@
 #include "nabla/error.h"
 #include "nabla/io.h"
 #include "nabla/ops.h"
+#include "nabla/optim.h"
 
 #include "temp_dir.h"
 
@@ -161,6 +163,46 @@ TEST(Checkpoint, OptimizerStateErrorsNameTheFile) {
   optim::AdamW adamw(slots, {}, 1);
   std::string m = error_of<IoError>([&] { load_optimizer_state(ckpt, adamw); });
   EXPECT_NE(m.find(dir.file("weights.safetensors") + ": optimizer state: missing"), std::string::npos) << m;
+}
+
+// A checkpoint whose last tensors do not fit (another class count) is
+// refused with nothing loaded: every parameter and moment before the
+// mismatch keeps its value, where copying while checking had overwritten
+// them.
+TEST(Checkpoint, AMismatchLoadsNothing) {
+  TempDir dir;
+  models::VitConfig other = small_vit();
+  other.num_classes = 4;
+  models::Vit source(other, 2);
+  std::vector<optim::Slot> source_slots;
+  for (const auto& [name, t] : source.params().list()) source_slots.push_back({name, t});
+  optim::AdamW source_adamw(source_slots, {}, 1);
+  std::vector<std::vector<float>> ones;
+  std::vector<const float*> grads;
+  for (const auto& slot : source_slots) ones.emplace_back(size_t(slot.param.numel()), 1.0f);
+  for (const auto& g : ones) grads.push_back(g.data());
+  source_adamw.step(grads, 1e-3);
+  TrainPosition pos;
+  save_checkpoint(dir.file("other.safetensors"), other.to_json(), source.params(), &source_adamw, &pos);
+  Checkpoint ckpt = load_checkpoint(dir.file("other.safetensors"));
+
+  models::Vit model(small_vit(), 1);
+  std::vector<optim::Slot> slots;
+  for (const auto& [name, t] : model.params().list()) slots.push_back({name, t});
+  optim::AdamW adamw(slots, {}, 1);
+  const auto values = [](const std::vector<std::pair<std::string, Tensor>>& list) {
+    std::vector<std::vector<float>> v;
+    for (const auto& [name, t] : list) v.push_back(t.to_vector<float>());
+    return v;
+  };
+  const auto params_before = values(model.params().list());
+  const auto moments_before = values(adamw.state());
+  EXPECT_NE(error_of<IoError>([&] { load_params(ckpt, model.params()); }).find("the model expects"),
+            std::string::npos);
+  EXPECT_NE(error_of<IoError>([&] { load_optimizer_state(ckpt, adamw); }).find("do not match"), std::string::npos);
+  EXPECT_EQ(values(model.params().list()), params_before);
+  EXPECT_EQ(values(adamw.state()), moments_before);
+  EXPECT_EQ(adamw.steps(), 0);
 }
 
 TEST(WriteFileAtomic, RemovesTemporariesOfKilledWriters) {
