@@ -365,10 +365,6 @@ void copy_rows(bool trans, bool round_bf16, int64_t rows, int64_t cols, const T*
         for (int i = 0; i < 16 && r0 + i < rows; ++i) _mm512_storeu_si512(dst + (r0 + i) * ldd + c0, x[i]);
       }
     }
-    if constexpr (std::is_same_v<T, float>) {
-      if (round_bf16) round_to_bf16(dst, rows * ldd);
-    }
-    return;
 #endif
   } else {
     for (int64_t c = 0; c < cols; ++c) {  // source rows, read contiguously
