@@ -178,6 +178,11 @@ TYPED_TEST(GemmTest, LargerThanOneBlock) {
     for (bool tb : kBools) {
       check(Problem<T>(ta, tb, 300, 70, 600, T(1), T(0.5), 1, rng));
       check(Problem<T>(ta, tb, 5, 4500, 20, T(-1), T(0), 0, rng));
+      // A^T packed (N past 256, or lda a multiple of 128: the f32 kernel
+      // reads a narrower A^T in place) four depth steps at a time, with a
+      // ragged last panel and depths that leave 1-3 steps over.
+      check(Problem<T>(ta, tb, 37, 300, 263, T(1), T(0), 0, rng));
+      check(Problem<T>(ta, tb, 128, 64, 70, T(1), T(0.5), 0, rng));
     }
   }
 }
