@@ -231,6 +231,7 @@ void matmul_shapes(benchmark::internal::Benchmark* b, int64_t mem) {
   b->Args({1576, 768, 192, 0, 1, 1, 1, mem});
   b->Args({1576, 768, 192, 0, 0, 1, 0, mem});
   b->Args({1576, 192, 768, 0, 0, 1, 0, mem});
+  b->Args({192, 1576, 192, 1, 0, 1, 0, mem});
   b->Args({192, 1576, 768, 1, 0, 1, 0, mem});
   b->Args({768, 1576, 192, 1, 0, 1, 0, mem});
   b->Args({197, 64, 197, 0, 1, 24, 0, mem});

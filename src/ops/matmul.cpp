@@ -172,11 +172,27 @@ void matmul_split_k(const KernelArgs& args, const T* a, Operand la, const T* b, 
       cpu::product<T>(args.bf16_matmul, la.trans, lb.trans, M, N, kc, a_chunk, la.ld, b_chunk, lb.ld, P + c * M * N, N);
     }
   });
+  // Runs of kRun elements through a buffer, each loop over a run a vector
+  // loop (element by element, with a division for the addend's row, this
+  // was 7% of vit-tiny's [192, 192] weight gradient). The addend is read
+  // before C is written: it may be C itself.
   args.parallel_for(M * N, cpu::grain_for(chunks), [&](int64_t b0, int64_t e0) {
-    for (int64_t i = b0; i < e0; ++i) {
-      T acc = P[i];
-      for (int64_t c = 1; c < chunks; ++c) acc += P[c * M * N + i];
-      C[i] = addend.data ? acc + addend_at<T>(addend, i / N, i % N) : acc;
+    constexpr int64_t kRun = 256;
+    T acc[kRun];
+    for (int64_t r0 = b0; r0 < e0; r0 += kRun) {
+      const int64_t n = std::min(kRun, e0 - r0);
+      std::copy(P + r0, P + r0 + n, acc);
+      for (int64_t c = 1; c < chunks; ++c) {
+        const T* part = P + c * M * N + r0;
+        for (int64_t i = 0; i < n; ++i) acc[i] += part[i];
+      }
+      if (addend.data) {
+        for (int64_t i = 0, row = r0 / N, col = r0 % N; i < n; ++i) {
+          acc[i] += addend_at<T>(addend, row, col);
+          if (++col == N) col = 0, ++row;
+        }
+      }
+      std::copy(acc, acc + n, C + r0);
     }
   });
 }
