@@ -367,27 +367,35 @@ BENCHMARK(BM_contiguous)
 // not counted).
 void BM_attention(benchmark::State& state) {
   const int64_t n = state.range(0), t = state.range(1), h = state.range(2), d = state.range(3);
-  const bool causal = state.range(4) != 0, fused = state.range(5) != 0;
+  // fused: 0 composed, 1 attention (scores recomputed backward), 2
+  // attention_probs then matmul_heads (probabilities kept).
+  const bool causal = state.range(4) != 0;
+  const int64_t fused = state.range(5);
   Tensor q = random_leaf({n, t, h, d}, 13), k = random_leaf({n, t, h, d}, 14), v = random_leaf({n, t, h, d}, 15);
   Tensor dout = random_leaf({n, t, h, d}, 16);
   auto heads = [](const Tensor& x) { return nabla::permute(x, {0, 2, 1, 3}); };
   const double scale = 1.0 / std::sqrt(double(d));
-  Tensor o = fused ? nabla::attention(q, k, v, causal)
-                   : nabla::matmul_heads(nabla::softmax(nabla::matmul(heads(q), nabla::transpose(heads(k))), scale,
-                                                        Tensor(), causal),
-                                         heads(v));
+  Tensor o = fused == 1 ? nabla::attention(q, k, v, causal)
+             : fused == 2
+                 ? nabla::matmul_heads(nabla::attention_probs(q, k, causal), heads(v))
+                 : nabla::matmul_heads(nabla::softmax(nabla::matmul(heads(q), nabla::transpose(heads(k))), scale,
+                                                      Tensor(), causal),
+                                       heads(v));
   std::vector<Tensor> outs = nabla::grad(nabla::sum(o * dout), {q, k, v});
   for (Tensor& g : outs) g = nabla::contiguous(g);
   outs.push_back(o);
   run_graph(state, {q, k, v, dout}, outs, 0, 6 * 2.0 * double(n * h * t * t * d));
-  state.SetLabel(std::string(fused ? "fused" : "composed") + ", " + std::to_string(threads()) + " threads");
+  state.SetLabel(std::string(fused == 1 ? "fused" : fused == 2 ? "probabilities fused" : "composed") + ", " +
+                 std::to_string(threads()) + " threads");
 }
 BENCHMARK(BM_attention)
     ->ArgNames({"N", "T", "H", "D", "causal", "fused"})
     ->Args({128, 16, 4, 24, 0, 0})
     ->Args({128, 16, 4, 24, 0, 1})
+    ->Args({128, 16, 4, 24, 0, 2})
     ->Args({8, 197, 3, 64, 0, 0})
     ->Args({8, 197, 3, 64, 0, 1})
+    ->Args({8, 197, 3, 64, 0, 2})
     ->Args({8, 256, 6, 64, 1, 0})
     ->Args({8, 256, 6, 64, 1, 1})
     ->Unit(benchmark::kMicrosecond)

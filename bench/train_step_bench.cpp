@@ -47,9 +47,10 @@ double peak_rss_mib() {
 
 // 2*M*N*K over every matmul the step runs (forward and backward), from the
 // same graph the trainer compiles. The fused attention ops count as the
-// products of the composed form they replace (q k^T and p v forward; dp, dq,
-// dk, dv backward), whole score matrices even when causal, and not the
-// scores the backward recomputes: the same work figure either way.
+// products of the composed form they replace (attention: q k^T and p v
+// forward, dp, dq, dk, dv backward; attention_probs: q k^T, and dq, dk),
+// whole score matrices even when causal, and not the scores the backward
+// recomputes: the same work figure either way.
 double matmul_flops(const Tensor& loss, const nn::Params& params) {
   std::vector<Tensor> wrt;
   for (const auto& [name, p] : params.list()) wrt.push_back(p);
@@ -66,6 +67,11 @@ double matmul_flops(const Tensor& loss, const nn::Params& params) {
       const Tensor &q = n->inputs.at(0), &k = n->inputs.at(1), &v = n->inputs.at(2);
       const double scores = double(q.dim(0)) * double(q.dim(2)) * double(q.dim(1)) * double(k.dim(1));
       flops += (op == "attention" ? 2.0 : 4.0) * scores * double(q.dim(3) + v.dim(3));
+    } else if (op == "attention_probs" || op == "attention_probs_back") {
+      // q k^T forward; dq and dk backward.
+      const Tensor &q = n->inputs.at(0), &k = n->inputs.at(1);
+      const double scores = double(q.dim(0)) * double(q.dim(2)) * double(q.dim(1)) * double(k.dim(1));
+      flops += (op == "attention_probs" ? 2.0 : 4.0) * scores * double(q.dim(3));
     }
   }
   return flops;

@@ -197,6 +197,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal 
 // (q's elements, then k's, then v's).
 Tensor attention_back(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
                       double scale);
+// The probabilities alone, softmax(scale q k^T, causal) per (batch, head):
+// q [B, Tq, H, D], k [B, Tk, H, D] -> [B, H, Tq, Tk], fused (the scores are
+// softmaxed while in cache), for attention that keeps its probabilities for
+// the backward: matmul_heads(p, v seen heads-first) is then the output.
+Tensor attention_probs(const Tensor& q, const Tensor& k, bool causal = false,
+                       std::optional<double> scale = std::nullopt);
+// attention_probs' gradients in q and k for probabilities p and their
+// gradient dp [B, H, Tq, Tk], packed flat (q's elements, then k's).
+Tensor attention_probs_back(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& dp, double scale);
 // Rotary position embedding of x [..., T, D] (D even) at positions i32 [T]
 // (or offset, offset + 1, ...). neox pairs (x[i], x[i + D/2]) (GPT-NeoX,
 // Hugging Face Llama); original pairs (x[2i], x[2i+1]) (GPT-J, Meta).

@@ -9,6 +9,14 @@
 // keys no query of a block can see.
 // attention_back: dq, dk and dv packed in one flat tensor (q's, k's, then v's
 // elements), which attention's backward splits into views.
+// attention_probs: the probabilities alone, P = softmax(scale q k^T, causal)
+// [B, H, Tq, Tk], for attention that keeps them for its backward (ViT's
+// short bidirectional attention: recomputing them costs `attention` a
+// seventh product there). Each query block's scores are softmaxed while in
+// cache, where a matmul then a softmax wrote them out and read them back.
+// attention_probs_back: its dq and dk packed flat from P and dP; dS = P (dP -
+// rowsum(P dP)) scale stays in a per-thread scratch for dQ = dS K and dK =
+// dS^T Q, where softmax_back wrote it out for two products to read.
 // scaled_dot_product_attention: the composed form over [..., T, D] operands
 // with an optional additive mask; attention's and attention_back's oracle.
 #include <algorithm>
@@ -64,23 +72,30 @@ int64_t query_block(int64_t tq, int64_t tk, bool causal) {
   return (tq + blocks - 1) / blocks;
 }
 
-void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+// q [B, Tq, H, D] and k [B, Tk, H, D] of one dtype; causal needs Tq <= Tk.
+void check_qk(const char* op, const Tensor& q, const Tensor& k, bool causal) {
   require_floating(op, q, "q");
   require_same_dtype(op, q, k);
-  require_same_dtype(op, q, v);
-  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
-    throw ShapeError(std::string(op) + ": q, k, v must be [B, T, H, D], got q " + to_string(q.shape()) + ", k " +
-                     to_string(k.shape()) + ", v " + to_string(v.shape()));
+  if (q.rank() != 4 || k.rank() != 4) {
+    throw ShapeError(std::string(op) + ": q, k must be [B, T, H, D], got q " + to_string(q.shape()) + ", k " +
+                     to_string(k.shape()));
   }
-  const bool ok = q.dim(0) == k.dim(0) && k.dim(0) == v.dim(0) && q.dim(2) == k.dim(2) && k.dim(2) == v.dim(2) &&
-                  q.dim(3) == k.dim(3) && k.dim(1) == v.dim(1);
-  if (!ok) {
-    throw ShapeError(std::string(op) + ": need q [B, Tq, H, D], k [B, Tk, H, D], v [B, Tk, H, Dv], got q " +
-                     to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape()));
+  if (q.dim(0) != k.dim(0) || q.dim(2) != k.dim(2) || q.dim(3) != k.dim(3)) {
+    throw ShapeError(std::string(op) + ": need q [B, Tq, H, D], k [B, Tk, H, D], got q " + to_string(q.shape()) +
+                     ", k " + to_string(k.shape()));
   }
   if (causal && q.dim(1) > k.dim(1)) {
     throw ShapeError(std::string(op) + ": causal with more queries (" + std::to_string(q.dim(1)) + ") than keys (" +
-                     std::to_string(k.dim(1)) + ") hides whole rows; use scaled_dot_product_attention");
+                     std::to_string(k.dim(1)) + ") hides whole rows; the composed scaled_dot_product_attention allows it");
+  }
+}
+
+void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  check_qk(op, q, k, causal);
+  require_same_dtype(op, q, v);
+  if (v.rank() != 4 || v.dim(0) != k.dim(0) || v.dim(1) != k.dim(1) || v.dim(2) != k.dim(2)) {
+    throw ShapeError(std::string(op) + ": need q [B, Tq, H, D], k [B, Tk, H, D], v [B, Tk, H, Dv], got q " +
+                     to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape()));
   }
 }
 
@@ -100,6 +115,28 @@ Meta attention_back_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
                      to_string(expect));
   }
   return {q.dtype(), {q.numel() + k.numel() + v.numel()}};
+}
+
+// The probabilities' shape for q and k: [B, H, Tq, Tk].
+Shape probs_shape(const Tensor& q, const Tensor& k) { return {q.dim(0), q.dim(2), q.dim(1), k.dim(1)}; }
+
+Meta attention_probs_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
+  const Tensor &q = in[0], &k = in[1];
+  check_qk("attention_probs", q, k, causal_of(attrs));
+  return {q.dtype(), probs_shape(q, k)};
+}
+
+Meta attention_probs_back_infer(const std::vector<Tensor>& in, const Attrs&) {
+  const Tensor &q = in[0], &k = in[1], &p = in[2], &dp = in[3];
+  check_qk("attention_probs_back", q, k, false);
+  require_same_dtype("attention_probs_back", q, p);
+  require_same_dtype("attention_probs_back", q, dp);
+  const Shape expect = probs_shape(q, k);
+  if (p.shape() != expect || dp.shape() != expect) {
+    throw ShapeError("attention_probs_back: p and dp must be the probabilities' shape " + to_string(expect) +
+                     ", got p " + to_string(p.shape()) + ", dp " + to_string(dp.shape()));
+  }
+  return {q.dtype(), {q.numel() + k.numel()}};
 }
 
 // buf's first n elements, which the caller overwrites: the buffer only grows,
@@ -181,12 +218,14 @@ Scratch<T>& scratch() {
   return s;
 }
 
-// Rows of scores s [rows, kv] (queries row0..) turned into probabilities in
-// place: softmax of scale * s over each row's visible keys, zeros after them.
+// Rows of scores s [rows, kv] (row r at s + r * ld; queries row0..) turned
+// into probabilities in place: softmax of scale * s over each row's visible
+// keys, zeros after them.
 template <class T>
-void softmax_rows(T* s, int64_t rows, int64_t kv, int64_t row0, int64_t tq, int64_t tk, bool causal, double scale) {
+void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t kv, int64_t row0, int64_t tq, int64_t tk, bool causal,
+                  double scale) {
   for (int64_t r = 0; r < rows; ++r) {
-    T* y = s + r * kv;
+    T* y = s + r * ld;
     const int64_t visible = causal ? causal_visible(row0 + r, tq, tk) : tk;
     if constexpr (std::is_same_v<T, float>) {
       cpu::softmax_in_place(y, visible, kv, float(scale));
@@ -208,16 +247,17 @@ void softmax_rows(T* s, int64_t rows, int64_t kv, int64_t row0, int64_t tq, int6
   }
 }
 
-// One row of dS = P (dP - rowsum(P dP)) scale, dP in place of dS.
+// One row of dS = P (dP - rowsum(P dP)) scale into ds, P and dP read with
+// strides ps and dps (dP may be ds itself).
 template <class T>
-void score_gradient_row(const T* p, T* ds, int64_t kv, double scale) {
+void score_gradient_row(const T* p, int64_t ps, const T* dp, int64_t dps, T* ds, int64_t kv, double scale) {
   if constexpr (std::is_same_v<T, float>) {
-    cpu::softmax_back_row(p, 1, ds, 1, kv, float(scale), ds);
+    cpu::softmax_back_row(p, ps, dp, dps, kv, float(scale), ds);
   } else {
     T dot = T(0);
-    for (int64_t j = 0; j < kv; ++j) dot += p[j] * ds[j];
+    for (int64_t j = 0; j < kv; ++j) dot += p[j * ps] * dp[j * dps];
     const T sc = T(scale);
-    for (int64_t j = 0; j < kv; ++j) ds[j] = p[j] * (ds[j] - dot) * sc;
+    for (int64_t j = 0; j < kv; ++j) ds[j] = p[j * ps] * (dp[j * dps] - dot) * sc;
   }
 }
 
@@ -245,7 +285,7 @@ int64_t block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t i
   Q = head_rows(q, b, h, i0, rows, s.q);
   T* p = uninitialized(s.p, rows * kv);
   Kt.multiply(bf16, Q.trans, rows, kv, d.D, Q.p, Q.ld, p, kv);
-  softmax_rows(p, rows, kv, i0, d.Tq, d.Tk, causal, scale);
+  softmax_rows(p, kv, rows, kv, i0, d.Tq, d.Tk, causal, scale);
   return kv;
 }
 
@@ -314,7 +354,7 @@ void attention_back_kernel(const KernelArgs& a) {
         T* P = s.p.data();
         T* dS = uninitialized(s.dp, rows * kv);
         Vt.multiply(bf16, dO.trans, rows, kv, d.Dv, dO.p, dO.ld, dS, kv);
-        for (int64_t r = 0; r < rows; ++r) score_gradient_row(P + r * kv, dS + r * kv, kv, scale);
+        for (int64_t r = 0; r < rows; ++r) score_gradient_row(P + r * kv, 1, dS + r * kv, 1, dS + r * kv, kv, scale);
         T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
         Kn.multiply(bf16, false, rows, d.D, kv, dS, kv, dq_rows, d.H * d.D);
         // dK += dS^T Q and dV += P^T dO over the keys written before, and
@@ -337,12 +377,143 @@ void attention_back_kernel(const KernelArgs& a) {
   });
 }
 
+// Requests one head's rows of a [B, T, H, C] operand (rows along axis 1,
+// the head on axis 2) or, heads_first, of a [B, H, Tq, Tk] score tensor,
+// when its rows are contiguous. The fused kernels request the operands and
+// outputs of the head kAheadHeads after the one they compute where a head's
+// operands are small (kPrefetchHead bytes): a head of 16 tokens is a few
+// lines in scattered rows, which otherwise arrive one miss at a time, and
+// takes less time to compute than a miss from memory, hence two heads ahead
+// (as matmul does for its small batched products). Long rows stream in on
+// the hardware prefetcher.
+constexpr int64_t kPrefetchHead = int64_t{64} << 10;
+constexpr int64_t kAheadHeads = 2;
+template <class T>
+void prefetch_head(const TensorView& x, int64_t t, int64_t heads, bool heads_first, bool for_write = false) {
+  const Strides& s = x.strides;
+  if (s[3] != 1) return;
+  const int64_t b = t / heads, h = t % heads;
+  const int64_t row_axis = heads_first ? 2 : 1, head_axis = heads_first ? 1 : 2;
+  const int64_t e = sizeof(T);
+  cpu::prefetch_matrix(x.ptr<T>() + b * s[0] + h * s[head_axis], x.shape[row_axis], x.shape[3] * e,
+                       s[row_axis] * e, for_write);
+}
+
+// Calls request(u) for the heads u of [t0, t1) that head t's turn brings
+// kAheadHeads ahead: the first kAheadHeads too at the chunk's start.
+template <class F>
+void request_ahead(int64_t t, int64_t t0, int64_t t1, F&& request) {
+  if (t == t0) {
+    for (int64_t u = t0; u < std::min(t1, t0 + kAheadHeads); ++u) request(u);
+  }
+  if (t + kAheadHeads < t1) request(t + kAheadHeads);
+}
+
+// Per (batch, head), query block by query block: S = Q K^T into the block's
+// rows of P (only the keys a causal block sees), softmaxed there at once,
+// while they are in cache.
+template <class T>
+void attention_probs_kernel(const KernelArgs& a) {
+  const TensorView &q = a.in[0], &k = a.in[1];
+  const Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], 0};
+  const bool causal = causal_of(*a.attrs);
+  const double scale = scale_of(*a.attrs);
+  T* out = a.out.ptr<T>();
+  const int64_t block = query_block(d.Tq, d.Tk, causal);
+  const bool ahead = int64_t(sizeof(T)) * (d.Tq + d.Tk) * d.D <= kPrefetchHead;
+  a.parallel_for(d.B * d.H, head_grain(d), [&](int64_t t0, int64_t t1) {
+    Scratch<T>& s = scratch<T>();
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / d.H, h = t % d.H;
+      if (ahead) {
+        request_ahead(t, t0, t1, [&](int64_t u) {
+          prefetch_head<T>(q, u, d.H, false);
+          prefetch_head<T>(k, u, d.H, false);
+          prefetch_head<T>(a.out, u, d.H, true, true);
+        });
+      }
+      const HeadRows<T> K = head_rows(k, b, h, 0, d.Tk, s.k);
+      T* p_head = out + t * d.Tq * d.Tk;  // P [b, h]
+      for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
+        const int64_t rows = std::min(block, d.Tq - i0);
+        const int64_t kv = causal ? causal_visible(i0 + rows - 1, d.Tq, d.Tk) : d.Tk;
+        const HeadRows<T> Q = head_rows(q, b, h, i0, rows, s.q);
+        T* p = p_head + i0 * d.Tk;
+        // K stored [Tk, D] is op(B) = K^T transposed.
+        cpu::product<T>(a.bf16_matmul, Q.trans, !K.trans, rows, kv, d.D, Q.p, Q.ld, K.p, K.ld, p, d.Tk);
+        softmax_rows(p, d.Tk, rows, d.Tk, i0, d.Tq, d.Tk, causal, scale);
+      }
+    }
+  });
+}
+
+// Per (batch, head), query block by query block: dS into a scratch, then
+// dQ's rows = dS K and dK += dS^T Q (written by the first block), so each
+// head's sums run in a fixed order whatever the threads. Every key of a row
+// takes part (P is zero where causal attention hid a key, and the op has no
+// causal rule of its own).
+template <class T>
+void attention_probs_back_kernel(const KernelArgs& a) {
+  const TensorView &q = a.in[0], &k = a.in[1], &p = a.in[2], &dp = a.in[3];
+  const Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], 0};
+  const double scale = scale_of(*a.attrs);
+  const bool bf16 = a.bf16_matmul;
+  T* dq = a.out.ptr<T>();
+  T* dk = dq + d.B * d.Tq * d.H * d.D;
+  const int64_t block = query_block(d.Tq, d.Tk, false);
+  const Strides &ps = p.strides, &dps = dp.strides;
+  Dims work = d;
+  work.Dv = d.D;  // two products per score
+  const bool ahead = int64_t(sizeof(T)) * ((d.Tq + d.Tk) * d.D + 2 * d.Tq * d.Tk) <= kPrefetchHead;
+  a.parallel_for(d.B * d.H, head_grain(work), [&](int64_t t0, int64_t t1) {
+    Scratch<T>& s = scratch<T>();
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / d.H, h = t % d.H;
+      if (ahead) {
+        request_ahead(t, t0, t1, [&](int64_t u) {
+          prefetch_head<T>(q, u, d.H, false);
+          prefetch_head<T>(k, u, d.H, false);
+          prefetch_head<T>(p, u, d.H, true);
+          prefetch_head<T>(dp, u, d.H, true);
+          // dq and dk, token-major as q and k are.
+          const int64_t e = sizeof(T), ub = u / d.H, uh = u % d.H;
+          cpu::prefetch_matrix(dq + (ub * d.Tq * d.H + uh) * d.D, d.Tq, d.D * e, d.H * d.D * e, true);
+          cpu::prefetch_matrix(dk + (ub * d.Tk * d.H + uh) * d.D, d.Tk, d.D * e, d.H * d.D * e, true);
+        });
+      }
+      const HeadRows<T> K = head_rows(k, b, h, 0, d.Tk, s.k);
+      T* dk_h = dk + (b * d.Tk * d.H + h) * d.D;
+      for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
+        const int64_t rows = std::min(block, d.Tq - i0);
+        const HeadRows<T> Q = head_rows(q, b, h, i0, rows, s.q);
+        T* dS = uninitialized(s.dp, rows * d.Tk);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t i = i0 + r;
+          score_gradient_row(p.ptr<T>() + b * ps[0] + h * ps[1] + i * ps[2], ps[3],
+                             dp.ptr<T>() + b * dps[0] + h * dps[1] + i * dps[2], dps[3], dS + r * d.Tk, d.Tk, scale);
+        }
+        T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
+        cpu::product<T>(bf16, false, K.trans, rows, d.D, d.Tk, dS, d.Tk, K.p, K.ld, dq_rows, d.H * d.D);
+        cpu::product<T>(bf16, true, Q.trans, d.Tk, d.D, rows, dS, d.Tk, Q.p, Q.ld, dk_h, d.H * d.D, i0 > 0);
+      }
+    }
+  });
+}
+
 void attention_forward(const KernelArgs& a) {
   dispatch_floating(a.out.dtype, "attention", [&]<class T>() { attention_kernel<T>(a); });
 }
 
 void attention_back_forward(const KernelArgs& a) {
   dispatch_floating(a.out.dtype, "attention_back", [&]<class T>() { attention_back_kernel<T>(a); });
+}
+
+void attention_probs_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "attention_probs", [&]<class T>() { attention_probs_kernel<T>(a); });
+}
+
+void attention_probs_back_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "attention_probs_back", [&]<class T>() { attention_probs_back_kernel<T>(a); });
 }
 
 // [B, T, H, C] <-> [B, H, T, C].
@@ -394,6 +565,51 @@ std::vector<GradCase> attention_back_cases() {
   };
 }
 
+Tensor attention_probs_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
+  return softmax(matmul(heads_first(in[0]), transpose(heads_first(in[1]))), scale_of(attrs), Tensor(),
+                 causal_of(attrs));
+}
+
+// dS = softmax_back(P, dP); dq = dS K and dk = dS^T Q, token-major, packed flat.
+Tensor attention_probs_back_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
+  Tensor ds = softmax_back(in[2], in[3], scale_of(attrs));
+  Tensor dq = heads_first(matmul(ds, heads_first(in[1])));
+  Tensor dk = heads_first(matmul(transpose(ds), heads_first(in[0])));
+  return concat({reshape(contiguous(dq), {-1}), reshape(contiguous(dk), {-1})}, 0);
+}
+
+Grads attention_probs_backward(const BackwardArgs& g) {
+  const Tensor &q = g.inputs[0], &k = g.inputs[1];
+  Tensor flat = attention_probs_back(q, k, g.out, g.dout, scale_of(g.attrs));
+  const int64_t nq = q.numel(), nk = k.numel();
+  return {reshape(slice(flat, 0, 0, nq), q.shape()), reshape(slice(flat, 0, nq, nq + nk), k.shape())};
+}
+
+std::vector<GradCase> attention_probs_cases() {
+  using V = std::vector<Tensor>;
+  return {
+      {"plain", {normal({2, 3, 2, 4}), normal({2, 3, 2, 4})},
+       [](const V& x) { return attention_probs(x[0], x[1]); }},
+      {"causal_more_keys", {normal({1, 2, 2, 3}), normal({1, 5, 2, 3})},
+       [](const V& x) { return attention_probs(x[0], x[1], true); }},
+      {"fewer_keys_scaled", {normal({2, 4, 1, 2}), normal({2, 3, 1, 2})},
+       [](const V& x) { return attention_probs(x[0], x[1], false, 0.7); }},
+      // Two query blocks, causal: the second sees keys the first does not.
+      {"causal_two_blocks", {normal({1, 67, 1, 2}), normal({1, 67, 1, 2})},
+       [](const V& x) { return attention_probs(x[0], x[1], true); }},
+  };
+}
+
+std::vector<GradCase> attention_probs_back_cases() {
+  using V = std::vector<Tensor>;
+  return {
+      {"plain", {normal({2, 3, 2, 2}), normal({2, 3, 2, 2}), normal({2, 2, 3, 3}), normal({2, 2, 3, 3})},
+       [](const V& x) { return attention_probs_back(x[0], x[1], x[2], x[3], 0.6); }},
+      {"more_keys", {normal({1, 2, 2, 3}), normal({1, 4, 2, 3}), normal({1, 2, 2, 4}), normal({1, 2, 2, 4})},
+       [](const V& x) { return attention_probs_back(x[0], x[1], x[2], x[3], 0.5); }},
+  };
+}
+
 }  // namespace
 
 extern const OpDef op_attention{
@@ -419,23 +635,54 @@ extern const OpDef op_attention_back{
     .cases = attention_back_cases,
 };
 
+extern const OpDef op_attention_probs{
+    .name = "attention_probs",
+    .summary = "softmax(scale q k^T, causal) over [B, T, H, D] heads, as [B, H, Tq, Tk]; fused, kept for the backward",
+    .inputs = {{"q", Diff::yes}, {"k", Diff::yes}},
+    .fused = true,
+    .infer = attention_probs_infer,
+    .forward = attention_probs_forward,
+    .backward = attention_probs_backward,
+    .composite = attention_probs_composite,
+    .cases = attention_probs_cases,
+};
+
+extern const OpDef op_attention_probs_back{
+    .name = "attention_probs_back",
+    .summary = "attention_probs' dq, dk from p and dp, packed flat; fused (its own gradient through the composite)",
+    .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"p", Diff::yes}, {"dp", Diff::yes}},
+    .fused = true,
+    .infer = attention_probs_back_infer,
+    .forward = attention_probs_back_forward,
+    .composite = attention_probs_back_composite,
+    .cases = attention_probs_back_cases,
+};
+
 }  // namespace ops
 
 namespace {
-Attrs attention_attrs(const Tensor& q, bool causal, std::optional<double> scale) {
-  if (!q.defined()) throw UsageError("attention: q is an undefined tensor");
-  if (q.rank() != 4) throw ShapeError("attention: q must be [B, T, H, D], got " + to_string(q.shape()));
+Attrs attention_attrs(const char* op, const Tensor& q, bool causal, std::optional<double> scale) {
+  if (!q.defined()) throw UsageError(std::string(op) + ": q is an undefined tensor");
+  if (q.rank() != 4) throw ShapeError(std::string(op) + ": q must be [B, T, H, D], got " + to_string(q.shape()));
   return Attrs{{causal ? 1 : 0}, {scale ? *scale : 1.0 / std::sqrt(double(q.dim(3)))}};
 }
 }  // namespace
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale) {
-  return apply(ops::op_attention, {q, k, v}, attention_attrs(q, causal, scale));
+  return apply(ops::op_attention, {q, k, v}, attention_attrs("attention", q, causal, scale));
 }
 
 Tensor attention_back(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
                       double scale) {
-  return apply(ops::op_attention_back, {q, k, v, dout}, attention_attrs(q, causal, scale));
+  return apply(ops::op_attention_back, {q, k, v, dout}, attention_attrs("attention_back", q, causal, scale));
+}
+
+Tensor attention_probs(const Tensor& q, const Tensor& k, bool causal, std::optional<double> scale) {
+  return apply(ops::op_attention_probs, {q, k}, attention_attrs("attention_probs", q, causal, scale));
+}
+
+Tensor attention_probs_back(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& dp, double scale) {
+  return apply(ops::op_attention_probs_back, {q, k, p, dp}, attention_attrs("attention_probs_back", q, false, scale));
 }
 
 }  // namespace nabla

@@ -104,54 +104,65 @@ TEST(Attention, MatchesAReferenceLoop) {
   }
 }
 
-// The fused op in f32 (vectorised softmax, query blocks, causal key skipping)
-// against the composed form in f64, value and every gradient, at the models'
-// shapes: fmnist's heads (16 tokens of 24), vit-tiny's (197 of 64), GPT-2's
-// causal ones (three query blocks) and 300 tokens (two blocks; causal, five,
-// the visible keys crossing the GEMM's 256-deep passes), with q, k, v read
-// through strided views.
+// The fused forms on token-major q, k, v: attention, or attention_probs
+// then matmul_heads (the probabilities kept for the backward).
+enum class Fused { attention, probs };
+Tensor fused_attention(Fused kind, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  if (kind == Fused::attention) return attention(q, k, v, causal);
+  return matmul_heads(attention_probs(q, k, causal), permute(v, {0, 2, 1, 3}));
+}
+
+// The fused ops in f32 (vectorised softmax, query blocks, causal key
+// skipping) against the composed form in f64, value and every gradient, at
+// the models' shapes: fmnist's heads (16 tokens of 24), vit-tiny's (197 of
+// 64), GPT-2's causal ones (three query blocks) and 300 tokens (two blocks;
+// causal, five, the visible keys crossing the GEMM's 256-deep passes), with
+// q, k, v read through strided views.
 TEST(Attention, FusedF32MatchesTheCompositeAtModelShapes) {
-  struct Case {
-    int64_t b, t, h, d;
-    bool causal;
-  };
-  for (const Case& c : {Case{4, 16, 4, 24, false}, Case{1, 197, 3, 64, false}, Case{2, 130, 2, 32, true},
-                        Case{1, 300, 1, 16, false}, Case{1, 300, 1, 16, true}}) {
-    SCOPED_TRACE(std::to_string(c.t) + " tokens, causal " + std::to_string(c.causal));
-    Tensor qkv64 = random_leaf({c.b, c.t, 3, c.h, c.d}, 11);
-    Tensor dout64 = random_leaf({c.b, c.t, c.h, c.d}, 12);
-    auto as = [](const Tensor& t, DType dtype) {
-      if (dtype == DType::f64) return t;
-      std::vector<double> v = t.to_vector<double>();
-      return Tensor::from_vector<float>(t.shape(), std::vector<float>(v.begin(), v.end()));
+  for (const Fused kind : {Fused::attention, Fused::probs}) {
+    SCOPED_TRACE(kind == Fused::attention ? "attention" : "attention_probs");
+    struct Case {
+      int64_t b, t, h, d;
+      bool causal;
     };
-    auto run = [&](DType dtype, bool fused) {
-      Tensor qkv = as(qkv64, dtype), dout = as(dout64, dtype);
-      auto part = [&](int64_t i) { return reshape(slice(qkv, 2, i, i + 1), {c.b, c.t, c.h, c.d}); };
-      Tensor q = part(0), k = part(1), v = part(2);
-      Tensor o = fused ? attention(q, k, v, c.causal)
-                       : permute(scaled_dot_product_attention(permute(q, {0, 2, 1, 3}), permute(k, {0, 2, 1, 3}),
-                                                              permute(v, {0, 2, 1, 3}), Tensor(), c.causal),
-                                 {0, 2, 1, 3});
-      std::vector<Tensor> outs = grad(sum(o * dout), {qkv});
-      outs.insert(outs.begin(), o);
-      std::vector<std::vector<double>> values;
-      for (const Tensor& t : eval(outs, {.threads = 2})) {
-        if (dtype == DType::f64) {
-          values.push_back(t.to_vector<double>());
-        } else {
-          std::vector<float> f = t.to_vector<float>();
-          values.emplace_back(f.begin(), f.end());
+    for (const Case& c : {Case{4, 16, 4, 24, false}, Case{1, 197, 3, 64, false}, Case{2, 130, 2, 32, true},
+                          Case{1, 300, 1, 16, false}, Case{1, 300, 1, 16, true}}) {
+      SCOPED_TRACE(std::to_string(c.t) + " tokens, causal " + std::to_string(c.causal));
+      Tensor qkv64 = random_leaf({c.b, c.t, 3, c.h, c.d}, 11);
+      Tensor dout64 = random_leaf({c.b, c.t, c.h, c.d}, 12);
+      auto as = [](const Tensor& t, DType dtype) {
+        if (dtype == DType::f64) return t;
+        std::vector<double> v = t.to_vector<double>();
+        return Tensor::from_vector<float>(t.shape(), std::vector<float>(v.begin(), v.end()));
+      };
+      auto run = [&](DType dtype, bool fused) {
+        Tensor qkv = as(qkv64, dtype), dout = as(dout64, dtype);
+        auto part = [&](int64_t i) { return reshape(slice(qkv, 2, i, i + 1), {c.b, c.t, c.h, c.d}); };
+        Tensor q = part(0), k = part(1), v = part(2);
+        Tensor o = fused ? fused_attention(kind, q, k, v, c.causal)
+                         : permute(scaled_dot_product_attention(permute(q, {0, 2, 1, 3}), permute(k, {0, 2, 1, 3}),
+                                                                permute(v, {0, 2, 1, 3}), Tensor(), c.causal),
+                                   {0, 2, 1, 3});
+        std::vector<Tensor> outs = grad(sum(o * dout), {qkv});
+        outs.insert(outs.begin(), o);
+        std::vector<std::vector<double>> values;
+        for (const Tensor& t : eval(outs, {.threads = 2})) {
+          if (dtype == DType::f64) {
+            values.push_back(t.to_vector<double>());
+          } else {
+            std::vector<float> f = t.to_vector<float>();
+            values.emplace_back(f.begin(), f.end());
+          }
         }
-      }
-      return values;
-    };
-    const auto fused = run(DType::f32, true), reference = run(DType::f64, false);
-    for (size_t n = 0; n < fused.size(); ++n) {
-      double scale = 0;
-      for (double x : reference[n]) scale = std::max(scale, std::abs(x));
-      for (size_t i = 0; i < fused[n].size(); ++i) {
-        ASSERT_NEAR(fused[n][i], reference[n][i], 2e-5 * scale) << (n == 0 ? "output" : "gradient") << " entry " << i;
+        return values;
+      };
+      const auto fused = run(DType::f32, true), reference = run(DType::f64, false);
+      for (size_t n = 0; n < fused.size(); ++n) {
+        double scale = 0;
+        for (double x : reference[n]) scale = std::max(scale, std::abs(x));
+        for (size_t i = 0; i < fused[n].size(); ++i) {
+          ASSERT_NEAR(fused[n][i], reference[n][i], 2e-5 * scale) << (n == 0 ? "output" : "gradient") << " entry " << i;
+        }
       }
     }
   }
@@ -162,47 +173,50 @@ TEST(Attention, FusedF32MatchesTheCompositeAtModelShapes) {
 // bf16's precision, as the composed form's do under the same option, and stay
 // bit-identical at any thread count.
 TEST(Attention, FusedFollowsTheBf16MatmulOption) {
-  struct Case {
-    int64_t b, t, h, d;
-    bool causal;
-  };
-  for (const Case& c : {Case{1, 197, 3, 64, false}, Case{2, 130, 2, 32, true}}) {
-    SCOPED_TRACE(std::to_string(c.t) + " tokens, causal " + std::to_string(c.causal));
-    std::vector<double> qkv64 = random_leaf({c.b, c.t, 3, c.h, c.d}, 13).to_vector<double>();
-    std::vector<double> dout64 = random_leaf({c.b, c.t, c.h, c.d}, 14).to_vector<double>();
-    Tensor qkv = Tensor::from_vector<float>({c.b, c.t, 3, c.h, c.d}, std::vector<float>(qkv64.begin(), qkv64.end()));
-    Tensor dout = Tensor::from_vector<float>({c.b, c.t, c.h, c.d}, std::vector<float>(dout64.begin(), dout64.end()));
-    auto part = [&](int64_t i) { return reshape(slice(qkv, 2, i, i + 1), {c.b, c.t, c.h, c.d}); };
-    auto heads = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
-    auto outputs = [&](bool fused) {
-      Tensor q = part(0), k = part(1), v = part(2);
-      Tensor o = fused ? attention(q, k, v, c.causal)
-                       : heads(scaled_dot_product_attention(heads(q), heads(k), heads(v), Tensor(), c.causal));
-      std::vector<Tensor> outs = grad(sum(o * dout), {qkv});
-      outs.insert(outs.begin(), o);
-      return outs;
+  for (const Fused kind : {Fused::attention, Fused::probs}) {
+    SCOPED_TRACE(kind == Fused::attention ? "attention" : "attention_probs");
+    struct Case {
+      int64_t b, t, h, d;
+      bool causal;
     };
-    auto values = [](const std::vector<Tensor>& outs, ExecOptions options) {
-      std::vector<std::vector<float>> v;
-      for (const Tensor& t : eval(outs, options)) v.push_back(t.to_vector<float>());
-      return v;
-    };
-    const std::vector<Tensor> fused = outputs(true), composed = outputs(false);
-    const auto f32 = values(fused, {.threads = 2});
-    const auto bf16 = values(fused, {.threads = 1, .bf16_matmul = true});
-    const auto composed_bf16 = values(composed, {.threads = 2, .bf16_matmul = true});
-    for (int threads : {2, 3}) {
-      EXPECT_EQ(values(fused, {.threads = threads, .bf16_matmul = true}), bf16) << threads << " threads";
-    }
-    for (size_t n = 0; n < f32.size(); ++n) {
-      double scale = 0, moved = 0;
-      for (float x : f32[n]) scale = std::max(scale, double(std::abs(x)));
-      for (size_t i = 0; i < f32[n].size(); ++i) {
-        moved = std::max(moved, double(std::abs(bf16[n][i] - f32[n][i])));
-        ASSERT_NEAR(bf16[n][i], f32[n][i], 3e-2 * scale) << (n == 0 ? "output" : "gradient") << " entry " << i;
-        ASSERT_NEAR(bf16[n][i], composed_bf16[n][i], 3e-2 * scale) << (n == 0 ? "output" : "gradient") << " entry " << i;
+    for (const Case& c : {Case{1, 197, 3, 64, false}, Case{2, 130, 2, 32, true}}) {
+      SCOPED_TRACE(std::to_string(c.t) + " tokens, causal " + std::to_string(c.causal));
+      std::vector<double> qkv64 = random_leaf({c.b, c.t, 3, c.h, c.d}, 13).to_vector<double>();
+      std::vector<double> dout64 = random_leaf({c.b, c.t, c.h, c.d}, 14).to_vector<double>();
+      Tensor qkv = Tensor::from_vector<float>({c.b, c.t, 3, c.h, c.d}, std::vector<float>(qkv64.begin(), qkv64.end()));
+      Tensor dout = Tensor::from_vector<float>({c.b, c.t, c.h, c.d}, std::vector<float>(dout64.begin(), dout64.end()));
+      auto part = [&](int64_t i) { return reshape(slice(qkv, 2, i, i + 1), {c.b, c.t, c.h, c.d}); };
+      auto heads = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
+      auto outputs = [&](bool fused) {
+        Tensor q = part(0), k = part(1), v = part(2);
+        Tensor o = fused ? fused_attention(kind, q, k, v, c.causal)
+                         : heads(scaled_dot_product_attention(heads(q), heads(k), heads(v), Tensor(), c.causal));
+        std::vector<Tensor> outs = grad(sum(o * dout), {qkv});
+        outs.insert(outs.begin(), o);
+        return outs;
+      };
+      auto values = [](const std::vector<Tensor>& outs, ExecOptions options) {
+        std::vector<std::vector<float>> v;
+        for (const Tensor& t : eval(outs, options)) v.push_back(t.to_vector<float>());
+        return v;
+      };
+      const std::vector<Tensor> fused = outputs(true), composed = outputs(false);
+      const auto f32 = values(fused, {.threads = 2});
+      const auto bf16 = values(fused, {.threads = 1, .bf16_matmul = true});
+      const auto composed_bf16 = values(composed, {.threads = 2, .bf16_matmul = true});
+      for (int threads : {2, 3}) {
+        EXPECT_EQ(values(fused, {.threads = threads, .bf16_matmul = true}), bf16) << threads << " threads";
       }
-      EXPECT_GT(moved, 1e-4 * scale) << (n == 0 ? "output" : "gradient") << ": the bf16 option had no effect";
+      for (size_t n = 0; n < f32.size(); ++n) {
+        double scale = 0, moved = 0;
+        for (float x : f32[n]) scale = std::max(scale, double(std::abs(x)));
+        for (size_t i = 0; i < f32[n].size(); ++i) {
+          moved = std::max(moved, double(std::abs(bf16[n][i] - f32[n][i])));
+          ASSERT_NEAR(bf16[n][i], f32[n][i], 3e-2 * scale) << (n == 0 ? "output" : "gradient") << " entry " << i;
+          ASSERT_NEAR(bf16[n][i], composed_bf16[n][i], 3e-2 * scale) << (n == 0 ? "output" : "gradient") << " entry " << i;
+        }
+        EXPECT_GT(moved, 1e-4 * scale) << (n == 0 ? "output" : "gradient") << ": the bf16 option had no effect";
+      }
     }
   }
 }
@@ -217,6 +231,26 @@ TEST(Attention, FusedRejectsBadShapes) {
   EXPECT_THROW(attention(q, k, Tensor::zeros(DType::f64, {1, 2, 2, 5})), DTypeError);
 }
 
+TEST(Attention, ProbabilitiesRejectBadShapes) {
+  Tensor q = Tensor::zeros(DType::f32, {1, 3, 2, 4}), k = Tensor::zeros(DType::f32, {1, 2, 2, 4});
+  EXPECT_EQ(attention_probs(q, k).shape(), (Shape{1, 2, 3, 2}));
+  EXPECT_THROW(attention_probs(q, k, /*causal=*/true), ShapeError);  // a query would see no key
+  EXPECT_THROW(attention_probs(q, Tensor::zeros(DType::f32, {1, 2, 2, 5})), ShapeError);
+  EXPECT_THROW(attention_probs(q, Tensor::zeros(DType::f32, {1, 2, 3, 4})), ShapeError);
+  EXPECT_THROW(attention_probs(q, Tensor::zeros(DType::f64, {1, 2, 2, 4})), DTypeError);
+  EXPECT_THROW(attention_probs(reshape(q, {1, 3, 8}), k), ShapeError);
+  Tensor p = Tensor::zeros(DType::f32, {1, 2, 3, 2});
+  EXPECT_NO_THROW(attention_probs_back(q, k, p, p, 0.5));
+  EXPECT_THROW(attention_probs_back(q, k, Tensor::zeros(DType::f32, {1, 2, 2, 3}), p, 0.5), ShapeError);
+  EXPECT_THROW(attention_probs_back(q, k, p, Tensor::zeros(DType::f64, {1, 2, 3, 2}), 0.5), DTypeError);
+  try {
+    attention_probs_back(q, k, p, Tensor::zeros(DType::f32, {1, 2, 3}), 0.5);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_probs_back"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Attention, RejectsMismatchedShapes) {
   Tensor q = Tensor::zeros(DType::f32, {1, 2, 3, 4}), k = Tensor::zeros(DType::f32, {1, 2, 5, 3});
   Tensor v = Tensor::zeros(DType::f32, {1, 2, 5, 4});
@@ -225,43 +259,51 @@ TEST(Attention, RejectsMismatchedShapes) {
 
 }  // namespace
 
-// ViT's composed attention (nn::Attention at up to 256 tokens) reads q, k and
-// v as heads-first views of its projections and writes its output and their
-// gradients token-major (matmul_heads): no head copies forward or backward,
-// and the same gradients as scaled_dot_product_attention on copied heads.
+// ViT's attention over up to 256 tokens (nn::Attention: composed up to 64,
+// attention_probs past that) reads q, k and v as heads-first views of its
+// projections, or token-major, and writes its output and their gradients
+// token-major (matmul_heads, attention_probs_back): no head copies forward or
+// backward, and the same gradients as scaled_dot_product_attention on copied
+// heads.
 TEST(Attention, VitAttentionCopiesNoHeadsEitherWay) {
-  const int64_t N = 2, T = 5, D = 12, H = 3;
-  nn::Params params;
-  nn::Init init(3);
-  nn::Attention attn(params, "attn", "qkv", "proj", D, H, /*qkv_bias=*/true, /*causal=*/false, init, 0.2);
-  const auto f32 = [](Shape shape, uint64_t seed) {
-    Tensor t = random_leaf(shape, seed), f = Tensor::zeros(DType::f32, shape);
-    for (int64_t i = 0; i < t.numel(); ++i) f.data_as<float>()[i] = float(t.data_as<double>()[i]);
-    return f;
-  };
-  Tensor x = f32({N, T, D}, 4);
-  Tensor w = f32({N, T, D}, 5);
-  Tensor loss = sum(attn(x) * w);
-  Graph g({loss});
-  g.backward(loss, {x});
-  ASSERT_TRUE(g.has_grad(x));
-  for (const Node* n : g.nodes()) {
-    EXPECT_FALSE(std::string(n->op->name) == "contiguous" && numel(n->shape) >= N * T * D)
-        << "a head copy of shape " << to_string(n->shape);
-  }
-  // The reference: the same weights through sdpa on copied heads.
-  const auto linear = [&](const Tensor& t, const std::string& name) {
-    return matmul(t, transpose(params.get(name + ".weight"))) + params.get(name + ".bias");
-  };
-  Tensor qkv = reshape(linear(x, "attn.qkv"), {N, T, 3, H, D / H});
-  auto part = [&](int64_t i) { return contiguous(permute(reshape(slice(qkv, 2, i, i + 1), {N, T, H, D / H}), {0, 2, 1, 3})); };
-  Tensor o = reshape(contiguous(permute(scaled_dot_product_attention(part(0), part(1), part(2)), {0, 2, 1, 3})), {N, T, D});
-  Tensor ref_loss = sum(linear(o, "attn.proj") * w);
-  const std::vector<Tensor> got = eval(std::vector<Tensor>{loss, g.grad(x)}, {.threads = 2});
-  const std::vector<Tensor> want = eval(std::vector<Tensor>{ref_loss, grad(ref_loss, {x})[0]}, {.threads = 1});
-  for (size_t i = 0; i < got.size(); ++i) {
-    const std::vector<float> a = got[i].to_vector<float>(), b = want[i].to_vector<float>();
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-5 * (1 + std::abs(b[j]))) << i << " " << j;
+  for (const int64_t T : {5, 70}) {
+    SCOPED_TRACE(std::to_string(T) + " tokens");
+    const int64_t N = 2, D = 12, H = 3;
+    nn::Params params;
+    nn::Init init(3);
+    nn::Attention attn(params, "attn", "qkv", "proj", D, H, /*qkv_bias=*/true, /*causal=*/false, init, 0.2);
+    const auto f32 = [](Shape shape, uint64_t seed) {
+      Tensor t = random_leaf(shape, seed), f = Tensor::zeros(DType::f32, shape);
+      for (int64_t i = 0; i < t.numel(); ++i) f.data_as<float>()[i] = float(t.data_as<double>()[i]);
+      return f;
+    };
+    Tensor x = f32({N, T, D}, 4);
+    Tensor w = f32({N, T, D}, 5);
+    Tensor loss = sum(attn(x) * w);
+    Graph g({loss});
+    g.backward(loss, {x});
+    ASSERT_TRUE(g.has_grad(x));
+    bool probs = false;
+    for (const Node* n : g.nodes()) {
+      EXPECT_FALSE(std::string(n->op->name) == "contiguous" && numel(n->shape) >= N * T * D)
+          << "a head copy of shape " << to_string(n->shape);
+      probs = probs || std::string(n->op->name) == "attention_probs";
+    }
+    EXPECT_EQ(probs, T > 64);
+    // The reference: the same weights through sdpa on copied heads.
+    const auto linear = [&](const Tensor& t, const std::string& name) {
+      return matmul(t, transpose(params.get(name + ".weight"))) + params.get(name + ".bias");
+    };
+    Tensor qkv = reshape(linear(x, "attn.qkv"), {N, T, 3, H, D / H});
+    auto part = [&](int64_t i) { return contiguous(permute(reshape(slice(qkv, 2, i, i + 1), {N, T, H, D / H}), {0, 2, 1, 3})); };
+    Tensor o = reshape(contiguous(permute(scaled_dot_product_attention(part(0), part(1), part(2)), {0, 2, 1, 3})), {N, T, D});
+    Tensor ref_loss = sum(linear(o, "attn.proj") * w);
+    const std::vector<Tensor> got = eval(std::vector<Tensor>{loss, g.grad(x)}, {.threads = 2});
+    const std::vector<Tensor> want = eval(std::vector<Tensor>{ref_loss, grad(ref_loss, {x})[0]}, {.threads = 1});
+    for (size_t i = 0; i < got.size(); ++i) {
+      const std::vector<float> a = got[i].to_vector<float>(), b = want[i].to_vector<float>();
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-5 * (1 + std::abs(b[j]))) << i << " " << j;
+    }
   }
 }
