@@ -119,11 +119,14 @@ Attention::Attention(Params& p, const std::string& prefix, const std::string& qk
 // three activation-sized gradients.
 // Causal or long attention runs fused (whole key blocks skipped, no T x T
 // probabilities kept: 1.57x faster than composed at GPT-2 small's 256
-// tokens). Bidirectional attention over at most 256 tokens runs composed:
-// its backward reuses the stored probabilities where the fused op
-// recomputes the scores, +1/6 of the products, which measured 4% slower per
-// Fashion-MNIST step and 2.5% per vit-tiny step (bench/ops_bench.cpp,
-// BM_attention).
+// tokens). Bidirectional attention over at most 256 tokens keeps its
+// probabilities for the backward, where the fused op recomputes the scores,
+// +1/6 of the products, which measured 4% slower per Fashion-MNIST step and
+// 2.5% per vit-tiny step (bench/ops_bench.cpp, BM_attention). Past 64 tokens
+// the probabilities come from attention_probs, the scores softmaxed in
+// cache (vit-tiny's 197: 1% faster per step); at fmnist's 16 the composed
+// form's batched products and row kernels were faster (backward 240 against
+// 285 us a layer).
 Tensor Attention::operator()(const Tensor& x) const {
   int64_t N = x.dim(0), T = x.dim(1), D = x.dim(2), hd = D / heads;
   auto project = [&](int64_t i) {
@@ -136,7 +139,9 @@ Tensor Attention::operator()(const Tensor& x) const {
   // values' product writes its output token-major (matmul_heads), and the
   // backward products write dq, dk and dv so too: no head copies either way.
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
-  Tensor p = softmax(matmul(heads_first(project(0)), transpose(heads_first(project(1)))), 1.0 / std::sqrt(double(hd)));
+  Tensor p = T > 64 ? attention_probs(project(0), project(1))
+                    : softmax(matmul(heads_first(project(0)), transpose(heads_first(project(1)))),
+                              1.0 / std::sqrt(double(hd)));
   return proj(reshape(matmul_heads(p, heads_first(project(2))), {N, T, D}));
 }
 
