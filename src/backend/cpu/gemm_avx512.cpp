@@ -189,7 +189,8 @@ void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64
   constexpr int64_t kStep = Bf16 ? 2 : 1;  // rows per word
   const int64_t n_words = words<Bf16>(kc);
   int64_t k = 0;
-  if (width == 12) {
+  static_assert(kMr == 12, "the join below packs 12-wide panels");
+  if (width == kMr) {
     // A^T's kMr-wide panels, four words (depth steps) at a time: three full
     // stores a panel (Join12) and each line fetched eight words ahead, where
     // word by word a [768, 192] weight gradient spent 13% of its time here;
