@@ -63,15 +63,14 @@ double matmul_flops(const Tensor& loss, const nn::Params& params) {
     // and the output layout are free).
     if (op == "matmul" || op == "matmul_add" || op == "matmul_heads") {
       flops += 2.0 * double(n->numel()) * double(n->inputs.at(0).dim(-1));
-    } else if (op == "attention" || op == "attention_back") {
-      const Tensor &q = n->inputs.at(0), &k = n->inputs.at(1), &v = n->inputs.at(2);
-      const double scores = double(q.dim(0)) * double(q.dim(2)) * double(q.dim(1)) * double(k.dim(1));
-      flops += (op == "attention" ? 2.0 : 4.0) * scores * double(q.dim(3) + v.dim(3));
-    } else if (op == "attention_probs" || op == "attention_probs_back") {
-      // q k^T forward; dq and dk backward.
+    } else if (op.starts_with("attention")) {
+      // Per score: a product of width D (attention_probs) or D + Dv
+      // (attention, with v), once forward and twice backward.
       const Tensor &q = n->inputs.at(0), &k = n->inputs.at(1);
       const double scores = double(q.dim(0)) * double(q.dim(2)) * double(q.dim(1)) * double(k.dim(1));
-      flops += (op == "attention_probs" ? 2.0 : 4.0) * scores * double(q.dim(3));
+      const bool with_v = !op.starts_with("attention_probs");
+      const double width = double(q.dim(3)) + (with_v ? double(n->inputs.at(2).dim(3)) : 0.0);
+      flops += (op.ends_with("_back") ? 4.0 : 2.0) * scores * width;
     }
   }
   return flops;
