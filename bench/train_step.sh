@@ -7,7 +7,9 @@
 # of its good thread settings here and keeps the faster; nabla also runs on one
 # thread for the scaling column, with --bf16-matmul (bf16 operands, f32
 # accumulation) on two, and with --low-memory (weight gradients kept as their
-# factors where smaller) on two. Prints a markdown table.
+# factors where smaller) on two. Where nabla's default on two threads is two
+# data-parallel replicas (small models), it also runs with one replica (every
+# kernel split across the threads) for comparison. Prints a markdown table.
 #
 # Usage: bench/train_step.sh [REPS]     (default 3 rounds; about 15 minutes)
 # Environment: CONFIGS="fmnist gpt2-small-byte" to run a subset.
@@ -38,6 +40,9 @@ for ((r = 1; r <= reps; r++)); do
     [[ $ctx != 0 ]] && args+=(--context "$ctx")
     cfg=$("$bench" --model "$m" --config)
     "$bench" --model "$m" "${args[@]}" --threads 2 >>"$results"
+    if tail -n 1 "$results" | grep -q '"replicas": 1,'; then :; else
+      "$bench" --model "$m" "${args[@]}" --threads 2 --replicas 1 >>"$results"
+    fi
     "$bench" --model "$m" "${args[@]}" --threads 1 >>"$results"
     "$bench" --model "$m" "${args[@]}" --threads 2 --bf16-matmul >>"$results"
     "$bench" --model "$m" "${args[@]}" --threads 2 --low-memory >>"$results"

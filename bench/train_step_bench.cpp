@@ -105,8 +105,7 @@ struct Result {
 
 template <class Model>
 Result run_model(Model& model, const Tensor& input, const Tensor& target, int64_t classes, int64_t items,
-                 int steps, int warmup, int threads, bool bf16_matmul, bool low_memory) {
-  (void)input;
+                 int steps, int warmup, int threads, bool bf16_matmul, bool low_memory, int replicas) {
   Tensor loss;
   if constexpr (std::is_same_v<Model, models::Vit>) {
     loss = cross_entropy(model.forward(input, /*train=*/true), target);
@@ -118,13 +117,16 @@ Result run_model(Model& model, const Tensor& input, const Tensor& target, int64_
   r.gflop_per_step = matmul_flops(loss, model.params()) * 1e-9;
   r.params = double(model.params().count());
   optim::AdamWConfig adamw;
+  r.gflop_per_step *= replicas;
   TrainStep step(loss, model.params(), {}, adamw, ExecOptions{.threads = threads, .bf16_matmul = bf16_matmul},
-                 1, low_memory);
+                 1, low_memory, replicas);
   r.factored = step.factored_gradients();
-  r.arena_mib = double(step.executor().memory().arena_bytes) / 1048576.0;
   std::mt19937 rng(7);
-  fill_random(input, classes, rng);
-  if (target.defined()) fill_random(target, classes, rng);
+  for (int k = 0; k < replicas; ++k) {
+    r.arena_mib += double(step.executor(k).memory().arena_bytes) / 1048576.0;
+    fill_random(step.in_replica(k, input), classes, rng);
+    if (target.defined()) fill_random(step.in_replica(k, target), classes, rng);
+  }
   std::vector<double> ms;
   for (int i = 0; i < warmup + steps; ++i) {
     auto t0 = Clock::now();
@@ -223,13 +225,19 @@ double gemm_gflops(int threads, GemmFn gemm) {
   return best;
 }
 
+void check_replicas(int64_t batch, int replicas) {
+  if (batch % replicas != 0) {
+    throw UsageError(fmt::format("nabla_bench_train: --replicas {} does not divide the batch of {}", replicas, batch));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"nabla training-step benchmark"};
   std::string model_name;
   int64_t batch = 0, context = 0;
-  int steps = 10, warmup = 2, threads = 2;
+  int steps = 10, warmup = 2, threads = 2, replicas = 0;
   bool machine = false, config_only = false, bf16_matmul = false, low_memory = false;
   app.add_option("--model", model_name, "vit-tiny, fmnist, gpt2-small-byte or gpt2");
   app.add_option("--batch", batch, "Batch size (default: the configuration's)");
@@ -238,10 +246,13 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::Range(0, 100000));
   app.add_option("--threads", threads, "Threads")->check(CLI::Range(1, 256));
   app.add_flag("--bf16-matmul", bf16_matmul, "Matmul operands rounded to bf16, f32 accumulation");
+  app.add_option("--replicas", replicas, "Data-parallel replicas, each a share of the batch (0: the trainers' default)")
+      ->check(CLI::Range(0, 256));
   app.add_flag("--low-memory", low_memory, "Keep small-factored weight gradients factored (TrainStep low_memory)");
   app.add_flag("--config", config_only, "Print the model's config JSON (for the PyTorch peer) and exit");
   app.add_flag("--machine", machine, "Measure the FMA peak, OpenBLAS sgemm and nabla gemm rates instead");
   CLI11_PARSE(app, argc, argv);
+  const bool replicas_given = replicas > 0;
   try {
     if (machine) {
       const double fma = fma_peak_gflops(threads);
@@ -260,9 +271,12 @@ int main(int argc, char** argv) {
       if (batch == 0) batch = model_name == "fmnist" ? 128 : 8;
       if (config_only) return fmt::print("{}\n", c.to_json()), 0;
       models::Vit model(c, 1);
-      Tensor images = Tensor::zeros(DType::f32, {batch, c.in_chans, c.img_size, c.img_size});
-      Tensor labels = Tensor::zeros(DType::i32, {batch});
-      r = run_model(model, images, labels, c.num_classes, batch, steps, warmup, threads, bf16_matmul, low_memory);
+      if (replicas == 0) replicas = low_memory ? 1 : default_replicas(threads, batch, model.params().count());
+      check_replicas(batch, replicas);
+      Tensor images = Tensor::zeros(DType::f32, {batch / replicas, c.in_chans, c.img_size, c.img_size});
+      Tensor labels = Tensor::zeros(DType::i32, {batch / replicas});
+      r = run_model(model, images, labels, c.num_classes, batch, steps, warmup, threads, bf16_matmul, low_memory,
+                    replicas);
       unit = "images";
     } else if (model_name == "gpt2-small-byte" || model_name == "gpt2") {
       models::Gpt2Config c = models::gpt2_preset(model_name);
@@ -270,19 +284,22 @@ int main(int argc, char** argv) {
       if (context == 0) context = model_name == "gpt2" ? 64 : 256;
       if (config_only) return fmt::print("{}\n", c.to_json()), 0;
       models::Gpt2 model(c, 1);
-      Tensor tokens = Tensor::zeros(DType::i32, {batch, context + 1});
-      r = run_model(model, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads, bf16_matmul, low_memory);
+      if (replicas == 0) replicas = low_memory ? 1 : default_replicas(threads, batch, model.params().count());
+      check_replicas(batch, replicas);
+      Tensor tokens = Tensor::zeros(DType::i32, {batch / replicas, context + 1});
+      r = run_model(model, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads, bf16_matmul,
+                    low_memory, replicas);
       unit = "tokens";
     } else {
       throw UsageError("nabla_bench_train: unknown --model '" + model_name +
                        "' (vit-tiny, fmnist, gpt2-small-byte, gpt2)");
     }
     fmt::print(
-        "{{\"framework\": \"nabla\", \"model\": \"{}\", \"bf16_matmul\": {}, \"low_memory\": {}, \"factored\": {}, \"batch\": {}, \"context\": {}, \"threads\": {}, "
+        "{{\"framework\": \"nabla\", \"model\": \"{}\", \"bf16_matmul\": {}, \"low_memory\": {}, \"factored\": {}, \"replicas\": {}, \"replicas_given\": {}, \"batch\": {}, \"context\": {}, \"threads\": {}, "
         "\"unit\": \"{}\", \"step_ms\": {:.2f}, \"per_s\": {:.1f}, \"matmul_gflop_per_step\": {:.3f}, "
         "\"gflops\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"arena_mib\": {:.1f}, \"params\": {:.0f}, "
         "\"first_loss\": {:.4f}, \"last_loss\": {:.4f}}}\n",
-        model_name, bf16_matmul, low_memory, r.factored, batch, context, threads, unit, r.step_ms, r.items_per_s, r.gflop_per_step,
+        model_name, bf16_matmul, low_memory, r.factored, replicas, replicas_given, batch, context, threads, unit, r.step_ms, r.items_per_s, r.gflop_per_step,
         r.achieved_gflops, r.rss_mib, r.arena_mib, r.params, r.first_loss, r.last_loss);
     return 0;
   } catch (const UsageError& e) {

@@ -28,7 +28,9 @@ print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 order = ["vit-tiny", "fmnist", "gpt2-small-byte", "gpt2"]
 for m in order:
     nabla = [r for r in rows if r.get("framework") == "nabla" and r["model"] == m]
-    plain = [r for r in nabla if not r.get("low_memory")]
+    # Runs with --replicas given compare the ways of using two threads.
+    split = [r for r in nabla if r.get("replicas_given") and r["threads"] == 2]
+    plain = [r for r in nabla if not r.get("low_memory") and not r.get("replicas_given")]
     n2 = [r for r in plain if r["threads"] == 2 and not r.get("bf16_matmul")]
     nb = [r for r in plain if r["threads"] == 2 and r.get("bf16_matmul")]
     nl = [r for r in nabla if r.get("low_memory") and r["threads"] == 2 and not r.get("bf16_matmul")]
@@ -48,6 +50,12 @@ for m in order:
     nrss, trss = med([r["peak_rss_mib"] for r in n2]), med([r["peak_rss_mib"] for r in tb])
     scale = nps / med([r["per_s"] for r in n1]) if n1 else float("nan")
     shape = f"batch {n2[0]['batch']}" + (f" x {n2[0]['context']}" if n2[0]["context"] else "")
+    replicas = n2[0].get("replicas", 1)
+    if replicas > 1:
+        shape += f" ({replicas} replicas on 2 threads)"
+    scale_cell = f"{scale:.2f}x"
+    if split and n1:
+        scale_cell += f" ({med([r['per_s'] for r in split]) / med([r['per_s'] for r in n1]):.2f}x with 1 replica, kernels split)"
     ok = "met" if nps / tps >= target[m] else "not met"
     bps = med([r["per_s"] for r in nb])
     bf16 = f"{bps:,.0f} {unit}/s ({bps / tps:.2f}x)" if nb else "-"
@@ -58,5 +66,5 @@ for m in order:
         low = (f"{lrss:,.0f} MiB ({lrss / trss:.2f}x), {lps / nps:.2f}x; {nl[0]['factored']} gradient(s) factored")
     print(f"| {m} {shape} | {nps:,.0f} {unit}/s | {tps:,.0f} {unit}/s ({best_key}) | {nps / tps:.2f}x ({target[m]}x: {ok}) | {best:.2f}x "
           f"| {gf:.0f} | {100 * gf / fma2:.0f}% | {100 * gf / sgemm2:.0f}% | {nrss:,.0f} / {trss:,.0f} MiB ({nrss / trss:.2f}x) "
-          f"| {scale:.2f}x | {bf16} | {low} |")
+          f"| {scale_cell} | {bf16} | {low} |")
 print()

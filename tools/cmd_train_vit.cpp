@@ -90,9 +90,11 @@ int run_train_vit(const TrainVitArgs& a) {
   const int64_t schedule_steps = per_epoch * a.epochs;
   int64_t total_steps = a.max_steps > 0 ? std::min<int64_t>(a.max_steps, schedule_steps) : schedule_steps;
 
-  // ---- The compiled training step.
-  Tensor images = Tensor::zeros(DType::f32, {B, C, S, S}).set_name("images");
-  Tensor labels = Tensor::zeros(DType::i32, {B}).set_name("labels");
+  // ---- The compiled training step, for one replica's share of the batch.
+  const int R = a.replicas > 0 ? a.replicas : default_replicas(a.threads, B, model.params().count());
+  if (B % R != 0) throw UsageError(fmt::format("train vit: --replicas {} does not divide the batch of {}", R, B));
+  Tensor images = Tensor::zeros(DType::f32, {B / R, C, S, S}).set_name("images");
+  Tensor labels = Tensor::zeros(DType::i32, {B / R}).set_name("labels");
   Tensor logits = model.forward(images, /*train=*/true);
   // Label smoothing as timm: cross-entropy against (1 - e) one-hot + e / K.
   const double e = a.label_smoothing;
@@ -104,7 +106,10 @@ int run_train_vit(const TrainVitArgs& a) {
   exec.threads = a.threads;
   exec.check_finite = a.check_finite;
   exec.bf16_matmul = a.bf16_matmul;
-  TrainStep step(loss, model.params(), {logits}, adamw, exec);
+  TrainStep step(loss, model.params(), {logits}, adamw, exec, 1, false, R);
+  // The loader fills a whole batch; each replica takes its share.
+  std::vector<float> batch_images(static_cast<size_t>(B * C * S * S));
+  std::vector<int32_t> batch_labels(static_cast<size_t>(B));
   if (resume) load_optimizer_state(*resume, step.optimizer());
   VitEvaluator evaluator(model, data.test, data.normalize, a.eval_batch, a.threads);
 
@@ -114,12 +119,11 @@ int run_train_vit(const TrainVitArgs& a) {
   fmt::print("data: {} ({} train, {} test images, {} classes)\n", data.description, data.train.n, data.test.n,
              data.train.classes);
   fmt::print("training: {} epochs x {} steps of batch {}, AdamW lr {} (warmup {} steps, cosine), wd {}, "
-             "augmentation: crop pad {}, hflip {}, random erasing {}, label smoothing {}; matmul {}, {} threads; "
-             "arena {:.1f} MiB planned ({:.1f} MiB without reuse)\n",
+             "augmentation: crop pad {}, hflip {}, random erasing {}, label smoothing {}; matmul {}, {} threads, "
+             "{} replica(s); arena {:.1f} MiB planned ({:.1f} MiB without reuse){}\n",
              a.epochs, per_epoch, B, a.lr, a.warmup, a.weight_decay, crop_pad, a.hflip ? "on" : "off", a.erase_prob, e,
-             a.bf16_matmul ? "bf16" : "f32", step.executor().threads(),
-             step.executor().memory().arena_bytes / 1048576.0,
-             step.executor().memory().unplanned_bytes / 1048576.0);
+             a.bf16_matmul ? "bf16" : "f32", step.threads(), R, step.executor().memory().arena_bytes / 1048576.0,
+             step.executor().memory().unplanned_bytes / 1048576.0, R > 1 ? " each" : "");
   if (resume) fmt::print("resumed from {} at step {} (epoch {}, batch {})\n", a.resume, pos.step, pos.epoch + 1, pos.batch);
   std::fflush(stdout);
 
@@ -136,8 +140,17 @@ int run_train_vit(const TrainVitArgs& a) {
     loader.start_epoch(epoch);
     if (epoch == pos.epoch && pos.batch > 0) loader.skip(pos.batch);
     pos.epoch = epoch;
-    while (pos.step < total_steps && loader.next(images.data_as<float>(), labels.data_as<int32_t>())) {
-      model.dropout_seed.data_as<int32_t>()[0] = step_seed(pos.seed, pos.step);
+    while (pos.step < total_steps && loader.next(batch_images.data(), batch_labels.data())) {
+      for (int r = 0; r < R; ++r) {
+        const int64_t n = B / R, pixels = n * C * S * S;
+        std::copy_n(batch_images.data() + r * pixels, pixels, step.in_replica(r, images).data_as<float>());
+        std::copy_n(batch_labels.data() + r * n, n, step.in_replica(r, labels).data_as<int32_t>());
+        // Replicas draw different masks; replica 0 the seed a single one would.
+        if (cfg.drop_rate > 0) {
+          step.in_replica(r, model.dropout_seed).data_as<int32_t>()[0] =
+              int32_t(uint32_t(step_seed(pos.seed, pos.step)) + uint32_t(r) * 0x9e3779b9u);
+        }
+      }
       step.run();
       double lr = optim::warmup_cosine(pos.step, a.warmup, schedule_steps, a.lr, a.lr * 0.01);
       step.update(lr, a.clip);
@@ -150,7 +163,11 @@ int run_train_vit(const TrainVitArgs& a) {
         throw Error(fmt::format("train vit: the loss became {} at step {}; try a lower --lr", l, pos.step));
       }
       window_loss += l;
-      window_correct += count_correct(step.executor().read<float>(logits), labels, cfg.num_classes);
+      for (int r = 0; r < R; ++r) {
+        window_correct +=
+            count_correct(step.executor(r).read<float>(step.in_replica(r, logits)), step.in_replica(r, labels),
+                          cfg.num_classes);
+      }
       window_seen += B;
       ++window_steps;
       double elapsed = seconds_since(start);

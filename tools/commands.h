@@ -73,6 +73,7 @@ struct TrainVitArgs {
   int64_t save_every = 0;     // also save the checkpoint every N steps (0: at epoch ends only)
   bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
   bool bf16_matmul = false;   // f32 matmuls on bf16-rounded operands, f32 accumulation
+  int replicas = 0;           // data-parallel replicas (0: default_replicas)
 };
 int run_train_vit(const TrainVitArgs& opt);
 

@@ -166,6 +166,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"token", "avg"}));
   vit_cmd->add_flag("--resize", vit.resize, "Resize images to the model's size and channels (e.g. vit-tiny)");
   add_int(vit_cmd, "--threads", vit.threads, "Threads (0: all cores)", 0, 256);
+  add_int(vit_cmd, "--replicas", vit.replicas,
+          "Data-parallel replicas, each a share of the batch on a thread of its own (0: one per thread for "
+          "models of up to 2M parameters, else 1)",
+          0, 256);
   vit_cmd->add_option("--seed", vit.seed, "Seed for weights, data order, augmentation, dropout")->capture_default_str();
   vit_cmd->add_option("--max-steps", vit.max_steps, "Stop after this many steps (0: run every epoch)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));

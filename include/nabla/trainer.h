@@ -33,26 +33,46 @@ class GradientRows;
 // are the same bit for bit where both paths run nabla's own GEMM kernels;
 // with it, the norm (and so the scale) agrees to rounding. GPT-2 124M at
 // 4 x 64 tokens holds 240 MiB less (peak RSS 1,929 -> 1,690 MiB) for a step
-// about 6% longer. Needs micro_batches == 1.
+// about 6% longer. Needs micro_batches == 1 and replicas == 1.
+//
+// replicas: data parallelism inside the process. The graph (built for one
+// replica's share of the batch) is copied replicas - 1 times, sharing the
+// parameters; every other leaf (the inputs, and constants, copied with their
+// values at construction) is each replica's own: fill replica r's through
+// in_replica(r, leaf). run() runs the replicas at once, each on one thread of the
+// pool with its own arena, and sums their gradients in replica order;
+// update() averages them, as it does micro-batches. For small models, whose
+// kernels are too short to split across cores without the fork, join and
+// cross-core traffic costing much of the gain, this scales better than
+// splitting every kernel (Fashion-MNIST ViT: see docs/performance.md). The
+// results depend on the replica count (the batch's gradient is summed in
+// that many groups), not on the thread count.
 class TrainStep {
  public:
   TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
             const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches = 1,
-            bool low_memory = false);
+            bool low_memory = false, int replicas = 1);
   ~TrainStep();
 
-  // Forward and backward for the batch now in the input leaves. With
-  // micro_batches > 1, gradients are summed over successive calls and
-  // update() averages them.
+  // Forward and backward for the batch now in the input leaves (of every
+  // replica). With micro_batches > 1, gradients are summed over successive
+  // calls and update() averages them.
   void run();
+  // The mean of the replicas' losses.
   float loss() const;
   // The gradient of each parameter (in params.list() order), readable
   // through executor() after run(); undefined for the gradients low_memory
-  // keeps factored.
+  // keeps factored. Replica 0's alone when there are several.
   const std::vector<Tensor>& gradients() const { return grads_; }
   int factored_gradients() const { return n_factored_; }
-  const Executor& executor() const { return *executor_; }
-  Executor& executor() { return *executor_; }
+  int replicas() const { return replicas_; }
+  int threads() const { return threads_; }
+  // Replica r's copy of a node of the step's graph (an input leaf to fill,
+  // an extra to read through executor(r)); t itself for replica 0, and for
+  // a parameter (shared). UsageError for a tensor outside the graph.
+  Tensor in_replica(int replica, const Tensor& t) const;
+  const Executor& executor(int replica = 0) const;
+  Executor& executor(int replica = 0);
   optim::AdamW& optimizer() { return *optimizer_; }
   const optim::AdamW& optimizer() const { return *optimizer_; }
 
@@ -71,11 +91,25 @@ class TrainStep {
   std::vector<int64_t> sizes_;
   std::vector<std::vector<float>> accum_;  // used when several runs feed one update
   std::vector<std::unique_ptr<train::GradientRows>> factored_;  // per parameter; null: held whole
+  struct Replica;
+  std::vector<Replica> copies_;  // replicas 1, 2, ...
+  struct Chunk {
+    size_t slot;
+    int64_t begin, end;
+  };
+  std::vector<Chunk> chunks_;  // the gradients' elements in pieces, for summing replicas
   int n_factored_ = 0;
   int micro_batches_ = 1;
+  int replicas_ = 1;
   int runs_since_update_ = 0;
   int threads_;
 };
+
+// The replica count the training commands use unless told: one per thread
+// (threads 0: the machine's) for a model of at most 2M parameters whose batch
+// divides evenly among them, where each replica's copy of the gradients is
+// cheap and the kernels are too short to split well; 1 otherwise.
+int default_replicas(int threads, int64_t batch, int64_t parameters);
 
 // One progress line: rewritten in place on a terminal, printed every
 // `every` calls elsewhere (logs, CI).

@@ -103,6 +103,30 @@ std::vector<Tensor> find_parameters(const std::vector<Tensor>& outputs) {
   return params;
 }
 
+std::vector<Tensor> clone_graph(const std::vector<Tensor>& outputs, const NodeSet& shared, GradMap& copy) {
+  for (const Tensor& t : topo_order(outputs)) {
+    const Node& n = *t.node();
+    if (n.is_leaf()) {
+      if (shared.count(&n)) {
+        copy.emplace(&n, t);
+        continue;
+      }
+      Tensor c = Tensor::from_data(n.dtype, n.shape, n.buffer->data);
+      c.node()->name = n.name;
+      copy.emplace(&n, c);
+      continue;
+    }
+    // The shape rule already ran for these inputs' shapes: copy its result.
+    auto c = std::make_shared<Node>(n);
+    for (Tensor& in : c->inputs) in = copy.at(in.node());
+    c->id = next_node_id();
+    copy.emplace(&n, Tensor(std::move(c)));
+  }
+  std::vector<Tensor> out;
+  for (const Tensor& t : outputs) out.push_back(copy.at(t.node()));
+  return out;
+}
+
 namespace ops {
 extern const OpDef op_scatter_slice;
 extern const OpDef op_scatter_add_rows;

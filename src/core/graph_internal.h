@@ -34,4 +34,11 @@ using GradMap = std::unordered_map<const Node*, Tensor>;
 // nodes in `stop` are treated as leaves.
 GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, const NodeSet* stop = nullptr);
 
+// A copy of the graph `outputs` need (same ops, attributes and layouts), for
+// running it again on other inputs beside the original: the leaves in
+// `shared` (parameters) are the same nodes, every other leaf gets a buffer of
+// its own holding its current values. Returns the copies of `outputs`;
+// `copies` receives every node's copy under the original's node.
+std::vector<Tensor> clone_graph(const std::vector<Tensor>& outputs, const NodeSet& shared, GradMap& copies);
+
 }  // namespace nabla

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "backend/cpu/thread_pool.h"
+#include "core/graph_internal.h"
 #include "core/node.h"
 #include "core/op.h"
 #include "nabla/error.h"
@@ -38,14 +39,34 @@ Tensor factor_buffer(const Tensor& t) {
   return own_buffer(t);
 }
 
+// Gradient elements per piece when summing the replicas': a few of a core's
+// L1-sized strides, enough pieces to share among threads.
+constexpr int64_t kSumChunk = int64_t{1} << 14;
+
 }  // namespace
 
+struct TrainStep::Replica {
+  std::unique_ptr<Executor> executor;
+  GradMap copies;  // original node -> this replica's
+  Tensor loss;
+  std::vector<const float*> grads;
+};
+
 TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
-                     const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches, bool low_memory)
-    : loss_(loss), micro_batches_(micro_batches) {
+                     const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches, bool low_memory,
+                     int replicas)
+    : loss_(loss), micro_batches_(micro_batches), replicas_(replicas) {
+  if (micro_batches < 1) {
+    throw UsageError("train step: micro_batches must be at least 1, got " + std::to_string(micro_batches));
+  }
+  if (replicas < 1) throw UsageError("train step: replicas must be at least 1, got " + std::to_string(replicas));
   if (low_memory && micro_batches > 1) {
     throw UsageError("train step: low_memory keeps no gradient to accumulate over " +
                      std::to_string(micro_batches) + " micro-batches");
+  }
+  if (low_memory && replicas > 1) {
+    throw UsageError("train step: low_memory keeps no gradient to sum over " + std::to_string(replicas) +
+                     " replicas");
   }
   if (!loss.defined() || loss.dtype() != DType::f32 || loss.numel() != 1) {
     throw DTypeError("train step: the loss must be one f32 element, got " +
@@ -82,8 +103,33 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
       graph.add_output(grads_.back());
     }
   }
-  executor_ = std::make_unique<Executor>(graph, options);
+  // Replicas run side by side, each on one of the pool's threads; a kernel
+  // inside one runs on that thread alone.
+  ExecOptions replica_options = options;
+  if (replicas > 1) replica_options.threads = 1;
+  executor_ = std::make_unique<Executor>(graph, replica_options);
   optimizer_ = std::make_unique<optim::AdamW>(std::move(slots), adamw, threads_);
+  if (replicas > 1) {
+    NodeSet shared;
+    for (const Tensor& p : wrt) shared.insert(p.node());
+    std::vector<Tensor> outputs{loss};
+    outputs.insert(outputs.end(), extras.begin(), extras.end());
+    outputs.insert(outputs.end(), grads_.begin(), grads_.end());
+    copies_.resize(size_t(replicas - 1));
+    for (Replica& r : copies_) {
+      std::vector<Tensor> out = clone_graph(outputs, shared, r.copies);
+      r.executor = std::make_unique<Executor>(Graph(out), replica_options);
+      r.loss = out[0];
+      for (size_t i = 1 + extras.size(); i < out.size(); ++i) {
+        r.grads.push_back(static_cast<const float*>(r.executor->data(out[i])));
+      }
+    }
+    for (size_t i = 0; i < wrt.size(); ++i) {
+      for (int64_t b = 0; b < wrt[i].numel(); b += kSumChunk) {
+        chunks_.push_back({i, b, std::min(wrt[i].numel(), b + kSumChunk)});
+      }
+    }
+  }
   for (size_t i = 0; i < grads_.size(); ++i) {
     const auto& f = factors[i];
     grad_ptrs_.push_back(f ? nullptr : static_cast<const float*>(executor_->data(grads_[i])));
@@ -101,36 +147,84 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
         rows_added ? f->indices.numel() : 0, options.bf16_matmul);
     ++n_factored_;
   }
-  if (micro_batches_ > 1) accum_.resize(grads_.size());
+  if (micro_batches_ > 1 || replicas > 1) {
+    accum_.resize(grads_.size());
+    for (size_t i = 0; i < grads_.size(); ++i) accum_[i].resize(size_t(sizes_[i]));
+  }
 }
 
 TrainStep::~TrainStep() = default;
 
 void TrainStep::run() {
-  executor_->run();
-  ++runs_since_update_;
-  if (micro_batches_ <= 1) return;
-  if (runs_since_update_ > micro_batches_) {
-    throw UsageError("train step: " + std::to_string(runs_since_update_) + " runs without update(), " +
+  if (micro_batches_ > 1 && runs_since_update_ >= micro_batches_) {
+    throw UsageError("train step: " + std::to_string(runs_since_update_ + 1) + " runs without update(), " +
                      std::to_string(micro_batches_) + " micro-batches configured");
   }
-  for (size_t i = 0; i < grads_.size(); ++i) {
-    const float* g = grad_ptrs_[i];
-    std::vector<float>& a = accum_[i];
-    if (runs_since_update_ == 1) a.assign(g, g + sizes_[i]);
-    else for (int64_t k = 0; k < sizes_[i]; ++k) a[k] += g[k];
+  // One micro-batch: a run replaces the last one's gradients.
+  if (micro_batches_ == 1) runs_since_update_ = 0;
+  if (copies_.empty()) {
+    executor_->run();
+  } else {
+    cpu::parallel_for(threads_, replicas(), 1, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) executor(int(r)).run();
+    });
   }
+  ++runs_since_update_;
+  if (accum_.empty()) return;
+  // accum (+)= g_0 + g_1 + ...: the same order whichever thread sums a piece.
+  const bool first = runs_since_update_ == 1;
+  cpu::parallel_for(threads_, int64_t(copies_.empty() ? grads_.size() : chunks_.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const Chunk piece = copies_.empty() ? Chunk{size_t(c), 0, sizes_[size_t(c)]} : chunks_[size_t(c)];
+      const float* g0 = grad_ptrs_[piece.slot];
+      float* a = accum_[piece.slot].data();
+      for (int64_t k = piece.begin; k < piece.end; ++k) {
+        float s = g0[k];
+        for (const Replica& r : copies_) s += r.grads[piece.slot][k];
+        a[k] = first ? s : a[k] + s;
+      }
+    }
+  });
 }
 
-float TrainStep::loss() const { return executor_->read<float>(loss_)[0]; }
+float TrainStep::loss() const {
+  if (copies_.empty()) return executor_->read<float>(loss_)[0];
+  double sum = executor_->read<float>(loss_)[0];
+  for (const Replica& r : copies_) sum += r.executor->read<float>(r.loss)[0];
+  return float(sum / replicas());
+}
+
+Tensor TrainStep::in_replica(int replica, const Tensor& t) const {
+  if (replica < 0 || replica >= replicas()) {
+    throw UsageError("train step: replica " + std::to_string(replica) + " of " + std::to_string(replicas()));
+  }
+  if (!t.defined()) throw UsageError("train step: in_replica of an undefined tensor");
+  if (replica == 0) return t;
+  const GradMap& copies = copies_[size_t(replica - 1)].copies;
+  auto it = copies.find(t.node());
+  if (it == copies.end()) throw UsageError("train step: " + to_string(t) + " is not in the step's graph");
+  return it->second;
+}
+
+const Executor& TrainStep::executor(int replica) const {
+  if (replica == 0) return *executor_;
+  if (replica < 0 || replica >= replicas()) {
+    throw UsageError("train step: replica " + std::to_string(replica) + " of " + std::to_string(replicas()));
+  }
+  return *copies_[size_t(replica - 1)].executor;
+}
+
+Executor& TrainStep::executor(int replica) {
+  return const_cast<Executor&>(static_cast<const TrainStep&>(*this).executor(replica));
+}
 
 double TrainStep::update(double lr, double clip) {
   if (runs_since_update_ == 0) throw UsageError("train step: update() before any run()");
   std::vector<const float*> grads = grad_ptrs_;
   double scale = 1.0;
-  if (micro_batches_ > 1) {
+  if (!accum_.empty()) {
     for (size_t i = 0; i < grads.size(); ++i) grads[i] = accum_[i].data();
-    scale = 1.0 / runs_since_update_;
+    scale = 1.0 / (double(runs_since_update_) * replicas());
   }
   optim::GradientRange range;
   double norm = 0;
@@ -166,6 +260,13 @@ double TrainStep::update(double lr, double clip) {
   optimizer_->step(grads, lr, scale, range);
   runs_since_update_ = 0;
   return norm;
+}
+
+int default_replicas(int threads, int64_t batch, int64_t parameters) {
+  const int t = threads > 0 ? threads : cpu::default_threads();
+  constexpr int64_t kSmallModel = 2'000'000;
+  if (t <= 1 || parameters > kSmallModel || batch % t != 0) return 1;
+  return t;
 }
 
 Progress::Progress(int every) : tty_(::isatty(STDERR_FILENO)), every_(every) {}

@@ -166,3 +166,112 @@ TEST(TrainStep, LowMemoryFactorsAreTheRunsValues) {
     for (size_t j = 0; j < got.size(); ++j) EXPECT_NEAR(got[j], want[j], 1e-5);
   }
 }
+
+namespace {
+
+struct Trained {
+  std::vector<std::vector<float>> params;
+  std::vector<float> losses;
+  std::vector<double> norms;  // the batch gradient's, before clipping
+};
+
+// Trains TiedModel on a batch of 4 sequences as `replicas` replicas of
+// 4 / (replicas * micro_batches) sequences each, over `micro_batches` runs
+// per update.
+Trained train_replicated(int replicas, int micro_batches, int threads) {
+  constexpr int64_t kBatch = 4, kSeq = 8;
+  TiedModel whole(kBatch, kSeq, 160, 128, 256);  // the batch's tokens
+  const int64_t share = kBatch / (replicas * micro_batches);
+  TiedModel m(share, kSeq, 160, 128, 256);
+  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = threads}, micro_batches, false,
+                 replicas);
+  EXPECT_EQ(step.replicas(), replicas);
+  Trained out;
+  for (int i = 0; i < 3; ++i) {
+    double loss = 0;
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      for (int r = 0; r < replicas; ++r) {
+        const int64_t first = (int64_t(mb) * replicas + r) * share * kSeq;
+        for (Tensor whole_t : {whole.tokens, whole.targets}) {
+          Tensor mine = step.in_replica(r, whole_t.node() == whole.tokens.node() ? m.tokens : m.targets);
+          // A different sequence each step: rotate the batch's tokens.
+          for (int64_t k = 0; k < mine.numel(); ++k) {
+            mine.data_as<int32_t>()[k] = whole_t.data_as<int32_t>()[(first + k + 3 * i) % (kBatch * kSeq)];
+          }
+        }
+      }
+      step.run();
+      loss += step.loss();
+    }
+    out.losses.push_back(float(loss / micro_batches));
+    out.norms.push_back(step.update(1e-2, 0.05));  // clipped: the norm is the whole batch's
+  }
+  for (const auto& [name, p] : m.params.list()) out.params.push_back(p.to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+// Replicas each run a share of the batch on a copy of the graph that shares
+// the parameters; their gradients sum to the whole batch's, so training
+// follows the single graph's to rounding (the batch is summed in groups), and
+// with micro-batches too. The replica count, not the thread count, fixes the
+// bits.
+TEST(TrainStep, ReplicasTrainAsOneBatch) {
+  const Trained want = train_replicated(1, 1, 2);
+  for (auto [replicas, micro_batches] : {std::pair{2, 1}, {4, 1}, {2, 2}}) {
+    SCOPED_TRACE(std::to_string(replicas) + " replicas x " + std::to_string(micro_batches) + " micro-batches");
+    const Trained got = train_replicated(replicas, micro_batches, 2);
+    for (size_t i = 0; i < got.losses.size(); ++i) {
+      EXPECT_NEAR(got.losses[i], want.losses[i], 1e-6 * want.losses[i]);
+      ASSERT_GT(want.norms[i], 0.05);  // the clip is exercised
+      EXPECT_NEAR(got.norms[i], want.norms[i], 1e-6 * want.norms[i]);
+    }
+    // Each parameter moved by about lr = 1e-2 a step. AdamW's first steps
+    // are close to lr * sign(g), so an element whose gradient is near zero
+    // turns rounding into up to a fraction of a step: 1% of lr allowed.
+    ASSERT_EQ(got.params.size(), want.params.size());
+    const std::vector<float> initial = TiedModel(1, 8, 160, 128, 256).params.list()[0].second.to_vector<float>();
+    double moved = 0;
+    for (size_t j = 0; j < initial.size(); ++j) moved = std::max(moved, double(std::abs(want.params[0][j] - initial[j])));
+    EXPECT_GT(moved, 2e-2);
+    for (size_t i = 0; i < got.params.size(); ++i) {
+      ASSERT_EQ(got.params[i].size(), want.params[i].size());
+      for (size_t j = 0; j < got.params[i].size(); ++j) {
+        EXPECT_NEAR(got.params[i][j], want.params[i][j], 1e-4) << "parameter " << i;
+      }
+    }
+    const Trained one_thread = train_replicated(replicas, micro_batches, 1);
+    EXPECT_EQ(one_thread.params, got.params);
+    EXPECT_EQ(one_thread.losses, got.losses);
+  }
+}
+
+TEST(TrainStep, ReplicasHaveTheirOwnLeavesAndShareTheParameters) {
+  TiedModel m(1, 8, 160, 128, 256);
+  Tensor outside = ramp({3}, 0.1);
+  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 2}, 1, false, 3);
+  EXPECT_EQ(step.in_replica(0, m.tokens).node(), m.tokens.node());
+  for (int r = 1; r < 3; ++r) {
+    Tensor tokens = step.in_replica(r, m.tokens);
+    EXPECT_NE(tokens.node(), m.tokens.node());
+    EXPECT_EQ(tokens.to_vector<int32_t>(), m.tokens.to_vector<int32_t>());  // copied with its values
+    EXPECT_NE(tokens.node(), step.in_replica(3 - r, m.tokens).node());
+    const Tensor& wte = m.params.list()[0].second;
+    EXPECT_EQ(step.in_replica(r, wte).node(), wte.node());
+  }
+  EXPECT_THROW(step.in_replica(1, outside), UsageError);
+  EXPECT_THROW(step.in_replica(3, m.tokens), UsageError);
+  EXPECT_THROW(step.executor(-1), UsageError);
+  EXPECT_THROW(TrainStep(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, 1, false, 0),
+               UsageError);
+  EXPECT_THROW(TrainStep(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, 1, true, 2),
+               UsageError);
+}
+
+TEST(TrainStep, DefaultReplicasAreOnePerThreadForSmallModels) {
+  EXPECT_EQ(default_replicas(2, 128, 460'000), 2);
+  EXPECT_EQ(default_replicas(2, 127, 460'000), 1);     // the batch does not divide
+  EXPECT_EQ(default_replicas(2, 8, 5'700'000), 1);     // a gradient copy per replica costs too much
+  EXPECT_EQ(default_replicas(1, 128, 460'000), 1);
+}
