@@ -110,6 +110,14 @@ int run_train_vit(const TrainVitArgs& a) {
   // The loader fills a whole batch; each replica takes its share.
   std::vector<float> batch_images(static_cast<size_t>(B * C * S * S));
   std::vector<int32_t> batch_labels(static_cast<size_t>(B));
+  struct ReplicaLeaves {
+    Tensor images, labels, logits, dropout_seed;
+  };
+  std::vector<ReplicaLeaves> replica;
+  for (int r = 0; r < R; ++r) {
+    replica.push_back({step.in_replica(r, images), step.in_replica(r, labels), step.in_replica(r, logits),
+                       cfg.drop_rate > 0 ? step.in_replica(r, model.dropout_seed) : Tensor()});
+  }
   if (resume) load_optimizer_state(*resume, step.optimizer());
   VitEvaluator evaluator(model, data.test, data.normalize, a.eval_batch, a.threads);
 
@@ -143,12 +151,11 @@ int run_train_vit(const TrainVitArgs& a) {
     while (pos.step < total_steps && loader.next(batch_images.data(), batch_labels.data())) {
       for (int r = 0; r < R; ++r) {
         const int64_t n = B / R, pixels = n * C * S * S;
-        std::copy_n(batch_images.data() + r * pixels, pixels, step.in_replica(r, images).data_as<float>());
-        std::copy_n(batch_labels.data() + r * n, n, step.in_replica(r, labels).data_as<int32_t>());
+        std::copy_n(batch_images.data() + r * pixels, pixels, replica[r].images.data_as<float>());
+        std::copy_n(batch_labels.data() + r * n, n, replica[r].labels.data_as<int32_t>());
         // Replicas draw different masks; replica 0 the seed a single one would.
-        if (cfg.drop_rate > 0) {
-          step.in_replica(r, model.dropout_seed).data_as<int32_t>()[0] =
-              int32_t(uint32_t(step_seed(pos.seed, pos.step)) + uint32_t(r) * 0x9e3779b9u);
+        if (Tensor& seed = replica[r].dropout_seed; seed.defined()) {
+          seed.data_as<int32_t>()[0] = int32_t(uint32_t(step_seed(pos.seed, pos.step)) + uint32_t(r) * 0x9e3779b9u);
         }
       }
       step.run();
@@ -165,8 +172,7 @@ int run_train_vit(const TrainVitArgs& a) {
       window_loss += l;
       for (int r = 0; r < R; ++r) {
         window_correct +=
-            count_correct(step.executor(r).read<float>(step.in_replica(r, logits)), step.in_replica(r, labels),
-                          cfg.num_classes);
+            count_correct(step.executor(r).read<float>(replica[r].logits), replica[r].labels, cfg.num_classes);
       }
       window_seen += B;
       ++window_steps;

@@ -83,6 +83,7 @@ class TrainStep {
   int runs_since_update() const { return runs_since_update_; }
 
  private:
+  void check_replica(int replica) const;  // UsageError outside [0, replicas())
   Tensor loss_;
   std::vector<Tensor> grads_;
   std::unique_ptr<Executor> executor_;
@@ -97,7 +98,7 @@ class TrainStep {
     size_t slot;
     int64_t begin, end;
   };
-  std::vector<Chunk> chunks_;  // the gradients' elements in pieces, for summing replicas
+  std::vector<Chunk> chunks_;  // accum_'s elements in pieces, summed in parallel
   int n_factored_ = 0;
   int micro_batches_ = 1;
   int replicas_ = 1;

@@ -39,8 +39,8 @@ Tensor factor_buffer(const Tensor& t) {
   return own_buffer(t);
 }
 
-// Gradient elements per piece when summing the replicas': a few of a core's
-// L1-sized strides, enough pieces to share among threads.
+// Gradient elements per piece when summing runs and replicas into the
+// accumulation: enough pieces to share among threads.
 constexpr int64_t kSumChunk = int64_t{1} << 14;
 
 }  // namespace
@@ -124,11 +124,6 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
         r.grads.push_back(static_cast<const float*>(r.executor->data(out[i])));
       }
     }
-    for (size_t i = 0; i < wrt.size(); ++i) {
-      for (int64_t b = 0; b < wrt[i].numel(); b += kSumChunk) {
-        chunks_.push_back({i, b, std::min(wrt[i].numel(), b + kSumChunk)});
-      }
-    }
   }
   for (size_t i = 0; i < grads_.size(); ++i) {
     const auto& f = factors[i];
@@ -149,7 +144,10 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   }
   if (micro_batches_ > 1 || replicas > 1) {
     accum_.resize(grads_.size());
-    for (size_t i = 0; i < grads_.size(); ++i) accum_[i].resize(size_t(sizes_[i]));
+    for (size_t i = 0; i < grads_.size(); ++i) {
+      accum_[i].resize(size_t(sizes_[i]));
+      for (int64_t b = 0; b < sizes_[i]; b += kSumChunk) chunks_.push_back({i, b, std::min(sizes_[i], b + kSumChunk)});
+    }
   }
 }
 
@@ -173,9 +171,9 @@ void TrainStep::run() {
   if (accum_.empty()) return;
   // accum (+)= g_0 + g_1 + ...: the same order whichever thread sums a piece.
   const bool first = runs_since_update_ == 1;
-  cpu::parallel_for(threads_, int64_t(copies_.empty() ? grads_.size() : chunks_.size()), 1, [&](int64_t b, int64_t e) {
+  cpu::parallel_for(threads_, int64_t(chunks_.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
-      const Chunk piece = copies_.empty() ? Chunk{size_t(c), 0, sizes_[size_t(c)]} : chunks_[size_t(c)];
+      const Chunk& piece = chunks_[size_t(c)];
       const float* g0 = grad_ptrs_[piece.slot];
       float* a = accum_[piece.slot].data();
       for (int64_t k = piece.begin; k < piece.end; ++k) {
@@ -194,10 +192,14 @@ float TrainStep::loss() const {
   return float(sum / replicas());
 }
 
-Tensor TrainStep::in_replica(int replica, const Tensor& t) const {
+void TrainStep::check_replica(int replica) const {
   if (replica < 0 || replica >= replicas()) {
     throw UsageError("train step: replica " + std::to_string(replica) + " of " + std::to_string(replicas()));
   }
+}
+
+Tensor TrainStep::in_replica(int replica, const Tensor& t) const {
+  check_replica(replica);
   if (!t.defined()) throw UsageError("train step: in_replica of an undefined tensor");
   if (replica == 0) return t;
   const GradMap& copies = copies_[size_t(replica - 1)].copies;
@@ -207,10 +209,8 @@ Tensor TrainStep::in_replica(int replica, const Tensor& t) const {
 }
 
 const Executor& TrainStep::executor(int replica) const {
+  check_replica(replica);
   if (replica == 0) return *executor_;
-  if (replica < 0 || replica >= replicas()) {
-    throw UsageError("train step: replica " + std::to_string(replica) + " of " + std::to_string(replicas()));
-  }
   return *copies_[size_t(replica - 1)].executor;
 }
 
