@@ -104,6 +104,10 @@ GradientRows::GradientRows(const float* left, int64_t tokens, int64_t rows, int6
   int64_t covered = 0;
   for (const Block& b : blocks_) covered += b.width;
   covered_ = covered == cols_;
+  const int64_t n_blocks = (tokens_ + kGramRows - 1) / kGramRows;
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    for (int64_t j = 0; j <= i; ++j) gram_blocks_.emplace_back(i, j);
+  }
 }
 
 void GradientRows::new_run() {
@@ -120,62 +124,70 @@ void GradientRows::check_indices() const {
   }
 }
 
-double GradientRows::squared_norm() const {
+int64_t GradientRows::norm_pieces() const { return int64_t(gram_blocks_.size()) + (n_indices_ > 0); }
+
+double GradientRows::norm_piece(int64_t piece) const {
+  if (piece == int64_t(gram_blocks_.size())) return lookup_terms();
+  const auto [I, J] = gram_blocks_[size_t(piece)];
+  const int64_t i0 = I * kGramRows, j0 = J * kGramRows;
+  const int64_t m = std::min(kGramRows, tokens_ - i0), n = std::min(kGramRows, tokens_ - j0);
   // Under bf16 matmuls the graph's product multiplies bf16-rounded factors
   // (exactly, summing in f32): the Gram matrices round them too.
   const auto gram = [&](const float* x, int64_t width, float beta, float* out) {
-    if (bf16_) return cpu::gemm_bf16(false, true, tokens_, tokens_, width, 1.0f, x, width, x, width, beta, out, tokens_);
-    cpu::gemm<float>(false, true, tokens_, tokens_, width, 1.0f, x, width, x, width, beta, out, tokens_);
+    const float *xi = x + i0 * width, *xj = x + j0 * width;
+    if (bf16_) return cpu::gemm_bf16(false, true, m, n, width, 1.0f, xi, width, xj, width, beta, out, n);
+    cpu::gemm<float>(false, true, m, n, width, 1.0f, xi, width, xj, width, beta, out, n);
   };
-  const int64_t T = tokens_;
-  thread_local std::vector<float> a, b, m, g_rounded;
-  a.resize(size_t(T * T));
-  b.resize(size_t(T * T));
+  thread_local std::vector<float> a, b;
+  a.resize(size_t(m * n));
+  b.resize(size_t(m * n));
   gram(left_, rows_, 0.0f, a.data());
-  for (size_t i = 0; i < blocks_.size(); ++i) gram(blocks_[i].right, blocks_[i].width, i ? 1.0f : 0.0f, b.data());
+  for (size_t k = 0; k < blocks_.size(); ++k) gram(blocks_[k].right, blocks_[k].width, k ? 1.0f : 0.0f, b.data());
   double sum = 0;
-  for (size_t i = 0; i < a.size(); ++i) sum += double(a[i]) * double(b[i]);
-  if (n_indices_ > 0) {
-    // <L^T G, S> = sum_q sum_t L[t, idx_q] (G V^T)[t, q], V the lookup's rows
-    // (which add_rows adds in f32: only L and G are rounded under bf16).
-    const int64_t n = n_indices_;
-    m.resize(size_t(T * n));
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-      const Block& g = blocks_[i];
-      const float* right = g.right;
-      if (bf16_) {
-        g_rounded.assign(g.right, g.right + T * g.width);
-        cpu::round_to_bf16(g_rounded.data(), int64_t(g_rounded.size()));
-        right = g_rounded.data();
-      }
-      cpu::gemm<float>(false, true, T, n, g.width, 1.0f, right, g.width, values_ + g.col, cols_, i ? 1.0f : 0.0f,
-                       m.data(), n);
+  for (size_t k = 0; k < a.size(); ++k) sum += double(a[k]) * double(b[k]);
+  return I == J ? sum : 2 * sum;
+}
+
+double GradientRows::lookup_terms() const {
+  // <L^T G, S> = sum_q sum_t L[t, idx_q] (G V^T)[t, q], V the lookup's rows
+  // (which add_rows adds in f32: only L and G are rounded under bf16).
+  const int64_t T = tokens_, n = n_indices_;
+  thread_local std::vector<float> m, g_rounded;
+  m.resize(size_t(T * n));
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& g = blocks_[i];
+    const float* right = g.right;
+    if (bf16_) {
+      g_rounded.assign(g.right, g.right + T * g.width);
+      cpu::round_to_bf16(g_rounded.data(), int64_t(g_rounded.size()));
+      right = g_rounded.data();
     }
-    double cross = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t q = 0; q < n; ++q) {
-        const float l = left_[t * rows_ + indices_[q]];
-        cross += double(bf16_ ? cpu::round_to_bf16(l) : l) * double(m[t * n + q]);
-      }
-    }
-    // ||S||^2, each row's additions summed first.
-    std::vector<int64_t> order(static_cast<size_t>(n));
-    for (int64_t q = 0; q < n; ++q) order[q] = q;
-    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return indices_[x] < indices_[y]; });
-    std::vector<double> row(static_cast<size_t>(cols_));
-    double rows_sq = 0;
-    for (size_t k = 0; k < order.size();) {
-      std::fill(row.begin(), row.end(), 0.0);
-      const int32_t r = indices_[order[k]];
-      for (; k < order.size() && indices_[order[k]] == r; ++k) {
-        const float* v = values_ + order[k] * cols_;
-        for (int64_t j = 0; j < cols_; ++j) row[j] += v[j];
-      }
-      for (double x : row) rows_sq += x * x;
-    }
-    sum += 2 * cross + rows_sq;
+    cpu::gemm<float>(false, true, T, n, g.width, 1.0f, right, g.width, values_ + g.col, cols_, i ? 1.0f : 0.0f,
+                     m.data(), n);
   }
-  return std::max(sum, 0.0);  // rounding can take an all-but-zero gradient below 0
+  double cross = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t q = 0; q < n; ++q) {
+      const float l = left_[t * rows_ + indices_[q]];
+      cross += double(bf16_ ? cpu::round_to_bf16(l) : l) * double(m[t * n + q]);
+    }
+  }
+  // ||S||^2, each row's additions summed first.
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t q = 0; q < n; ++q) order[q] = q;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return indices_[x] < indices_[y]; });
+  std::vector<double> row(static_cast<size_t>(cols_));
+  double rows_sq = 0;
+  for (size_t k = 0; k < order.size();) {
+    std::fill(row.begin(), row.end(), 0.0);
+    const int32_t r = indices_[order[k]];
+    for (; k < order.size() && indices_[order[k]] == r; ++k) {
+      const float* v = values_ + order[k] * cols_;
+      for (int64_t j = 0; j < cols_; ++j) row[j] += v[j];
+    }
+    for (double x : row) rows_sq += x * x;
+  }
+  return 2 * cross + rows_sq;
 }
 
 const float* GradientRows::range(int64_t begin, int64_t end) const {

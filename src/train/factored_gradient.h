@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "nabla/tensor.h"
@@ -59,11 +60,17 @@ class GradientRows {
   void new_run();
   // ||dW||^2 from the factors, without dW: with A = L L^T and B = G G^T
   // ([T, T], G the blocks side by side), ||L^T G||^2 = sum_ij A_ij B_ij;
-  // a lookup's rows S add 2 <L^T G, S> + ||S||^2. T^2 (R + C) multiply-adds
-  // against dW's T R C (the "ghost norm" of per-example clipping). Equal to
-  // the materialised sum of squares up to f32 rounding (relative 1e-6 here),
-  // not bit for bit. Runs on the calling thread.
-  double squared_norm() const;
+  // a lookup's rows S add 2 <L^T G, S> + ||S||^2. The "ghost norm" of
+  // per-example clipping: T^2 (R + C) multiply-adds against dW's T R C, and
+  // half of that here, since A and B are symmetric: the sum comes in pieces,
+  // one per pair of kGramRows-row blocks (I, J) with I >= J (A_IJ and B_IJ,
+  // counted twice off the diagonal), and the lookup's terms as the last.
+  // The pieces are independent (several threads can run them) and their sum
+  // equals the materialised sum of squares up to f32 rounding (relative 1e-6
+  // here), not bit for bit.
+  static constexpr int64_t kGramRows = 64;
+  int64_t norm_pieces() const;
+  double norm_piece(int64_t piece) const;
   // Valid until this thread's next call; safe from several threads at once.
   const float* range(int64_t begin, int64_t end) const;
   // ShapeError when an index is outside [0, rows), as the graph's add_rows
@@ -71,6 +78,7 @@ class GradientRows {
   void check_indices() const;
 
  private:
+  double lookup_terms() const;  // 2 <L^T G, S> + ||S||^2
   const float* left_;
   int64_t tokens_, rows_, cols_;
   std::vector<Block> blocks_;
@@ -79,6 +87,7 @@ class GradientRows {
   const int32_t* indices_;
   int64_t n_indices_;
   bool bf16_;
+  std::vector<std::pair<int64_t, int64_t>> gram_blocks_;  // (I, J), I >= J, for norm_piece
   uint64_t run_ = 0;  // which run's right factors a thread's packed copies hold
 };
 

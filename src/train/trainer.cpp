@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -233,24 +234,35 @@ double TrainStep::update(double lr, double clip) {
     // factors, each summed in slot order.
     std::vector<const float*> whole;
     std::vector<int64_t> whole_sizes;
-    std::vector<size_t> factored;
+    struct Piece {
+      size_t slot;
+      int64_t k;
+    };
+    std::vector<Piece> pieces;  // every factored gradient's norm pieces, in slot order
     for (size_t i = 0; i < grads.size(); ++i) {
       if (factored_[i]) {
         factored_[i]->check_indices();
         factored_[i]->new_run();
-        factored.push_back(i);
+        for (int64_t k = 0; k < factored_[i]->norm_pieces(); ++k) pieces.push_back({i, k});
       } else {
         whole.push_back(grads[i]);
         whole_sizes.push_back(sizes_[i]);
       }
     }
-    std::vector<double> squares(factored.size());
-    cpu::parallel_for(threads_, int64_t(factored.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) squares[k] = factored_[factored[k]]->squared_norm();
+    std::vector<double> parts(pieces.size());
+    cpu::parallel_for(threads_, int64_t(pieces.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) parts[k] = factored_[pieces[k].slot]->norm_piece(pieces[k].k);
     });
     const double whole_norm = optim::global_norm(whole, whole_sizes, threads_);
     double sq = whole_norm * whole_norm;
-    for (double x : squares) sq += x;
+    // Each gradient's pieces summed in order; rounding can take an all-but-
+    // zero one below 0.
+    for (size_t k = 0; k < pieces.size();) {
+      double one = 0;
+      const size_t slot = pieces[k].slot;
+      for (; k < pieces.size() && pieces[k].slot == slot; ++k) one += parts[k];
+      sq += std::max(one, 0.0);
+    }
     norm = std::sqrt(sq) * scale;
     range = [this](size_t slot, int64_t begin, int64_t end) { return factored_[slot]->range(begin, end); };
   } else {
