@@ -6,8 +6,9 @@
 # its own process, so peak resident memory is its own. PyTorch runs under both
 # of its good thread settings here and keeps the faster; nabla also runs on one
 # thread for the scaling column, with --bf16-matmul (bf16 operands, f32
-# accumulation) on two, and with --low-memory (weight gradients kept as their
-# factors where smaller) on two. Where nabla's default on two threads is two
+# accumulation) on two, and on two in the other memory mode: --low-memory
+# (weight gradients kept as their factors where smaller), or --no-low-memory
+# where that is the default (large models). Where nabla's default on two threads is two
 # data-parallel replicas (small models), it also runs with one replica (every
 # kernel split across the threads) for comparison. Prints a markdown table.
 #
@@ -40,12 +41,14 @@ for ((r = 1; r <= reps; r++)); do
     [[ $ctx != 0 ]] && args+=(--context "$ctx")
     cfg=$("$bench" --model "$m" --config)
     "$bench" --model "$m" "${args[@]}" --threads 2 >>"$results"
+    other_memory=--low-memory
+    tail -n 1 "$results" | grep -q '"low_memory": true,' && other_memory=--no-low-memory
     if tail -n 1 "$results" | grep -q '"replicas": 1,'; then :; else
       "$bench" --model "$m" "${args[@]}" --threads 2 --replicas 1 >>"$results"
     fi
     "$bench" --model "$m" "${args[@]}" --threads 1 >>"$results"
     "$bench" --model "$m" "${args[@]}" --threads 2 --bf16-matmul >>"$results"
-    "$bench" --model "$m" "${args[@]}" --threads 2 --low-memory >>"$results"
+    "$bench" --model "$m" "${args[@]}" --threads 2 $other_memory >>"$results"
     OPENBLAS_NUM_THREADS=2 "$py" bench/peers/train_step.py --config "$cfg" "${args[@]}" --torch-threads 1 >>"$results"
     OMP_WAIT_POLICY=PASSIVE "$py" bench/peers/train_step.py --config "$cfg" "${args[@]}" --torch-threads 2 >>"$results"
   done

@@ -6,7 +6,7 @@
 //
 //   nabla_bench_train --model vit-tiny|fmnist|gpt2-small-byte|gpt2 --batch B
 //                     [--context T] [--steps N] [--warmup W] [--threads N] [--bf16-matmul]
-//                     [--low-memory]
+//                     [--low-memory | --no-low-memory] [--replicas R]
 //   nabla_bench_train --machine [--threads N]   FMA peak, OpenBLAS sgemm and nabla gemm rates
 //   nabla_bench_train --model M --config          the model's config JSON
 #include <fmt/format.h>
@@ -239,6 +239,7 @@ int main(int argc, char** argv) {
   int64_t batch = 0, context = 0;
   int steps = 10, warmup = 2, threads = 2, replicas = 0;
   bool machine = false, config_only = false, bf16_matmul = false, low_memory = false;
+  bool low_memory_on = false, low_memory_off = false;
   app.add_option("--model", model_name, "vit-tiny, fmnist, gpt2-small-byte or gpt2");
   app.add_option("--batch", batch, "Batch size (default: the configuration's)");
   app.add_option("--context", context, "GPT-2 context length");
@@ -248,11 +249,20 @@ int main(int argc, char** argv) {
   app.add_flag("--bf16-matmul", bf16_matmul, "Matmul operands rounded to bf16, f32 accumulation");
   app.add_option("--replicas", replicas, "Data-parallel replicas, each a share of the batch (0: the trainers' default)")
       ->check(CLI::Range(0, 256));
-  app.add_flag("--low-memory", low_memory, "Keep small-factored weight gradients factored (TrainStep low_memory)");
+  auto* on = app.add_flag("--low-memory", low_memory_on,
+                          "Keep small-factored weight gradients factored (TrainStep low_memory; default: "
+                          "default_low_memory, as the trainers)");
+  app.add_flag("--no-low-memory", low_memory_off, "Hold every weight gradient whole")->excludes(on);
   app.add_flag("--config", config_only, "Print the model's config JSON (for the PyTorch peer) and exit");
   app.add_flag("--machine", machine, "Measure the FMA peak, OpenBLAS sgemm and nabla gemm rates instead");
   CLI11_PARSE(app, argc, argv);
-  const bool replicas_given = replicas > 0;
+  const bool replicas_given = replicas > 0, low_memory_given = low_memory_on || low_memory_off;
+  // The trainers' choices where not told; replicas given rule out low memory.
+  const auto choose_defaults = [&](int64_t parameters) {
+    low_memory = low_memory_given ? low_memory_on : replicas <= 1 && default_low_memory(parameters);
+    if (replicas == 0) replicas = low_memory ? 1 : default_replicas(threads, batch, parameters);
+    check_replicas(batch, replicas);
+  };
   try {
     if (machine) {
       const double fma = fma_peak_gflops(threads);
@@ -271,8 +281,7 @@ int main(int argc, char** argv) {
       if (batch == 0) batch = model_name == "fmnist" ? 128 : 8;
       if (config_only) return fmt::print("{}\n", c.to_json()), 0;
       models::Vit model(c, 1);
-      if (replicas == 0) replicas = low_memory ? 1 : default_replicas(threads, batch, model.params().count());
-      check_replicas(batch, replicas);
+      choose_defaults(model.params().count());
       Tensor images = Tensor::zeros(DType::f32, {batch / replicas, c.in_chans, c.img_size, c.img_size});
       Tensor labels = Tensor::zeros(DType::i32, {batch / replicas});
       r = run_model(model, images, labels, c.num_classes, batch, steps, warmup, threads, bf16_matmul, low_memory,
@@ -284,8 +293,7 @@ int main(int argc, char** argv) {
       if (context == 0) context = model_name == "gpt2" ? 64 : 256;
       if (config_only) return fmt::print("{}\n", c.to_json()), 0;
       models::Gpt2 model(c, 1);
-      if (replicas == 0) replicas = low_memory ? 1 : default_replicas(threads, batch, model.params().count());
-      check_replicas(batch, replicas);
+      choose_defaults(model.params().count());
       Tensor tokens = Tensor::zeros(DType::i32, {batch / replicas, context + 1});
       r = run_model(model, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads, bf16_matmul,
                     low_memory, replicas);
@@ -295,11 +303,11 @@ int main(int argc, char** argv) {
                        "' (vit-tiny, fmnist, gpt2-small-byte, gpt2)");
     }
     fmt::print(
-        "{{\"framework\": \"nabla\", \"model\": \"{}\", \"bf16_matmul\": {}, \"low_memory\": {}, \"factored\": {}, \"replicas\": {}, \"replicas_given\": {}, \"batch\": {}, \"context\": {}, \"threads\": {}, "
+        "{{\"framework\": \"nabla\", \"model\": \"{}\", \"bf16_matmul\": {}, \"low_memory\": {}, \"low_memory_given\": {}, \"factored\": {}, \"replicas\": {}, \"replicas_given\": {}, \"batch\": {}, \"context\": {}, \"threads\": {}, "
         "\"unit\": \"{}\", \"step_ms\": {:.2f}, \"per_s\": {:.1f}, \"matmul_gflop_per_step\": {:.3f}, "
         "\"gflops\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"arena_mib\": {:.1f}, \"params\": {:.0f}, "
         "\"first_loss\": {:.4f}, \"last_loss\": {:.4f}}}\n",
-        model_name, bf16_matmul, low_memory, r.factored, replicas, replicas_given, batch, context, threads, unit, r.step_ms, r.items_per_s, r.gflop_per_step,
+        model_name, bf16_matmul, low_memory, low_memory_given, r.factored, replicas, replicas_given, batch, context, threads, unit, r.step_ms, r.items_per_s, r.gflop_per_step,
         r.achieved_gflops, r.rss_mib, r.arena_mib, r.params, r.first_loss, r.last_loss);
     return 0;
   } catch (const UsageError& e) {

@@ -23,17 +23,19 @@ print(f"\n{datetime.date.today()}, {cpu}, {machine[2]['threads']} threads; FMA p
       f"GFLOP/s (1 thread), {fma2:.0f} (2); OpenBLAS sgemm {sgemm2:.0f} GFLOP/s on 2 threads, nabla's gemm "
       f"{gemm2:.0f} ({machine[2]['gemm']}), bf16 on {machine[2].get('gemm_bf16', 'avx512')}; "
       f"medians of {sys.argv[2]} interleaved rounds\n")
-print("| configuration | nabla | PyTorch (best setting) | ratio (target) | best round vs best round | nabla matmul GFLOP/s | % of FMA peak | % of OpenBLAS sgemm | peak RSS nabla / torch (ratio) | 2 vs 1 thread | nabla --bf16-matmul (ratio to PyTorch f32) | nabla --low-memory: peak RSS (ratio to torch), speed (to nabla's default) |")
+print("| configuration | nabla | PyTorch (best setting) | ratio (target) | best round vs best round | nabla matmul GFLOP/s | % of FMA peak | % of OpenBLAS sgemm | peak RSS nabla / torch (ratio) | 2 vs 1 thread | nabla --bf16-matmul (ratio to PyTorch f32) | nabla in the other memory mode (--low-memory, or --no-low-memory where low memory is the default): peak RSS (ratio to torch), speed (to nabla's default) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 order = ["vit-tiny", "fmnist", "gpt2-small-byte", "gpt2"]
 for m in order:
     nabla = [r for r in rows if r.get("framework") == "nabla" and r["model"] == m]
     # Runs with --replicas given compare the ways of using two threads.
     split = [r for r in nabla if r.get("replicas_given") and r["threads"] == 2]
-    plain = [r for r in nabla if not r.get("low_memory") and not r.get("replicas_given")]
+    # Older results files lack low_memory_given: --low-memory was never the default.
+    memory_given = lambda r: r.get("low_memory_given", r.get("low_memory"))
+    plain = [r for r in nabla if not memory_given(r) and not r.get("replicas_given")]
     n2 = [r for r in plain if r["threads"] == 2 and not r.get("bf16_matmul")]
     nb = [r for r in plain if r["threads"] == 2 and r.get("bf16_matmul")]
-    nl = [r for r in nabla if r.get("low_memory") and r["threads"] == 2 and not r.get("bf16_matmul")]
+    nl = [r for r in nabla if memory_given(r) and r["threads"] == 2 and not r.get("bf16_matmul")]
     if not n2:
         continue
     n1 = [r for r in plain if r["threads"] == 1 and not r.get("bf16_matmul")]
@@ -53,6 +55,8 @@ for m in order:
     replicas = n2[0].get("replicas", 1)
     if replicas > 1:
         shape += f" ({replicas} replicas on 2 threads)"
+    if n2[0].get("low_memory"):
+        shape += f" (low memory: {n2[0]['factored']} gradients factored)"
     scale_cell = f"{scale:.2f}x"
     if split and n1:
         scale_cell += f" ({med([r['per_s'] for r in split]) / med([r['per_s'] for r in n1]):.2f}x with 1 replica, kernels split)"
@@ -63,7 +67,8 @@ for m in order:
     low = "-"
     if nl:
         lrss, lps = med([r["peak_rss_mib"] for r in nl]), med([r["per_s"] for r in nl])
-        low = (f"{lrss:,.0f} MiB ({lrss / trss:.2f}x), {lps / nps:.2f}x; {nl[0]['factored']} gradient(s) factored")
+        flag = "--low-memory" if nl[0]["low_memory"] else "--no-low-memory"
+        low = (f"{flag}: {lrss:,.0f} MiB ({lrss / trss:.2f}x), {lps / nps:.2f}x; {nl[0]['factored']} gradient(s) factored")
     print(f"| {m} {shape} | {nps:,.0f} {unit}/s | {tps:,.0f} {unit}/s ({best_key}) | {nps / tps:.2f}x ({target[m]}x: {ok}) | {best:.2f}x "
           f"| {gf:.0f} | {100 * gf / fma2:.0f}% | {100 * gf / sgemm2:.0f}% | {nrss:,.0f} / {trss:,.0f} MiB ({nrss / trss:.2f}x) "
           f"| {scale_cell} | {bf16} | {low} |")

@@ -106,9 +106,11 @@ int run_train_gpt2(const TrainGpt2Args& a) {
   optim::AdamWConfig adamw;
   adamw.beta2 = 0.95;  // GPT-2 / nanoGPT
   adamw.weight_decay = a.weight_decay;
+  const bool low_memory =
+      a.low_memory || a.whole_gradients ? a.low_memory : default_low_memory(model.params().count());
   TrainStep step(loss, model.params(), {}, adamw,
                  ExecOptions{.threads = a.threads, .check_finite = a.check_finite, .bf16_matmul = a.bf16_matmul}, 1,
-                 a.low_memory);
+                 low_memory);
   if (resume) load_optimizer_state(*resume, step.optimizer());
   Gpt2Validator validator(model, text.val, B, T, a.eval_batches, pos.seed + 1, a.threads);
 
@@ -121,7 +123,7 @@ int run_train_gpt2(const TrainGpt2Args& a) {
              "arena {:.1f} MiB planned ({:.1f} MiB without reuse)\n",
              a.steps, B, T, a.lr, a.warmup, a.weight_decay, a.bf16_matmul ? "bf16" : "f32", step.executor().threads(),
              step.executor().memory().arena_bytes / 1048576.0, step.executor().memory().unplanned_bytes / 1048576.0);
-  if (a.low_memory) fmt::print("low memory: {} weight gradients kept as their factors\n", step.factored_gradients());
+  if (low_memory) fmt::print("low memory: {} weight gradients kept as their factors\n", step.factored_gradients());
   if (resume) fmt::print("resumed from {} at step {}\n", a.resume, pos.step);
   std::fflush(stdout);
 

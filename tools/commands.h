@@ -103,6 +103,7 @@ struct TrainGpt2Args {
   bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
   bool bf16_matmul = false;   // f32 matmuls on bf16-rounded operands, f32 accumulation
   bool low_memory = false;    // keep small-factored weight gradients factored (TrainStep's low_memory)
+  bool whole_gradients = false;  // --no-low-memory; neither: default_low_memory
 };
 int run_train_gpt2(const TrainGpt2Args& opt);
 

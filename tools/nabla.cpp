@@ -230,9 +230,11 @@ int main(int argc, char** argv) {
   gpt_cmd->add_flag("--check-finite", gpt.check_finite,
                     "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
   add_bf16_matmul(gpt_cmd, gpt.bf16_matmul);
-  gpt_cmd->add_flag("--low-memory", gpt.low_memory,
-                    "Keep weight gradients as their smaller factors and multiply them out in the optimizer step "
-                    "(same results; less memory at small batches, more time)");
+  auto* low_memory = gpt_cmd->add_flag(
+      "--low-memory", gpt.low_memory,
+      "Keep weight gradients as their smaller factors and multiply them out in the optimizer step (same results; "
+      "less memory at small batches, a little more time; the default for models of more than 50M parameters)");
+  gpt_cmd->add_flag("--no-low-memory", gpt.whole_gradients, "Hold every weight gradient whole")->excludes(low_memory);
 
   SampleArgs sample;
   CLI::App* sample_cmd = app.add_subcommand("sample", "Generate text from a GPT-2 checkpoint (key/value cache)");

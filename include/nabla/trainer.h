@@ -112,6 +112,14 @@ class TrainStep {
 // cheap and the kernels are too short to split well; 1 otherwise.
 int default_replicas(int threads, int64_t batch, int64_t parameters);
 
+// Whether the training commands keep weight gradients factored (low_memory)
+// unless told: for models of more than 50M parameters, where the gradients
+// held whole are a quarter of the step's memory (GPT-2 124M: 475 of 1,929
+// MiB) and the factors, at the few tokens per step that such a model trains
+// on here, a fraction of them. A gradient whose factors would not be smaller
+// stays whole, so at many tokens this changes nothing.
+bool default_low_memory(int64_t parameters);
+
 // One progress line: rewritten in place on a terminal, printed every
 // `every` calls elsewhere (logs, CI).
 class Progress {

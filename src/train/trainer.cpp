@@ -281,6 +281,11 @@ int default_replicas(int threads, int64_t batch, int64_t parameters) {
   return t;
 }
 
+bool default_low_memory(int64_t parameters) {
+  constexpr int64_t kLargeModel = 50'000'000;
+  return parameters > kLargeModel;
+}
+
 Progress::Progress(int every) : tty_(::isatty(STDERR_FILENO)), every_(every) {}
 
 void Progress::update(const std::string& line, bool force) {

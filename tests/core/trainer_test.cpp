@@ -287,3 +287,11 @@ TEST(TrainStep, DefaultReplicasAreOnePerThreadForSmallModels) {
   EXPECT_EQ(default_replicas(2, 8, 5'700'000), 1);     // a gradient copy per replica costs too much
   EXPECT_EQ(default_replicas(1, 128, 460'000), 1);
 }
+
+// Factored gradients by default for GPT-2 124M's size (its gradients are a
+// quarter of its step's memory), not for the small presets.
+TEST(TrainStep, DefaultLowMemoryIsForLargeModels) {
+  EXPECT_TRUE(default_low_memory(124'439'808));
+  EXPECT_FALSE(default_low_memory(10'700'000));  // gpt2-small-byte
+  EXPECT_FALSE(default_low_memory(5'717'416));   // vit-tiny
+}
