@@ -104,10 +104,6 @@ GradientRows::GradientRows(const float* left, int64_t tokens, int64_t rows, int6
   int64_t covered = 0;
   for (const Block& b : blocks_) covered += b.width;
   covered_ = covered == cols_;
-  const int64_t n_blocks = (tokens_ + kGramRows - 1) / kGramRows;
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    for (int64_t j = 0; j <= i; ++j) gram_blocks_.emplace_back(i, j);
-  }
 }
 
 void GradientRows::new_run() {
@@ -124,28 +120,33 @@ void GradientRows::check_indices() const {
   }
 }
 
-int64_t GradientRows::norm_pieces() const { return int64_t(gram_blocks_.size()) + (n_indices_ > 0); }
+int64_t GradientRows::norm_pieces() const { return gram_panels() + (n_indices_ > 0); }
+
+int64_t GradientRows::gram_panels() const { return (tokens_ + kGramRows - 1) / kGramRows; }
 
 double GradientRows::norm_piece(int64_t piece) const {
-  if (piece == int64_t(gram_blocks_.size())) return lookup_terms();
-  const auto [I, J] = gram_blocks_[size_t(piece)];
-  const int64_t i0 = I * kGramRows, j0 = J * kGramRows;
-  const int64_t m = std::min(kGramRows, tokens_ - i0), n = std::min(kGramRows, tokens_ - j0);
+  if (piece == gram_panels()) return lookup_terms();
+  // Rows [i0, i0 + m) of A and B against rows [0, i0 + m): the blocks left
+  // of the diagonal, and the diagonal block, in one product.
+  const int64_t i0 = piece * kGramRows, m = std::min(kGramRows, tokens_ - i0), n = i0 + m;
   // Under bf16 matmuls the graph's product multiplies bf16-rounded factors
   // (exactly, summing in f32): the Gram matrices round them too.
   const auto gram = [&](const float* x, int64_t width, float beta, float* out) {
-    const float *xi = x + i0 * width, *xj = x + j0 * width;
-    if (bf16_) return cpu::gemm_bf16(false, true, m, n, width, 1.0f, xi, width, xj, width, beta, out, n);
-    cpu::gemm<float>(false, true, m, n, width, 1.0f, xi, width, xj, width, beta, out, n);
+    const float* xi = x + i0 * width;
+    if (bf16_) return cpu::gemm_bf16(false, true, m, n, width, 1.0f, xi, width, x, width, beta, out, n);
+    cpu::gemm<float>(false, true, m, n, width, 1.0f, xi, width, x, width, beta, out, n);
   };
   thread_local std::vector<float> a, b;
   a.resize(size_t(m * n));
   b.resize(size_t(m * n));
   gram(left_, rows_, 0.0f, a.data());
   for (size_t k = 0; k < blocks_.size(); ++k) gram(blocks_[k].right, blocks_[k].width, k ? 1.0f : 0.0f, b.data());
-  double sum = 0;
-  for (size_t k = 0; k < a.size(); ++k) sum += double(a[k]) * double(b[k]);
-  return I == J ? sum : 2 * sum;
+  double off = 0, diagonal = 0;  // left of the diagonal block (counted twice), and in it
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < i0; ++c) off += double(a[r * n + c]) * double(b[r * n + c]);
+    for (int64_t c = i0; c < n; ++c) diagonal += double(a[r * n + c]) * double(b[r * n + c]);
+  }
+  return 2 * off + diagonal;
 }
 
 double GradientRows::lookup_terms() const {

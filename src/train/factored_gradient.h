@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <utility>
 #include <vector>
 
 #include "nabla/tensor.h"
@@ -62,9 +61,10 @@ class GradientRows {
   // ([T, T], G the blocks side by side), ||L^T G||^2 = sum_ij A_ij B_ij;
   // a lookup's rows S add 2 <L^T G, S> + ||S||^2. The "ghost norm" of
   // per-example clipping: T^2 (R + C) multiply-adds against dW's T R C, and
-  // half of that here, since A and B are symmetric: the sum comes in pieces,
-  // one per pair of kGramRows-row blocks (I, J) with I >= J (A_IJ and B_IJ,
-  // counted twice off the diagonal), and the lookup's terms as the last.
+  // about half of that here, since A and B are symmetric: the sum comes in
+  // pieces, one per panel of kGramRows rows I of A and B against the rows
+  // up to I's last (the blocks left of the diagonal counted twice), and the
+  // lookup's terms as the last.
   // The pieces are independent (several threads can run them) and their sum
   // equals the materialised sum of squares up to f32 rounding (relative 1e-6
   // here), not bit for bit.
@@ -79,6 +79,7 @@ class GradientRows {
 
  private:
   double lookup_terms() const;  // 2 <L^T G, S> + ||S||^2
+  int64_t gram_panels() const;   // the norm pieces before lookup_terms
   const float* left_;
   int64_t tokens_, rows_, cols_;
   std::vector<Block> blocks_;
@@ -87,7 +88,6 @@ class GradientRows {
   const int32_t* indices_;
   int64_t n_indices_;
   bool bf16_;
-  std::vector<std::pair<int64_t, int64_t>> gram_blocks_;  // (I, J), I >= J, for norm_piece
   uint64_t run_ = 0;  // which run's right factors a thread's packed copies hold
 };
 

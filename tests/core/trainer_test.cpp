@@ -99,8 +99,8 @@ std::pair<std::vector<std::vector<float>>, std::vector<double>> train_tied(bool 
 // so without clipping the parameters come out bit for bit the same. The
 // clip's norm comes from the factors' Gram matrices: equal to rounding, and
 // so are the clipped parameters. 16 tokens make one block of Gram rows;
-// 200 make four (the last of 8 rows), so the pieces off the diagonal, which
-// count twice, are summed too.
+// 200 make four panels of rows (the last of 8), so the blocks left of the
+// diagonal, which count twice, are summed too.
 TEST(TrainStep, LowMemoryTrainsTheSameParameters) {
   static_assert(train::GradientRows::kGramRows == 64, "200 tokens: blocks of 64, 64, 64 and 8 rows");
   for (const TiedShape shape : {TiedShape{2, 8, 160, 128, 256}, TiedShape{2, 100, 1024, 384, 1024}}) {
