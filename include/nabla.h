@@ -328,6 +328,14 @@ enum {
    * include/nabla/trainer.h. */
   NABLA_TRAIN_LOW_MEMORY = 2
 };
+/* Data parallelism inside the process, or'ed into flags with r from 1 to
+ * 255: the graph, built for one replica's share of the batch, runs as r
+ * copies at once, each on one thread with memory of its own, sharing the
+ * parameters, and the update averages their gradients (a batch r times the
+ * graph's). Fill replica i's inputs through nabla_trainer_replica. Pays for
+ * small models, whose kernels are too short to split well across cores
+ * (TrainStep in include/nabla/trainer.h); not with NABLA_TRAIN_LOW_MEMORY. */
+#define NABLA_TRAIN_REPLICAS(r) ((int)(r) << 8)
 
 /* loss: one f32 element. extras: `n_extras` more tensors to compute each
  * step (logits for accuracy, say), read with nabla_trainer_read. threads <= 0
@@ -347,6 +355,11 @@ nabla_status nabla_trainer_update(nabla_trainer* trainer, double lr, double clip
 /* Copies the value of the loss, an extra, or a leaf (a parameter's current
  * value) into dst; `bytes` must be numel * element size. */
 nabla_status nabla_trainer_read(nabla_trainer* trainer, nabla_tensor* t, void* dst, size_t bytes);
+/* Replica `replica`'s copy of t, a tensor of the trainer's graph: an input
+ * to fill with nabla_tensor_write before nabla_trainer_run, or an extra to
+ * read with nabla_trainer_read after it. Replica 0's is t itself, and so is
+ * a parameter's, which the replicas share. */
+nabla_status nabla_trainer_replica(nabla_trainer* trainer, int replica, nabla_tensor* t, nabla_tensor** out);
 /* How many parameters the trainer updates, their total element count, and
  * how many of their gradients NABLA_TRAIN_LOW_MEMORY keeps as factors (0
  * without the flag). Any out-pointer may be NULL. */

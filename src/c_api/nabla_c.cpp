@@ -4,6 +4,7 @@
 // into a status code and a thread-local message, so no error crosses the C
 // boundary. Argument problems the C++ API cannot see (NULL pointers, negative
 // counts, handles of another context) are ArgumentErrors raised here.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -31,6 +32,8 @@ struct nabla_trainer {
   nabla_context* ctx;
   bool ran = false;  // a run finished: the loss and extras hold its values
   std::vector<nabla_tensor*> parameter_handles;  // made on first request
+  // Handles nabla_trainer_replica made: which replica's executor holds each.
+  std::unordered_map<const nabla::Node*, std::pair<int, nabla_tensor*>> replica_handles;
 };
 
 struct nabla_context {
@@ -782,11 +785,13 @@ nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_
     nabla_context& context = c.context(ctx);
     c.need(out, "out");
     const nabla::Tensor& objective = c.tensor(ctx, loss, "loss");
-    constexpr int kKnownFlags = NABLA_TRAIN_BF16_MATMUL | NABLA_TRAIN_LOW_MEMORY;
+    constexpr int kKnownFlags = NABLA_TRAIN_BF16_MATMUL | NABLA_TRAIN_LOW_MEMORY | NABLA_TRAIN_REPLICAS(255);
     if (flags & ~kKnownFlags) {
       c.argument_error("unknown flags " + std::to_string(flags & ~kKnownFlags) +
-                       "; expected NABLA_TRAIN_BF16_MATMUL (1) and NABLA_TRAIN_LOW_MEMORY (2)");
+                       "; expected NABLA_TRAIN_BF16_MATMUL (1), NABLA_TRAIN_LOW_MEMORY (2) and "
+                       "NABLA_TRAIN_REPLICAS(1 to 255)");
     }
+    const int replicas = std::max(1, (flags >> 8) & 255);
     if (n_extras > 0) c.need(extras, "extras");
     std::vector<nabla::Tensor> outputs;
     for (size_t i = 0; i < n_extras; ++i)
@@ -819,7 +824,7 @@ nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_
     trainer->ctx = ctx;
     trainer->step = std::make_unique<nabla::TrainStep>(
         objective, params, outputs, nabla::optim::AdamWConfig{beta1, beta2, eps, weight_decay}, options, 1,
-        (flags & NABLA_TRAIN_LOW_MEMORY) != 0);
+        (flags & NABLA_TRAIN_LOW_MEMORY) != 0, replicas);
     for (size_t slot : undecayed) trainer->step->optimizer().set_decay(slot, false);
     context.trainers.push_back(std::move(trainer));
     *out = context.trainers.back().get();
@@ -857,7 +862,35 @@ nabla_status nabla_trainer_read(nabla_trainer* trainer, nabla_tensor* t, void* d
       throw nabla::UsageError("nabla_trainer_read: no values to read: the trainer has not run, or its last "
                               "nabla_trainer_run failed");
     }
-    trainer->step->executor().read(value, dst, bytes);
+    const auto copy = trainer->replica_handles.find(value.node());
+    trainer->step->executor(copy == trainer->replica_handles.end() ? 0 : copy->second.first)
+        .read(value, dst, bytes);
+  });
+}
+
+nabla_status nabla_trainer_replica(nabla_trainer* trainer, int replica, nabla_tensor* t, nabla_tensor** out) {
+  return guard([&] {
+    Call c{"nabla_trainer_replica"};
+    const nabla::TrainStep& step = *c.need(trainer, "trainer")->step;
+    const nabla::Tensor& original = c.tensor(trainer->ctx, t, "t");
+    c.need(out, "out");
+    if (replica < 0 || replica >= step.replicas()) {
+      c.argument_error("replica " + std::to_string(replica) + " is outside [0, " + std::to_string(step.replicas()) +
+                       ")");
+    }
+    nabla::Tensor copy;
+    try {
+      copy = step.in_replica(replica, original);
+    } catch (const nabla::UsageError&) {
+      c.argument_error("t (" + nabla::to_string(original) + ") is not a tensor of the trainer's graph");
+    }
+    if (copy.node() == original.node()) {
+      *out = t;
+      return;
+    }
+    auto& handle = trainer->replica_handles[copy.node()];
+    if (!handle.second) handle = {replica, trainer->ctx->wrap(copy)};
+    *out = handle.second;
   });
 }
 

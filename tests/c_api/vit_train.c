@@ -49,12 +49,13 @@ typedef struct {
 
 static nabla_tensor* norm(nabla_context* ctx, nabla_tensor* x) { return layer_norm(ctx, x, E, 1e-6); }
 
-static Vit build(void) {
+/* The model for batches of `batch` images. */
+static Vit build_batch(int64_t batch) {
   Vit m;
   nabla_context* ctx = NULL;
   OK(nabla_context_create(&ctx));
   m.ctx = ctx;
-  int64_t is[4] = {B, 1, S, S}, ls[1] = {B};
+  int64_t is[4] = {batch, 1, S, S}, ls[1] = {batch};
   OK(nabla_tensor_from_data(ctx, NABLA_F32, 4, is, NULL, &m.images));
   OK(nabla_tensor_from_data(ctx, NABLA_I32, 1, ls, NULL, &m.labels));
 
@@ -63,12 +64,12 @@ static Vit build(void) {
   nabla_tensor *x = NULL, *tokens = NULL;
   m.patch_w = param(ctx, 4, ws, 0.25f, 0);
   OK(nabla_conv_2d(ctx, m.images, m.patch_w, param(ctx, 1, es, 0, 0), stride, NULL, NULL, 1, &x));
-  int64_t flat[3] = {B, E, P};
+  int64_t flat[3] = {batch, E, P};
   OK(nabla_reshape(ctx, x, 3, flat, &x));
   OK(nabla_transpose(ctx, x, 1, 2, &tokens));
 
   /* Class token first, then the position embedding. */
-  int64_t cs[3] = {1, 1, E}, cb[3] = {B, 1, E}, ps[3] = {1, T, E};
+  int64_t cs[3] = {1, 1, E}, cb[3] = {batch, 1, E}, ps[3] = {1, T, E};
   nabla_tensor* cls_b = NULL;
   m.cls = param(ctx, 3, cs, 0.02f, 0);
   m.pos = param(ctx, 3, ps, 0.02f, 0);
@@ -78,16 +79,18 @@ static Vit build(void) {
   OK(nabla_add(ctx, x, m.pos, &x));
 
   /* One block; its MLP uses the exact GELU, as timm's ViT. */
-  x = transformer_block(ctx, x, B, T, E, H, F, 0, 1e-6, nabla_gelu_erf);
+  x = transformer_block(ctx, x, batch, T, E, H, F, 0, 1e-6, nabla_gelu_erf);
 
   /* Head on the class token. */
-  int64_t rows[2] = {B, E};
+  int64_t rows[2] = {batch, E};
   OK(nabla_slice(ctx, norm(ctx, x), 1, 0, 1, 1, &x));
   OK(nabla_reshape(ctx, x, 2, rows, &x));
   m.logits = linear(ctx, x, E, K);
   OK(nabla_cross_entropy(ctx, m.logits, m.labels, -100, &m.loss));
   return m;
 }
+
+static Vit build(void) { return build_batch(B); }
 
 static nabla_trainer* make_trainer(Vit* m, int flags) {
   nabla_trainer* trainer = NULL;
@@ -331,6 +334,96 @@ static void flags(void) {
   CHECK(losses[0][9] < losses[0][0]);
 }
 
+/* Two replicas of the model built for half the batch (NABLA_TRAIN_REPLICAS)
+ * train as the model built for the whole batch: the same losses, logits
+ * and parameters to rounding, since the gradient is summed in two halves. */
+static void replicas(void) {
+  enum { STEPS_R = 5, VALUES = 4096, HALF = B / 2 };
+  rng_state = 11;
+  Vit whole = build();
+  nabla_trainer* tw = make_trainer(&whole, 0);
+  rng_state = 11; /* the same initial weights */
+  Vit half = build_batch(HALF);
+  nabla_trainer* th = make_trainer(&half, NABLA_TRAIN_REPLICAS(2));
+  nabla_tensor *images1 = NULL, *labels1 = NULL, *logits1 = NULL, *cls = NULL;
+  OK(nabla_trainer_replica(th, 1, half.images, &images1));
+  OK(nabla_trainer_replica(th, 1, half.labels, &labels1));
+  OK(nabla_trainer_replica(th, 1, half.logits, &logits1));
+  CHECK(images1 != half.images && logits1 != half.logits);
+  OK(nabla_trainer_replica(th, 1, half.cls, &cls));
+  CHECK(cls == half.cls); /* parameters are shared */
+  OK(nabla_trainer_replica(th, 0, half.images, &cls));
+  CHECK(cls == half.images);
+  static float initial[VALUES];
+  CHECK(read_parameters(whole.ctx, tw, initial, VALUES) > 0);
+  float logits_whole[B * K], logits_half[B * K], last = 0;
+  for (int step = 0; step < STEPS_R; ++step) {
+    make_batch(images, labels);
+    OK(nabla_tensor_write(whole.ctx, whole.images, images, sizeof images));
+    OK(nabla_tensor_write(whole.ctx, whole.labels, labels, sizeof labels));
+    OK(nabla_tensor_write(half.ctx, half.images, images, sizeof images / 2));
+    OK(nabla_tensor_write(half.ctx, half.labels, labels, sizeof labels / 2));
+    OK(nabla_tensor_write(half.ctx, images1, images + HALF * S * S, sizeof images / 2));
+    OK(nabla_tensor_write(half.ctx, labels1, labels + HALF, sizeof labels / 2));
+    float lw = 0, lh = 0;
+    double nw = 0, nh = 0;
+    OK(nabla_trainer_run(tw, &lw));
+    OK(nabla_trainer_run(th, &lh));
+    OK(nabla_trainer_read(tw, whole.logits, logits_whole, sizeof logits_whole));
+    OK(nabla_trainer_read(th, half.logits, logits_half, sizeof logits_half / 2));
+    OK(nabla_trainer_read(th, logits1, logits_half + HALF * K, sizeof logits_half / 2));
+    OK(nabla_trainer_update(tw, 3e-3, 1.0, &nw));
+    OK(nabla_trainer_update(th, 3e-3, 1.0, &nh));
+    CHECK(fabsf(lh - lw) <= 1e-5f * fabsf(lw));
+    last = lh;
+    CHECK(fabs(nh - nw) <= 1e-5 * nw);
+    for (int i = 0; i < B * K; ++i) CHECK(fabsf(logits_half[i] - logits_whole[i]) <= 1e-4f * (1 + fabsf(logits_whole[i])));
+  }
+  static float values[2][VALUES];
+  const int64_t n = read_parameters(whole.ctx, tw, values[0], VALUES);
+  CHECK(n > 0 && read_parameters(half.ctx, th, values[1], VALUES) == n);
+  /* AdamW's first steps are close to lr sign(g), so an element whose
+   * gradient is rounding noise takes steps of up to lr in a direction the
+   * noise picks: the key bias (softmax ignores a constant added to each
+   * key's score, so its gradient is zero but for rounding). Elements that
+   * moved by at least one lr must agree to 1% of lr a step; the others
+   * (moved less) to the lr steps they took. */
+  const float lr = 3e-3f;
+  float worst = 0;
+  int64_t compared = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = fabsf(values[1][i] - values[0][i]);
+    if (fabsf(values[0][i] - initial[i]) >= lr) {
+      worst = fmaxf(worst, d);
+      ++compared;
+    } else {
+      CHECK(d <= 2 * lr * STEPS_R);
+    }
+  }
+  printf("replicas: %lld of %lld parameters moved by lr or more; they differ by at most %.3g\n", (long long)compared,
+         (long long)n, worst);
+  CHECK(compared > n / 2);
+  CHECK(worst <= 0.01f * lr * STEPS_R);
+  printf("replicas: 2 x %d images train as %d (loss %.5f after %d steps)\n", HALF, B, last, STEPS_R);
+
+  printf("replica errors:\n");
+  nabla_tensor* out = NULL;
+  FAILS(nabla_trainer_replica(th, 2, half.images, &out), NABLA_ERROR_ARGUMENT, "replica 2 is outside [0, 2)");
+  FAILS(nabla_trainer_replica(th, 1, whole.images, &out), NABLA_ERROR_ARGUMENT, "another context");
+  nabla_tensor* stray = NULL;
+  int64_t one[1] = {1};
+  OK(nabla_tensor_from_data(half.ctx, NABLA_F32, 1, one, NULL, &stray));
+  FAILS(nabla_trainer_replica(th, 1, stray, &out), NABLA_ERROR_ARGUMENT, "not a tensor of the trainer's graph");
+  CHECK(out == NULL);
+  nabla_trainer* bad = NULL;
+  FAILS(nabla_trainer_create(half.ctx, half.loss, NULL, 0, 0.9, 0.999, 1e-8, 0.0, NULL, 0, 2,
+                             NABLA_TRAIN_REPLICAS(2) | NABLA_TRAIN_LOW_MEMORY, &bad),
+        NABLA_ERROR_USAGE, "replicas");
+  CHECK(bad == NULL);
+  nabla_context_free(half.ctx);
+  nabla_context_free(whole.ctx);
+}
+
 static void errors(void) {
   printf("errors:\n");
   nabla_context* ctx = NULL;
@@ -402,6 +495,7 @@ int main(void) {
   train();
   resume();
   flags();
+  replicas();
   errors();
   return finish();
 }
