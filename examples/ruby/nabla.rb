@@ -53,7 +53,8 @@ module Nabla
     nabla_trainer_run: [[P, P], :int],
     nabla_trainer_update: [[P, :double, :double, P], :int],
     nabla_trainer_read: [[P, P, P, :size_t], :int],
-    nabla_trainer_parameters: [[P, P, P, P], :int]
+    nabla_trainer_parameters: [[P, P, P, P], :int],
+    nabla_trainer_replica: [[P, :int, P, P], :int]
   }.freeze
 
   def self.load(path)
@@ -162,17 +163,27 @@ module Nabla
   end
 
   # Forward, backward and a fused AdamW step over every parameter the loss
-  # reaches, compiled once (nabla_trainer_*).
+  # reaches, compiled once (nabla_trainer_*). replicas: data-parallel copies
+  # of the graph (each a share of the batch, one per thread), whose inputs
+  # come from #replica.
   class Trainer
     def initialize(ctx, loss, extras: [], betas: [0.9, 0.999], eps: 1e-8, weight_decay: 0.05,
-                   no_decay: [], threads: 0, flags: 0)
+                   no_decay: [], threads: 0, flags: 0, replicas: 1)
       @ctx = ctx
       out = FFI::MemoryPointer.new(:pointer)
+      flags |= replicas << 8 # NABLA_TRAIN_REPLICAS(r)
       Nabla.check(Nabla.nabla_trainer_create(ctx.ctx, loss.ptr, Nabla.pointers(extras.map(&:ptr)), extras.size,
                                              betas[0], betas[1], eps, weight_decay,
                                              Nabla.pointers(no_decay.map(&:ptr)), no_decay.size,
                                              threads, flags, out))
       @trainer = out.read_pointer
+    end
+
+    # Replica i's copy of a tensor of the graph (an input to write).
+    def replica(i, t)
+      out = FFI::MemoryPointer.new(:pointer)
+      Nabla.check(Nabla.nabla_trainer_replica(@trainer, i, t.ptr, out))
+      @ctx.wrap(out.read_pointer)
     end
 
     # Runs forward and backward; returns the loss.

@@ -7,11 +7,13 @@
 # timm's structure.
 #
 # Usage: train_vit.rb [--lib build/libnabla.so] [--steps 600] [--batch 64]
-#                     [--threads 0] [--min-accuracy A] [--save vit.safetensors]
-#                     [--logits FILE]
+#                     [--threads 0] [--replicas 1] [--min-accuracy A]
+#                     [--save vit.safetensors] [--logits FILE]
 # Data: Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 # Prints the loss as it trains and the accuracy on the first 1,984 test
-# images; with --min-accuracy, exits 1 below it. --save writes the weights
+# images; with --min-accuracy, exits 1 below it. --replicas R builds the
+# graph for batch / R images and trains R data-parallel copies of it, one
+# per thread, each given its share of every batch. --save writes the weights
 # with timm's names and layouts (a Linear's weight is [out, in]), which load
 # into timm's VisionTransformer(img_size=28, patch_size=7, in_chans=1,
 # embed_dim=64, depth=2, num_heads=4, mlp_ratio=2, num_classes=10) on inputs
@@ -21,12 +23,13 @@ require "zlib"
 require_relative "nabla"
 
 opts = { lib: File.expand_path("../../build/libnabla.so", __dir__), steps: 600, batch: 64, threads: 0,
-         lr: 2e-3, data: "/usr/share/datasets/fashion-mnist", min_accuracy: nil }
+         replicas: 1, lr: 2e-3, data: "/usr/share/datasets/fashion-mnist", min_accuracy: nil }
 OptionParser.new do |o|
   o.on("--lib PATH") { |v| opts[:lib] = v }
   o.on("--steps N", Integer) { |v| opts[:steps] = v }
   o.on("--batch N", Integer) { |v| opts[:batch] = v }
   o.on("--threads N", Integer) { |v| opts[:threads] = v }
+  o.on("--replicas N", Integer) { |v| opts[:replicas] = v }
   o.on("--lr X", Float) { |v| opts[:lr] = v }
   o.on("--data DIR") { |v| opts[:data] = v }
   o.on("--min-accuracy A", Float) { |v| opts[:min_accuracy] = v }
@@ -51,7 +54,10 @@ PIXELS = train_dims[1] * train_dims[2]
 
 # The fmnist preset's shape, smaller: patch 7 (16 tokens and a class token),
 # width 64, 4 heads, depth 2, MLP 128.
-B, S, PATCH, E, HEADS, DEPTH, MLP, CLASSES = opts[:batch], 28, 7, 64, 4, 2, 128, 10
+# B: the graph's batch, each replica's share of the training batch.
+REPLICAS = opts[:replicas]
+abort "train_vit.rb: --replicas #{REPLICAS} does not divide --batch #{opts[:batch]}" if opts[:batch] % REPLICAS != 0
+B, S, PATCH, E, HEADS, DEPTH, MLP, CLASSES = opts[:batch] / REPLICAS, 28, 7, 64, 4, 2, 128, 10
 T = (S / PATCH)**2 + 1
 rng = Random.new(1)
 ctx = Nabla::Context.new
@@ -104,19 +110,24 @@ x = ctx.op(:reshape, ctx.op(:slice, norm.call(x, "norm"), 1, 0, 1, 1), 2, [B, E]
 logits = linear.call(x, "head", E, CLASSES)
 loss = ctx.op(:cross_entropy, logits, labels, -100)
 
-trainer = Nabla::Trainer.new(ctx, loss, no_decay: [cls, pos], threads: opts[:threads])
+trainer = Nabla::Trainer.new(ctx, loss, no_decay: [cls, pos], threads: opts[:threads], replicas: REPLICAS)
 count, elements = trainer.parameters
-puts "ViT from Ruby: #{count} parameter tensors, #{elements} values; batch #{B}, #{opts[:steps]} steps"
+puts "ViT from Ruby: #{count} parameter tensors, #{elements} values; batch #{opts[:batch]} " \
+     "(#{REPLICAS} replica(s) of #{B}), #{opts[:steps]} steps"
 
 order = (0...train_y.size).to_a.shuffle(random: rng)
-batch_of = lambda do |pixels, ys, indices|
-  ctx.write(images, indices.flat_map { |i| pixels.byteslice(i * PIXELS, PIXELS).unpack("C*") })
-  ctx.write(labels, indices.map { |i| ys[i] })
+# Each replica's images and labels (replica 0's are the graph's own).
+inputs = (0...REPLICAS).map { |r| [trainer.replica(r, images), trainer.replica(r, labels)] }
+batch_of = lambda do |pixels, ys, indices, into: [[images, labels]]|
+  indices.each_slice(B).zip(into) do |share, (imgs, lbls)|
+    ctx.write(imgs, share.flat_map { |i| pixels.byteslice(i * PIXELS, PIXELS).unpack("C*") })
+    ctx.write(lbls, share.map { |i| ys[i] })
+  end
 end
 started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 warmup = [opts[:steps] / 10, 1].max
 opts[:steps].times do |step|
-  batch_of.call(train_x, train_y, order.rotate(step * B).first(B))
+  batch_of.call(train_x, train_y, order.rotate(step * opts[:batch]).first(opts[:batch]), into: inputs)
   # Linear warmup, then cosine decay to 0.
   lr = if step < warmup
          opts[:lr] * (step + 1) / warmup
@@ -147,7 +158,7 @@ ctx.save(opts[:save], named) if opts[:save]
 File.binwrite(opts[:logits], all_logits.pack("e*")) if opts[:logits]
 accuracy = correct.to_f / tested
 puts format("test accuracy %.2f%% on %d images after %.1f s of training (%.0f images/s, data prep in Ruby included)",
-            100 * accuracy, tested, elapsed, opts[:steps] * B / elapsed)
+            100 * accuracy, tested, elapsed, opts[:steps] * opts[:batch] / elapsed)
 if opts[:min_accuracy] && accuracy < opts[:min_accuracy]
   warn format("train_vit.rb: accuracy %.4f is below --min-accuracy %.4f", accuracy, opts[:min_accuracy])
   exit 1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest ruby_ffi_train_vit: a Ruby program trains a ViT on Fashion-MNIST
-# through the C API (examples/ruby/train_vit.rb: 300 steps, at least 70% of
-# 1,984 test images), saves it with timm's names, and PyTorch loads it by
+# through the C API (examples/ruby/train_vit.rb: 300 steps of 64 images as
+# two data-parallel replicas of 32, at least 70% of 1,984 test images),
+# saves it with timm's names, and PyTorch loads it by
 # name into a timm-layout model that must compute the same logits
 # (tests/c_api/ruby_vit_torch.py).
 # Usage: ruby_train_vit.sh RUBY path/to/libnabla.so
@@ -10,6 +11,6 @@ ruby=$1 lib=$2
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-"$ruby" "$here/../../examples/ruby/train_vit.rb" --lib "$lib" --steps 300 --threads 2 --min-accuracy 0.70 \
+"$ruby" "$here/../../examples/ruby/train_vit.rb" --lib "$lib" --steps 300 --threads 2 --replicas 2 --min-accuracy 0.70 \
   --save "$dir/vit.safetensors" --logits "$dir/logits.f32"
 /usr/bin/python3 "$here/ruby_vit_torch.py" "$dir/vit.safetensors" "$dir/logits.f32"
