@@ -123,7 +123,11 @@ int run_train_gpt2(const TrainGpt2Args& a) {
              "arena {:.1f} MiB planned ({:.1f} MiB without reuse)\n",
              a.steps, B, T, a.lr, a.warmup, a.weight_decay, a.bf16_matmul ? "bf16" : "f32", step.executor().threads(),
              step.executor().memory().arena_bytes / 1048576.0, step.executor().memory().unplanned_bytes / 1048576.0);
-  if (low_memory) fmt::print("low memory: {} weight gradients kept as their factors\n", step.factored_gradients());
+  // By default it is said only where it factors something (a large model
+  // at few tokens per step).
+  if (low_memory && (a.low_memory || step.factored_gradients() > 0)) {
+    fmt::print("low memory: {} weight gradients kept as their factors\n", step.factored_gradients());
+  }
   if (resume) fmt::print("resumed from {} at step {}\n", a.resume, pos.step);
   std::fflush(stdout);
 
