@@ -386,14 +386,16 @@ static void replicas(void) {
    * gradient is rounding noise takes steps of up to lr in a direction the
    * noise picks: the key bias (softmax ignores a constant added to each
    * key's score, so its gradient is zero but for rounding). Elements that
-   * moved by at least one lr must agree to 1% of lr a step; the others
-   * (moved less) to the lr steps they took. */
+   * moved by at least one lr are held to 1e-5 as the losses are (they
+   * agree to about 1e-7); only the others (moved less) are allowed the lr
+   * steps they took. */
   const float lr = 3e-3f;
   float worst = 0;
   int64_t compared = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float d = fabsf(values[1][i] - values[0][i]);
     if (fabsf(values[0][i] - initial[i]) >= lr) {
+      CHECK(d <= 1e-5f * (1 + fabsf(values[0][i])));
       worst = fmaxf(worst, d);
       ++compared;
     } else {
@@ -403,7 +405,6 @@ static void replicas(void) {
   printf("replicas: %lld of %lld parameters moved by lr or more; they differ by at most %.3g\n", (long long)compared,
          (long long)n, worst);
   CHECK(compared > n / 2);
-  CHECK(worst <= 0.01f * lr * STEPS_R);
   printf("replicas: 2 x %d images train as %d (loss %.5f after %d steps)\n", HALF, B, last, STEPS_R);
 
   printf("replica errors:\n");
