@@ -187,8 +187,7 @@ void TrainStep::run() {
 }
 
 float TrainStep::loss() const {
-  if (copies_.empty()) return executor_->read<float>(loss_)[0];
-  double sum = executor_->read<float>(loss_)[0];
+  double sum = executor_->read<float>(loss_)[0];  // one replica: exactly its loss again
   for (const Replica& r : copies_) sum += r.executor->read<float>(r.loss)[0];
   return float(sum / replicas());
 }
