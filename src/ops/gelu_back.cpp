@@ -20,14 +20,19 @@ struct Fn {
     return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x * x));
   }
   // f32 through s = sigmoid(2u): 0.5 (1 + t) = s and 1 - t^2 = 4 s (1 - s),
-  // each without cancellation.
+  // each without cancellation. With e = e^-|2u| and r = 1 / (1 + e) (as
+  // sigmoid_pair), s (1 - s) is e r * r whatever the sign of u: one select,
+  // not sigmoid_pair's two.
   cpu::VecF vec(cpu::VecF x, cpu::VecF dy) const {
     const float k = float(kSqrt2OverPi), a = float(kCubic);
     const cpu::VecF x2 = x * x;
-    const cpu::VecF u = k * cpu::fma(a * x2, x, x);
-    const auto [s, one_minus_s] = cpu::sigmoid_pair(u + u);
+    const cpu::VecF z = 2.0f * k * cpu::fma(a * x2, x, x);
+    const cpu::VecF e = cpu::exp(-cpu::abs(z));
+    const cpu::VecF r = 1.0f / (1.0f + e);
+    const cpu::VecF er = e * r;
+    const cpu::VecF s = cpu::select(z >= 0.0f, r, er);
     const cpu::VecF du = k * cpu::fma(3 * a, x2, 1.0f);
-    return dy * cpu::fma(2.0f * x * s * one_minus_s, du, s);
+    return dy * cpu::fma(2.0f * x * er * r, du, s);
   }
 };
 

@@ -34,20 +34,16 @@ Meta softmax_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
 }
 
 
-// f32 rows of at most one vector (attention over up to 16 keys) go this many
-// at a time (cpu::softmax_one_vector_rows), their latency chains interleaved.
+// f32 rows go this many at a time, their latency chains interleaved: rows of
+// at most one vector (attention over up to 16 keys) through
+// cpu::softmax_one_vector_rows, longer ones through cpu::softmax_rows.
 constexpr int kRowsTogether = 4;
 
-// One f32 row on cpu::VecF, y doubling as scratch for z = scale x + mask,
-// then softmaxed in place.
-void softmax_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, float scale,
-                     int64_t visible, int64_t len, float* y) {
+// z = scale x + mask over a row's visible positions, written to y (then
+// softmaxed in place), and its max, taken on the way: one pass fewer.
+float scores_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, float scale, int64_t visible,
+                     float* y) {
   using cpu::VecF;
-  if (visible <= VecF::kWidth) {  // one register: z is never written out
-    const VecF z = cpu::fma(VecF::load(x, xs, visible), scale, VecF::load(m, ms, visible));
-    return cpu::softmax_one_vector(z, visible, len, y);
-  }
-  // z written to y with its max taken on the way: one pass fewer.
   constexpr int W = VecF::kWidth;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   VecF vmax = kNegInf;
@@ -66,7 +62,7 @@ void softmax_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, flo
     z.store(y + j, n);
     vmax = max(vmax, cpu::select(cpu::first_lanes(n), z, kNegInf));
   }
-  cpu::softmax_in_place_given_max(y, visible, len, cpu::reduce_max(vmax));
+  return cpu::reduce_max(vmax);
 }
 
 template <class T>
@@ -77,28 +73,57 @@ void softmax_kernel(const KernelArgs& a) {
   double scale = a.attrs->reals[0];
   int64_t tq = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
   if constexpr (std::is_same_v<T, float>) {
-    // Attention scores over up to 16 keys, contiguous, no mask or causal
-    // window: rows taken in memory order, without the row walker.
+    // Contiguous rows and a scalar (or no) mask: rows taken in memory order,
+    // kRowsTogether at a time, without the row walker. Rows of one vector
+    // (attention over up to 16 keys) and no causal window as vectors of z,
+    // 16 at a time where the vectors are 16 wide.
     const int64_t n_len = shape.empty() ? 1 : shape.back();
-    if (!causal && x.contiguous && m.numel() == 1 && n_len <= cpu::VecF::kWidth && n_len > 0) {
+    if (x.contiguous && m.numel() == 1 && n_len > 0) {
       using cpu::VecF;
       const float* xp = x.ptr<float>();
       float* out = a.out.ptr<float>();
-      const VecF mv = *m.ptr<float>();
-      const float s = float(scale);
+      const float mask = *m.ptr<float>(), s = float(scale);
       const int64_t n_rows = a.out.numel() / n_len;
+      const bool one_vector = !causal && n_len <= VecF::kWidth;
       a.parallel_for(n_rows, row_grain(n_len), [&](int64_t b, int64_t e) {
+        int64_t r = b;
+#if defined(__AVX512F__)
+        if (one_vector) {  // 16 rows at a time, transposed
+          std::array<VecF, 16> z;
+          std::array<int64_t, 16> visible;
+          std::array<float*, 16> y;
+          visible.fill(n_len);
+          for (; r + 16 <= e; r += 16) {
+            for (int i = 0; i < 16; ++i) {
+              z[i] = cpu::fma(VecF::load(xp + (r + i) * n_len, 1, n_len), s, mask);
+              y[i] = out + (r + i) * n_len;
+            }
+            cpu::softmax_one_vector_16_rows(z.data(), visible.data(), y.data(), n_len);
+          }
+        }
+#endif
         std::array<VecF, kRowsTogether> z;
         std::array<int64_t, kRowsTogether> visible;
         std::array<float*, kRowsTogether> y;
-        visible.fill(n_len);
-        for (int64_t r = b; r < e; r += kRowsTogether) {
+        std::array<float, kRowsTogether> block_max;
+        for (; r < e; r += kRowsTogether) {
           const int n = int(std::min<int64_t>(kRowsTogether, e - r));
           for (int i = 0; i < n; ++i) {
-            z[i] = cpu::fma(VecF::load(xp + (r + i) * n_len, 1, n_len), s, mv);
+            const float* row = xp + (r + i) * n_len;
             y[i] = out + (r + i) * n_len;
+            visible[i] = causal ? causal_visible((r + i) % tq, tq, n_len) : n_len;
+            if (one_vector) {
+              z[i] = cpu::fma(VecF::load(row, 1, n_len), s, mask);
+            } else {
+              block_max[i] = scores_row_f32(row, 1, &mask, 0, s, visible[i], y[i]);
+            }
           }
-          cpu::softmax_one_vector_rows<kRowsTogether>(z.data(), visible.data(), y.data(), n, n_len);
+          if (one_vector) {
+            cpu::softmax_one_vector_rows<kRowsTogether>(z.data(), visible.data(), y.data(), n, n_len);
+          } else {
+            cpu::softmax_rows<kRowsTogether>(y.data(), y.data(), visible.data(), n, n_len, 1.0f, 0.0f,
+                                             block_max.data());
+          }
         }
       });
       return;
@@ -109,11 +134,24 @@ void softmax_kernel(const KernelArgs& a) {
   const T *xp = x.ptr<T>(), *mp = m.ptr<T>();
   T* out = a.out.ptr<T>();
   a.parallel_for(rows.rows(), row_grain(len), [&](int64_t b, int64_t e) {
+    // f32 rows wait here in blocks, to be softmaxed kRowsTogether at a time:
+    // rows of one vector as their z, longer ones as z written to y and its max.
     std::array<cpu::VecF, kRowsTogether> block_z;
     std::array<int64_t, kRowsTogether> block_visible;
     std::array<float*, kRowsTogether> block_y;
+    std::array<float, kRowsTogether> block_max;
     int pending = 0;
     const float scale_f = float(scale);
+    const auto flush = [&] {
+      if (len <= cpu::VecF::kWidth) {
+        cpu::softmax_one_vector_rows<kRowsTogether>(block_z.data(), block_visible.data(), block_y.data(), pending,
+                                                    len);
+      } else {
+        cpu::softmax_rows<kRowsTogether>(block_y.data(), block_y.data(), block_visible.data(), pending, len, 1.0f,
+                                         0.0f, block_max.data());
+      }
+      pending = 0;
+    };
     rows.run(b, e, [&](int64_t r, const std::array<int64_t, 2>& o) {
       const T *xr = xp + o[0], *mr = mp + o[1];
       T* y = out + r * len;
@@ -122,16 +160,12 @@ void softmax_kernel(const KernelArgs& a) {
         using cpu::VecF;
         if (len <= VecF::kWidth) {
           block_z[pending] = cpu::fma(VecF::load(xr, xs, visible), scale_f, VecF::load(mr, ms, visible));
-          block_visible[pending] = visible;
-          block_y[pending] = y;
-          if (++pending == kRowsTogether) {
-            cpu::softmax_one_vector_rows<kRowsTogether>(block_z.data(), block_visible.data(), block_y.data(),
-                                                        kRowsTogether, len);
-            pending = 0;
-          }
-          return;
+        } else {
+          block_max[pending] = scores_row_f32(xr, xs, mr, ms, scale_f, visible, y);
         }
-        softmax_row_f32(xr, xs, mr, ms, float(scale), visible, len, y);
+        block_visible[pending] = visible;
+        block_y[pending] = y;
+        if (++pending == kRowsTogether) flush();
         return;
       }
       auto z = [&](int64_t j) { return double(xr[j * xs]) * scale + double(mr[j * ms]); };
@@ -155,9 +189,7 @@ void softmax_kernel(const KernelArgs& a) {
       for (int64_t j = 0; j < visible; ++j) y[j] = static_cast<T>(double(y[j]) / total);
       for (int64_t j = visible; j < len; ++j) y[j] = T(0);
     });
-    if (pending > 0) {
-      cpu::softmax_one_vector_rows<kRowsTogether>(block_z.data(), block_visible.data(), block_y.data(), pending, len);
-    }
+    if (pending > 0) flush();
   });
 }
 

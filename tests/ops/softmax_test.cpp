@@ -82,6 +82,36 @@ TEST(Softmax, F32MatchesF64) {
   }
 }
 
+// A NaN score makes its row NaN (as in PyTorch and the f64 kernel), on every
+// f32 path: rows of one vector in blocks of 16 and of 4, longer rows, the
+// row walker (a mask that is not a scalar); the other rows stay as f64 has them.
+TEST(Softmax, NaNScoreMakesItsRowNaN) {
+  for (int64_t len : {7, 16, 37}) {
+    for (bool scalar_mask : {true, false}) {
+      const int64_t rows = 21;  // a block of 16, one of 4 and one row
+      std::vector<double> v(size_t(rows * len));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37 * double(i)) * 3;
+      for (int64_t nan_row : {3, 18, 20}) v[size_t(nan_row * len + len / 2)] = std::nan("");
+      Tensor mask32 = scalar_mask ? Tensor() : Tensor::zeros(DType::f32, {rows, len});
+      Tensor mask64 = scalar_mask ? Tensor() : Tensor::zeros(DType::f64, {rows, len});
+      const std::vector<float> got =
+          eval(softmax(Tensor::from_vector<float>({rows, len}, std::vector<float>(v.begin(), v.end())), 0.5, mask32))
+              .to_vector<float>();
+      const std::vector<double> want =
+          eval(softmax(Tensor::from_vector<double>({rows, len}, v), 0.5, mask64)).to_vector<double>();
+      for (size_t i = 0; i < got.size(); ++i) {
+        const int64_t row = int64_t(i) / len;
+        const std::string what = "len " + std::to_string(len) + " row " + std::to_string(row);
+        if (row == 3 || row == 18 || row == 20) {
+          EXPECT_TRUE(std::isnan(got[i]) && std::isnan(want[i])) << what;
+        } else {
+          ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + want[i])) << what;
+        }
+      }
+    }
+  }
+}
+
 TEST(Softmax, RejectsAMaskThatDoesNotBroadcast) {
   Tensor x = Tensor::zeros(DType::f32, {2, 3});
   EXPECT_THROW(softmax(x, 1.0, Tensor::zeros(DType::f32, {2, 3, 3})), ShapeError);
