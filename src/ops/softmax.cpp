@@ -106,8 +106,19 @@ void softmax_kernel(const KernelArgs& a) {
         std::array<int64_t, kRowsTogether> visible;
         std::array<float*, kRowsTogether> y;
         std::array<float, kRowsTogether> block_max;
+        // The rows two blocks ahead, x for reading and y for writing: the
+        // hardware prefetcher alone left 197-key rows from memory at 220-244
+        // us (BM_softmax), 178-199 with this (causal 218-226 -> 145-160).
+        constexpr int64_t kAheadRows = 2 * kRowsTogether;
         for (; r < e; r += kRowsTogether) {
           const int n = int(std::min<int64_t>(kRowsTogether, e - r));
+          if (r + kAheadRows < e) {
+            const int64_t end = std::min(e, r + kAheadRows + kRowsTogether) * n_len;
+            for (int64_t o = (r + kAheadRows) * n_len; o < end; o += 16) {
+              __builtin_prefetch(xp + o);
+              __builtin_prefetch(out + o, 1);
+            }
+          }
           for (int i = 0; i < n; ++i) {
             const float* row = xp + (r + i) * n_len;
             y[i] = out + (r + i) * n_len;
