@@ -152,11 +152,10 @@ inline VecF sqrt(VecF a) {
 }
 
 // min and max that return `a` when either operand is NaN, so a NaN input
-// clamped against constants stays NaN (x86 minps/maxps with the constant first).
-// min: b < a ? b : a, so a NaN a survives (a clamp keeps NaN); max alike.
-// Written as MINPS / MAXPS with b first, which compute exactly that (g++
-// otherwise emits a compare and a blend: exp 7% slower on Zen 5). The
-// masked forms with every lane set, as in sqrt.
+// clamped against constants stays NaN: min is b < a ? b : a, max b > a ? b :
+// a. Written as MINPS / MAXPS with b first, which compute exactly that (from
+// the plain select g++ emitted a compare and a blend: exp 7% slower on Zen
+// 5); the masked forms with every lane set, as in sqrt.
 inline VecF min(VecF a, VecF b) {
 #if defined(__AVX512F__)
   return _mm512_mask_min_ps(b.v, __mmask16(0xFFFF), b.v, a.v);
