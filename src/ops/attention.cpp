@@ -236,7 +236,7 @@ void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t kv, int64_t row0, int6
         y[i] = s + (r0 + i) * ld;
         visible[i] = causal ? causal_visible(row0 + r0 + i, tq, tk) : tk;
       }
-      cpu::softmax_rows<kTogether>(y.data(), y.data(), visible.data(), n, kv, float(scale), 0.0f);
+      cpu::softmax_rows<kTogether>(y.data(), visible.data(), n, kv, float(scale));
     }
   } else {
     for (int64_t r = 0; r < rows; ++r) {

@@ -34,11 +34,6 @@ Meta softmax_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
 }
 
 
-// f32 rows go this many at a time, their latency chains interleaved: rows of
-// at most one vector (attention over up to 16 keys) through
-// cpu::softmax_one_vector_rows, longer ones through cpu::softmax_rows.
-constexpr int kRowsTogether = 4;
-
 // z = scale x + mask over a row's visible positions, written to y (then
 // softmaxed in place), and its max, taken on the way: one pass fewer.
 float scores_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, float scale, int64_t visible,
@@ -65,6 +60,47 @@ float scores_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, flo
   return cpu::reduce_max(vmax);
 }
 
+// f32 rows waiting to be softmaxed kRows at a time, their latency chains
+// interleaved: rows of at most one vector (attention over up to 16 keys) as
+// their z, for cpu::softmax_one_vector_rows; longer ones as z written to y
+// and its max, for cpu::softmax_rows.
+class RowBlockF32 {
+ public:
+  static constexpr int kRows = 4;
+  RowBlockF32(int64_t len, float scale) : len_(len), scale_(scale) {}
+  // y = the softmax of scale x + m over the row's first `visible` positions
+  // (x and m with strides xs and ms), once the block is full or flushed.
+  void add(const float* x, int64_t xs, const float* m, int64_t ms, int64_t visible, float* y) {
+    using cpu::VecF;
+    if (len_ <= VecF::kWidth) {
+      z_[n_] = cpu::fma(VecF::load(x, xs, visible), scale_, VecF::load(m, ms, visible));
+    } else {
+      max_[n_] = scores_row_f32(x, xs, m, ms, scale_, visible, y);
+    }
+    visible_[n_] = visible;
+    y_[n_] = y;
+    if (++n_ == kRows) flush();
+  }
+  void flush() {
+    if (n_ == 0) return;
+    if (len_ <= cpu::VecF::kWidth) {
+      cpu::softmax_one_vector_rows<kRows>(z_.data(), visible_.data(), y_.data(), n_, len_);
+    } else {
+      cpu::softmax_rows<kRows>(y_.data(), visible_.data(), n_, len_, 1.0f, max_.data());
+    }
+    n_ = 0;
+  }
+
+ private:
+  int64_t len_;
+  float scale_;
+  int n_ = 0;
+  std::array<cpu::VecF, kRows> z_;
+  std::array<int64_t, kRows> visible_;
+  std::array<float*, kRows> y_;
+  std::array<float, kRows> max_;
+};
+
 template <class T>
 void softmax_kernel(const KernelArgs& a) {
   const TensorView &x = a.in[0], &m = a.in[1];
@@ -74,9 +110,9 @@ void softmax_kernel(const KernelArgs& a) {
   int64_t tq = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
   if constexpr (std::is_same_v<T, float>) {
     // Contiguous rows and a scalar (or no) mask: rows taken in memory order,
-    // kRowsTogether at a time, without the row walker. Rows of one vector
-    // (attention over up to 16 keys) and no causal window as vectors of z,
-    // 16 at a time where the vectors are 16 wide.
+    // in RowBlockF32's blocks, without the row walker. Rows of one vector
+    // (attention over up to 16 keys) with no causal window go 16 at a time,
+    // transposed, where the vectors are 16 wide.
     const int64_t n_len = shape.empty() ? 1 : shape.back();
     if (x.contiguous && m.numel() == 1 && n_len > 0) {
       using cpu::VecF;
@@ -84,11 +120,10 @@ void softmax_kernel(const KernelArgs& a) {
       float* out = a.out.ptr<float>();
       const float mask = *m.ptr<float>(), s = float(scale);
       const int64_t n_rows = a.out.numel() / n_len;
-      const bool one_vector = !causal && n_len <= VecF::kWidth;
       a.parallel_for(n_rows, row_grain(n_len), [&](int64_t b, int64_t e) {
         int64_t r = b;
 #if defined(__AVX512F__)
-        if (one_vector) {  // 16 rows at a time, transposed
+        if (!causal && n_len <= VecF::kWidth) {
           std::array<VecF, 16> z;
           std::array<int64_t, 16> visible;
           std::array<float*, 16> y;
@@ -102,40 +137,23 @@ void softmax_kernel(const KernelArgs& a) {
           }
         }
 #endif
-        std::array<VecF, kRowsTogether> z;
-        std::array<int64_t, kRowsTogether> visible;
-        std::array<float*, kRowsTogether> y;
-        std::array<float, kRowsTogether> block_max;
         // The rows two blocks ahead, x for reading and y for writing: the
         // hardware prefetcher alone left 197-key rows from memory at 220-244
         // us (BM_softmax), 178-199 with this (causal 218-226 -> 145-160).
-        constexpr int64_t kAheadRows = 2 * kRowsTogether;
-        for (; r < e; r += kRowsTogether) {
-          const int n = int(std::min<int64_t>(kRowsTogether, e - r));
-          if (r + kAheadRows < e) {
-            const int64_t end = std::min(e, r + kAheadRows + kRowsTogether) * n_len;
+        constexpr int64_t kRows = RowBlockF32::kRows, kAheadRows = 2 * kRows;
+        RowBlockF32 block(n_len, s);
+        for (; r < e; ++r) {
+          if ((r - b) % kRows == 0 && r + kAheadRows < e) {
+            const int64_t end = std::min(e, r + kAheadRows + kRows) * n_len;
             for (int64_t o = (r + kAheadRows) * n_len; o < end; o += 16) {
               __builtin_prefetch(xp + o);
               __builtin_prefetch(out + o, 1);
             }
           }
-          for (int i = 0; i < n; ++i) {
-            const float* row = xp + (r + i) * n_len;
-            y[i] = out + (r + i) * n_len;
-            visible[i] = causal ? causal_visible((r + i) % tq, tq, n_len) : n_len;
-            if (one_vector) {
-              z[i] = cpu::fma(VecF::load(row, 1, n_len), s, mask);
-            } else {
-              block_max[i] = scores_row_f32(row, 1, &mask, 0, s, visible[i], y[i]);
-            }
-          }
-          if (one_vector) {
-            cpu::softmax_one_vector_rows<kRowsTogether>(z.data(), visible.data(), y.data(), n, n_len);
-          } else {
-            cpu::softmax_rows<kRowsTogether>(y.data(), y.data(), visible.data(), n, n_len, 1.0f, 0.0f,
-                                             block_max.data());
-          }
+          block.add(xp + r * n_len, 1, &mask, 0, causal ? causal_visible(r % tq, tq, n_len) : n_len,
+                    out + r * n_len);
         }
+        block.flush();
       });
       return;
     }
@@ -145,39 +163,13 @@ void softmax_kernel(const KernelArgs& a) {
   const T *xp = x.ptr<T>(), *mp = m.ptr<T>();
   T* out = a.out.ptr<T>();
   a.parallel_for(rows.rows(), row_grain(len), [&](int64_t b, int64_t e) {
-    // f32 rows wait here in blocks, to be softmaxed kRowsTogether at a time:
-    // rows of one vector as their z, longer ones as z written to y and its max.
-    std::array<cpu::VecF, kRowsTogether> block_z;
-    std::array<int64_t, kRowsTogether> block_visible;
-    std::array<float*, kRowsTogether> block_y;
-    std::array<float, kRowsTogether> block_max;
-    int pending = 0;
-    const float scale_f = float(scale);
-    const auto flush = [&] {
-      if (len <= cpu::VecF::kWidth) {
-        cpu::softmax_one_vector_rows<kRowsTogether>(block_z.data(), block_visible.data(), block_y.data(), pending,
-                                                    len);
-      } else {
-        cpu::softmax_rows<kRowsTogether>(block_y.data(), block_y.data(), block_visible.data(), pending, len, 1.0f,
-                                         0.0f, block_max.data());
-      }
-      pending = 0;
-    };
+    RowBlockF32 block(len, float(scale));  // f32 rows
     rows.run(b, e, [&](int64_t r, const std::array<int64_t, 2>& o) {
       const T *xr = xp + o[0], *mr = mp + o[1];
       T* y = out + r * len;
       int64_t visible = causal ? causal_visible(r % tq, tq, len) : len;
       if constexpr (std::is_same_v<T, float>) {
-        using cpu::VecF;
-        if (len <= VecF::kWidth) {
-          block_z[pending] = cpu::fma(VecF::load(xr, xs, visible), scale_f, VecF::load(mr, ms, visible));
-        } else {
-          block_max[pending] = scores_row_f32(xr, xs, mr, ms, scale_f, visible, y);
-        }
-        block_visible[pending] = visible;
-        block_y[pending] = y;
-        if (++pending == kRowsTogether) flush();
-        return;
+        return block.add(xr, xs, mr, ms, visible, y);
       }
       auto z = [&](int64_t j) { return double(xr[j * xs]) * scale + double(mr[j * ms]); };
       double mx = -std::numeric_limits<double>::infinity();
@@ -200,7 +192,7 @@ void softmax_kernel(const KernelArgs& a) {
       for (int64_t j = 0; j < visible; ++j) y[j] = static_cast<T>(double(y[j]) / total);
       for (int64_t j = visible; j < len; ++j) y[j] = T(0);
     });
-    if (pending > 0) flush();
+    block.flush();
   });
 }
 

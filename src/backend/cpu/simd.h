@@ -427,10 +427,11 @@ inline void map(float* out, const float* x, int64_t xs, const float* y, int64_t 
   }
 }
 
-// The softmax of up to R rows held in one vector each, as softmax_one_vector
-// below computes one: row r's z[r] in lanes [0, visible[r]) written to y[r]
-// (n <= R rows), their chains (two horizontal reductions, exp and a division:
-// about 100 cycles of latency around a dozen instructions) interleaved.
+// The softmax of up to R rows held in one vector each: row r's z[r] in lanes
+// [0, visible[r]) written to y[r][0, len), zeros past visible[r] and the whole
+// row NaN when nothing is visible (n <= R rows), their chains (two
+// horizontal reductions, exp and a division: about 100 cycles of latency
+// around a dozen instructions) interleaved.
 template <int R>
 inline void softmax_one_vector_rows(const VecF* z_in, const int64_t* visible, float* const* y_out, int n,
                                     int64_t len) {
@@ -498,14 +499,6 @@ inline void softmax_one_vector_16_rows(const VecF* z_in, const int64_t* visible,
 }
 #endif
 
-// The softmax of a row held in one vector: lanes [0, visible) of z, the
-// others hidden; writes y[0, len), zeros past visible (NaN when nothing is
-// visible). The same arithmetic as softmax_in_place_given_max's loops, on one
-// register.
-inline void softmax_one_vector(VecF z, int64_t visible, int64_t len, float* y) {
-  softmax_one_vector_rows<1>(&z, &visible, &y, 1, len);
-}
-
 // A softmax's backward along one row: out = scale y (dy - sum(y dy)), y and
 // dy with strides ys and ds (any value), out contiguous and possibly dy
 // itself; f32 lanes for the dot product and the update.
@@ -516,69 +509,30 @@ inline void softmax_back_row(const float* y, int64_t ys, const float* dy, int64_
   map(out, y, ys, dy, ds, len, [&](VecF yv, VecF dv) { return scale * yv * (dv - dot); });
 }
 
-// y[0, visible) replaced by the softmax of scale * y given its max mx
-// (e^(scale y - mx), divided by the sum in f32 lanes) and y[visible, len) by
-// zeros; mx == -inf (every position hidden) makes the row NaN, as the
-// composite gives. A NaN need not be mx: e^(NaN - mx) makes the sum, so the
-// row, NaN.
-inline void softmax_in_place_given_max(float* y, int64_t visible, int64_t len, float mx, float scale = 1.0f) {
-  if (mx == -__builtin_inff()) {
-    for (int64_t j = 0; j < len; ++j) y[j] = __builtin_nanf("");
-    return;
-  }
-  const float total = sum_lanes(visible, [&](int64_t i, int64_t n) {
-    const VecF e = exp(VecF::load(y + i, 1, n) * scale - mx);
-    e.store(y + i, n);
-    return e;
-  });
-  const float inv = 1.0f / total;
-  map(y, y, 1, visible, [&](VecF v) { return v * inv; });
-  for (int64_t j = visible; j < len; ++j) y[j] = 0.0f;
-}
-
-// y[0, visible) replaced by the softmax of scale * y (the max subtracted, e^,
-// divided by the sum) and y[visible, len) by zeros, as
-// softmax_in_place_given_max. The scale is applied as the row is read, not in
-// a pass of its own.
-inline void softmax_in_place(float* y, int64_t visible, int64_t len, float scale = 1.0f) {
-  constexpr int W = VecF::kWidth;
-  constexpr float kNegInf = -__builtin_inff();
-  // A row of one vector (attention over 16 tokens): no loops, no passes.
-  if (visible <= W) return softmax_one_vector(VecF::load(y, 1, visible) * scale, visible, len, y);
-  VecF vmax = kNegInf;
-  for (int64_t j = 0; j < visible; j += W) {
-    const int64_t n = visible - j < W ? visible - j : W;
-    vmax = max(vmax, select(first_lanes(n), VecF::load(y + j, 1, n) * scale, kNegInf));
-  }
-  softmax_in_place_given_max(y, visible, len, reduce_max(vmax), scale);
-}
-
-// The softmax of z = scale x + bias (one bias for every position) for n <= R
-// rows: row r's y[r][0, visible[r]) replaced by the softmax of x[r]'s z over
-// its first visible[r] positions, y[r][visible[r], len) by zeros (the whole
-// row NaN when its max is -inf: nothing visible). x[r] may be y[r] (in
-// place). given_max, when not null, holds each row's max of z, taken by the
-// caller on a pass of its own. The same bits as softmax_in_place_given_max
-// on each row's z, without writing z out: z is formed again in the exp pass,
-// from x in L1. The rows' passes run in lockstep over the vectors they all
-// have, so R exp chains, sums, horizontal reductions and divisions overlap
-// where one row alone waits on each in turn (in L1, on Zen 5: vit-tiny's
-// 197-key rows 26 -> 17 cycles a vector, four rows at once; 64-key rows
-// 22 -> 15).
+// The softmax of scale * y in place for n <= R rows: row r's y[r][0,
+// visible[r]) replaced by e^(scale y - max) divided by the sum (in f32
+// lanes), y[r][visible[r], len) by zeros, and the whole row NaN when its max
+// is -inf (nothing visible; a NaN score makes the sum, so the row, NaN).
+// given_max, when not null, holds each row's max of scale * y, taken by the
+// caller on a pass of its own. The rows' passes run in lockstep over the
+// vectors they all have, so R exp chains, sums, horizontal reductions and
+// divisions overlap where one row alone waits on each in turn (in L1, on Zen
+// 5: vit-tiny's 197-key rows 26 -> 17 cycles a vector, four rows at once;
+// 64-key rows 22 -> 15). Each row's arithmetic and summation order are the
+// same whatever R, so are its bits.
 template <int R>
-inline void softmax_rows(const float* const* x, float* const* y, const int64_t* visible, int n, int64_t len,
-                         float scale, float bias, const float* given_max = nullptr) {
+inline void softmax_rows(float* const* y, const int64_t* visible, int n, int64_t len, float scale,
+                         const float* given_max = nullptr) {
   constexpr int W = VecF::kWidth;
   constexpr float kNegInf = -__builtin_inff();
   if (n < R) {
-    for (int r = 0; r < n; ++r)
-      softmax_rows<1>(x + r, y + r, visible + r, 1, len, scale, bias, given_max ? given_max + r : nullptr);
+    for (int r = 0; r < n; ++r) softmax_rows<1>(y + r, visible + r, 1, len, scale, given_max ? given_max + r : nullptr);
     return;
   }
   int64_t common = visible[0];
   for (int r = 0; r < R; ++r) common = visible[r] < common ? visible[r] : common;
   common = common / W * W;  // whole vectors every row has
-  const VecF s = scale, b = bias;
+  const VecF s = scale;
   std::array<VecF, R> mx, acc;
   if (given_max) {
 #pragma GCC unroll 8
@@ -589,13 +543,13 @@ inline void softmax_rows(const float* const* x, float* const* y, const int64_t* 
     for (int r = 0; r < R; ++r) vmax[r] = kNegInf;
     for (int64_t j = 0; j < common; j += W) {
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) vmax[r] = max(vmax[r], fma(VecF::load(x[r] + j), s, b));
+      for (int r = 0; r < R; ++r) vmax[r] = max(vmax[r], VecF::load(y[r] + j) * s);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       for (int64_t j = common; j < visible[r]; j += W) {
         const int64_t t = visible[r] - j < W ? visible[r] - j : W;
-        vmax[r] = max(vmax[r], select(first_lanes(t), fma(VecF::load(x[r] + j, 1, t), s, b), kNegInf));
+        vmax[r] = max(vmax[r], select(first_lanes(t), VecF::load(y[r] + j, 1, t) * s, kNegInf));
       }
       mx[r] = reduce_max(vmax[r]);
     }
@@ -605,7 +559,7 @@ inline void softmax_rows(const float* const* x, float* const* y, const int64_t* 
   for (int64_t j = 0; j < common; j += W) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const VecF e = exp(fma(VecF::load(x[r] + j), s, b) - mx[r]);
+      const VecF e = exp(VecF::load(y[r] + j) * s - mx[r]);
       e.store(y[r] + j);
       acc[r] += e;
     }
@@ -615,13 +569,13 @@ inline void softmax_rows(const float* const* x, float* const* y, const int64_t* 
   for (int r = 0; r < R; ++r) {
     int64_t j = common;
     for (; j + W <= visible[r]; j += W) {
-      const VecF e = exp(fma(VecF::load(x[r] + j), s, b) - mx[r]);
+      const VecF e = exp(VecF::load(y[r] + j) * s - mx[r]);
       e.store(y[r] + j);
       acc[r] += e;
     }
     if (j < visible[r]) {
       const int64_t t = visible[r] - j;
-      const VecF e = exp(fma(VecF::load(x[r] + j, 1, t), s, b) - mx[r]);
+      const VecF e = exp(VecF::load(y[r] + j, 1, t) * s - mx[r]);
       e.store(y[r] + j, t);
       acc[r] += select(first_lanes(t), e, 0.0f);
     }
