@@ -302,6 +302,7 @@ def batches():
 
 
 def forward_torch(p, images, labels):
+    B = images.shape[0]
     x = F.conv2d(images, p["patch.w"], p["patch.b"], stride=(2, 3), padding=(1, 2), dilation=(1, 2))
     x = x.flatten(2).transpose(1, 2)
     x = torch.cat([p["cls"].expand(B, 1, E), x], 1) + p["pos"]
@@ -317,7 +318,7 @@ def forward_torch(p, images, labels):
     return F.cross_entropy(logits, labels.long())
 
 
-def build_nabla(nb, w):
+def build_nabla(nb, w, B=B):
     P = {n: nb.leaf(t, parameter=True) for n, t in w.items()}
     images = nb.leaf(torch.zeros(B, C, HH, WW))
     labels = nb.leaf(torch.zeros(B, dtype=torch.int32))
@@ -345,8 +346,10 @@ def build_nabla(nb, w):
     return P, images, labels, loss
 
 
-def train_torch(w, data, dtype):
-    """STEPS steps of torch.optim.AdamW with timm's groups and clip_grad_norm_."""
+def train_torch(w, data, dtype, replicas=1):
+    """STEPS steps of torch.optim.AdamW with timm's groups and clip_grad_norm_;
+    with replicas, the loss is the mean of each share's mean loss, as
+    data-parallel replicas average their gradients."""
     tp = {n: t.to(dtype).clone().requires_grad_(True) for n, t in w.items()}
     no_decay = {n for n, t in tp.items() if t.dim() <= 1 or n in ("cls", "pos")}
     opt = torch.optim.AdamW([{"params": [t for n, t in tp.items() if n not in no_decay], "weight_decay": WD},
@@ -355,7 +358,9 @@ def train_torch(w, data, dtype):
     losses, norms = [], []
     for images, labels in data:
         opt.zero_grad()
-        loss = forward_torch(tp, images.to(dtype), labels)
+        share = B // replicas
+        loss = sum(forward_torch(tp, images[r * share:(r + 1) * share].to(dtype), labels[r * share:(r + 1) * share])
+                   for r in range(replicas)) / replicas
         loss.backward()
         norms.append(torch.nn.utils.clip_grad_norm_(list(tp.values()), CLIP).item())
         losses.append(loss.item())
@@ -374,27 +379,37 @@ def within(name, got, f64, typical):
     return err
 
 
-def test_training():
-    print(f"training: a ViT, {STEPS} AdamW steps, against torch in f32 and f64")
+def test_training(replicas=1):
+    """With replicas, the graph is built for a share of the batch and runs as
+    that many copies (NABLA_TRAIN_REPLICAS), each share written through
+    nabla_trainer_replica; the first share's labels hold the ignored one, so
+    the shares' means weigh their images unequally, as in torch's reference."""
+    print(f"training: a ViT, {STEPS} AdamW steps, {replicas} replica(s), against torch in f32 and f64")
     w = init_weights()
     data = batches()
-    loss32, norm32, param32 = train_torch(w, data, torch.float32)
-    loss64, norm64, param64 = train_torch(w, data, torch.float64)
+    loss32, norm32, param32 = train_torch(w, data, torch.float32, replicas)
+    loss64, norm64, param64 = train_torch(w, data, torch.float64, replicas)
 
     loss_typical = max(abs(a - b) for a, b in zip(loss32, loss64))
     norm_typical = max(abs(a - b) for a, b in zip(norm32, norm64))
 
     nb = Nabla(LIB)
-    P, images_t, labels_t, loss_t = build_nabla(nb, w)
+    share = B // replicas
+    P, images_t, labels_t, loss_t = build_nabla(nb, w, share)
     trainer = ctypes.c_void_p()
     undecayed = (ctypes.c_void_p * 2)(P["cls"].value, P["pos"].value)
     nb.check(nb.lib.nabla_trainer_create(nb.ctx, loss_t, None, ctypes.c_size_t(0), ctypes.c_double(0.9),
                                          ctypes.c_double(0.999), ctypes.c_double(EPS), ctypes.c_double(WD),
-                                         undecayed, ctypes.c_size_t(2), 2, 0, ctypes.byref(trainer)))
+                                         undecayed, ctypes.c_size_t(2), 2, replicas << 8 if replicas > 1 else 0,
+                                         ctypes.byref(trainer)))
     for step, (images, labels) in enumerate(data):
-        for leaf, t in ((images_t, images), (labels_t, labels)):
-            nb.check(nb.lib.nabla_tensor_write(nb.ctx, leaf, ctypes.c_void_p(t.data_ptr()),
-                                               ctypes.c_size_t(t.numel() * t.element_size())))
+        for r in range(replicas):
+            for leaf, t in ((images_t, images), (labels_t, labels)):
+                copy = ctypes.c_void_p()
+                nb.check(nb.lib.nabla_trainer_replica(trainer, r, leaf, ctypes.byref(copy)))
+                part = t[r * share:(r + 1) * share].contiguous()
+                nb.check(nb.lib.nabla_tensor_write(nb.ctx, copy, ctypes.c_void_p(part.data_ptr()),
+                                                   ctypes.c_size_t(part.numel() * part.element_size())))
         loss, norm = ctypes.c_float(), ctypes.c_double()
         nb.check(nb.lib.nabla_trainer_run(trainer, ctypes.byref(loss)))
         nb.check(nb.lib.nabla_trainer_update(trainer, ctypes.c_double(LR), ctypes.c_double(CLIP), ctypes.byref(norm)))
@@ -425,6 +440,7 @@ LIB = sys.argv[1] if len(sys.argv) > 1 else sys.exit("usage: ctypes_torch_test.p
 torch.set_num_threads(1)
 test_ops()
 test_training()
+test_training(replicas=2)
 if failures:
     print(f"{len(failures)} failure(s)")
     sys.exit(1)
