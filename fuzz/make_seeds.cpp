@@ -202,6 +202,27 @@ void c_api_seeds() {
   write_bytes(seed_path("c_api", "f32_scatter"), input(NABLA_F32, 2 | 16, {2}, {6}, 8));
 }
 
+// The C API graph target's input: a leaf count, leaves (dtype, parameter,
+// rank, dims), then op records (fuzz/fuzz_c_api_graph.cpp has the opcodes).
+void c_api_graph_seeds() {
+  const auto bytes = [](std::initializer_list<int> b) {
+    std::string s;
+    for (int v : b) s += char(v);
+    return s;
+  };
+  // Two f32 parameters [2, 3] and [3, 4]; matmul, gelu, sum over axis 1.
+  write_bytes(seed_path("c_api_graph", "matmul_gelu_sum"),
+              bytes({1, 0, 1, 2, 2, 3, 0, 1, 2, 3, 4, 29, 0, 1, 19, 2, 26, 3, 1, 3, 0, 0}));
+  // x [2, 4, 4]; layer norm without affine, then a causal softmax.
+  write_bytes(seed_path("c_api_graph", "layer_norm_softmax"), bytes({0, 0, 1, 3, 2, 4, 4, 41, 0, 0, 0, 1, 0, 42, 1, 0, 16, 1, 1}));
+  // x [1, 1, 4, 4] and w [2, 1, 3, 3]: conv_2d (stride 1, padding 1), a 2 x 2 max pool.
+  write_bytes(seed_path("c_api_graph", "conv_pool"),
+              bytes({1, 0, 1, 4, 1, 1, 4, 4, 0, 1, 4, 2, 1, 3, 3, 47, 0, 1, 0, 3, 3, 3, 3, 2, 2, 3, 3, 3, 1, 48, 2, 4,
+                     4, 4, 4, 2, 2, 0, 1}));
+  // Labels i32 [4] and logits f32 [4, 3]: cross-entropy, ignore index -1.
+  write_bytes(seed_path("c_api_graph", "cross_entropy"), bytes({1, 2, 0, 1, 4, 0, 1, 2, 4, 3, 43, 1, 0, 1, 1, 0}));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -218,6 +239,7 @@ int main(int argc, char** argv) {
     gpt2_vocab_seeds();
     checkpoint_seeds();
     c_api_seeds();
+    c_api_graph_seeds();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nabla_fuzz_seeds: %s\n", e.what());
     return 1;

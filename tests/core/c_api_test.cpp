@@ -341,4 +341,22 @@ TEST_F(CApi, LastErrorIsPerThread) {
   EXPECT_STREQ(nabla_status_string(static_cast<nabla_status>(99)), "NABLA_UNKNOWN_STATUS");
 }
 
+// Found by fuzz_c_api_graph: an elementwise op over a tensor with a zero
+// extent (here [1, 0, 0, 0]) divided by that extent looking for the first
+// element (SIGFPE). Empty tensors run through ops, a backward and a read of
+// zero bytes.
+TEST_F(CApi, EmptyTensorsRunThroughOpsAndBackward) {
+  nabla_tensor* x = leaf({1, 0, 0, 0}, {}, true);
+  nabla_tensor *d = nullptr, *e = nullptr, *loss = nullptr, *grad = nullptr;
+  ASSERT_EQ(nabla_sub(ctx, x, x, &d), NABLA_OK);
+  ASSERT_EQ(nabla_mul(ctx, d, x, &e), NABLA_OK);
+  ASSERT_EQ(nabla_sum(ctx, e, nullptr, 0, 0, &loss), NABLA_OK);
+  ASSERT_EQ(nabla_backward(ctx, loss), NABLA_OK) << error();
+  ASSERT_EQ(nabla_grad(ctx, x, &grad), NABLA_OK) << error();
+  compute({e});
+  EXPECT_EQ(read(e), std::vector<float>{});
+  EXPECT_EQ(read(grad), std::vector<float>{});
+  EXPECT_EQ(read(loss), std::vector<float>{0.0f});
+}
+
 }  // namespace

@@ -65,10 +65,13 @@ class Walker {
 
   template <class F>
   void run(int64_t begin, int64_t end, F&& fn) const {
+    // An empty range has no multi-index; with a zero extent, finding one
+    // would divide by it.
+    if (begin >= end) return;
     std::array<int64_t, K> inner{};
     if (rank_ == 0) {
       std::array<int64_t, K> offs{};
-      if (begin < end) fn(offs, int64_t{1}, inner);
+      fn(offs, int64_t{1}, inner);
       return;
     }
     int last = rank_ - 1;
