@@ -50,8 +50,9 @@ struct Window2d {
 // h x w image.
 void check_window(const char* op, const Window2d& win, int64_t h, int64_t w);
 
-// Pooling windows: also PyTorch's rule padding <= kernel / 2, so every window
-// holds at least one image position (max pooling never sees only padding).
+// Pooling windows: also a non-empty image and PyTorch's rule padding <=
+// kernel / 2, so every window holds at least one image position (max
+// pooling never sees only padding).
 void check_pool_window(const char* op, const Window2d& win, int64_t h, int64_t w);
 
 // Throws ShapeError unless x is 4-D: "op: what must be [N, C, H, W], got [3, 4]".

@@ -39,6 +39,11 @@ void check_window(const char* op, const Window2d& v, int64_t h, int64_t w) {
 
 void check_pool_window(const char* op, const Window2d& v, int64_t h, int64_t w) {
   check_window(op, v, h, w);
+  // Padding alone would still make windows, with nothing to pool.
+  if (h < 1 || w < 1) {
+    throw ShapeError(std::string(op) + ": the image must not be empty, got " + std::to_string(h) + "x" +
+                     std::to_string(w));
+  }
   if (2 * v.ph > v.kh || 2 * v.pw > v.kw) {
     throw ShapeError(std::string(op) + ": padding must be at most half the kernel, got padding " +
                      std::to_string(v.ph) + "x" + std::to_string(v.pw) + " for kernel " +

@@ -359,6 +359,12 @@ TEST(conv_2d, ErrorsNameTheOpAndTheShapes) {
        "conv_transpose_2d: output_padding must be smaller than stride or dilation, got 2x2"},
       {[&] { return max_pool_2d(x, 2, 2, 2); },
        "max_pool_2d: padding must be at most half the kernel, got padding 2x2 for kernel 2x2"},
+      // Found by fuzz_c_api_graph: padding made a window of an empty image,
+      // and max pooling divided by its width of 0.
+      {[&] { return max_pool_2d(f32({1, 2, 3, 0}), {1, 2}, {1, 1}, {0, 1}); },
+       "max_pool_2d: the image must not be empty, got 3x0"},
+      {[&] { return avg_pool_2d(f32({1, 2, 0, 3}), {2, 1}, {1, 1}, {1, 0}); },
+       "avg_pool_2d: the image must not be empty, got 0x3"},
       {[&] { return col2im(f32({2, 5, 27}), 3, {8, 8}, 3); },
        "col2im: cols must be [N, 36, 27] for C 3 and a 8x8 image, got [2, 5, 27]"},
   };
