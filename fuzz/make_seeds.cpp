@@ -210,17 +210,18 @@ void c_api_graph_seeds() {
     for (int v : b) s += char(v);
     return s;
   };
-  // Two f32 parameters [2, 3] and [3, 4]; matmul, gelu, sum over axis 1.
+  // Two f32 parameters [2, 3] and [3, 4]; matmul (opcode 5), gelu (24), sum (30) over axis 1.
   write_bytes(seed_path("c_api_graph", "matmul_gelu_sum"),
-              bytes({1, 0, 1, 2, 2, 3, 0, 1, 2, 3, 4, 29, 0, 1, 19, 2, 26, 3, 1, 3, 0, 0}));
-  // x [2, 4, 4]; layer norm without affine, then a causal softmax.
-  write_bytes(seed_path("c_api_graph", "layer_norm_softmax"), bytes({0, 0, 1, 3, 2, 4, 4, 41, 0, 0, 0, 1, 0, 42, 1, 0, 16, 1, 1}));
-  // x [1, 1, 4, 4] and w [2, 1, 3, 3]: conv_2d (stride 1, padding 1), a 2 x 2 max pool.
+              bytes({1, 0, 1, 2, 2, 3, 0, 1, 2, 3, 4, 5, 0, 1, 24, 2, 30, 3, 1, 3, 0, 0}));
+  // x [2, 4, 4]; layer norm (42) without affine, then a causal softmax (43).
+  write_bytes(seed_path("c_api_graph", "layer_norm_softmax"),
+              bytes({0, 0, 1, 3, 2, 4, 4, 42, 0, 0, 0, 1, 0, 43, 1, 0, 16, 1, 1}));
+  // x [1, 1, 4, 4] and w [2, 1, 3, 3]: conv_2d (48; stride 1, padding 1), a 2 x 2 max pool (49).
   write_bytes(seed_path("c_api_graph", "conv_pool"),
-              bytes({1, 0, 1, 4, 1, 1, 4, 4, 0, 1, 4, 2, 1, 3, 3, 47, 0, 1, 0, 3, 3, 3, 3, 2, 2, 3, 3, 3, 1, 48, 2, 4,
+              bytes({1, 0, 1, 4, 1, 1, 4, 4, 0, 1, 4, 2, 1, 3, 3, 48, 0, 1, 0, 3, 3, 3, 3, 2, 2, 3, 3, 3, 1, 49, 2, 4,
                      4, 4, 4, 2, 2, 0, 1}));
-  // Labels i32 [4] and logits f32 [4, 3]: cross-entropy, ignore index -1.
-  write_bytes(seed_path("c_api_graph", "cross_entropy"), bytes({1, 2, 0, 1, 4, 0, 1, 2, 4, 3, 43, 1, 0, 1, 1, 0}));
+  // Labels i32 [4] and logits f32 [4, 3]: cross-entropy (44), ignore index -1.
+  write_bytes(seed_path("c_api_graph", "cross_entropy"), bytes({1, 2, 0, 1, 4, 0, 1, 2, 4, 3, 44, 1, 0, 1, 1, 0}));
 }
 
 }  // namespace

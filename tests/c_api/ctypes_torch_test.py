@@ -356,9 +356,9 @@ def train_torch(w, data, dtype, replicas=1):
                              {"params": [t for n, t in tp.items() if n in no_decay], "weight_decay": 0.0}],
                             lr=LR, betas=(0.9, 0.999), eps=EPS)
     losses, norms = [], []
+    share = B // replicas
     for images, labels in data:
         opt.zero_grad()
-        share = B // replicas
         loss = sum(forward_torch(tp, images[r * share:(r + 1) * share].to(dtype), labels[r * share:(r + 1) * share])
                    for r in range(replicas)) / replicas
         loss.backward()
