@@ -260,6 +260,15 @@ void row_shapes(benchmark::internal::Benchmark* b, int64_t fm_c, int64_t tiny_c,
 void width_shapes(benchmark::internal::Benchmark* b, int64_t mem) { row_shapes(b, 96, 192, mem); }
 void mlp_shapes(benchmark::internal::Benchmark* b, int64_t mem) { row_shapes(b, 192, 768, mem); }
 
+// A plain streaming op (y = 2 x) at the norms' shapes: what a kernel that
+// only reads and writes its rows reaches through the executor, the ceiling
+// the row kernels are measured against besides the copy.
+void BM_scale(benchmark::State& state) {
+  Tensor x = random_leaf({state.range(0), state.range(1)}, 3);
+  run_graph(state, {x}, nabla::scale(x, 2.0), 0, 0, inputs_arg(state, 2));
+}
+NABLA_BENCH_BOTH_WAYS(BM_scale, width_shapes);
+
 void BM_layer_norm(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 3);
   run_graph(state, {x}, nabla::layer_norm(x, 1e-6), 0, 0, inputs_arg(state, 2));

@@ -26,7 +26,7 @@ void layer_norm_back_f32(const KernelArgs& a) {
   const int64_t cols = a.out.shape.back(), sx = x.strides.back(), sd = dy.strides.back();
   const double eps = norm_eps(*a.attrs);
   for_each_row_block<2>(a, [&](const RowBlock<2>& b) {
-    std::array<const float*, kRowBlock> xr, dr;
+    std::array<const float*, kRowBlock> xr{}, dr{};
     std::array<RowStats<float>, kRowBlock> st;
     std::array<float, kRowBlock> mean_dy, mean_dy_xhat;
     for (int i = 0; i < b.n; ++i) {

@@ -132,3 +132,24 @@ TEST(LayerNormF32, StatisticsKeepALargeOffset) {
     }
   }
 }
+
+// Rows that no single stride reaches (two outer axes swapped, [5, 3, C] from
+// a [3, 5, C] tensor) take the general walk over the rows rather than the
+// plain loop; 15 rows end in a short block.
+TEST(LayerNormF32, MatchesF64WithRowsInPermutedOrder) {
+  for (int64_t cols : {16, 40}) {
+    const std::string what = std::to_string(cols) + " columns";
+    Pair x = random_pair({3, 5, cols}, 10.0, uint32_t(cols));
+    x = {transpose(x.f64, 0, 1), transpose(x.f32, 0, 1)};
+    Pair dy = random_pair({3, 5, cols}, 0.0, uint32_t(cols) + 1);
+    dy = {transpose(dy.f64, 0, 1), transpose(dy.f32, 0, 1)};
+    const Pair gamma = random_pair({cols}, 1.0, 7), beta = random_pair({cols}, 0.0, 8);
+    const double tol = 2e-6 * 11;
+    expect_f32_matches_f64([](const std::vector<Tensor>& v) { return layer_norm(v[0], 1e-5); }, {x}, tol,
+                           "layer_norm " + what);
+    expect_f32_matches_f64([](const std::vector<Tensor>& v) { return layer_norm(v[0], v[1], v[2], 1e-5); },
+                           {x, gamma, beta}, tol, "layer_norm_affine " + what);
+    expect_f32_matches_f64([](const std::vector<Tensor>& v) { return layer_norm_back(v[0], v[1], 1e-5); }, {x, dy},
+                           tol, "layer_norm_back " + what);
+  }
+}

@@ -63,6 +63,14 @@ class Walker {
     return true;
   }
 
+  // True when the walk is at most one run: position p of operand k is then at
+  // p * stride[k].
+  bool single_run(std::array<int64_t, K>* stride) const {
+    if (rank_ > 1) return false;
+    for (size_t k = 0; k < K; ++k) (*stride)[k] = rank_ == 0 ? 0 : stride_[k][0];
+    return true;
+  }
+
   template <class F>
   void run(int64_t begin, int64_t end, F&& fn) const {
     // An empty range has no multi-index; with a zero extent, finding one
