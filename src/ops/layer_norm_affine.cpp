@@ -183,8 +183,7 @@ void affine_back_kernel(const KernelArgs& a) {
           // Per row: mean, rstd, mean(g) and mean(g xhat), g = dy gamma.
           std::array<RowStats<float>, kRowBlock> st;
           std::array<float, kRowBlock> mean_g, mean_gx;
-          row_stats_f32(xr.data() + i0, n, cols, eps, st.data());
-          gradient_means_f32<true>(xr.data() + i0, dr.data() + i0, gamma, st.data(), n, cols, mean_g.data(),
+          backward_means_f32<true>(xr.data() + i0, dr.data() + i0, gamma, n, cols, eps, st.data(), mean_g.data(),
                                    mean_gx.data());
           // Then the block's dx while its rows are in L1, written row by row
           // (the whole task's dx column by column, the earlier way, stored

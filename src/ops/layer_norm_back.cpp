@@ -17,8 +17,8 @@ namespace nabla {
 namespace ops {
 namespace {
 
-// f32 rows a block at a time on cpu::VecF: row_stats_f32's statistics, the
-// other sums (gradient_means_f32) and the output in f32 lanes.
+// f32 rows a block at a time on cpu::VecF: the statistics and the other
+// sums (backward_means_f32), then the output in f32 lanes.
 void layer_norm_back_f32(const KernelArgs& a) {
   using cpu::VecF;
   const TensorView &x = a.in[0], &dy = a.in[1];
@@ -33,8 +33,8 @@ void layer_norm_back_f32(const KernelArgs& a) {
       xr[i] = cpu::gather(x.ptr<float>() + b.offset[0][i], sx, cols, cpu::gather_buffer(i));
       dr[i] = cpu::gather(dy.ptr<float>() + b.offset[1][i], sd, cols, cpu::gather_buffer(kRowBlock + i));
     }
-    row_stats_f32(xr.data(), b.n, cols, eps, st.data());
-    gradient_means_f32<false>(xr.data(), dr.data(), nullptr, st.data(), b.n, cols, mean_dy.data(), mean_dy_xhat.data());
+    backward_means_f32<false>(xr.data(), dr.data(), nullptr, b.n, cols, eps, st.data(), mean_dy.data(),
+                              mean_dy_xhat.data());
     for (int i = 0; i < b.n; ++i) {
       const float mean = st[i].mean, rstd = st[i].rstd;
       cpu::map(out + (b.row0 + i) * cols, xr[i], 1, dr[i], 1, cols, [&](VecF xv, VecF g) {

@@ -34,8 +34,8 @@ struct RowStats {
 
 // Rows a norm kernel handles together (for_each_row_block), so that their
 // statistics' reduction chains interleave: one row of 96 or 192 values is a
-// chain of two dependent sums, two horizontal reductions and a square root,
-// about 170 cycles of latency around 12 vectors of work.
+// chain of dependent sums, horizontal reductions and a square root, about
+// 100-170 cycles of latency around 12 vectors of work.
 inline constexpr int kRowBlock = 4;
 
 // The statistics of n <= kRowBlock contiguous f32 rows at once, by the
@@ -44,7 +44,7 @@ inline constexpr int kRowBlock = 4;
 // var = mean(d^2) - mean(d)^2, recovering what m0's rounding lost. With a
 // large common offset the d are exact (x and m0 within a factor of 2), so
 // nothing cancels that f64 would have kept.
-inline void row_stats_f32(const float* const* rows, int n, int64_t cols, double eps, RowStats<float>* out) {
+inline void row_stats_two_pass_f32(const float* const* rows, int n, int64_t cols, double eps, RowStats<float>* out) {
   using cpu::VecF;
   constexpr int R = kRowBlock;
   std::array<const float*, R> x;
@@ -69,6 +69,74 @@ inline void row_stats_f32(const float* const* rows, int n, int64_t cols, double 
   }
   const VecF rstd = 1.0f / cpu::sqrt(var_eps);
   for (int r = 0; r < n; ++r) out[r] = {m0[r], rstd[r]};
+}
+
+// One sweep over n <= kRowBlock contiguous f32 rows for their statistics
+// and, with dy (Backward), the two means a layer norm's backward needs:
+// sums of x and x^2, and of g = dy gamma (dy without gamma) and g x, so
+// var = mean(x^2) - mean^2 and mean(g xhat) = rstd (mean(g x) - mean
+// mean(g)). Those subtractions cancel by about 1 + mean^2 / var, so the
+// sweep's results are kept only for rows with mean^2 <= var (at most one bit
+// lost, about what the two passes' own roundings cost); it returns the
+// others (a large common offset, a constant row, NaN or inf: bit r for row
+// r), for the caller to take the exact passes. A row's results never depend
+// on the other rows of its block. Activations are mostly near zero mean
+// against their spread, and the sweep shortens each row's chain of
+// dependent work from two or three sweeps with a horizontal sum after each
+// to one: on a training step's rows from memory the layer norms were bound
+// by that chain (docs/performance.md).
+template <bool Backward, bool WithGamma = false>
+unsigned one_sweep_f32(const float* const* x, const float* const* dy, const float* gamma, int n, int64_t cols, double eps,
+                   RowStats<float>* st, float* mean_g = nullptr, float* mean_gx = nullptr) {
+  using cpu::VecF;
+  constexpr int R = kRowBlock, S = Backward ? 4 : 2;
+  std::array<const float*, R> xr{}, dr{};
+  for (int r = 0; r < R; ++r) {
+    const int k = r < n ? r : 0;  // missing rows repeat the first, unused
+    xr[r] = x[k];
+    if constexpr (Backward) dr[r] = dy[k];
+  }
+  // Sum q / R of row q % R: 0 x, 1 x^2, 2 g, 3 g x.
+  const std::array<float, S * R> sum = cpu::sum_lanes_rows<S * R>(cols, [&](int q, int64_t i, int64_t m) {
+    const int r = q % R;
+    const VecF xv = VecF::load(xr[r] + i, 1, m);
+    if (q < R) return xv;
+    if (q < 2 * R) return xv * xv;
+    VecF g = VecF::load(dr[r] + i, 1, m);
+    if constexpr (WithGamma) g = g * VecF::load(gamma + i, 1, m);
+    return q < 3 * R ? g : g * xv;
+  });
+  const float inv_cols = 1.0f / float(cols);
+  VecF var_eps = 1.0f;
+  std::array<float, R> mean;
+  unsigned redo = 0;
+  for (int r = 0; r < n; ++r) {
+    mean[r] = sum[r] * inv_cols;
+    const float var = sum[R + r] * inv_cols - mean[r] * mean[r];
+    if (!(mean[r] * mean[r] <= var)) redo |= 1u << r;  // NaN included
+    var_eps.v[r] = var + float(eps);
+  }
+  const VecF rstd = 1.0f / cpu::sqrt(var_eps);  // NaN where var < 0: redone
+  for (int r = 0; r < n; ++r) {
+    st[r] = {mean[r], rstd[r]};
+    if constexpr (Backward) {
+      mean_g[r] = sum[2 * R + r] * inv_cols;
+      mean_gx[r] = rstd[r] * (sum[3 * R + r] * inv_cols - mean[r] * mean_g[r]);
+    }
+  }
+  return redo;
+}
+
+// The statistics of n <= kRowBlock contiguous f32 rows: one sweep where it
+// keeps their accuracy, else the two passes.
+inline void row_stats_f32(const float* const* rows, int n, int64_t cols, double eps, RowStats<float>* out) {
+  const unsigned redo = one_sweep_f32<false>(rows, nullptr, nullptr, n, cols, eps, out);
+  if (redo == 0) return;
+  std::array<RowStats<float>, kRowBlock> exact;
+  row_stats_two_pass_f32(rows, n, cols, eps, exact.data());
+  for (int r = 0; r < n; ++r) {
+    if (redo >> r & 1) out[r] = exact[r];
+  }
 }
 
 // For n <= kRowBlock contiguous f32 rows with their statistics: the means
@@ -96,6 +164,24 @@ void gradient_means_f32(const float* const* x, const float* const* dy, const flo
   for (int r = 0; r < n; ++r) {
     mean_g[r] = sum[r] * inv_cols;
     mean_gx[r] = sum[R + r] * inv_cols;
+  }
+}
+
+// A layer norm backward's per-row values for n <= kRowBlock contiguous f32
+// rows: statistics and the means of g and g xhat (g = dy gamma, or dy
+// without gamma), in one sweep where it keeps their accuracy, else the exact
+// passes.
+template <bool WithGamma>
+void backward_means_f32(const float* const* x, const float* const* dy, const float* gamma, int n, int64_t cols,
+                        double eps, RowStats<float>* st, float* mean_g, float* mean_gx) {
+  const unsigned redo = one_sweep_f32<true, WithGamma>(x, dy, gamma, n, cols, eps, st, mean_g, mean_gx);
+  if (redo == 0) return;
+  std::array<RowStats<float>, kRowBlock> exact;
+  std::array<float, kRowBlock> g, gx;
+  row_stats_two_pass_f32(x, n, cols, eps, exact.data());
+  gradient_means_f32<WithGamma>(x, dy, gamma, exact.data(), n, cols, g.data(), gx.data());
+  for (int r = 0; r < n; ++r) {
+    if (redo >> r & 1) st[r] = exact[r], mean_g[r] = g[r], mean_gx[r] = gx[r];
   }
 }
 

@@ -1,9 +1,10 @@
-// The f32 layer norm kernels (rows handled kRowBlock at a time, statistics by
-// the corrected two-pass algorithm in f32 lanes) against the f64 kernels on
-// the same values. The gradient checks run in f64 only, so this is where the
-// f32 paths meet every layout: blocks cut short at the end of a parallel
-// chunk, gathered strided rows, a broadcast dy, and rows with a large common
-// offset, where a mean that lost digits would show.
+// The f32 layer norm kernels (rows handled kRowBlock at a time, statistics in
+// one sweep or by the corrected two-pass algorithm in f32 lanes) against the
+// f64 kernels on the same values. The gradient checks run in f64 only, so
+// this is where the f32 paths meet every layout: blocks cut short at the end
+// of a parallel chunk, gathered strided rows, a broadcast dy, and rows with a
+// large common offset (the two passes), where a mean that lost digits would
+// show.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -151,5 +152,63 @@ TEST(LayerNormF32, MatchesF64WithRowsInPermutedOrder) {
                            {x, gamma, beta}, tol, "layer_norm_affine " + what);
     expect_f32_matches_f64([](const std::vector<Tensor>& v) { return layer_norm_back(v[0], v[1], 1e-5); }, {x, dy},
                            tol, "layer_norm_back " + what);
+  }
+}
+
+// Rows whose mean is near their spread (mean^2 about var): blocks of them
+// take the one sweep or, where a row's mean^2 exceeds its var, the two
+// passes, both within a few roundings of f64; and one massive column
+// (1000 against N(0, 1)), where the one sweep's sums are far from the
+// mean's, as in a transformer's outlier features.
+TEST(LayerNormF32, OneSweepStatisticsKeepTheirAccuracy) {
+  for (int64_t cols : {96, 768}) {
+    for (double offset : {0.9, 1.0, 1.1}) {
+      const std::string what = std::to_string(cols) + " columns, offset " + std::to_string(offset);
+      const Pair x = random_pair({64, cols}, offset, uint32_t(cols + 7));
+      const Pair dy = random_pair({64, cols}, 0.5, uint32_t(cols + 8));
+      const Pair gamma = random_pair({cols}, 1.0, 9);
+      expect_f32_matches_f64([](const std::vector<Tensor>& v) { return layer_norm(v[0], 1e-5); }, {x}, 1e-6,
+                             "layer_norm " + what);
+      expect_f32_matches_f64([](const std::vector<Tensor>& v) { return layer_norm_back(v[0], v[1], 1e-5); }, {x, dy},
+                             1e-6, "layer_norm_back " + what);
+      expect_f32_matches_f64(
+          [](const std::vector<Tensor>& v) { return layer_norm_affine_back(v[0], v[1], v[2], 1e-5); }, {x, dy, gamma},
+          4e-6, "layer_norm_affine_back " + what);
+    }
+    std::vector<float> v(size_t(64 * cols));
+    std::mt19937 rng{uint32_t(cols)};
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = (i % size_t(cols) == 5 ? 1000.0f : 0.0f) + dist(rng);
+    const Pair x{Tensor::from_vector<double>({64, cols}, std::vector<double>(v.begin(), v.end())),
+                 Tensor::from_vector<float>({64, cols}, v)};
+    const Pair dy = random_pair({64, cols}, 0.5, uint32_t(cols + 10));
+    expect_f32_matches_f64([](const std::vector<Tensor>& v) { return layer_norm(v[0], 1e-5); }, {x}, 1e-6,
+                           "layer_norm, a massive column of " + std::to_string(cols));
+    expect_f32_matches_f64([](const std::vector<Tensor>& v) { return layer_norm_back(v[0], v[1], 1e-5); }, {x, dy},
+                           1e-6, "layer_norm_back, a massive column of " + std::to_string(cols));
+  }
+}
+
+// A row's result does not depend on the rows it shares a block with: rows
+// taking the one sweep and rows taking the two passes (a large offset),
+// mixed in blocks, give the bits each gives alone.
+TEST(LayerNormF32, ARowsResultIsItsOwn) {
+  const int64_t rows = 9, cols = 40;
+  std::vector<float> v(size_t(rows * cols)), d(v.size());
+  std::mt19937 rng{3};
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = (i / cols % 3 == 1 ? 100.0f : 0.0f) + dist(rng);
+    d[i] = dist(rng);
+  }
+  const Tensor x = Tensor::from_vector<float>({rows, cols}, v), dy = Tensor::from_vector<float>({rows, cols}, d);
+  const std::vector<float> y = eval(layer_norm(x, 1e-5)).to_vector<float>();
+  const std::vector<float> dx = eval(layer_norm_back(x, dy, 1e-5)).to_vector<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const Tensor xr = slice(x, 0, r, r + 1), dyr = slice(dy, 0, r, r + 1);
+    const std::vector<float> yr = eval(layer_norm(xr, 1e-5)).to_vector<float>();
+    const std::vector<float> dxr = eval(layer_norm_back(xr, dyr, 1e-5)).to_vector<float>();
+    EXPECT_EQ(yr, std::vector<float>(y.begin() + r * cols, y.begin() + (r + 1) * cols)) << "layer_norm row " << r;
+    EXPECT_EQ(dxr, std::vector<float>(dx.begin() + r * cols, dx.begin() + (r + 1) * cols)) << "layer_norm_back row " << r;
   }
 }
