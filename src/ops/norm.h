@@ -132,7 +132,7 @@ unsigned one_sweep_f32(const float* const* x, const float* const* dy, const floa
 inline void row_stats_f32(const float* const* rows, int n, int64_t cols, double eps, RowStats<float>* out) {
   const unsigned redo = one_sweep_f32<false>(rows, nullptr, nullptr, n, cols, eps, out);
   if (redo == 0) return;
-  std::array<RowStats<float>, kRowBlock> exact;
+  std::array<RowStats<float>, kRowBlock> exact{};
   row_stats_two_pass_f32(rows, n, cols, eps, exact.data());
   for (int r = 0; r < n; ++r) {
     if (redo >> r & 1) out[r] = exact[r];
@@ -176,7 +176,7 @@ void backward_means_f32(const float* const* x, const float* const* dy, const flo
                         double eps, RowStats<float>* st, float* mean_g, float* mean_gx) {
   const unsigned redo = one_sweep_f32<true, WithGamma>(x, dy, gamma, n, cols, eps, st, mean_g, mean_gx);
   if (redo == 0) return;
-  std::array<RowStats<float>, kRowBlock> exact;
+  std::array<RowStats<float>, kRowBlock> exact{};
   std::array<float, kRowBlock> g, gx;
   row_stats_two_pass_f32(x, n, cols, eps, exact.data());
   gradient_means_f32<WithGamma>(x, dy, gamma, exact.data(), n, cols, g.data(), gx.data());
