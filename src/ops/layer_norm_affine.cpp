@@ -185,9 +185,10 @@ void affine_back_kernel(const KernelArgs& a) {
           std::array<float, kRowBlock> mean_g, mean_gx;
           backward_means_f32<true>(xr.data() + i0, dr.data() + i0, gamma, n, cols, eps, st.data(), mean_g.data(),
                                    mean_gx.data());
-          // Then the block's dx while its rows are in L1, written row by row
-          // (the whole task's dx column by column, the earlier way, stored
-          // across 64 rows at once: 0.42-0.50 of the copy rate from memory).
+          // Then the block's dx while its rows are in L1, and the block's
+          // terms of dgamma and dbeta added in row order (the whole task's dx
+          // column by column after all its statistics, the earlier way,
+          // measured alike from memory).
           for (int64_t j = 0; j < cols; j += VecF::kWidth) {
             const int64_t m = std::min<int64_t>(VecF::kWidth, cols - j);
             const VecF gam = VecF::load(gamma + j, 1, m);
