@@ -226,17 +226,23 @@ template <class T>
 void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t kv, int64_t row0, int64_t tq, int64_t tk, bool causal,
                   double scale) {
   if constexpr (std::is_same_v<T, float>) {
-    // Four rows at a time, their chains interleaved (cpu::softmax_rows).
+    // Rows of up to cpu::kSoftmaxHeldVectors vectors held in registers, two
+    // at a time; longer ones four at a time, their chains interleaved
+    // (cpu::softmax_rows).
+    const auto visible = [&](int64_t r) { return causal ? causal_visible(row0 + r, tq, tk) : tk; };
     constexpr int kTogether = 4;
-    for (int64_t r0 = 0; r0 < rows; r0 += kTogether) {
+    for (int64_t r0 = 0; r0 < rows;) {
+      r0 = cpu::softmax_held_rows(s, s, ld, r0, rows, kv, float(scale), 0.0f, visible);
       const int n = int(std::min<int64_t>(kTogether, rows - r0));
+      if (n == 0) break;
       std::array<float*, kTogether> y{};
-      std::array<int64_t, kTogether> visible{};
+      std::array<int64_t, kTogether> vis{};
       for (int i = 0; i < n; ++i) {
         y[i] = s + (r0 + i) * ld;
-        visible[i] = causal ? causal_visible(row0 + r0 + i, tq, tk) : tk;
+        vis[i] = visible(r0 + i);
       }
-      cpu::softmax_rows<kTogether>(y.data(), visible.data(), n, kv, float(scale));
+      cpu::softmax_rows<kTogether>(y.data(), vis.data(), n, kv, float(scale));
+      r0 += n;
     }
   } else {
     for (int64_t r = 0; r < rows; ++r) {

@@ -32,7 +32,7 @@ inline ExpSum exp_sum_f32(const float* x, int64_t n) {
   for (int64_t b = 0; b < n; b += 1024) {
     const float* xb = x + b;
     total += cpu::sum_lanes(std::min<int64_t>(1024, n - b), [&](int64_t i, int64_t m) {
-      return cpu::exp(VecF::load(xb + i, 1, m) - mx);
+      return cpu::exp_nonpositive(VecF::load(xb + i, 1, m) - mx);
     });
   }
   return {mx, total};

@@ -58,7 +58,7 @@ void cross_entropy_back_kernel(const KernelArgs& a) {
         const float* x = cpu::gather(xr, xs, len, scratch);
         const ExpSum s = exp_sum_f32(x, len);
         const float inv = float(1.0 / s.total), f = float(factor);
-        const auto p = [&](VecF v) { return cpu::exp(v - s.max) * inv; };
+        const auto p = [&](VecF v) { return cpu::exp_nonpositive(v - s.max) * inv; };
         cpu::map(dx, x, 1, len, [&](VecF v) { return p(v) * f; });
         dx[labels[r]] = (p(x[labels[r]])[0] - 1.0f) * f;
         return;

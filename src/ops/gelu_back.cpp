@@ -27,7 +27,7 @@ struct Fn {
     const float k = float(kSqrt2OverPi), a = float(kCubic);
     const cpu::VecF x2 = x * x;
     const cpu::VecF z = 2.0f * k * cpu::fma(a * x2, x, x);
-    const cpu::VecF e = cpu::exp(-cpu::abs(z));
+    const cpu::VecF e = cpu::exp_nonpositive(-cpu::abs(z));
     const cpu::VecF r = 1.0f / (1.0f + e);
     const cpu::VecF er = e * r;
     const cpu::VecF s = cpu::select(z >= 0.0f, r, er);

@@ -21,7 +21,7 @@ struct Fn {
   }
   cpu::VecF vec(cpu::VecF x, cpu::VecF dy) const {
     const cpu::VecF cdf = 0.5f * (1.0f + cpu::erf(x * float(kSqrtHalf)));
-    const cpu::VecF pdf = float(kInvSqrt2Pi) * cpu::exp(-0.5f * x * x);
+    const cpu::VecF pdf = float(kInvSqrt2Pi) * cpu::exp_nonpositive(-0.5f * x * x);
     return dy * cpu::fma(x, pdf, cdf);
   }
 };

@@ -74,6 +74,8 @@ class RowBlockF32 {
     using cpu::VecF;
     if (len_ <= VecF::kWidth) {
       z_[n_] = cpu::fma(VecF::load(x, xs, visible), scale_, VecF::load(m, ms, visible));
+    } else if (xs == 1 && ms == 0 && visible <= cpu::kSoftmaxHeldVectors * VecF::kWidth) {
+      return cpu::softmax_rows_held<1>(&x, scale_, *m, &visible, len_, &y);  // rows that came by the walker
     } else {
       max_[n_] = scores_row_f32(x, xs, m, ms, scale_, visible, y);
     }
@@ -140,18 +142,24 @@ void softmax_kernel(const KernelArgs& a) {
         // The rows two blocks ahead, x for reading and y for writing: the
         // hardware prefetcher alone left 197-key rows from memory at 220-244
         // us (BM_softmax), 178-199 with this (causal 218-226 -> 145-160).
+        // Rows that fit in registers go two at a time where they take the
+        // same number of vectors.
         constexpr int64_t kRows = RowBlockF32::kRows, kAheadRows = 2 * kRows;
+        const auto visible = [&](int64_t i) { return causal ? causal_visible(i % tq, tq, n_len) : n_len; };
         RowBlockF32 block(n_len, s);
-        for (; r < e; ++r) {
-          if ((r - b) % kRows == 0 && r + kAheadRows < e) {
+        for (; r < e; r += kRows) {
+          if (r + kAheadRows < e) {
             const int64_t end = std::min(e, r + kAheadRows + kRows) * n_len;
             for (int64_t o = (r + kAheadRows) * n_len; o < end; o += 16) {
               __builtin_prefetch(xp + o);
               __builtin_prefetch(out + o, 1);
             }
           }
-          block.add(xp + r * n_len, 1, &mask, 0, causal ? causal_visible(r % tq, tq, n_len) : n_len,
-                    out + r * n_len);
+          const int64_t stop = std::min(e, r + kRows);
+          for (int64_t i = r; i < stop; ++i) {
+            if (n_len > VecF::kWidth) i = cpu::softmax_held_rows(xp, out, n_len, i, stop, n_len, s, mask, visible);
+            if (i < stop) block.add(xp + i * n_len, 1, &mask, 0, visible(i), out + i * n_len);
+          }
         }
         block.flush();
       });

@@ -57,6 +57,22 @@ TEST(Simd, ExpRelativeError) {
   EXPECT_LT(max_error(-110.0f, -87.0f, f, ref, 1.0), 2e-45);
 }
 
+TEST(Simd, ExpNonpositiveMatchesExp) {
+  auto f = [](VecF x) { return exp_nonpositive(x); };
+  auto ref = [](double x) { return std::exp(x); };
+  EXPECT_LT(max_error(-87.0f, 0.0f, f, ref, kTiny), 1e-7);
+  EXPECT_LT(max_error(-110.0f, -87.0f, f, ref, 1.0), 2e-45);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {std::numeric_limits<float>::quiet_NaN(), -inf, 0.0f, -0.0f, -104.0f, -1e30f};
+  std::vector<float> e(x.size()), want(x.size());
+  map(e.data(), x.data(), 1, int64_t(x.size()), [](VecF v) { return exp_nonpositive(v); });
+  map(want.data(), x.data(), 1, int64_t(x.size()), [](VecF v) { return exp(v); });
+  EXPECT_TRUE(std::isnan(e[0]));
+  for (size_t i = 1; i < x.size(); ++i) EXPECT_EQ(e[i], want[i]) << "x = " << x[i];
+  EXPECT_EQ(e[1], 0.0f);
+  EXPECT_EQ(e[2], 1.0f);
+}
+
 TEST(Simd, TanhRelativeError) {
   EXPECT_LT(max_error(
                 -20.0f, 20.0f, [](VecF x) { return tanh(x); },

@@ -40,14 +40,17 @@ TEST(Softmax, FullyMaskedRowIsNaN) {
   EXPECT_TRUE(std::isnan(y[2]) && std::isnan(y[3]));
 }
 
-// The f32 kernel (rows of at most one vector four at a time, longer rows one
-// by one; contiguous unmasked short rows on a path of their own) against f64
-// on the same values: row counts that leave a partial block, causal rows, a
-// transposed x, a fully masked row inside a block (NaN there only), no mask,
-// and the same bits at 1-3 threads.
+// The f32 kernel (rows of at most one vector four at a time; contiguous
+// unmasked short rows on a path of their own; rows of up to 16 vectors held
+// in registers, two at a time where they take as many vectors, where the
+// mask is a scalar; longer rows four at a time) against f64 on the same
+// values: row counts that leave a partial block, causal rows (whose visible
+// lengths change the number of vectors within a pair), a transposed x, a
+// fully masked row inside a block (NaN there only), no mask, and the same
+// bits at 1-3 threads.
 TEST(Softmax, F32MatchesF64) {
   const double inf = std::numeric_limits<double>::infinity();
-  for (int64_t len : {7, 16, 37}) {
+  for (int64_t len : {7, 16, 37, 200, 300}) {
     for (bool causal : {false, true}) {
       for (int layout = 0; layout < 3; ++layout) {  // 0: contiguous, 1: transposed, 2: contiguous, no mask
         const bool transposed = layout == 1, masked = layout != 2;
@@ -106,6 +109,34 @@ TEST(Softmax, NaNScoreMakesItsRowNaN) {
           EXPECT_TRUE(std::isnan(got[i]) && std::isnan(want[i])) << what;
         } else {
           ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + want[i])) << what;
+        }
+      }
+    }
+  }
+}
+
+// Rows whose every score is -inf (x itself, the mask a scalar) are NaN on
+// each f32 path, whole rows, the rows around them untouched.
+TEST(Softmax, RowOfMinusInfinityIsNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t len : {7, 37, 200, 300}) {
+    for (bool causal : {false, true}) {
+      const int64_t rows = 6;
+      std::vector<float> v(size_t(rows * len), 0.0f);
+      for (int64_t j = 0; j < len; ++j) v[size_t(2 * len + j)] = -inf;
+      const std::vector<float> y =
+          eval(softmax(Tensor::from_vector<float>({rows, len}, v), 1.0, Tensor(), causal)).to_vector<float>();
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t visible = causal ? len - rows + r + 1 : len;
+        for (int64_t j = 0; j < len; ++j) {
+          const float got = y[size_t(r * len + j)];
+          const std::string what = "len " + std::to_string(len) + (causal ? " causal" : "") + " row " +
+                                   std::to_string(r) + " key " + std::to_string(j);
+          if (r == 2) {
+            EXPECT_TRUE(std::isnan(got)) << what;
+          } else {
+            EXPECT_FLOAT_EQ(got, j < visible ? 1.0f / float(visible) : 0.0f) << what;
+          }
         }
       }
     }
