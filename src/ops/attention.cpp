@@ -232,7 +232,7 @@ void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t kv, int64_t row0, int6
     const auto visible = [&](int64_t r) { return causal ? causal_visible(row0 + r, tq, tk) : tk; };
     constexpr int kTogether = 4;
     for (int64_t r0 = 0; r0 < rows;) {
-      r0 = cpu::softmax_held_rows(s, s, ld, r0, rows, kv, float(scale), 0.0f, visible);
+      r0 = cpu::softmax_held_rows<true>(s, s, ld, r0, rows, kv, float(scale), 0.0f, visible);
       const int n = int(std::min<int64_t>(kTogether, rows - r0));
       if (n == 0) break;
       std::array<float*, kTogether> y{};

@@ -63,7 +63,9 @@ float scores_row_f32(const float* x, int64_t xs, const float* m, int64_t ms, flo
 // f32 rows waiting to be softmaxed kRows at a time, their latency chains
 // interleaved: rows of at most one vector (attention over up to 16 keys) as
 // their z, for cpu::softmax_one_vector_rows; longer ones as z written to y
-// and its max, for cpu::softmax_rows.
+// and its max, for cpu::softmax_rows. Contiguous rows with a scalar mask
+// that fit in registers do not wait: cpu::softmax_rows_held takes them at
+// once.
 class RowBlockF32 {
  public:
   static constexpr int kRows = 4;
@@ -75,7 +77,7 @@ class RowBlockF32 {
     if (len_ <= VecF::kWidth) {
       z_[n_] = cpu::fma(VecF::load(x, xs, visible), scale_, VecF::load(m, ms, visible));
     } else if (xs == 1 && ms == 0 && visible <= cpu::kSoftmaxHeldVectors * VecF::kWidth) {
-      return cpu::softmax_rows_held<1>(&x, scale_, *m, &visible, len_, &y);  // rows that came by the walker
+      return cpu::softmax_rows_held<1, false>(&x, scale_, *m, &visible, len_, &y);  // rows that came by the walker
     } else {
       max_[n_] = scores_row_f32(x, xs, m, ms, scale_, visible, y);
     }
@@ -157,7 +159,9 @@ void softmax_kernel(const KernelArgs& a) {
           }
           const int64_t stop = std::min(e, r + kRows);
           for (int64_t i = r; i < stop; ++i) {
-            if (n_len > VecF::kWidth) i = cpu::softmax_held_rows(xp, out, n_len, i, stop, n_len, s, mask, visible);
+            if (n_len > VecF::kWidth) {
+              i = cpu::softmax_held_rows<false>(xp, out, n_len, i, stop, n_len, s, mask, visible);
+            }
             if (i < stop) block.add(xp + i * n_len, 1, &mask, 0, visible(i), out + i * n_len);
           }
         }

@@ -539,7 +539,9 @@ inline void softmax_back_row(const float* y, int64_t ys, const float* dy, int64_
 // divisions overlap where one row alone waits on each in turn (in L1, on Zen
 // 5: vit-tiny's 197-key rows 26 -> 17 cycles a vector, four rows at once;
 // 64-key rows 22 -> 15). Each row's arithmetic and summation order are the
-// same whatever R, so are its bits.
+// same whatever R, so are its bits. exp's argument is scale y - max in one
+// rounding (an FMA: g++ had contracted it so, and the scaled score rounded
+// first would add its error, |scale y| ulp/2, to e's).
 template <int R>
 inline void softmax_rows(float* const* y, const int64_t* visible, int n, int64_t len, float scale,
                          const float* given_max = nullptr) {
@@ -579,7 +581,7 @@ inline void softmax_rows(float* const* y, const int64_t* visible, int n, int64_t
   for (int64_t j = 0; j < common; j += W) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const VecF e = exp_nonpositive(VecF::load(y[r] + j) * s - mx[r]);
+      const VecF e = exp_nonpositive(fma(VecF::load(y[r] + j), s, -mx[r]));
       e.store(y[r] + j);
       acc[r] += e;
     }
@@ -589,13 +591,13 @@ inline void softmax_rows(float* const* y, const int64_t* visible, int n, int64_t
   for (int r = 0; r < R; ++r) {
     int64_t j = common;
     for (; j + W <= visible[r]; j += W) {
-      const VecF e = exp_nonpositive(VecF::load(y[r] + j) * s - mx[r]);
+      const VecF e = exp_nonpositive(fma(VecF::load(y[r] + j), s, -mx[r]));
       e.store(y[r] + j);
       acc[r] += e;
     }
     if (j < visible[r]) {
       const int64_t t = visible[r] - j;
-      const VecF e = exp_nonpositive(VecF::load(y[r] + j, 1, t) * s - mx[r]);
+      const VecF e = exp_nonpositive(fma(VecF::load(y[r] + j, 1, t), s, -mx[r]));
       e.store(y[r] + j, t);
       acc[r] += select(first_lanes(t), e, 0.0f);
     }
@@ -615,42 +617,54 @@ inline void softmax_rows(float* const* y, const int64_t* visible, int n, int64_t
   }
 }
 
-
 // The softmax of scale x + mask over x[r][0, visible[r]) written to y[r][0,
 // len) for R rows (zeros past visible[r]; the whole row NaN when every score
 // is -inf), each row held in NV vectors of registers ((NV - 1) kWidth <
 // visible[r] <= NV kWidth): x is read once and y written once, where
 // softmax_rows stores the scores, reloads them for exp, stores e and reloads
 // it to normalize (rows are rarely 64-byte aligned, so each of those
-// accesses is split in two). The rows' chains (max tree, exp, sum, division)
-// interleave. Values, sums and their order are softmax_rows's, so the bits
-// are too.
-template <int NV, int R>
+// accesses is split in two). The rows' chains (max, exp, sum, division)
+// interleave. ScaleInExp: exp's argument is x scale + (mask - max) in one
+// rounding, as softmax_rows takes it (the fused attention's rows, mask 0);
+// otherwise the score z = x scale + mask is rounded first and the argument
+// is z - max, as the softmax op's other paths take it. Either way values,
+// sums and their order are those paths', so the bits are too.
+template <int NV, int R, bool ScaleInExp>
 inline void softmax_rows_in_registers(const float* const* x, float scale, float mask, const int64_t* visible,
                                       int64_t len, float* const* y) {
   constexpr int W = VecF::kWidth;
   constexpr float kNegInf = -__builtin_inff();
+  // The loaded x (ScaleInExp) or the scores z, then e.
   std::array<std::array<VecF, NV>, R> z;
   std::array<VecF, R> inv;
   std::array<float, R> mx;
+  const auto score = [&](VecF v) { return ScaleInExp ? fma(v, scale, mask) : v; };
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 16
-    for (int v = 0; v < NV - 1; ++v) z[r][v] = fma(VecF::load(x[r] + v * W), scale, mask);
+    for (int v = 0; v < NV - 1; ++v) {
+      const VecF xv = VecF::load(x[r] + v * W);
+      z[r][v] = ScaleInExp ? xv : fma(xv, scale, mask);
+    }
     const int64_t tail = visible[r] - (NV - 1) * W;
-    z[r][NV - 1] = select(first_lanes(tail), fma(VecF::load(x[r] + (NV - 1) * W, 1, tail), scale, mask), kNegInf);
+    const VecF xv = VecF::load(x[r] + (NV - 1) * W, 1, tail);
+    z[r][NV - 1] = ScaleInExp ? xv : select(first_lanes(tail), fma(xv, scale, mask), kNegInf);
   }
   // The max in four chains: one chain of NV maxes would be much of a row's
   // latency.
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    VecF m0 = z[r][0], m1 = z[r][NV > 1 ? 1 : 0], m2 = z[r][NV > 2 ? 2 : 0], m3 = z[r][NV > 3 ? 3 : 0];
+    const auto at = [&](int v) {
+      if (!ScaleInExp || v < NV - 1) return score(z[r][v]);
+      return select(first_lanes(visible[r] - (NV - 1) * W), score(z[r][v]), kNegInf);
+    };
+    VecF m0 = at(0), m1 = at(NV > 1 ? 1 : 0), m2 = at(NV > 2 ? 2 : 0), m3 = at(NV > 3 ? 3 : 0);
 #pragma GCC unroll 16
     for (int v = 4; v < NV; v += 4) {
-      m0 = max(m0, z[r][v]);
-      if (v + 1 < NV) m1 = max(m1, z[r][v + 1]);
-      if (v + 2 < NV) m2 = max(m2, z[r][v + 2]);
-      if (v + 3 < NV) m3 = max(m3, z[r][v + 3]);
+      m0 = max(m0, at(v));
+      if (v + 1 < NV) m1 = max(m1, at(v + 1));
+      if (v + 2 < NV) m2 = max(m2, at(v + 2));
+      if (v + 3 < NV) m3 = max(m3, at(v + 3));
     }
     mx[r] = reduce_max(max(max(m0, m1), max(m2, m3)));
   }
@@ -658,9 +672,12 @@ inline void softmax_rows_in_registers(const float* const* x, float scale, float 
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     VecF acc = 0.0f;
+    const VecF shift = ScaleInExp ? mask - mx[r] : -mx[r];
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
-      z[r][v] = exp_nonpositive(z[r][v] - mx[r]);  // 0 in the hidden lanes of the last vector
+      VecF arg = ScaleInExp ? fma(z[r][v], scale, shift) : z[r][v] + shift;
+      if (ScaleInExp && v == NV - 1) arg = select(first_lanes(visible[r] - (NV - 1) * W), arg, kNegInf);
+      z[r][v] = exp_nonpositive(arg);  // 0 in the hidden lanes of the last vector
       acc += z[r][v];
     }
     inv[r] = 1.0f / reduce_add(acc);
@@ -681,12 +698,12 @@ constexpr int64_t kSoftmaxHeldVectors = 16;
 
 // softmax_rows_in_registers for R rows of 1 <= visible <= kSoftmaxHeldVectors
 // kWidth, all in the same number of vectors: one instantiation for each.
-template <int R>
+template <int R, bool ScaleInExp>
 inline void softmax_rows_held(const float* const* x, float scale, float mask, const int64_t* visible, int64_t len,
                               float* const* y) {
   using Fn = void (*)(const float* const*, float, float, const int64_t*, int64_t, float* const*);
   static constexpr auto table = []<size_t... I>(std::index_sequence<I...>) {
-    return std::array<Fn, sizeof...(I)>{&softmax_rows_in_registers<int(I) + 1, R>...};
+    return std::array<Fn, sizeof...(I)>{&softmax_rows_in_registers<int(I) + 1, R, ScaleInExp>...};
   }(std::make_index_sequence<kSoftmaxHeldVectors>{});
   table[visible[0] > 0 ? (visible[0] - 1) / VecF::kWidth : 0](x, scale, mask, visible, len, y);
 }
@@ -694,9 +711,10 @@ inline void softmax_rows_held(const float* const* x, float scale, float mask, co
 // Rows i = begin, begin + 1, ... of softmax(scale x + mask) with x row i at
 // x + i ld, written to y + i ld (len values each, y may be x), row i's keys
 // visible(i): those with at most kSoftmaxHeldVectors vectors visible, by
-// softmax_rows_held, two at a time where they take as many vectors. Stops
+// softmax_rows_held (ScaleInExp as there), two at a time where they take as
+// many vectors. Stops
 // at `end` or at the first row too long; returns where it stopped.
-template <class Visible>
+template <bool ScaleInExp, class Visible>
 inline int64_t softmax_held_rows(const float* x, float* y, int64_t ld, int64_t begin, int64_t end, int64_t len,
                                  float scale, float mask, Visible visible) {
   constexpr int64_t kHeld = kSoftmaxHeldVectors * VecF::kWidth;
@@ -708,10 +726,10 @@ inline int64_t softmax_held_rows(const float* x, float* y, int64_t ld, int64_t b
     const std::array<const float*, 2> xr = {x + i * ld, x + (i + 1) * ld};
     const std::array<float*, 2> yr = {y + i * ld, y + (i + 1) * ld};
     if (vis[1] >= 0 && vectors(vis[0]) == vectors(vis[1])) {
-      softmax_rows_held<2>(xr.data(), scale, mask, vis.data(), len, yr.data());
+      softmax_rows_held<2, ScaleInExp>(xr.data(), scale, mask, vis.data(), len, yr.data());
       i += 2;
     } else {
-      softmax_rows_held<1>(xr.data(), scale, mask, vis.data(), len, yr.data());
+      softmax_rows_held<1, ScaleInExp>(xr.data(), scale, mask, vis.data(), len, yr.data());
       i += 1;
     }
   }
