@@ -634,30 +634,27 @@ inline void softmax_rows_in_registers(const float* const* x, float scale, float 
                                       int64_t len, float* const* y) {
   constexpr int W = VecF::kWidth;
   constexpr float kNegInf = -__builtin_inff();
-  // The loaded x (ScaleInExp) or the scores z, then e.
+  // The loaded x (ScaleInExp) or the scores z = x scale + mask, then e.
   std::array<std::array<VecF, NV>, R> z;
   std::array<VecF, R> inv;
   std::array<float, R> mx;
-  const auto score = [&](VecF v) { return ScaleInExp ? fma(v, scale, mask) : v; };
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 16
-    for (int v = 0; v < NV - 1; ++v) {
-      const VecF xv = VecF::load(x[r] + v * W);
+    for (int v = 0; v < NV; ++v) {
+      const VecF xv = VecF::load(x[r] + v * W, 1, v < NV - 1 ? W : visible[r] - (NV - 1) * W);
       z[r][v] = ScaleInExp ? xv : fma(xv, scale, mask);
     }
-    const int64_t tail = visible[r] - (NV - 1) * W;
-    const VecF xv = VecF::load(x[r] + (NV - 1) * W, 1, tail);
-    z[r][NV - 1] = ScaleInExp ? xv : select(first_lanes(tail), fma(xv, scale, mask), kNegInf);
   }
+  // a for vector v of row r with the lanes past visible[r] at -inf.
+  const auto visible_only = [&](int r, int v, VecF a) {
+    return v < NV - 1 ? a : select(first_lanes(visible[r] - (NV - 1) * W), a, kNegInf);
+  };
   // The max in four chains: one chain of NV maxes would be much of a row's
   // latency.
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    const auto at = [&](int v) {
-      if (!ScaleInExp || v < NV - 1) return score(z[r][v]);
-      return select(first_lanes(visible[r] - (NV - 1) * W), score(z[r][v]), kNegInf);
-    };
+    const auto at = [&](int v) { return visible_only(r, v, ScaleInExp ? fma(z[r][v], scale, mask) : z[r][v]); };
     VecF m0 = at(0), m1 = at(NV > 1 ? 1 : 0), m2 = at(NV > 2 ? 2 : 0), m3 = at(NV > 3 ? 3 : 0);
 #pragma GCC unroll 16
     for (int v = 4; v < NV; v += 4) {
@@ -675,9 +672,8 @@ inline void softmax_rows_in_registers(const float* const* x, float scale, float 
     const VecF shift = ScaleInExp ? mask - mx[r] : -mx[r];
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
-      VecF arg = ScaleInExp ? fma(z[r][v], scale, shift) : z[r][v] + shift;
-      if (ScaleInExp && v == NV - 1) arg = select(first_lanes(visible[r] - (NV - 1) * W), arg, kNegInf);
-      z[r][v] = exp_nonpositive(arg);  // 0 in the hidden lanes of the last vector
+      // 0 in the hidden lanes of the last vector.
+      z[r][v] = exp_nonpositive(visible_only(r, v, ScaleInExp ? fma(z[r][v], scale, shift) : z[r][v] + shift));
       acc += z[r][v];
     }
     inv[r] = 1.0f / reduce_add(acc);
@@ -712,8 +708,8 @@ inline void softmax_rows_held(const float* const* x, float scale, float mask, co
 // x + i ld, written to y + i ld (len values each, y may be x), row i's keys
 // visible(i): those with at most kSoftmaxHeldVectors vectors visible, by
 // softmax_rows_held (ScaleInExp as there), two at a time where they take as
-// many vectors. Stops
-// at `end` or at the first row too long; returns where it stopped.
+// many vectors. Stops at `end` or at the first row too long; returns where
+// it stopped.
 template <bool ScaleInExp, class Visible>
 inline int64_t softmax_held_rows(const float* x, float* y, int64_t ld, int64_t begin, int64_t end, int64_t len,
                                  float scale, float mask, Visible visible) {
