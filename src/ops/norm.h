@@ -37,6 +37,7 @@ struct RowStats {
 // chain of dependent sums, horizontal reductions and a square root, about
 // 100-170 cycles of latency around 12 vectors of work.
 inline constexpr int kRowBlock = 4;
+static_assert(kRowBlock == 4, "the blocks' per-row scalars are computed in cpu::Lanes4");
 
 // The statistics of n <= kRowBlock contiguous f32 rows at once, by the
 // corrected two-pass algorithm (Chan, Golub and LeVeque): a first mean m0 in
@@ -61,13 +62,13 @@ inline void row_stats_two_pass_f32(const float* const* rows, int n, int64_t cols
   });
   // The rows' square roots and divisions in one vector each: as scalars
   // they queued on the divider, about 40 cycles a row.
-  VecF var_eps = 1.0f;
+  cpu::Lanes4 var_eps = {1.0f, 1.0f, 1.0f, 1.0f};
   for (int r = 0; r < R; ++r) {
     const float md = dsum[r] * inv_cols;
-    var_eps.v[r] = std::max(0.0f, dsum[R + r] * inv_cols - md * md) + float(eps);
+    var_eps[r] = std::max(0.0f, dsum[R + r] * inv_cols - md * md) + float(eps);
     m0[r] += md;
   }
-  const VecF rstd = 1.0f / cpu::sqrt(var_eps);
+  const cpu::Lanes4 rstd = 1.0f / cpu::sqrt(var_eps);
   for (int r = 0; r < n; ++r) out[r] = {m0[r], rstd[r]};
 }
 
@@ -107,16 +108,16 @@ unsigned one_sweep_f32(const float* const* x, const float* const* dy, const floa
     return q < 3 * R ? g : g * xv;
   });
   const float inv_cols = 1.0f / float(cols);
-  VecF var_eps = 1.0f;
+  cpu::Lanes4 var_eps = {1.0f, 1.0f, 1.0f, 1.0f};
   std::array<float, R> mean;
   unsigned redo = 0;
   for (int r = 0; r < n; ++r) {
     mean[r] = sum[r] * inv_cols;
     const float var = sum[R + r] * inv_cols - mean[r] * mean[r];
     if (!(mean[r] * mean[r] <= var)) redo |= 1u << r;  // NaN included
-    var_eps.v[r] = var + float(eps);
+    var_eps[r] = var + float(eps);
   }
-  const VecF rstd = 1.0f / cpu::sqrt(var_eps);  // NaN where var < 0: redone
+  const cpu::Lanes4 rstd = 1.0f / cpu::sqrt(var_eps);  // NaN where var < 0: redone
   for (int r = 0; r < n; ++r) {
     st[r] = {mean[r], rstd[r]};
     if constexpr (Backward) {
