@@ -58,13 +58,18 @@ void affine_kernel(const KernelArgs& a) {
   const double eps = norm_eps(*a.attrs);
   if constexpr (std::is_same_v<T, float>) {
     using cpu::VecF;
+    constexpr int64_t W = VecF::kWidth;
     for_each_row_stats_f32(a, eps, [&](int64_t row, const float* x, RowStats<float> st) {
       float* y = out + row * cols;
-      for (int64_t j = 0; j < cols; j += VecF::kWidth) {
-        const int64_t n = std::min<int64_t>(VecF::kWidth, cols - j);
+      const auto at = [&](int64_t j, int64_t n) {
         const VecF xhat = (VecF::load(x + j, 1, n) - st.mean) * st.rstd;
         cpu::fma(xhat, VecF::load(gamma + j, 1, n), VecF::load(beta + j, 1, n)).store(y + j, n);
-      }
+      };
+      // Whole vectors apart from the tail, so that no load or store asks
+      // whether it is partial.
+      int64_t j = 0;
+      for (; j + W <= cols; j += W) at(j, W);
+      if (j < cols) at(j, cols - j);
     });
   } else {
     for_each_row<1>(a, [&](int64_t row, const std::array<int64_t, 1>& off) {
