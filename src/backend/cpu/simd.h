@@ -199,22 +199,23 @@ inline VecF max(VecF a, VecF b) {
 inline VecF abs(VecF a) { return from_bits(bits(a) & 0x7fffffff); }
 
 namespace simd_detail {
-// Float vectors of 8 to 64 bytes; fold() combines the upper half of a vector
-// with the lower half until one value is left. NOTE: halves come from
+// Float vectors of 16 to 64 bytes; fold() combines the upper half of a
+// vector with the lower half until one value is left. NOTE: halves come from
 // register shuffles: through memory, a 64-byte store read back as 32-byte
 // loads stalls store forwarding for longer than the whole reduction takes.
-using F8 = float __attribute__((vector_size(8)));
+// The last two steps stay in 16-byte vectors (lane 0 combined with lane 2,
+// then with lane 1's result): as 8-byte halves g++ finished with vhaddps,
+// which cannot address xmm16-31, and where the value sat there (a block of 16
+// row sums) it moved it through the stack, a store-forwarding round trip per
+// sum.
 using F16 = float __attribute__((vector_size(16)));
 using F32 = float __attribute__((vector_size(32)));
 using F64 = float __attribute__((vector_size(64)));
 
 template <class Op>
-inline float fold(F8 v, Op op) {
-  return op(v[0], v[1]);
-}
-template <class Op>
 inline float fold(F16 v, Op op) {
-  return fold(op(__builtin_shufflevector(v, v, 0, 1), __builtin_shufflevector(v, v, 2, 3)), op);
+  const F16 pairs = op(v, __builtin_shufflevector(v, v, 2, 3, 0, 1));
+  return op(pairs, __builtin_shufflevector(pairs, pairs, 1, 0, 3, 2))[0];
 }
 template <class Op>
 inline float fold(F32 v, Op op) {
