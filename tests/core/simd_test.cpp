@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 namespace nabla::cpu {
@@ -154,6 +156,39 @@ TEST(Simd, Reductions) {
                 })) << n << " row " << r;
     }
   }
+}
+
+// reduce_add_each: each vector's reduce_add, bit for bit, for every count it
+// runs together (and one it does not), on values whose sums round
+// differently in any other order.
+template <int R>
+void expect_reduce_add_each(std::mt19937& rng) {
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::array<VecF, R> v;
+    for (int r = 0; r < R; ++r) {
+      float lanes[VecF::kWidth];
+      for (float& l : lanes) l = std::ldexp(mantissa(rng), exponent(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+      v[r] = VecF::load(lanes);
+    }
+    const std::array<float, R> each = reduce_add_each<R>(v);
+    for (int r = 0; r < R; ++r) {
+      const float one = reduce_add(v[r]);
+      ASSERT_EQ(std::memcmp(&each[r], &one, sizeof one), 0) << R << " vectors, vector " << r << ": " << each[r]
+                                                            << " against " << one;
+    }
+  }
+}
+
+TEST(Simd, ReduceAddEachMatchesReduceAdd) {
+  std::mt19937 rng(11);
+  expect_reduce_add_each<1>(rng);
+  expect_reduce_add_each<2>(rng);
+  expect_reduce_add_each<3>(rng);
+  expect_reduce_add_each<4>(rng);
+  expect_reduce_add_each<8>(rng);
+  expect_reduce_add_each<16>(rng);
 }
 
 }  // namespace
