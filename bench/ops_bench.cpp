@@ -2,6 +2,7 @@
 // graph (leaf inputs, the op, an Executor) at ViT shapes and times run().
 // Threads: NABLA_THREADS (default: every core). NABLA_BENCH_BF16=1 runs
 // every graph with the bf16 matmul option (ExecOptions::bf16_matmul).
+// NABLA_PROFILE=1 prints each benchmark's time per node to stderr.
 //
 // Counters: bytes_per_second counts the bytes the op must move at least (each
 // input read once, the output written once); copy_GB/s is a parallel memcpy
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -175,6 +177,10 @@ void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const
     dt = std::chrono::steady_clock::now() - t0;
   }
   report(state, bytes, copy, dt.count(), flops);
+  // NABLA_PROFILE=1: where a graph of several nodes spent its time.
+  if (const std::string where = ex.profile(); !where.empty()) {
+    std::fprintf(stderr, "%s", where.c_str());
+  }
   state.SetLabel(std::to_string(ex.threads()) + " threads" + (cold ? ", from memory" : "") +
                  (options.bf16_matmul ? ", bf16 matmul" : ""));
 }
