@@ -305,6 +305,16 @@ void BM_layer_norm_affine_back(benchmark::State& state) {
 }
 NABLA_BENCH_BOTH_WAYS(BM_layer_norm_affine_back, width_shapes);
 
+// With the residual branch's gradient added to dx (a pre-norm block's).
+void BM_layer_norm_affine_back_add(benchmark::State& state) {
+  const int64_t c = state.range(1);
+  Tensor x = random_leaf({state.range(0), c}, 3), dy = random_leaf({state.range(0), c}, 4);
+  Tensor gamma = random_leaf({c}, 5), addend = random_leaf({state.range(0), c}, 6);
+  run_graph(state, {x, dy, gamma, addend}, nabla::layer_norm_affine_back(x, dy, gamma, 1e-6, addend), 0, 0,
+            inputs_arg(state, 2));
+}
+NABLA_BENCH_BOTH_WAYS(BM_layer_norm_affine_back_add, width_shapes);
+
 // ---- Activations on the MLP hidden layer.
 void BM_gelu(benchmark::State& state) {
   Tensor x = random_leaf({state.range(0), state.range(1)}, 5);

@@ -122,8 +122,9 @@ Tensor gelu_quick_back(const Tensor& x, const Tensor& dy);
 Tensor layer_norm_back(const Tensor& x, const Tensor& dy, double eps = 1e-5);
 // The affine layer norm's gradients, flat: dx = layer_norm_back(x, dy *
 // gamma) (x's elements), then dgamma and dbeta [C] (sums over rows of dy xhat
-// and of dy).
-Tensor layer_norm_affine_back(const Tensor& x, const Tensor& dy, const Tensor& gamma, double eps = 1e-5);
+// and of dy). A defined addend (x's shape) is added to dx as it is written.
+Tensor layer_norm_affine_back(const Tensor& x, const Tensor& dy, const Tensor& gamma, double eps = 1e-5,
+                              const Tensor& addend = Tensor());
 // x, dy [..., C]: rstd (dy - xhat mean(dy xhat)).
 Tensor rms_norm_back(const Tensor& x, const Tensor& dy, double eps = 1e-5);
 

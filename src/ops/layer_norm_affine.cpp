@@ -5,6 +5,10 @@
 //   layer_norm_affine_back: flat [dx (x's shape), dgamma [C], dbeta [C]]
 //     dx = layer_norm_back(x, dy * gamma) = rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma
 //     dgamma = sum over rows of dy xhat, dbeta = sum over rows of dy
+//   layer_norm_affine_back_add(x, dy, gamma, addend): the same with addend
+//     (x's shape) added to dx: in a pre-norm block x also feeds the residual
+//     sum, whose gradient the backward adds here, as it writes dx, instead
+//     of in a pass of its own over both.
 //
 // Composed, the same step is eight passes over the activations (normalise,
 // scale, shift; then dy * gamma, layer_norm_back, dy * xhat and two column
@@ -90,9 +94,14 @@ Tensor affine_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
   return layer_norm(in[0], norm_eps(attrs)) * in[1] + in[2];
 }
 
+// x's gradient so far (the residual branch's, in a pre-norm block) is
+// added as dx is written, when it has x's shape and dtype.
 Grads affine_backward(const BackwardArgs& g) {
   const Tensor &x = g.inputs[0], &gamma = g.inputs[1];
-  Tensor flat = layer_norm_affine_back(x, g.dout, gamma, norm_eps(g.attrs));
+  Tensor addend = g.partial_of(0);
+  if (addend.defined() && (addend.shape() != x.shape() || addend.dtype() != x.dtype())) addend = Tensor();
+  if (addend.defined()) g.absorb(0);
+  Tensor flat = layer_norm_affine_back(x, g.dout, gamma, norm_eps(g.attrs), addend);
   const int64_t n = x.numel(), c = x.dim(-1);
   return {reshape(slice(flat, 0, 0, n), x.shape()), slice(flat, 0, n, n + c), slice(flat, 0, n + c, n + 2 * c)};
 }
@@ -115,10 +124,14 @@ std::vector<GradCase> affine_cases() {
        }},
       {"large_eps", {normal({4, 6}), normal({6}), normal({6})},
        [](const V& x) { return layer_norm(x[0], x[1], x[2], 0.5); }},
+      // x also feeds a residual sum, whose gradient reaches x first: the
+      // backward adds it in layer_norm_affine_back_add.
+      {"residual", {normal({2, 3, 4}), normal({4}), normal({4})},
+       [](const V& x) { return x[0] + layer_norm(x[0], x[1], x[2], 1e-5); }},
   };
 }
 
-// ---- layer_norm_affine_back(x, dy, gamma) -> [dx..., dgamma..., dbeta...]
+// ---- layer_norm_affine_back(x, dy, gamma[, addend]) -> [dx..., dgamma..., dbeta...]
 
 // Rows per task, each with its own partial sums of dgamma and dbeta: fixed,
 // so the order of those sums never depends on the threads.
@@ -127,39 +140,46 @@ constexpr int64_t kRowsPerTask = 64;
 template <class T>
 void affine_back_kernel(const KernelArgs& a) {
   const TensorView &x = a.in[0], &dy = a.in[1];
+  const TensorView* addend = a.in.size() > 3 ? &a.in[3] : nullptr;
   std::vector<T> gbuf;
   const T* gamma = param<T>(a.in[2], gbuf);
   const int64_t cols = x.shape.back();
   const Shape outer(x.shape.begin(), x.shape.end() - 1);
   const int64_t rows = numel(outer);
-  // Each row's offset in x and dy.
+  // Each row's offset in x, dy and the addend.
   const std::vector<int64_t> xo = cpu::position_offsets(outer, Strides(x.strides.begin(), x.strides.end() - 1));
   const std::vector<int64_t> dyo = cpu::position_offsets(outer, Strides(dy.strides.begin(), dy.strides.end() - 1));
-  const int64_t sx = x.strides.back(), sd = dy.strides.back();
+  const std::vector<int64_t> ado =
+      addend ? cpu::position_offsets(outer, Strides(addend->strides.begin(), addend->strides.end() - 1))
+             : std::vector<int64_t>();
+  const int64_t sx = x.strides.back(), sd = dy.strides.back(), sa = addend ? addend->strides.back() : 1;
   const double eps = norm_eps(*a.attrs);
   T* dx = a.out.ptr<T>();
   T* dparams = dx + rows * cols;  // dgamma [C], then dbeta [C]
   const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
   std::vector<T> partial(static_cast<size_t>(std::max<int64_t>(tasks, 1) * 2 * cols), T(0));
   a.parallel_for(tasks, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<T> xbuf, dbuf;
+    std::vector<T> xbuf, dbuf, abuf;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t r0 = t * kRowsPerTask, n_rows = std::min(rows, r0 + kRowsPerTask) - r0;
-      // The task's rows of x and dy, contiguous (gathered when strided).
-      std::array<const T*, kRowsPerTask> xr{}, dr{};
-      if (sx != 1) xbuf.resize(static_cast<size_t>(n_rows * cols));
-      if (sd != 1) dbuf.resize(static_cast<size_t>(n_rows * cols));
+      // The task's rows of x, dy and the addend, contiguous (gathered when strided).
+      std::array<const T*, kRowsPerTask> xr{}, dr{}, ar{};
+      // Row i of an operand at `base` (row offsets `off`, column stride s),
+      // gathered into buf when s is not 1.
+      const auto row = [&](const T* base, const std::vector<int64_t>& off, int64_t s, std::vector<T>& buf,
+                           int64_t i) {
+        const T* r = base + off[r0 + i];
+        if (s == 1) return r;
+        for (int64_t j = 0; j < cols; ++j) buf[i * cols + j] = r[j * s];
+        return static_cast<const T*>(buf.data() + i * cols);
+      };
+      for (auto [s, buf] : {std::pair{sx, &xbuf}, std::pair{sd, &dbuf}, std::pair{sa, &abuf}}) {
+        if (s != 1) buf->resize(static_cast<size_t>(n_rows * cols));
+      }
       for (int64_t i = 0; i < n_rows; ++i) {
-        xr[i] = x.ptr<T>() + xo[r0 + i];
-        dr[i] = dy.ptr<T>() + dyo[r0 + i];
-        if (sx != 1) {
-          for (int64_t j = 0; j < cols; ++j) xbuf[i * cols + j] = xr[i][j * sx];
-          xr[i] = xbuf.data() + i * cols;
-        }
-        if (sd != 1) {
-          for (int64_t j = 0; j < cols; ++j) dbuf[i * cols + j] = dr[i][j * sd];
-          dr[i] = dbuf.data() + i * cols;
-        }
+        xr[i] = row(x.ptr<T>(), xo, sx, xbuf, i);
+        dr[i] = row(dy.ptr<T>(), dyo, sd, dbuf, i);
+        if (addend) ar[i] = row(addend->ptr<T>(), ado, sa, abuf, i);
       }
       // The task's partial sums of dgamma and dbeta, in row order.
       T* pg = partial.data() + t * 2 * cols;
@@ -178,6 +198,7 @@ void affine_back_kernel(const KernelArgs& a) {
           for (int64_t j = 0; j < cols; j += 16) {
             __builtin_prefetch(xr[i] + j);
             __builtin_prefetch(dr[i] + j);
+            if (addend) __builtin_prefetch(ar[i] + j);
           }
         };
         constexpr int64_t kAhead = 2 * kRowBlock;
@@ -189,15 +210,18 @@ void affine_back_kernel(const KernelArgs& a) {
         // which then keeps the rows' pointers and statistics in registers
         // (with a run-time count g++ reloaded them from the stack every
         // vector: in cache 13% slower).
-        const auto block_dx = [&]<int N>(std::integral_constant<int, N>, int64_t i0, int n) {
+        const auto block_dx = [&]<int N, bool Add>(std::integral_constant<int, N>, std::bool_constant<Add>, int64_t i0,
+                                                   int n) {
           // Per row: mean, rstd, mean(g) and mean(g xhat), g = dy gamma.
           std::array<RowStats<float>, kRowBlock> st;
           std::array<float, kRowBlock> mean_g, mean_gx;
           backward_means_f32<true>(xr.data() + i0, dr.data() + i0, gamma, n, cols, eps, st.data(), mean_g.data(),
                                    mean_gx.data());
-          std::array<const float*, kRowBlock> xb{}, db{};
+          std::array<const float*, kRowBlock> xb{}, db{}, ab{};
           std::array<float*, kRowBlock> out{};
-          for (int i = 0; i < n; ++i) xb[i] = xr[i0 + i], db[i] = dr[i0 + i], out[i] = dx + (r0 + i0 + i) * cols;
+          for (int i = 0; i < n; ++i) {
+            xb[i] = xr[i0 + i], db[i] = dr[i0 + i], ab[i] = ar[i0 + i], out[i] = dx + (r0 + i0 + i) * cols;
+          }
           for (int64_t j = 0; j < cols; j += VecF::kWidth) {
             const int64_t m = std::min<int64_t>(VecF::kWidth, cols - j);
             const VecF gam = VecF::load(gamma + j, 1, m);
@@ -206,7 +230,12 @@ void affine_back_kernel(const KernelArgs& a) {
             for (int i = 0; i < (N > 0 ? N : n); ++i) {
               const VecF xh = (VecF::load(xb[i] + j, 1, m) - st[i].mean) * st[i].rstd;
               const VecF d = VecF::load(db[i] + j, 1, m);
-              (st[i].rstd * (d * gam - mean_g[i] - xh * mean_gx[i])).store(out[i] + j, m);
+              const VecF dxi = st[i].rstd * (d * gam - mean_g[i] - xh * mean_gx[i]);
+              if constexpr (Add) {
+                (VecF::load(ab[i] + j, 1, m) + dxi).store(out[i] + j, m);
+              } else {
+                dxi.store(out[i] + j, m);
+              }
               sg = cpu::fma(d, xh, sg);
               sb = sb + d;
             }
@@ -217,10 +246,17 @@ void affine_back_kernel(const KernelArgs& a) {
         for (int64_t i0 = 0; i0 < n_rows; i0 += kRowBlock) {
           const int n = int(std::min<int64_t>(kRowBlock, n_rows - i0));
           for (int64_t i = i0 + kAhead; i < std::min(n_rows, i0 + kAhead + kRowBlock); ++i) fetch(i);
-          if (n == kRowBlock) {
-            block_dx(std::integral_constant<int, kRowBlock>{}, i0, n);
+          const auto run = [&](auto add) {
+            if (n == kRowBlock) {
+              block_dx(std::integral_constant<int, kRowBlock>{}, add, i0, n);
+            } else {
+              block_dx(std::integral_constant<int, 0>{}, add, i0, n);
+            }
+          };
+          if (addend) {
+            run(std::true_type{});
           } else {
-            block_dx(std::integral_constant<int, 0>{}, i0, n);
+            run(std::false_type{});
           }
         }
       } else {
@@ -235,8 +271,9 @@ void affine_back_kernel(const KernelArgs& a) {
           const T mean_g = T(sg / double(cols)), mean_gx = T(sgx / double(cols));
           for (int64_t j = 0; j < cols; ++j) {
             const T xh = (xr[i][j] - st.mean) * st.rstd;
-            dx[(r0 + i) * cols + j] = T(double(st.rstd) * (double(dr[i][j]) * double(gamma[j]) - double(mean_g) -
-                                                           double(xh) * double(mean_gx)));
+            const T dxj = T(double(st.rstd) *
+                            (double(dr[i][j]) * double(gamma[j]) - double(mean_g) - double(xh) * double(mean_gx)));
+            dx[(r0 + i) * cols + j] = addend ? ar[i][j] + dxj : dxj;
             pg[j] += dr[i][j] * xh;
             pb[j] += dr[i][j];
           }
@@ -260,13 +297,25 @@ Meta affine_back_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   return {m.dtype, {in[0].numel() + 2 * in[0].dim(-1)}};
 }
 
+Meta affine_back_add_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
+  constexpr const char* op = "layer_norm_affine_back_add";
+  Meta m = affine_infer(op, {in[0], in[1], in[2]}, attrs, 2);
+  require_same_dtype(op, in[0], in[3]);
+  if (in[3].shape() != in[0].shape()) {
+    throw ShapeError(std::string(op) + ": addend must have x's shape " + to_string(in[0].shape()) + ", got " +
+                     to_string(in[3].shape()));
+  }
+  return {m.dtype, {in[0].numel() + 2 * in[0].dim(-1)}};
+}
+
 Tensor affine_back_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
   const Tensor &x = in[0], &dy = in[1], &gamma = in[2];
   std::vector<int64_t> rows;
   for (int64_t i = 0; i + 1 < x.rank(); ++i) rows.push_back(i);
   const double eps = norm_eps(attrs);
-  return concat({reshape(layer_norm_back(x, dy * gamma, eps), {-1}), reshape(sum(dy * layer_norm(x, eps), rows), {-1}),
-                 reshape(sum(dy, rows), {-1})},
+  Tensor dx = layer_norm_back(x, dy * gamma, eps);
+  if (in.size() > 3) dx = in[3] + dx;
+  return concat({reshape(dx, {-1}), reshape(sum(dy * layer_norm(x, eps), rows), {-1}), reshape(sum(dy, rows), {-1})},
                 0);
 }
 
@@ -280,6 +329,16 @@ std::vector<GradCase> affine_back_cases() {
       // More rows than one task's partial sums hold.
       {"many_rows", {normal({70, 3}), normal({70, 3}), normal({3})},
        [](const V& x) { return layer_norm_affine_back(x[0], x[1], x[2], 1e-5); }},
+  };
+}
+
+std::vector<GradCase> affine_back_add_cases() {
+  using V = std::vector<Tensor>;
+  return {
+      {"rank3", {normal({2, 3, 4}), normal({2, 3, 4}), normal({4}), normal({2, 3, 4})},
+       [](const V& x) { return layer_norm_affine_back(x[0], x[1], x[2], 1e-5, x[3]); }},
+      {"many_rows", {normal({70, 3}), normal({70, 3}), normal({3}), normal({70, 3})},
+       [](const V& x) { return layer_norm_affine_back(x[0], x[1], x[2], 1e-5, x[3]); }},
   };
 }
 
@@ -309,6 +368,17 @@ extern const OpDef op_layer_norm_affine_back{
     .cases = affine_back_cases,
 };
 
+extern const OpDef op_layer_norm_affine_back_add{
+    .name = "layer_norm_affine_back_add",
+    .summary = "layer_norm_affine_back with addend (x's shape) added to dx as it is written: a residual's gradient; fused",
+    .inputs = {{"x", Diff::yes}, {"dy", Diff::yes}, {"gamma", Diff::yes}, {"addend", Diff::yes}},
+    .fused = true,
+    .infer = affine_back_add_infer,
+    .forward = affine_back_forward,
+    .composite = affine_back_composite,
+    .cases = affine_back_add_cases,
+};
+
 }  // namespace ops
 
 // The fused op when both parameters are given, else a composition
@@ -325,7 +395,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   return y;
 }
 
-Tensor layer_norm_affine_back(const Tensor& x, const Tensor& dy, const Tensor& gamma, double eps) {
+Tensor layer_norm_affine_back(const Tensor& x, const Tensor& dy, const Tensor& gamma, double eps,
+                              const Tensor& addend) {
+  if (addend.defined()) return apply(ops::op_layer_norm_affine_back_add, {x, dy, gamma, addend}, ops::norm_attrs(eps));
   return apply(ops::op_layer_norm_affine_back, {x, dy, gamma}, ops::norm_attrs(eps));
 }
 

@@ -219,3 +219,36 @@ TEST(Autodiff, ProductGradientsAccumulateInTheProduct) {
   }
   EXPECT_EQ(ops["matmul_add"], 3 + 2);  // the forward's three layers, two accumulations
 }
+
+TEST(Autodiff, ResidualGradientIsAddedByTheLayerNormBackward) {
+  // Two pre-norm residual blocks, x + tanh(layer_norm(x) W): the residual
+  // sum's gradient reaches x before the layer norm's does, and the layer
+  // norm's backward adds it as it writes dx (layer_norm_affine_back_add),
+  // with no add of x's size.
+  auto f = [](const std::vector<Tensor>& in) {
+    Tensor x = in[0];
+    for (int b = 0; b < 2; ++b) x = x + tanh(matmul(layer_norm(x, in[1 + 3 * b], in[2 + 3 * b], 1e-5), in[3 + 3 * b]));
+    return sum(tanh(x));
+  };
+  std::vector<Tensor> in = {Tensor::zeros(DType::f64, {2, 3, 4})};
+  for (int b = 0; b < 2; ++b) {
+    in.push_back(Tensor::zeros(DType::f64, {4}));
+    in.push_back(Tensor::zeros(DType::f64, {4}));
+    in.push_back(Tensor::zeros(DType::f64, {4, 4}));
+  }
+  for (size_t t = 0; t < in.size(); ++t)
+    for (int64_t i = 0; i < in[t].numel(); ++i) in[t].data_as<double>()[i] = std::sin(double(5 * t + i + 1));
+  GradcheckResult r = gradcheck(f, in);
+  EXPECT_TRUE(r.ok) << r.message;
+
+  std::vector<Tensor> g = grad(f(in), in);
+  std::map<std::string, int> ops;
+  int adds = 0;
+  for (const Node* n : Graph(g).nodes()) {
+    ++ops[n->op->name];
+    adds += std::string(n->op->name) == "add" && numel(n->shape) == 24;
+  }
+  EXPECT_EQ(adds, 2) << "the forward's two residual sums, and no add of x's size in the backward";
+  EXPECT_EQ(ops["layer_norm_affine_back_add"], 2);
+  EXPECT_EQ(ops["layer_norm_affine_back"], 0);
+}

@@ -90,6 +90,7 @@ TEST(LayerNormF32, MatchesF64InEveryLayoutAndBlock) {
         const uint32_t seed = uint32_t(s.rows * 131 + s.cols);
         const Pair x = make_x(layout, s.rows, s.cols, offset, seed);
         const Pair dy = make_x(Layout::contiguous, s.rows, s.cols, 0.0, seed + 1);
+        const Pair addend = make_x(layout, s.rows, s.cols, 0.0, seed + 5);
         const Pair gamma = random_pair({s.cols}, 1.0, seed + 2), beta = random_pair({s.cols}, 0.0, seed + 3);
         // A broadcast dy: one row for all (strides 0 along the rows).
         const Pair row = random_pair({1, s.cols}, 0.0, seed + 4);
@@ -111,6 +112,10 @@ TEST(LayerNormF32, MatchesF64InEveryLayoutAndBlock) {
               // 4x: dgamma and dbeta are sums over up to 300 rows, each
               // term carrying xhat's error.
               {x, d, gamma}, tol * 4, "layer_norm_affine_back " + what);
+          // The residual's gradient added to dx, laid out as x is.
+          expect_f32_matches_f64(
+              [](const std::vector<Tensor>& v) { return layer_norm_affine_back(v[0], v[1], v[2], 1e-5, v[3]); },
+              {x, d, gamma, addend}, tol * 4, "layer_norm_affine_back_add " + what);
         }
       }
     }
