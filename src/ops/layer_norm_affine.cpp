@@ -94,12 +94,12 @@ Tensor affine_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
   return layer_norm(in[0], norm_eps(attrs)) * in[1] + in[2];
 }
 
-// x's gradient so far (the residual branch's, in a pre-norm block) is
-// added as dx is written, when it has x's shape and dtype.
+// x's gradient so far (the residual branch's, in a pre-norm block; autodiff
+// keeps every gradient in its input's shape and dtype) is added as dx is
+// written.
 Grads affine_backward(const BackwardArgs& g) {
   const Tensor &x = g.inputs[0], &gamma = g.inputs[1];
-  Tensor addend = g.partial_of(0);
-  if (addend.defined() && (addend.shape() != x.shape() || addend.dtype() != x.dtype())) addend = Tensor();
+  const Tensor addend = g.partial_of(0);
   if (addend.defined()) g.absorb(0);
   Tensor flat = layer_norm_affine_back(x, g.dout, gamma, norm_eps(g.attrs), addend);
   const int64_t n = x.numel(), c = x.dim(-1);
@@ -253,11 +253,7 @@ void affine_back_kernel(const KernelArgs& a) {
               block_dx(std::integral_constant<int, 0>{}, add, i0, n);
             }
           };
-          if (addend) {
-            run(std::true_type{});
-          } else {
-            run(std::false_type{});
-          }
+          addend ? run(std::true_type{}) : run(std::false_type{});
         }
       } else {
         for (int64_t i = 0; i < n_rows; ++i) {
@@ -292,18 +288,15 @@ void affine_back_forward(const KernelArgs& a) {
   dispatch_floating(a.out.dtype, "layer_norm_affine_back", [&]<class T>() { affine_back_kernel<T>(a); });
 }
 
-Meta affine_back_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
-  Meta m = affine_infer("layer_norm_affine_back", in, attrs, 2);
-  return {m.dtype, {in[0].numel() + 2 * in[0].dim(-1)}};
-}
-
-Meta affine_back_add_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
-  constexpr const char* op = "layer_norm_affine_back_add";
+// x, dy, gamma and (the _add form) an addend of x's shape.
+Meta back_infer(const char* op, const std::vector<Tensor>& in, const Attrs& attrs) {
   Meta m = affine_infer(op, {in[0], in[1], in[2]}, attrs, 2);
-  require_same_dtype(op, in[0], in[3]);
-  if (in[3].shape() != in[0].shape()) {
-    throw ShapeError(std::string(op) + ": addend must have x's shape " + to_string(in[0].shape()) + ", got " +
-                     to_string(in[3].shape()));
+  if (in.size() > 3) {
+    require_same_dtype(op, in[0], in[3]);
+    if (in[3].shape() != in[0].shape()) {
+      throw ShapeError(std::string(op) + ": addend must have x's shape " + to_string(in[0].shape()) + ", got " +
+                       to_string(in[3].shape()));
+    }
   }
   return {m.dtype, {in[0].numel() + 2 * in[0].dim(-1)}};
 }
@@ -362,7 +355,8 @@ extern const OpDef op_layer_norm_affine_back{
     .summary = "layer_norm_affine's gradients flat: dx = layer_norm_back(x, dy gamma), then sums of dy xhat and dy; fused",
     .inputs = {{"x", Diff::yes}, {"dy", Diff::yes}, {"gamma", Diff::yes}},
     .fused = true,
-    .infer = affine_back_infer,
+    .infer = [](const std::vector<Tensor>& in,
+                const Attrs& at) { return back_infer("layer_norm_affine_back", in, at); },
     .forward = affine_back_forward,
     .composite = affine_back_composite,
     .cases = affine_back_cases,
@@ -373,7 +367,8 @@ extern const OpDef op_layer_norm_affine_back_add{
     .summary = "layer_norm_affine_back with addend (x's shape) added to dx as it is written: a residual's gradient; fused",
     .inputs = {{"x", Diff::yes}, {"dy", Diff::yes}, {"gamma", Diff::yes}, {"addend", Diff::yes}},
     .fused = true,
-    .infer = affine_back_add_infer,
+    .infer = [](const std::vector<Tensor>& in,
+                const Attrs& at) { return back_infer("layer_norm_affine_back_add", in, at); },
     .forward = affine_back_forward,
     .composite = affine_back_composite,
     .cases = affine_back_add_cases,
