@@ -271,6 +271,7 @@ B, C, HH, WW, E, HEADS, FF, K = 6, 3, 12, 10, 16, 2, 32, 5
 # build, 0.5x in the release build); at 1e-4 the update is smooth in g and the
 # comparison measures the arithmetic, for both builds.
 STEPS, LR, WD, CLIP, EPS = 4, 1e-2, 0.05, 1.0, 1e-4
+DRAWS = 3  # torch-f32 runs, each summing the batch in another order
 
 
 def init_weights():
@@ -346,10 +347,12 @@ def build_nabla(nb, w, B=B):
     return P, images, labels, loss
 
 
-def train_torch(w, data, dtype, replicas=1):
+def train_torch(w, data, dtype, replicas=1, order=0):
     """STEPS steps of torch.optim.AdamW with timm's groups and clip_grad_norm_;
     with replicas, the loss is the mean of each share's mean loss, as
-    data-parallel replicas average their gradients."""
+    data-parallel replicas average their gradients. order > 0 rotates each
+    share's images by that many places: the same sums in another order, so
+    another draw of f32's rounding."""
     tp = {n: t.to(dtype).clone().requires_grad_(True) for n, t in w.items()}
     no_decay = {n for n, t in tp.items() if t.dim() <= 1 or n in ("cls", "pos")}
     opt = torch.optim.AdamW([{"params": [t for n, t in tp.items() if n not in no_decay], "weight_decay": WD},
@@ -358,6 +361,8 @@ def train_torch(w, data, dtype, replicas=1):
     losses, norms = [], []
     share = B // replicas
     for images, labels in data:
+        rotated = torch.cat([torch.arange(share).roll(order) + r * share for r in range(replicas)])
+        images, labels = images[rotated], labels[rotated]
         opt.zero_grad()
         loss = sum(forward_torch(tp, images[r * share:(r + 1) * share].to(dtype), labels[r * share:(r + 1) * share])
                    for r in range(replicas)) / replicas
@@ -370,10 +375,10 @@ def train_torch(w, data, dtype, replicas=1):
 
 def within(name, got, f64, typical):
     """nabla (f32) must be as close to the f64 reference as torch's own f32
-    run typically is, give or take a factor of 4: a training step is as
+    runs typically are, give or take a factor of 4: a training step is as
     sensitive to rounding as its conditioning makes it, for either library.
-    `typical` is torch-f32's largest distance over the run (one step's can
-    be near 0 by chance)."""
+    `typical` is torch-f32's largest distance over the run and its draws
+    (one step's, or one draw's, can be near 0 by chance)."""
     err = abs(got - f64)
     expect(err <= 4 * typical, f"{name}: nabla is {err:.3e} from torch-f64, torch-f32 up to {typical:.3e}")
     return err
@@ -387,11 +392,15 @@ def test_training(replicas=1):
     print(f"training: a ViT, {STEPS} AdamW steps, {replicas} replica(s), against torch in f32 and f64")
     w = init_weights()
     data = batches()
-    loss32, norm32, param32 = train_torch(w, data, torch.float32, replicas)
     loss64, norm64, param64 = train_torch(w, data, torch.float64, replicas)
-
-    loss_typical = max(abs(a - b) for a, b in zip(loss32, loss64))
-    norm_typical = max(abs(a - b) for a, b in zip(norm32, norm64))
+    # torch-f32's distance from f64 is one draw of rounding noise, and a
+    # single draw can be lucky (a gradient norm 1 ulp off at one step, 6 at
+    # another, by the summation order alone): its typical distance is the
+    # largest over DRAWS runs that sum the same terms in other orders.
+    draws = [train_torch(w, data, torch.float32, replicas, order) for order in range(DRAWS)]
+    loss32, norm32, param32 = draws[0]
+    loss_typical = max(abs(a - b) for d in draws for a, b in zip(d[0], loss64))
+    norm_typical = max(abs(a - b) for d in draws for a, b in zip(d[1], norm64))
 
     nb = Nabla(LIB)
     share = B // replicas
@@ -425,12 +434,13 @@ def test_training(replicas=1):
         expect(moved > 0.1 * LR, f"{n}: the f64 run moved it by only {moved}")
         # The largest error catches a wrong element; the mean, a bias in
         # every element smaller than the rounding noise of the worst one.
-        diff, ref_diff = (got - param64[n]).abs(), (param32[n] - param64[n]).abs()
-        err, ref_err = diff.max().item(), ref_diff.max().item()
-        mean, ref_mean = diff.mean().item(), ref_diff.mean().item()
+        diff = (got - param64[n]).abs()
+        ref_diffs = [(d[2][n] - param64[n]).abs() for d in draws]
+        err, ref_err = diff.max().item(), max(r.max().item() for r in ref_diffs)
+        mean, ref_mean = diff.mean().item(), max(r.mean().item() for r in ref_diffs)
         ok = err <= 4 * ref_err and mean <= 2 * ref_mean
         print(f"  {n:8s} {'ok ' if ok else 'BAD'} off f64 by {err:.1e} max, {mean:.1e} mean "
-              f"(torch-f32 {ref_err:.1e}, {ref_mean:.1e}), moved {moved:.1e}")
+              f"(torch-f32 draws {ref_err:.1e}, {ref_mean:.1e}), moved {moved:.1e}")
         expect(ok, f"{n}: nabla is {err:.3e} (mean {mean:.3e}) from torch-f64 after {STEPS} steps, "
                    f"torch-f32 {ref_err:.3e} ({ref_mean:.3e})")
     nb.close()
