@@ -48,7 +48,8 @@ double peak_rss_mib() {
 // 2*M*N*K over every matmul the step runs (forward and backward), from the
 // same graph the trainer compiles. The fused attention ops count as the
 // products of the composed form they replace (attention: q k^T and p v
-// forward, dp, dq, dk, dv backward; attention_probs: q k^T, and dq, dk),
+// forward, dp, dq, dk, dv backward; attention_probs: q k^T, and dq, dk;
+// attention_probs_values_back: dp, dq, dk),
 // whole score matrices even when causal, and not the scores the backward
 // recomputes: the same work figure either way.
 double matmul_flops(const Tensor& loss, const nn::Params& params) {
@@ -71,6 +72,7 @@ double matmul_flops(const Tensor& loss, const nn::Params& params) {
       const bool with_v = !op.starts_with("attention_probs");
       const double width = double(q.dim(3)) + (with_v ? double(n->inputs.at(2).dim(3)) : 0.0);
       flops += (op.ends_with("_back") ? 4.0 : 2.0) * scores * width;
+      if (op == "attention_probs_values_back") flops += 2.0 * scores * double(n->inputs.at(3).dim(3));  // dp = dO v^T
     }
   }
   return flops;

@@ -207,6 +207,12 @@ Tensor attention_probs(const Tensor& q, const Tensor& k, bool causal = false,
 // attention_probs' gradients in q and k for probabilities p and their
 // gradient dp [B, H, Tq, Tk], packed flat (q's elements, then k's).
 Tensor attention_probs_back(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& dp, double scale);
+// The same from p, the values v [B, Tk, H, Dv] and the gradient dout [B, Tq,
+// H, Dv] of the output matmul_heads(p, v seen heads-first): dp = dout v^T is
+// made per query block in cache and never stored (attention_probs'
+// backward takes this form when its dp is that product).
+Tensor attention_probs_values_back(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& v,
+                                   const Tensor& dout, double scale);
 // Rotary position embedding of x [..., T, D] (D even) at positions i32 [T]
 // (or offset, offset + 1, ...). neox pairs (x[i], x[i + D/2]) (GPT-NeoX,
 // Hugging Face Llama); original pairs (x[2i], x[2i+1]) (GPT-J, Meta).

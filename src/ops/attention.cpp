@@ -17,6 +17,10 @@
 // attention_probs_back: its dq and dk packed flat from P and dP; dS = P (dP -
 // rowsum(P dP)) scale stays in a per-thread scratch for dQ = dS K and dK =
 // dS^T Q, where softmax_back wrote it out for two products to read.
+// attention_probs_values_back: the same from P, the values v and the
+// gradient dO of O = P v, with dP = dO v^T made in that scratch too: the
+// backward of attention_probs takes this form when its dout is the values'
+// product's dP, which then never reaches the arena.
 // scaled_dot_product_attention: the composed form over [..., T, D] operands
 // with an optional additive mask; attention's and attention_back's oracle.
 #include <algorithm>
@@ -57,6 +61,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 }
 
 namespace ops {
+
+extern const OpDef op_matmul;  // whose dP attention_probs' backward recognises
+
 namespace {
 
 // attrs: ints {causal}, reals {scale}.
@@ -136,6 +143,25 @@ Meta attention_probs_back_infer(const std::vector<Tensor>& in, const Attrs&) {
   if (p.shape() != expect || dp.shape() != expect) {
     throw ShapeError("attention_probs_back: p and dp must be the probabilities' shape " + to_string(expect) +
                      ", got p " + to_string(p.shape()) + ", dp " + to_string(dp.shape()));
+  }
+  return {q.dtype(), {q.numel() + k.numel()}};
+}
+
+// q, k, p as attention_probs_back's; v [B, Tk, H, Dv] and dout [B, Tq, H, Dv].
+Meta attention_probs_values_back_infer(const std::vector<Tensor>& in, const Attrs&) {
+  const char* op = "attention_probs_values_back";
+  const Tensor &q = in[0], &k = in[1], &p = in[2], &v = in[3], &dout = in[4];
+  check_qkv(op, q, k, v, false);
+  require_same_dtype(op, q, p);
+  require_same_dtype(op, q, dout);
+  const Shape expect = probs_shape(q, k);
+  if (p.shape() != expect) {
+    throw ShapeError(std::string(op) + ": p must be the probabilities' shape " + to_string(expect) + ", got " +
+                     to_string(p.shape()));
+  }
+  const Shape out{q.dim(0), q.dim(1), q.dim(2), v.dim(3)};
+  if (dout.shape() != out) {
+    throw ShapeError(std::string(op) + ": dout is " + to_string(dout.shape()) + ", p v's shape is " + to_string(out));
   }
   return {q.dtype(), {q.numel() + k.numel()}};
 }
@@ -469,20 +495,26 @@ void attention_probs_kernel(const KernelArgs& a) {
 // dQ's rows = dS K and dK += dS^T Q (written by the first block), so each
 // head's sums run in a fixed order whatever the threads. Every key of a row
 // takes part (P is zero where causal attention hid a key, and the op has no
-// causal rule of its own).
+// causal rule of its own). dP is read from in[3], or with values made first
+// in the scratch as dO V^T from in[3] = v and in[4] = dO.
 template <class T>
-void attention_probs_back_kernel(const KernelArgs& a) {
-  const TensorView &q = a.in[0], &k = a.in[1], &p = a.in[2], &dp = a.in[3];
-  const Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], 0};
+void attention_probs_back_kernel(const KernelArgs& a, bool values) {
+  const TensorView &q = a.in[0], &k = a.in[1], &p = a.in[2];
+  const TensorView& dp = a.in[3];  // without values
+  const TensorView& v = a.in[3];   // with values, and dO:
+  const TensorView* dout = values ? &a.in[4] : nullptr;
+  const Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], values ? v.shape[3] : 0};
   const double scale = scale_of(*a.attrs);
   const bool bf16 = a.bf16_matmul;
   T* dq = a.out.ptr<T>();
   T* dk = dq + d.B * d.Tq * d.H * d.D;
   const int64_t block = query_block(d.Tq, d.Tk, false);
+  const bool share = values && !bf16 && block < d.Tq;
   const Strides &ps = p.strides, &dps = dp.strides;
   Dims work = d;
-  work.Dv = d.D;  // two products per score
-  const bool ahead = int64_t(sizeof(T)) * ((d.Tq + d.Tk) * d.D + 2 * d.Tq * d.Tk) <= kPrefetchHead;
+  work.Dv = d.D + d.Dv;  // dQ's and dK's products per score, and dP's with values
+  const int64_t operands = values ? (d.Tq + d.Tk) * (d.D + d.Dv) + d.Tq * d.Tk : (d.Tq + d.Tk) * d.D + 2 * d.Tq * d.Tk;
+  const bool ahead = int64_t(sizeof(T)) * operands <= kPrefetchHead;
   a.parallel_for(d.B * d.H, head_grain(work), [&](int64_t t0, int64_t t1) {
     Scratch<T>& s = scratch<T>();
     for (int64_t t = t0; t < t1; ++t) {
@@ -492,7 +524,12 @@ void attention_probs_back_kernel(const KernelArgs& a) {
           prefetch_head<T>(q, u, d.H, false);
           prefetch_head<T>(k, u, d.H, false);
           prefetch_head<T>(p, u, d.H, true);
-          prefetch_head<T>(dp, u, d.H, true);
+          if (values) {
+            prefetch_head<T>(v, u, d.H, false);
+            prefetch_head<T>(*dout, u, d.H, false);
+          } else {
+            prefetch_head<T>(dp, u, d.H, true);
+          }
           // dq and dk, token-major as q and k are.
           const int64_t e = sizeof(T), ub = u / d.H, uh = u % d.H;
           cpu::prefetch_matrix(dq + (ub * d.Tq * d.H + uh) * d.D, d.Tq, d.D * e, d.H * d.D * e, true);
@@ -500,15 +537,30 @@ void attention_probs_back_kernel(const KernelArgs& a) {
         });
       }
       const HeadRows<T> K = head_rows(k, b, h, 0, d.Tk, s.k);
+      HeadOperand<T> Vt{};  // V stored [Tk, Dv] is op(B) = V^T transposed
+      if (values) {
+        const HeadRows<T> V = head_rows(v, b, h, 0, d.Tk, s.v);
+        Vt = head_operand(!V.trans, V, d.Dv, d.Tk, share, s.v_t);
+      }
       T* dk_h = dk + (b * d.Tk * d.H + h) * d.D;
       for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
         const int64_t rows = std::min(block, d.Tq - i0);
         const HeadRows<T> Q = head_rows(q, b, h, i0, rows, s.q);
         T* dS = uninitialized(s.dp, rows * d.Tk);
+        const T* dp_rows = dS;  // values: dP's rows, made here
+        int64_t dp_row = d.Tk, dp_col = 1;
+        if (values) {
+          const HeadRows<T> dO = head_rows(*dout, b, h, i0, rows, s.dout);
+          Vt.multiply(bf16, dO.trans, rows, d.Tk, d.Dv, dO.p, dO.ld, dS, d.Tk);
+        } else {
+          dp_rows = dp.ptr<T>() + b * dps[0] + h * dps[1] + i0 * dps[2];
+          dp_row = dps[2];
+          dp_col = dps[3];
+        }
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r;
-          score_gradient_row(p.ptr<T>() + b * ps[0] + h * ps[1] + i * ps[2], ps[3],
-                             dp.ptr<T>() + b * dps[0] + h * dps[1] + i * dps[2], dps[3], dS + r * d.Tk, d.Tk, scale);
+          score_gradient_row(p.ptr<T>() + b * ps[0] + h * ps[1] + i * ps[2], ps[3], dp_rows + r * dp_row, dp_col,
+                             dS + r * d.Tk, d.Tk, scale);
         }
         T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
         cpu::product<T>(bf16, false, K.trans, rows, d.D, d.Tk, dS, d.Tk, K.p, K.ld, dq_rows, d.H * d.D);
@@ -531,7 +583,12 @@ void attention_probs_forward(const KernelArgs& a) {
 }
 
 void attention_probs_back_forward(const KernelArgs& a) {
-  dispatch_floating(a.out.dtype, "attention_probs_back", [&]<class T>() { attention_probs_back_kernel<T>(a); });
+  dispatch_floating(a.out.dtype, "attention_probs_back", [&]<class T>() { attention_probs_back_kernel<T>(a, false); });
+}
+
+void attention_probs_values_back_forward(const KernelArgs& a) {
+  dispatch_floating(a.out.dtype, "attention_probs_values_back",
+                    [&]<class T>() { attention_probs_back_kernel<T>(a, true); });
 }
 
 // [B, T, H, C] <-> [B, H, T, C].
@@ -596,9 +653,32 @@ Tensor attention_probs_back_composite(const std::vector<Tensor>& in, const Attrs
   return concat({reshape(contiguous(dq), {-1}), reshape(contiguous(dk), {-1})}, 0);
 }
 
+// dP = dO v^T on heads-first views, then attention_probs_back's composite.
+Tensor attention_probs_values_back_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
+  Tensor dp = matmul(heads_first(in[4]), transpose(heads_first(in[3])));
+  return attention_probs_back_composite({in[0], in[1], in[2], dp}, attrs);
+}
+
+// When P's gradient is a values' product's dP = dO v^T (matmul_heads'
+// backward makes it a matmul of heads-first views of dO and v): v and dO
+// token-major, for attention_probs_values_back to make dP itself. Empty
+// otherwise.
+std::vector<Tensor> values_of(const Tensor& dp) {
+  const Node* n = dp.node();
+  if (n->op != &op_matmul) return {};
+  const Tensor &dout = n->inputs[0], &v_t = n->inputs[1];
+  for (const Tensor& t : {dout, v_t}) {
+    if (t.rank() != 4 || t.dim(0) != dp.dim(0) || t.dim(1) != dp.dim(1)) return {};
+  }
+  return {heads_first(transpose(v_t)), heads_first(dout)};
+}
+
 Grads attention_probs_backward(const BackwardArgs& g) {
   const Tensor &q = g.inputs[0], &k = g.inputs[1];
-  Tensor flat = attention_probs_back(q, k, g.out, g.dout, scale_of(g.attrs));
+  const double scale = scale_of(g.attrs);
+  const std::vector<Tensor> values = values_of(g.dout);
+  Tensor flat = values.empty() ? attention_probs_back(q, k, g.out, g.dout, scale)
+                               : attention_probs_values_back(q, k, g.out, values[0], values[1], scale);
   const int64_t nq = q.numel(), nk = k.numel();
   return {reshape(slice(flat, 0, 0, nq), q.shape()), reshape(slice(flat, 0, nq, nq + nk), k.shape())};
 }
@@ -625,6 +705,18 @@ std::vector<GradCase> attention_probs_back_cases() {
        [](const V& x) { return attention_probs_back(x[0], x[1], x[2], x[3], 0.6); }},
       {"more_keys", {normal({1, 2, 2, 3}), normal({1, 4, 2, 3}), normal({1, 2, 2, 4}), normal({1, 2, 2, 4})},
        [](const V& x) { return attention_probs_back(x[0], x[1], x[2], x[3], 0.5); }},
+  };
+}
+
+std::vector<GradCase> attention_probs_values_back_cases() {
+  using V = std::vector<Tensor>;
+  return {
+      {"plain",
+       {normal({2, 3, 2, 2}), normal({2, 3, 2, 2}), normal({2, 2, 3, 3}), normal({2, 3, 2, 4}), normal({2, 3, 2, 4})},
+       [](const V& x) { return attention_probs_values_back(x[0], x[1], x[2], x[3], x[4], 0.6); }},
+      {"more_keys",
+       {normal({1, 2, 2, 3}), normal({1, 4, 2, 3}), normal({1, 2, 2, 4}), normal({1, 4, 2, 2}), normal({1, 2, 2, 2})},
+       [](const V& x) { return attention_probs_values_back(x[0], x[1], x[2], x[3], x[4], 0.5); }},
   };
 }
 
@@ -676,6 +768,18 @@ extern const OpDef op_attention_probs_back{
     .cases = attention_probs_back_cases,
 };
 
+extern const OpDef op_attention_probs_values_back{
+    .name = "attention_probs_values_back",
+    .summary = "attention_probs' dq, dk from p, v and the gradient of p v, packed flat; fused (gradient through the "
+               "composite)",
+    .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"p", Diff::yes}, {"v", Diff::yes}, {"dout", Diff::yes}},
+    .fused = true,
+    .infer = attention_probs_values_back_infer,
+    .forward = attention_probs_values_back_forward,
+    .composite = attention_probs_values_back_composite,
+    .cases = attention_probs_values_back_cases,
+};
+
 }  // namespace ops
 
 namespace {
@@ -701,6 +805,12 @@ Tensor attention_probs(const Tensor& q, const Tensor& k, bool causal, std::optio
 
 Tensor attention_probs_back(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& dp, double scale) {
   return apply(ops::op_attention_probs_back, {q, k, p, dp}, attention_attrs("attention_probs_back", q, false, scale));
+}
+
+Tensor attention_probs_values_back(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& v,
+                                   const Tensor& dout, double scale) {
+  return apply(ops::op_attention_probs_values_back, {q, k, p, v, dout},
+               attention_attrs("attention_probs_values_back", q, false, scale));
 }
 
 }  // namespace nabla

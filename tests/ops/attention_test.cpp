@@ -249,6 +249,18 @@ TEST(Attention, ProbabilitiesRejectBadShapes) {
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("attention_probs_back"), std::string::npos) << e.what();
   }
+  Tensor v = Tensor::zeros(DType::f32, {1, 2, 2, 5}), dout = Tensor::zeros(DType::f32, {1, 3, 2, 5});
+  EXPECT_NO_THROW(attention_probs_values_back(q, k, p, v, dout, 0.5));
+  EXPECT_THROW(attention_probs_values_back(q, k, p, v, Tensor::zeros(DType::f32, {1, 3, 2, 4}), 0.5), ShapeError);
+  EXPECT_THROW(attention_probs_values_back(q, k, p, Tensor::zeros(DType::f32, {1, 3, 2, 5}), dout, 0.5), ShapeError);
+  EXPECT_THROW(attention_probs_values_back(q, k, Tensor::zeros(DType::f32, {1, 2, 2, 3}), v, dout, 0.5), ShapeError);
+  EXPECT_THROW(attention_probs_values_back(q, k, p, v, Tensor::zeros(DType::f64, {1, 3, 2, 5}), 0.5), DTypeError);
+  try {
+    attention_probs_values_back(q, k, p, reshape(v, {1, 2, 10}), dout, 0.5);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_probs_values_back"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Attention, RejectsMismatchedShapes) {
@@ -262,9 +274,9 @@ TEST(Attention, RejectsMismatchedShapes) {
 // ViT's attention over up to 256 tokens (nn::Attention: composed up to 64,
 // attention_probs past that) reads q, k and v as heads-first views of its
 // projections, or token-major, and writes its output and their gradients
-// token-major (matmul_heads, attention_probs_back): no head copies forward or
-// backward, and the same gradients as scaled_dot_product_attention on copied
-// heads.
+// token-major (matmul_heads, attention_probs_values_back): no head copies
+// forward or backward, and the same gradients as scaled_dot_product_attention
+// on copied heads.
 TEST(Attention, VitAttentionCopiesNoHeadsEitherWay) {
   for (const int64_t T : {5, 70}) {
     SCOPED_TRACE(std::to_string(T) + " tokens");
@@ -283,13 +295,19 @@ TEST(Attention, VitAttentionCopiesNoHeadsEitherWay) {
     Graph g({loss});
     g.backward(loss, {x});
     ASSERT_TRUE(g.has_grad(x));
-    bool probs = false;
+    bool probs = false, values_back = false;
     for (const Node* n : g.nodes()) {
-      EXPECT_FALSE(std::string(n->op->name) == "contiguous" && numel(n->shape) >= N * T * D)
+      const std::string op = n->op->name;
+      EXPECT_FALSE(op == "contiguous" && numel(n->shape) >= N * T * D)
           << "a head copy of shape " << to_string(n->shape);
-      probs = probs || std::string(n->op->name) == "attention_probs";
+      probs = probs || op == "attention_probs";
+      values_back = values_back || op == "attention_probs_values_back";
+      // With the probabilities kept, their gradient dP = dO V^T is made in
+      // attention_probs_values_back's cache and never stored.
+      EXPECT_FALSE(T > 64 && op == "matmul" && n->shape == (Shape{N, H, T, T})) << "dP stored";
     }
     EXPECT_EQ(probs, T > 64);
+    EXPECT_EQ(values_back, T > 64);
     // The reference: the same weights through sdpa on copied heads.
     const auto linear = [&](const Tensor& t, const std::string& name) {
       return matmul(t, transpose(params.get(name + ".weight"))) + params.get(name + ".bias");
