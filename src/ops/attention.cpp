@@ -113,15 +113,20 @@ Meta attention_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   return {q.dtype(), {q.dim(0), q.dim(1), q.dim(2), v.dim(3)}};
 }
 
+// dout: the gradient of the output p v, [B, Tq, H, Dv] in q's dtype.
+void check_output_gradient(const char* op, const Tensor& q, const Tensor& v, const Tensor& dout) {
+  require_same_dtype(op, q, dout);
+  const Shape expect{q.dim(0), q.dim(1), q.dim(2), v.dim(3)};
+  if (dout.shape() != expect) {
+    throw ShapeError(std::string(op) + ": dout is " + to_string(dout.shape()) + ", the output's shape is " +
+                     to_string(expect));
+  }
+}
+
 Meta attention_back_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   const Tensor &q = in[0], &k = in[1], &v = in[2], &dout = in[3];
   check_qkv("attention_back", q, k, v, causal_of(attrs));
-  require_same_dtype("attention_back", q, dout);
-  const Shape expect{q.dim(0), q.dim(1), q.dim(2), v.dim(3)};
-  if (dout.shape() != expect) {
-    throw ShapeError("attention_back: dout is " + to_string(dout.shape()) + ", the output's shape is " +
-                     to_string(expect));
-  }
+  check_output_gradient("attention_back", q, v, dout);
   return {q.dtype(), {q.numel() + k.numel() + v.numel()}};
 }
 
@@ -152,16 +157,12 @@ Meta attention_probs_values_back_infer(const std::vector<Tensor>& in, const Attr
   const char* op = "attention_probs_values_back";
   const Tensor &q = in[0], &k = in[1], &p = in[2], &v = in[3], &dout = in[4];
   check_qkv(op, q, k, v, false);
+  check_output_gradient(op, q, v, dout);
   require_same_dtype(op, q, p);
-  require_same_dtype(op, q, dout);
   const Shape expect = probs_shape(q, k);
   if (p.shape() != expect) {
     throw ShapeError(std::string(op) + ": p must be the probabilities' shape " + to_string(expect) + ", got " +
                      to_string(p.shape()));
-  }
-  const Shape out{q.dim(0), q.dim(1), q.dim(2), v.dim(3)};
-  if (dout.shape() != out) {
-    throw ShapeError(std::string(op) + ": dout is " + to_string(dout.shape()) + ", p v's shape is " + to_string(out));
   }
   return {q.dtype(), {q.numel() + k.numel()}};
 }

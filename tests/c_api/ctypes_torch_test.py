@@ -398,7 +398,7 @@ def test_training(replicas=1):
     # another, by the summation order alone): its typical distance is the
     # largest over DRAWS runs that sum the same terms in other orders.
     draws = [train_torch(w, data, torch.float32, replicas, order) for order in range(DRAWS)]
-    loss32, norm32, param32 = draws[0]
+    loss32, norm32, _ = draws[0]  # printed beside nabla's at each step
     loss_typical = max(abs(a - b) for d in draws for a, b in zip(d[0], loss64))
     norm_typical = max(abs(a - b) for d in draws for a, b in zip(d[1], norm64))
 
