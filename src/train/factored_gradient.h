@@ -62,8 +62,8 @@ class GradientRows {
   // a lookup's rows S add 2 <L^T G, S> + ||S||^2. The "ghost norm" of
   // per-example clipping: T^2 (R + C) multiply-adds against dW's T R C, and
   // about half of that here, since A and B are symmetric: the sum comes in
-  // pieces, one per panel of kGramRows rows I of A and B against the rows
-  // up to I's last (the blocks left of the diagonal counted twice), and the
+  // pieces, one per tile of kGramRows rows I against kGramRows rows J <= I
+  // of A and B (a tile left of the diagonal counted twice), and the
   // lookup's terms as the last.
   // The pieces are independent (several threads can run them) and their sum
   // equals the materialised sum of squares up to f32 rounding (relative 1e-6
