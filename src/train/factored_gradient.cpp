@@ -124,7 +124,7 @@ void GradientRows::check_indices() const {
 
 int64_t GradientRows::norm_pieces() const {
   const int64_t p = gram_panels();
-  return p * (p + 1) / 2 + (n_indices_ > 0);
+  return (bf16_ ? p : p * (p + 1) / 2) + (n_indices_ > 0);
 }
 
 int64_t GradientRows::gram_panels() const { return (tokens_ + kGramRows - 1) / kGramRows; }
@@ -173,12 +173,13 @@ void dots_4x4(const float* const* x, const float* const* y, int64_t n, float* c,
   for (int r = 0; r < 16; ++r) c[(r / kSub) * ldc + r % kSub] += sum[r];
 }
 
-// g[i][j] += x_{i0 + i} . x_{j0 + j} (rows of x, ld apart, `width` long) for
-// i < m, j < n, the sub-tiles on and below the diagonal only when `lower`
-// (a diagonal tile). Rows past m or n repeat the last row; their entries of
-// g (kGramRows square) are written but not meant.
+// g[i][j] += x_{i0 + i} . x_{j0 + j} (rows of x, ld apart, `width` long;
+// g's rows ldg apart) for i < m, j < n, the sub-tiles on and below the
+// diagonal only when `lower` (a diagonal tile). Rows past m or n repeat the
+// last row; their entries of g (rows and columns up to a multiple of 4)
+// are written but not meant.
 void gram_tile(const float* x, int64_t ld, int64_t width, int64_t i0, int64_t m, int64_t j0, int64_t n, bool lower,
-               float* g) {
+               float* g, int64_t ldg) {
   for (int64_t k0 = 0; k0 < width; k0 += kDepth) {
     const int64_t depth = std::min(kDepth, width - k0);
     for (int64_t ib = 0; ib < m; ib += kSub) {
@@ -187,7 +188,7 @@ void gram_tile(const float* x, int64_t ld, int64_t width, int64_t i0, int64_t m,
       for (int64_t jb = 0; jb < (lower ? ib + kSub : n); jb += kSub) {
         std::array<const float*, kSub> yj;
         for (int64_t j = 0; j < kSub; ++j) yj[j] = x + (j0 + std::min(jb + j, n - 1)) * ld + k0;
-        dots_4x4(xi.data(), yj.data(), depth, g + ib * kGramRows + jb, kGramRows);
+        dots_4x4(xi.data(), yj.data(), depth, g + ib * ldg + jb, ldg);
       }
     }
   }
@@ -197,34 +198,42 @@ void gram_tile(const float* x, int64_t ld, int64_t width, int64_t i0, int64_t m,
 
 double GradientRows::norm_piece(int64_t piece) const {
   const int64_t panels = gram_panels();
-  if (piece == panels * (panels + 1) / 2) return lookup_terms();
-  // Piece -> the tile of rows I against rows J <= I of A and B.
-  int64_t ti = 0;
-  while ((ti + 1) * (ti + 2) / 2 <= piece) ++ti;
-  const int64_t tj = piece - ti * (ti + 1) / 2;
+  if (piece == (bf16_ ? panels : panels * (panels + 1) / 2)) return lookup_terms();
+  // Rows [i0, i0 + m) of A and B against rows [j0, j0 + n), which end at or
+  // before the diagonal block [i0, i0 + m). In f32 a tile of 64 rows each,
+  // J <= I. Under bf16 a panel, rows I against every row up to I's last: the
+  // graph's product multiplies bf16-rounded factors (exactly, summing in
+  // f32), and so do the Gram matrices, on gemm_bf16, which ran GPT-2 124M's
+  // norm faster in panels (62-75 ms) than in tiles (68-83).
+  int64_t ti = piece, tj = 0;
+  if (!bf16_) {
+    ti = 0;
+    while ((ti + 1) * (ti + 2) / 2 <= piece) ++ti;
+    tj = piece - ti * (ti + 1) / 2;
+  }
   const int64_t i0 = ti * kGramRows, m = std::min(kGramRows, tokens_ - i0);
-  const int64_t j0 = tj * kGramRows, n = std::min(kGramRows, tokens_ - j0);
-  const bool diagonal = ti == tj;
+  const int64_t j0 = tj * kGramRows, n = bf16_ ? i0 + m : std::min(kGramRows, tokens_ - j0);
+  const int64_t ldg = (n + kSub - 1) / kSub * kSub;
   thread_local std::vector<float> a, b;
-  a.assign(size_t(kGramRows * kGramRows), 0.0f);
-  b.assign(size_t(kGramRows * kGramRows), 0.0f);
-  // Under bf16 matmuls the graph's product multiplies bf16-rounded factors
-  // (exactly, summing in f32): the Gram matrices round them too, on
-  // gemm_bf16 (whole tiles).
+  a.assign(size_t(kGramRows * ldg), 0.0f);
+  b.assign(size_t(kGramRows * ldg), 0.0f);
   const auto gram = [&](const float* x, int64_t width, float* out) {
-    if (!bf16_) return gram_tile(x, width, width, i0, m, j0, n, diagonal, out);
-    cpu::gemm_bf16(false, true, m, n, width, 1.0f, x + i0 * width, width, x + j0 * width, width, 1.0f, out,
-                   kGramRows);
+    if (!bf16_) return gram_tile(x, width, width, i0, m, j0, n, j0 == i0, out, ldg);
+    cpu::gemm_bf16(false, true, m, n, width, 1.0f, x + i0 * width, width, x + j0 * width, width, 1.0f, out, ldg);
   };
   gram(left_, rows_, a.data());
   for (const Block& block : blocks_) gram(block.right, block.width, b.data());
-  // A and B are symmetric: a tile below the diagonal stands for its mirror
-  // too; in a diagonal tile so does a sub-tile below the diagonal one.
+  // A and B are symmetric: an entry left of the diagonal block stands for
+  // its mirror too, and so does one in a 4 x 4 sub-tile below the diagonal
+  // ones within the block; those above are their mirrors (and not made in
+  // f32).
   double sum = 0;
   for (int64_t r = 0; r < m; ++r) {
-    for (int64_t c = 0; c < (diagonal ? std::min(n, r / kSub * kSub + kSub) : n); ++c) {
-      const double term = double(a[r * kGramRows + c]) * double(b[r * kGramRows + c]);
-      sum += diagonal && c / kSub == r / kSub ? term : 2 * term;
+    for (int64_t c = 0; c < n; ++c) {
+      const int64_t d = j0 + c - i0;  // column within the diagonal block; < 0 left of it
+      if (d >= 0 && d / kSub > r / kSub) break;
+      const double term = double(a[r * ldg + c]) * double(b[r * ldg + c]);
+      sum += d >= 0 && d / kSub == r / kSub ? term : 2 * term;
     }
   }
   return sum;

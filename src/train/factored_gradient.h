@@ -63,8 +63,9 @@ class GradientRows {
   // per-example clipping: T^2 (R + C) multiply-adds against dW's T R C, and
   // about half of that here, since A and B are symmetric: the sum comes in
   // pieces, one per tile of kGramRows rows I against kGramRows rows J <= I
-  // of A and B (a tile left of the diagonal counted twice), and the
-  // lookup's terms as the last.
+  // of A and B (a tile left of the diagonal counted twice; under bf16 one
+  // per panel of rows I against the rows up to I's last), and the lookup's
+  // terms as the last.
   // The pieces are independent (several threads can run them) and their sum
   // equals the materialised sum of squares up to f32 rounding (relative 1e-6
   // here), not bit for bit.
