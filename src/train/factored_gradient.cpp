@@ -131,7 +131,6 @@ int64_t GradientRows::gram_panels() const { return (tokens_ + kGramRows - 1) / k
 
 namespace {
 
-constexpr int64_t kGramRows = GradientRows::kGramRows;
 // Sub-tiles of 4 x 4 Gram entries: 16 dot products in registers.
 constexpr int64_t kSub = 4;
 // Elements of a row per pass over a tile: 128 rows of 4 KiB stay in L2
