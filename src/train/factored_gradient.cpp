@@ -122,12 +122,13 @@ void GradientRows::check_indices() const {
   }
 }
 
-int64_t GradientRows::norm_pieces() const {
-  const int64_t p = gram_panels();
-  return (bf16_ ? p : p * (p + 1) / 2) + (n_indices_ > 0);
-}
+int64_t GradientRows::norm_pieces() const { return gram_pieces() + (n_indices_ > 0); }
 
-int64_t GradientRows::gram_panels() const { return (tokens_ + kGramRows - 1) / kGramRows; }
+// f32: a tile per pair of kGramRows-row blocks J <= I; bf16: a panel per I.
+int64_t GradientRows::gram_pieces() const {
+  const int64_t p = (tokens_ + kGramRows - 1) / kGramRows;
+  return bf16_ ? p : p * (p + 1) / 2;
+}
 
 namespace {
 
@@ -196,8 +197,7 @@ void gram_tile(const float* x, int64_t ld, int64_t width, int64_t i0, int64_t m,
 }  // namespace
 
 double GradientRows::norm_piece(int64_t piece) const {
-  const int64_t panels = gram_panels();
-  if (piece == (bf16_ ? panels : panels * (panels + 1) / 2)) return lookup_terms();
+  if (piece == gram_pieces()) return lookup_terms();
   // Rows [i0, i0 + m) of A and B against rows [j0, j0 + n), which end at or
   // before the diagonal block [i0, i0 + m). In f32 a tile of 64 rows each,
   // J <= I. Under bf16 a panel, rows I against every row up to I's last: the

@@ -80,7 +80,7 @@ class GradientRows {
 
  private:
   double lookup_terms() const;  // 2 <L^T G, S> + ||S||^2
-  int64_t gram_panels() const;   // the norm pieces before lookup_terms
+  int64_t gram_pieces() const;   // the norm pieces before lookup_terms
   const float* left_;
   int64_t tokens_, rows_, cols_;
   std::vector<Block> blocks_;
