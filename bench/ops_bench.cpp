@@ -241,6 +241,10 @@ void matmul_shapes(benchmark::internal::Benchmark* b, int64_t mem) {
   b->Args({192, 1576, 768, 1, 0, 1, 0, mem});
   b->Args({768, 1576, 192, 1, 0, 1, 0, mem});
   b->Args({197, 64, 197, 0, 1, 24, 0, mem});
+  // GPT-2 124M's output head at 4 x 64 tokens (weights tied to wte [50257,
+  // 768]): the logits, then their input gradient, a reduction over the vocabulary.
+  b->Args({256, 768, 50257, 0, 1, 1, 0, mem});
+  b->Args({256, 50257, 768, 0, 0, 1, 0, mem});
   b->Unit(benchmark::kMicrosecond);
 }
 

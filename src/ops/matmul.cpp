@@ -135,10 +135,21 @@ std::pair<int64_t, int64_t> matmul_tiles(int64_t n_batch, int64_t M, int64_t N, 
 // the partials are added in chunk order. The chunk length (K split evenly in
 // about kSplitChunk rows, a multiple of 16: even for bf16 pairs) comes from
 // the shapes alone, so results do not depend on the threads. 0: no split.
+// A wider output with K at least 16 times its sides (GPT-2's output head's
+// input gradient, [256, 768] summed over the 50,257-word vocabulary) splits
+// K in kWideParts: its output tiles would each pack the whole of A again
+// (four tiles, four times 51 MB), where each chunk packs its part once;
+// 9% faster (bench/ops_bench.cpp, BM_matmul/M:256/K:50257), within noise
+// between 2 and 16 parts.
 constexpr int64_t kSplitChunk = 512;
+constexpr int64_t kWideParts = 4;
 int64_t split_k_chunk(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
-  if (n_batch != 1 || K < 2 * kSplitChunk || M > 512 || N > 512) return 0;
-  const int64_t parts = (K + kSplitChunk - 1) / kSplitChunk;
+  if (n_batch != 1 || K < 2 * kSplitChunk) return 0;
+  int64_t parts = (K + kSplitChunk - 1) / kSplitChunk;
+  if (M > 512 || N > 512) {
+    if (K < 16 * std::max(M, N) || M * N > (int64_t{1} << 20)) return 0;  // partials up to 4 MiB each
+    parts = kWideParts;
+  }
   return ((K + parts - 1) / parts + 15) / 16 * 16;
 }
 

@@ -1,5 +1,5 @@
 // matmul's split-K path (a long reduction into a small output, as in weight
-// gradients): exact to rounding against a long double reference, and
+// gradients, or into a wider one): exact to rounding against a long double reference, and
 // bit-identical at any thread count, for plain and transposed operands, f64,
 // f32 and the bf16 option.
 #include <gtest/gtest.h>
@@ -52,8 +52,10 @@ std::vector<T> run(const Case& c, DType dtype, int threads, bool bf16, std::vect
   return ex.read<T>(out);
 }
 
+// The last two: a side over 512 and K at least 16 times it, split in four
+// chunks (GPT-2's output head's input gradient).
 const Case kCases[] = {{96, 256, 2048, true, false}, {7, 9, 1500, false, false}, {33, 65, 1576, true, true},
-                       {512, 128, 1100, false, true}};
+                       {512, 128, 1100, false, true},  {8, 600, 9700, false, false}, {520, 4, 8400, true, false}};
 
 }  // namespace
 
