@@ -80,7 +80,9 @@ struct Dropout {
 };
 
 // Multi-head self-attention with one fused qkv projection (timm's Attention,
-// GPT-2's c_attn). x [N, T, D] -> [N, T, D].
+// GPT-2's c_attn). x [N, T, D] -> [N, T, D]; with queries > 0, only the first
+// `queries` tokens' outputs, [N, queries, D] (all T tokens are keys and
+// values; not causal).
 struct Attention {
   Linear qkv, proj;
   int64_t heads = 1;
@@ -88,7 +90,7 @@ struct Attention {
   Attention() = default;
   Attention(Params& p, const std::string& prefix, const std::string& qkv_name, const std::string& proj_name,
             int64_t dim, int64_t heads, bool qkv_bias, bool causal, Init& init, double proj_std = 0.02);
-  Tensor operator()(const Tensor& x) const;
+  Tensor operator()(const Tensor& x, int64_t queries = 0) const;
 };
 
 // fc1 -> GELU -> fc2.
@@ -101,13 +103,18 @@ struct Mlp {
   Tensor operator()(const Tensor& x) const { return fc2(apply_gelu(gelu, fc1(x))); }
 };
 
-// Pre-LN transformer block: x + attn(norm1(x)), then + mlp(norm2(.)).
+// Pre-LN transformer block: x + attn(norm1(x)), then + mlp(norm2(.)). With
+// keep > 0, only the first `keep` tokens' outputs [N, keep, D], the other
+// tokens serving as keys and values only: a last block whose output feeds
+// a class token alone computes no other token's rows (the same values and
+// gradients as the whole block sliced, without dropout; dropout then draws
+// its masks over the smaller tensor).
 struct TransformerBlock {
   LayerNorm norm1, norm2;
   Attention attn;
   Mlp mlp;
   Dropout drop;
-  Tensor operator()(const Tensor& x, bool train, int64_t salt) const;
+  Tensor operator()(const Tensor& x, bool train, int64_t salt, int64_t keep = 0) const;
 };
 
 // Non-overlapping patches by a conv with stride = kernel = patch:

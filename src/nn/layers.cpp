@@ -116,7 +116,9 @@ Attention::Attention(Params& p, const std::string& prefix, const std::string& qk
 // copy) -> attention -> [N, T, D]. q, k and v come from row slices of the
 // fused weight [3D, D]: the same maths as slicing the fused output, but the
 // backward adds into the small weight instead of zero-filling and summing
-// three activation-sized gradients.
+// three activation-sized gradients. With queries, only the first `queries`
+// tokens ask (q and the output [N, queries, D] are theirs); every token is
+// a key and a value.
 // Causal or long attention runs fused (whole key blocks skipped, no T x T
 // probabilities kept: 1.57x faster than composed at GPT-2 small's 256
 // tokens). Bidirectional attention over at most 256 tokens keeps its
@@ -127,22 +129,28 @@ Attention::Attention(Params& p, const std::string& prefix, const std::string& qk
 // cache (vit-tiny's 197: 1% faster per step); at fmnist's 16 the composed
 // form's batched products and row kernels were faster (backward 240 against
 // 285 us a layer).
-Tensor Attention::operator()(const Tensor& x) const {
-  int64_t N = x.dim(0), T = x.dim(1), D = x.dim(2), hd = D / heads;
-  auto project = [&](int64_t i) {
+Tensor Attention::operator()(const Tensor& x, int64_t queries) const {
+  const int64_t N = x.dim(0), T = x.dim(1), D = x.dim(2), hd = D / heads;
+  if (queries < 0 || queries > T) {
+    throw UsageError("attention: queries must be in [0, " + std::to_string(T) + "] (0: every token), got " +
+                     std::to_string(queries));
+  }
+  const int64_t Tq = queries > 0 ? queries : T;
+  if (causal && Tq != T) throw UsageError("attention: causal attention takes every token as a query");
+  auto project = [&](int64_t i, const Tensor& in) {
     Tensor w = transpose(slice(qkv.weight, 0, i * D, (i + 1) * D));
-    Tensor y = qkv.bias.defined() ? matmul_add(x, w, slice(qkv.bias, 0, i * D, (i + 1) * D)) : matmul(x, w);
-    return reshape(y, {N, T, heads, hd});
+    Tensor y = qkv.bias.defined() ? matmul_add(in, w, slice(qkv.bias, 0, i * D, (i + 1) * D)) : matmul(in, w);
+    return reshape(y, {N, in.dim(1), heads, hd});
   };
-  if (causal || T > 256) return proj(reshape(attention(project(0), project(1), project(2), causal), {N, T, D}));
+  const Tensor q = project(0, Tq == T ? x : slice(x, 1, 0, Tq)), k = project(1, x), v = project(2, x);
+  if (causal || T > 256) return proj(reshape(attention(q, k, v, causal), {N, Tq, D}));
   // Composed on heads-first views of the token-major projections; the
   // values' product writes its output token-major (matmul_heads), and the
   // backward products write dq, dk and dv so too: no head copies either way.
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
-  Tensor p = T > 64 ? attention_probs(project(0), project(1))
-                    : softmax(matmul(heads_first(project(0)), transpose(heads_first(project(1)))),
-                              1.0 / std::sqrt(double(hd)));
-  return proj(reshape(matmul_heads(p, heads_first(project(2))), {N, T, D}));
+  Tensor p = T > 64 ? attention_probs(q, k)
+                    : softmax(matmul(heads_first(q), transpose(heads_first(k))), 1.0 / std::sqrt(double(hd)));
+  return proj(reshape(matmul_heads(p, heads_first(v)), {N, Tq, D}));
 }
 
 Mlp::Mlp(Params& p, const std::string& prefix, const std::string& fc1_name, const std::string& fc2_name,
@@ -152,8 +160,13 @@ Mlp::Mlp(Params& p, const std::string& prefix, const std::string& fc1_name, cons
   fc2 = Linear(p, prefix + "." + fc2_name, hidden, dim, true, init, fc2_std);
 }
 
-Tensor TransformerBlock::operator()(const Tensor& x, bool train, int64_t salt) const {
-  Tensor h = x + drop(attn(norm1(x)), train, salt);
+Tensor TransformerBlock::operator()(const Tensor& x, bool train, int64_t salt, int64_t keep) const {
+  if (keep < 0 || keep > x.dim(1)) {
+    throw UsageError("transformer block: keep must be in [0, " + std::to_string(x.dim(1)) +
+                     "] (0: every token), got " + std::to_string(keep));
+  }
+  const Tensor first = keep > 0 && keep < x.dim(1) ? slice(x, 1, 0, keep) : x;
+  Tensor h = first + drop(attn(norm1(x), keep), train, salt);
   return h + drop(mlp(norm2(h)), train, salt + 1);
 }
 

@@ -7,6 +7,8 @@
 // H heads, F MLP width, K classes, V vocabulary.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "nabla/nabla.hpp"
@@ -128,4 +130,65 @@ TEST(TransformerBlocks, Gpt2BlockEveryParameterMatchesFiniteDifferences) {
     return cross_entropy(logits, p[1]);
   };
   expect_gradients_match(gpt2, in, std::vector<bool>(in.size(), true));
+}
+
+// A block that keeps only its first tokens' outputs (a ViT's last block
+// under class-token pooling) against the whole block sliced: the same
+// values and, for a loss on those tokens, the same gradients in x and every
+// parameter. Bit for bit where each element sums the same terms in the same
+// order (a kept row's products); the sums over rows (a norm's dgamma and
+// dbeta: the whole block's adds the other rows' zeros, in other groups) to
+// f32 rounding. 70 tokens take attention_probs, 20 the composed softmax.
+TEST(TransformerBlocks, KeptTokensMatchTheWholeBlockSliced) {
+  for (const int64_t T : {20, 70}) {
+    for (const int64_t keep : {1, 3}) {
+      SCOPED_TRACE(std::to_string(T) + " tokens, " + std::to_string(keep) + " kept");
+      const int64_t N = 2, D = 12, H = 3, F = 24;
+      nn::Params params;
+      nn::Init init(5);
+      nn::TransformerBlock b;
+      b.norm1 = nn::LayerNorm(params, "norm1", D, 1e-6, init);
+      b.attn = nn::Attention(params, "attn", "qkv", "proj", D, H, /*qkv_bias=*/true, /*causal=*/false, init, 0.2);
+      b.norm2 = nn::LayerNorm(params, "norm2", D, 1e-6, init);
+      b.mlp = nn::Mlp(params, "mlp", "fc1", "fc2", D, F, nn::Gelu::erf, init, 0.2);
+      std::mt19937_64 rng(T + keep);
+      const auto f32 = [&](Shape shape) {
+        Tensor t = random_f64(shape, rng, 1.0), f = Tensor::zeros(DType::f32, shape);
+        for (int64_t i = 0; i < t.numel(); ++i) f.data_as<float>()[i] = float(t.data_as<double>()[i]);
+        return f;
+      };
+      Tensor x = f32({N, T, D}), w = f32({N, keep, D});
+      std::vector<Tensor> wrt{x};
+      for (const auto& [name, p] : params.list()) wrt.push_back(p);
+      const auto run = [&](const Tensor& y) {
+        std::vector<Tensor> outs{y};
+        for (const Tensor& g : grad(sum(y * w), wrt)) outs.push_back(g);
+        return eval(outs, {.threads = 2});
+      };
+      const std::vector<Tensor> kept = run(b(x, false, 0, keep));
+      const std::vector<Tensor> whole = run(slice(b(x, false, 0), 1, 0, keep));
+      ASSERT_EQ(kept.size(), whole.size());
+      for (size_t i = 0; i < kept.size(); ++i) {
+        const std::string what = i == 0 ? "output" : i == 1 ? "x's gradient" : params.list()[i - 2].first + "'s gradient";
+        const std::vector<float> a = kept[i].to_vector<float>(), e = whole[i].to_vector<float>();
+        ASSERT_EQ(a.size(), e.size()) << what;
+        float scale = 0;
+        for (float v : e) scale = std::max(scale, std::abs(v));
+        const bool row_sum = what.find("norm") != std::string::npos;
+        for (size_t j = 0; j < a.size(); ++j) {
+          if (row_sum) {
+            EXPECT_NEAR(a[j], e[j], 1e-6f * scale) << what << " " << j;
+          } else {
+            EXPECT_EQ(a[j], e[j]) << what << " " << j;
+          }
+        }
+      }
+    }
+  }
+  nn::Params params;
+  nn::Init init(1);
+  nn::TransformerBlock b;
+  b.norm1 = nn::LayerNorm(params, "norm1", 4, 1e-6, init);
+  b.attn = nn::Attention(params, "attn", "qkv", "proj", 4, 2, true, false, init);
+  EXPECT_THROW(b(Tensor::zeros(DType::f32, {1, 3, 4}), false, 0, 4), UsageError);
 }
