@@ -5,7 +5,13 @@ shape, AdamW with clipping at 1.0, timed the same way (median step after
 warm-up). Prints one JSON line.
 
 Usage: train_step.py --config JSON --batch B [--context T] [--steps N]
-                     [--warmup W] [--torch-threads N]
+                     [--warmup W] [--torch-threads N] [--class-token-last-block]
+
+--class-token-last-block gives a ViT with class-token pooling the change
+nabla's Vit makes: its last block computes the class token's row alone
+(every token still a key and value), the same loss and gradients for about
+7% less matmul work at vit-tiny. Off by default: the peer is the model as
+timm writes it; on, it measures the two at equal work (docs/performance.md).
 
 Thread settings are the caller's: bench/train_step.sh runs this under each of
 PyTorch's good settings on this machine (1 torch thread with
@@ -33,6 +39,29 @@ def build(config):
     return Gpt2(config)
 
 
+def class_token_last_block(model):
+    """The last block's forward on the class token's row alone: its query,
+    output projection, residual and MLP; keys and values from every token."""
+    blk, attn = model.blocks[-1], model.blocks[-1].attn
+    d = attn.qkv.weight.shape[1]
+    w, b = attn.qkv.weight, attn.qkv.bias
+
+    def part(x, lo, hi):
+        return F.linear(x, w[lo:hi], None if b is None else b[lo:hi])
+
+    def forward(x):  # [N, T, D] -> [N, 1, D]
+        h = blk.norm1(x)
+        n, t, _ = h.shape
+        q = part(h[:, :1], 0, d).reshape(n, 1, attn.num_heads, attn.head_dim).transpose(1, 2)
+        kv = part(h, d, 3 * d).reshape(n, t, 2, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
+        k, v = kv.unbind(0)
+        p = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        y = x[:, :1] + attn.proj((p @ v).transpose(1, 2).reshape(n, 1, d))
+        return y + blk.mlp(blk.norm2(y))
+
+    blk.forward = forward
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="model config JSON (nabla_bench_train --config)")
@@ -41,11 +70,17 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--class-token-last-block", action="store_true",
+                    help="a class-token ViT's last block on the class token alone, as nabla's")
     a = ap.parse_args()
     torch.set_num_threads(a.torch_threads)
     torch.manual_seed(7)
     config = json.loads(a.config)
     model = build(config)
+    if a.class_token_last_block:
+        if config["architecture"] != "vit" or config["global_pool"] != "token":
+            sys.exit("train_step.py: --class-token-last-block needs a ViT with class-token pooling")
+        class_token_last_block(model)
     model.train()
     # nabla's default decay set: matrices and conv kernels, not biases, norms,
     # embeddings' tokens (same cost either way; kept for an identical update).
@@ -87,6 +122,7 @@ def main():
     ms = times[len(times) // 2]
     print(json.dumps({
         "framework": "torch", "model": config.get("preset", ""), "batch": a.batch, "context": a.context,
+        "class_token_last_block": a.class_token_last_block,
         "torch_threads": a.torch_threads, "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", ""),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "unit": unit, "step_ms": round(ms, 2),
         "per_s": round(items / (ms / 1e3), 1),
