@@ -50,16 +50,15 @@ for m in order:
     n1 = [r for r in plain if r["threads"] == 1 and not r.get("bf16_matmul")]
     t = [r for r in rows if r.get("framework") == "torch" and r["model"] == m and not r.get("class_token_last_block")]
     best_key, tb = best_setting(t)
+    unit = n2[0]["unit"]
+    nps, tps = med([r["per_s"] for r in n2]), med([r["per_s"] for r in tb])
     pruned = [r for r in rows if r.get("framework") == "torch" and r["model"] == m and r.get("class_token_last_block")]
     if pruned:
         pruned_key, pruned_runs = best_setting(pruned)
         pps = med([r["per_s"] for r in pruned_runs])
         equal_work.append(f"{m}: PyTorch with its last block on the class token alone (--class-token-last-block, "
-                          f"{pruned_key}) {pps:,.1f} {n2[0]['unit']}/s, {100 * (pps / med([r['per_s'] for r in tb]) - 1):+.0f}% "
-                          f"against its full last block; nabla {med([r['per_s'] for r in n2]):,.1f}: "
-                          f"{med([r['per_s'] for r in n2]) / pps:.2f}x at equal work")
-    unit = n2[0]["unit"]
-    nps, tps = med([r["per_s"] for r in n2]), med([r["per_s"] for r in tb])
+                          f"{pruned_key}) {pps:,.1f} {unit}/s, {100 * (pps / tps - 1):+.0f}% against its full last "
+                          f"block; nabla {nps:,.1f}: {nps / pps:.2f}x at equal work")
     gf = med([r["gflops"] for r in n2])
     nrss, trss = med([r["peak_rss_mib"] for r in n2]), med([r["peak_rss_mib"] for r in tb])
     scale = nps / med([r["per_s"] for r in n1]) if n1 else float("nan")

@@ -161,12 +161,9 @@ Mlp::Mlp(Params& p, const std::string& prefix, const std::string& fc1_name, cons
 }
 
 Tensor TransformerBlock::operator()(const Tensor& x, bool train, int64_t salt, int64_t keep) const {
-  if (keep < 0 || keep > x.dim(1)) {
-    throw UsageError("transformer block: keep must be in [0, " + std::to_string(x.dim(1)) +
-                     "] (0: every token), got " + std::to_string(keep));
-  }
+  const Tensor a = attn(norm1(x), keep);  // checks keep
   const Tensor first = keep > 0 && keep < x.dim(1) ? slice(x, 1, 0, keep) : x;
-  Tensor h = first + drop(attn(norm1(x), keep), train, salt);
+  Tensor h = first + drop(a, train, salt);
   return h + drop(mlp(norm2(h)), train, salt + 1);
 }
 
