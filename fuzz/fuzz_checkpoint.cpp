@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "models/gpt2.h"
-#include "models/vit.h"
+#include "nabla/models/gpt2.h"
+#include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
 #include "nabla/optim.h"
 

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "models/gpt2.h"
-#include "models/vit.h"
+#include "nabla/models/gpt2.h"
+#include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

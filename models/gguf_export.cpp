@@ -20,7 +20,7 @@
 // Conv1D keeps weights [in, out]; ggml's mul_mat wants a Linear weight
 // [out, in] (ne {in, out}), so those four are transposed, as
 // convert_hf_to_gguf.py does for c_attn, c_proj and c_fc.
-#include "models/gguf_export.h"
+#include "nabla/models/gguf_export.h"
 
 #include <array>
 #include <cerrno>
@@ -30,8 +30,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "models/gpt2.h"
-#include "models/vit.h"
+#include "nabla/models/gpt2.h"
+#include "nabla/models/vit.h"
 #include "nabla/error.h"
 #include "nabla/tokenizer.h"
 

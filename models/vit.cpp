@@ -18,12 +18,10 @@
 //   blocks.i.mlp.fc2.weight      [D, F]         blocks.i.mlp.fc2.bias  [D]
 //   norm.weight/bias             [D]
 //   head.weight                  [K, D]         head.bias              [K]
-#include "models/vit.h"
+#include "nabla/models/vit.h"
 
-#include <nlohmann/json.hpp>
-
-#include "io/json_fields.h"
 #include "nabla/checkpoint.h"
+#include "nabla/config.h"
 #include "nabla/error.h"
 
 namespace nabla::models {
@@ -57,49 +55,38 @@ void VitConfig::validate() const {
   nn::parse_gelu(gelu);
 }
 
+namespace {
+
+// The checkpoint's "nabla.config": timm's names.
+ConfigFields fields_of(VitConfig& c) {
+  ConfigFields f("vit config", "vit");
+  f.optional("preset", c.preset)
+      .required("img_size", c.img_size)
+      .required("patch_size", c.patch_size)
+      .required("in_chans", c.in_chans)
+      .required("embed_dim", c.embed_dim)
+      .required("depth", c.depth)
+      .required("num_heads", c.num_heads)
+      .required("mlp_ratio", c.mlp_ratio)
+      .required("num_classes", c.num_classes)
+      .optional("global_pool", c.global_pool)
+      .optional("qkv_bias", c.qkv_bias)
+      .optional("norm_eps", c.norm_eps)
+      .optional("gelu", c.gelu)
+      .optional("drop_rate", c.drop_rate);
+  return f;
+}
+
+}  // namespace
+
 std::string VitConfig::to_json() const {
-  nlohmann::json j = {{"architecture", "vit"},      {"img_size", img_size},     {"patch_size", patch_size},
-                      {"in_chans", in_chans},       {"embed_dim", embed_dim},   {"depth", depth},
-                      {"num_heads", num_heads},     {"mlp_ratio", mlp_ratio},   {"num_classes", num_classes},
-                      {"global_pool", global_pool}, {"qkv_bias", qkv_bias},     {"norm_eps", norm_eps},
-                      {"gelu", gelu},               {"drop_rate", drop_rate},   {"preset", preset}};
-  return j.dump();
+  VitConfig c = *this;
+  return fields_of(c).to_json();
 }
 
 VitConfig VitConfig::from_json(const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw IoError(std::string("vit config: not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) throw IoError("vit config: not a JSON object");
-  auto arch = j.find("architecture");
-  if (arch == j.end() || *arch != "vit") {
-    throw IoError("vit config: architecture is " + (arch == j.end() ? "missing" : io::json_text(*arch)) +
-                  ", expected \"vit\"");
-  }
   VitConfig c;
-  try {
-    c.preset = j.value("preset", "");
-    c.img_size = io::json_int(j, "img_size");
-    c.patch_size = io::json_int(j, "patch_size");
-    c.in_chans = io::json_int(j, "in_chans");
-    c.embed_dim = io::json_int(j, "embed_dim");
-    c.depth = io::json_int(j, "depth");
-    c.num_heads = io::json_int(j, "num_heads");
-    c.mlp_ratio = j.at("mlp_ratio").get<double>();
-    c.num_classes = io::json_int(j, "num_classes");
-    c.global_pool = j.value("global_pool", "token");
-    c.qkv_bias = j.value("qkv_bias", true);
-    c.norm_eps = j.value("norm_eps", 1e-6);
-    c.gelu = j.value("gelu", "gelu_erf");
-    c.drop_rate = j.value("drop_rate", 0.0);
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError(std::string("vit config: ") + e.what());
-  } catch (const IoError& e) {
-    throw IoError(std::string("vit config: ") + e.what());
-  }
+  fields_of(c).from_json(text);
   c.validate();
   return c;
 }
@@ -161,21 +148,20 @@ Vit::Vit(const VitConfig& config, uint64_t seed) : config_(config) {
   const VitConfig& c = config_;
   nn::Init init(seed);
   int64_t D = c.embed_dim, T = c.tokens();
-  nn::Gelu g = nn::parse_gelu(c.gelu);
   dropout_seed = Tensor::zeros(DType::i32, {});
   if (c.global_pool == "token") cls_token_ = params_.add("cls_token", init.trunc_normal({1, 1, D}, 0.02));
   pos_embed_ = params_.add("pos_embed", init.trunc_normal({1, T, D}, 0.02));
   patch_embed_ = nn::PatchEmbed(params_, "patch_embed.proj", c.in_chans, D, c.patch_size, init);
-  for (int64_t i = 0; i < c.depth; ++i) {
-    std::string p = "blocks." + std::to_string(i);
-    nn::TransformerBlock b;
-    b.norm1 = nn::LayerNorm(params_, p + ".norm1", D, c.norm_eps, init);
-    b.attn = nn::Attention(params_, p + ".attn", "qkv", "proj", D, c.num_heads, c.qkv_bias, false, init);
-    b.norm2 = nn::LayerNorm(params_, p + ".norm2", D, c.norm_eps, init);
-    b.mlp = nn::Mlp(params_, p + ".mlp", "fc1", "fc2", D, c.mlp_hidden(), g, init);
-    b.drop = nn::Dropout{c.drop_rate, dropout_seed};
-    blocks_.push_back(b);
-  }
+  nn::BlockConfig block;
+  block.dim = D;
+  block.heads = c.num_heads;
+  block.mlp_hidden = c.mlp_hidden();
+  block.norm_eps = c.norm_eps;
+  block.gelu = nn::parse_gelu(c.gelu);
+  block.qkv_bias = c.qkv_bias;
+  block.dropout = c.drop_rate;
+  block.dropout_seed = dropout_seed;
+  for (int64_t i = 0; i < c.depth; ++i) blocks_.emplace_back(params_, "blocks." + std::to_string(i), block, init);
   norm_ = nn::LayerNorm(params_, "norm", D, c.norm_eps, init);
   head_ = nn::Linear(params_, "head", D, c.num_classes, true, init);
 }

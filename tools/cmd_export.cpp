@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "models/gguf_export.h"
+#include "nabla/models/gguf_export.h"
 #include "nabla/checkpoint.h"
 
 namespace nabla::cli {

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "models/gpt2.h"
-#include "models/vit.h"
+#include "nabla/models/gpt2.h"
+#include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
 #include "nabla/ops.h"

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "commands.h"
-#include "models/gpt2.h"
+#include "nabla/models/gpt2.h"
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
 #include "nabla/executor.h"

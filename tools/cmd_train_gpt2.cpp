@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "models/gpt2.h"
+#include "nabla/models/gpt2.h"
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
 #include "nabla/text_data.h"

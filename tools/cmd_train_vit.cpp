@@ -12,7 +12,7 @@
 #include <filesystem>
 
 #include "commands.h"
-#include "models/vit.h"
+#include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
 #include "nabla/data.h"
 #include "nabla/error.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "models/vit.h"
+#include "nabla/models/vit.h"
 #include "nabla/data.h"
 #include "nabla/executor.h"
 #include "nabla/train_log.h"

@@ -27,18 +27,25 @@ class Params {
   std::vector<std::pair<std::string, Tensor>> list_;
 };
 
-// Seeded initialisers writing into f32 leaves.
+// Seeded initialisers writing into f32 leaves. Linear layers draw their
+// weights from weight(): truncated normal as timm, or plain normal as
+// Hugging Face's GPT-2.
 class Init {
  public:
-  explicit Init(uint64_t seed) : rng_(seed) {}
+  enum class Weights { trunc_normal, normal };
+  explicit Init(uint64_t seed, Weights weights = Weights::trunc_normal) : rng_(seed), weights_(weights) {}
   // Normal(0, std) redrawn outside +-2 std (timm's trunc_normal_ with a = -2std, b = 2std).
   Tensor trunc_normal(Shape shape, double std);
   Tensor normal(Shape shape, double std);
+  Tensor weight(Shape shape, double std) {
+    return weights_ == Weights::normal ? normal(std::move(shape), std) : trunc_normal(std::move(shape), std);
+  }
   Tensor zeros(Shape shape) { return Tensor::zeros(DType::f32, std::move(shape)); }
   Tensor ones(Shape shape) { return Tensor::full(DType::f32, std::move(shape), 1.0); }
 
  private:
   std::mt19937_64 rng_;
+  Weights weights_;
 };
 
 enum class Gelu { tanh, erf, quick };
@@ -46,12 +53,22 @@ Gelu parse_gelu(const std::string& name);  // "gelu" (tanh), "gelu_erf", "gelu_q
 const char* gelu_name(Gelu g);
 Tensor apply_gelu(Gelu g, const Tensor& x);
 
-// y = x W^T + b; weight [out, in] as PyTorch's nn.Linear.
+// How a linear layer stores its weight: [out, in] as PyTorch's nn.Linear
+// (timm, Llama), or [in, out] as Hugging Face's Conv1D (GPT-2).
+enum class WeightLayout { out_in, in_out };
+
+// y = x W^T + b (out_in) or x W + b (in_out).
 struct Linear {
   Tensor weight, bias;  // bias undefined when not used
+  WeightLayout layout = WeightLayout::out_in;
   Linear() = default;
-  Linear(Params& p, const std::string& prefix, int64_t in, int64_t out, bool bias, Init& init, double std = 0.02);
+  Linear(Params& p, const std::string& prefix, int64_t in, int64_t out, bool bias, Init& init, double std = 0.02,
+         WeightLayout layout = WeightLayout::out_in);
   Tensor operator()(const Tensor& x) const;
+  // The layer restricted to output features [begin, end): views of the
+  // weight and bias that the product reads in place, so gradients land in
+  // the whole weight (a fused q/k/v projection split three ways).
+  Linear outputs(int64_t begin, int64_t end) const;
 };
 
 // Over the last axis, with weight (ones) and bias (zeros).
@@ -79,6 +96,33 @@ struct Dropout {
   Tensor operator()(const Tensor& x, bool train, int64_t salt) const;
 };
 
+// What a pre-LN transformer block is made of; each model fills it from
+// its own config. Parameter names are relative to the block's prefix.
+struct BlockConfig {
+  int64_t dim = 0, heads = 1, mlp_hidden = 0;
+  double norm_eps = 1e-5;
+  Gelu gelu = Gelu::erf;
+  bool causal = false;
+  bool qkv_bias = true;  // the q/k/v projections' biases
+  bool bias = true;      // the other projections' biases
+  WeightLayout layout = WeightLayout::out_in;
+  double std = 0.02;        // init of the projections
+  double resid_std = 0.02;  // init of those that write into the residual stream (attention's and the MLP's output)
+  double dropout = 0;       // after attention and after the MLP
+  Tensor dropout_seed;
+  std::string norm1 = "norm1", qkv = "attn.qkv", proj = "attn.proj", norm2 = "norm2", fc1 = "mlp.fc1",
+              fc2 = "mlp.fc2";  // timm's names
+};
+
+// Keys and values of the positions decoded so far, for one block's
+// attention to take one new token at a time (TransformerBlock::decode).
+struct KvCache {
+  Tensor keys, values;          // leaves [N, H, Tmax, hd], filled by the caller from new_keys / new_values
+  Tensor mask;                  // [N or 1, Tmax + 1]: 0 where a position is written (and at Tmax, the new
+                                // token itself), -inf elsewhere; one mask may serve every block
+  Tensor new_keys, new_values;  // outputs [N, H, 1, hd]: the new token's, set by decode
+};
+
 // Multi-head self-attention with one fused qkv projection (timm's Attention,
 // GPT-2's c_attn). x [N, T, D] -> [N, T, D]; with queries > 0, only the first
 // `queries` tokens' outputs, [N, queries, D] (all T tokens are keys and
@@ -88,9 +132,13 @@ struct Attention {
   int64_t heads = 1;
   bool causal = false;
   Attention() = default;
-  Attention(Params& p, const std::string& prefix, const std::string& qkv_name, const std::string& proj_name,
-            int64_t dim, int64_t heads, bool qkv_bias, bool causal, Init& init, double proj_std = 0.02);
+  Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
   Tensor operator()(const Tensor& x, int64_t queries = 0) const;
+  // One new token per row, x [N, 1, D], attending to the cache and itself.
+  Tensor decode(const Tensor& x, KvCache& cache) const;
+
+ private:
+  Tensor project(int64_t i, const Tensor& x) const;  // q, k or v: [N, T, heads, hd]
 };
 
 // fc1 -> GELU -> fc2.
@@ -98,23 +146,31 @@ struct Mlp {
   Linear fc1, fc2;
   Gelu gelu = Gelu::erf;
   Mlp() = default;
-  Mlp(Params& p, const std::string& prefix, const std::string& fc1_name, const std::string& fc2_name, int64_t dim,
-      int64_t hidden, Gelu gelu, Init& init, double fc2_std = 0.02);
+  Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
   Tensor operator()(const Tensor& x) const { return fc2(apply_gelu(gelu, fc1(x))); }
 };
 
-// Pre-LN transformer block: x + attn(norm1(x)), then + mlp(norm2(.)). With
-// keep > 0, only the first `keep` tokens' outputs [N, keep, D], the other
-// tokens serving as keys and values only: a last block whose output feeds
-// a class token alone computes no other token's rows (the same values and
-// gradients as the whole block sliced, without dropout; dropout then draws
-// its masks over the smaller tensor).
+// Pre-LN transformer block: x + attn(norm1(x)), then + mlp(norm2(.)): ViT's
+// and GPT-2's. With keep > 0, only the first `keep` tokens' outputs
+// [N, keep, D], the other tokens serving as keys and values only: a last
+// block whose output feeds a class token alone computes no other token's
+// rows (the same values and gradients as the whole block sliced, without
+// dropout; dropout then draws its masks over the smaller tensor).
 struct TransformerBlock {
   LayerNorm norm1, norm2;
   Attention attn;
   Mlp mlp;
   Dropout drop;
+  TransformerBlock() = default;
+  TransformerBlock(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
   Tensor operator()(const Tensor& x, bool train, int64_t salt, int64_t keep = 0) const;
+  // The same block for one new token per row, x [N, 1, D], with a key/value
+  // cache of the earlier positions (inference: no dropout).
+  Tensor decode(const Tensor& x, KvCache& cache) const;
+
+ private:
+  // The two residual branches around attention's output a.
+  Tensor residuals(const Tensor& x, const Tensor& a, bool train, int64_t salt) const;
 };
 
 // Non-overlapping patches by a conv with stride = kernel = patch:

@@ -1,29 +1,29 @@
 #include "nabla/checkpoint.h"
 
-#include <nlohmann/json.hpp>
-
-#include "io/json_fields.h"
+#include "nabla/config.h"
 #include "nabla/error.h"
 
 namespace nabla {
 
+namespace {
+
+ConfigFields position_fields(TrainPosition& p, const std::string& what) {
+  ConfigFields f(what);
+  f.required("step", p.step, 0).required("epoch", p.epoch, 0).required("batch", p.batch, 0).required("seed", p.seed);
+  return f;
+}
+
+}  // namespace
+
 std::string TrainPosition::to_json() const {
-  return nlohmann::json{{"step", step}, {"epoch", epoch}, {"batch", batch}, {"seed", seed}}.dump();
+  TrainPosition p = *this;
+  return position_fields(p, "nabla.train").to_json();
 }
 
 TrainPosition TrainPosition::from_json(const std::string& text, const std::string& file) {
-  try {
-    nlohmann::json j = nlohmann::json::parse(text);
-    if (!j.is_object()) throw IoError("not a JSON object");
-    TrainPosition p;
-    p.step = io::json_int(j, "step", 0);
-    p.epoch = io::json_int(j, "epoch", 0);
-    p.batch = io::json_int(j, "batch", 0);
-    p.seed = io::json_uint(j, "seed");
-    return p;
-  } catch (const std::exception& e) {
-    throw IoError(file + ": bad nabla.train metadata: " + e.what());
-  }
+  TrainPosition p;
+  position_fields(p, file + ": bad nabla.train metadata").from_json(text);
+  return p;
 }
 
 void save_checkpoint(const std::string& path, const std::string& config_json, const nn::Params& params,

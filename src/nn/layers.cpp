@@ -74,15 +74,33 @@ Tensor apply_gelu(Gelu g, const Tensor& x) {
   return x;
 }
 
+namespace {
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+}  // namespace
+
 Linear::Linear(Params& p, const std::string& prefix, int64_t in, int64_t out, bool with_bias, Init& init,
-               double std) {
-  weight = p.add(prefix + ".weight", init.trunc_normal({out, in}, std));
+               double std, WeightLayout layout_)
+    : layout(layout_) {
+  weight = p.add(prefix + ".weight", init.weight(layout == WeightLayout::out_in ? Shape{out, in} : Shape{in, out}, std));
   if (with_bias) bias = p.add(prefix + ".bias", init.zeros({out}));
 }
 
 // x [..., in] @ W^T: matmul reads the transposed view without a copy.
 Tensor Linear::operator()(const Tensor& x) const {
-  return bias.defined() ? matmul_add(x, transpose(weight), bias) : matmul(x, transpose(weight));
+  const Tensor w = layout == WeightLayout::out_in ? transpose(weight) : weight;
+  return bias.defined() ? matmul_add(x, w, bias) : matmul(x, w);
+}
+
+Linear Linear::outputs(int64_t begin, int64_t end) const {
+  Linear part;
+  part.layout = layout;
+  part.weight = slice(weight, layout == WeightLayout::out_in ? 0 : 1, begin, end);
+  if (bias.defined()) part.bias = slice(bias, 0, begin, end);
+  return part;
 }
 
 LayerNorm::LayerNorm(Params& p, const std::string& prefix, int64_t dim, double eps_, Init& init) : eps(eps_) {
@@ -100,35 +118,31 @@ Tensor Dropout::operator()(const Tensor& x, bool train, int64_t salt) const {
   return dropout(x, p, seed, true, salt);
 }
 
-Attention::Attention(Params& p, const std::string& prefix, const std::string& qkv_name,
-                     const std::string& proj_name, int64_t dim, int64_t heads_, bool qkv_bias, bool causal_,
-                     Init& init, double proj_std)
-    : heads(heads_), causal(causal_) {
-  if (dim % heads != 0) {
-    throw UsageError("attention: width " + std::to_string(dim) + " is not divisible by " + std::to_string(heads) +
+Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init)
+    : heads(c.heads), causal(c.causal) {
+  if (c.heads <= 0 || c.dim % c.heads != 0) {
+    throw UsageError("attention: width " + std::to_string(c.dim) + " is not divisible by " + std::to_string(c.heads) +
                      " heads");
   }
-  qkv = Linear(p, prefix + "." + qkv_name, dim, 3 * dim, qkv_bias, init);
-  proj = Linear(p, prefix + "." + proj_name, dim, dim, true, init, proj_std);
+  qkv = Linear(p, join(prefix, c.qkv), c.dim, 3 * c.dim, c.qkv_bias, init, c.std, c.layout);
+  proj = Linear(p, join(prefix, c.proj), c.dim, c.dim, c.bias, init, c.resid_std, c.layout);
 }
 
-// x [N, T, D] -> q, k, v [N, T, D] -> [N, T, H, hd] each (a reshape, no
-// copy) -> attention -> [N, T, D]. q, k and v come from row slices of the
-// fused weight [3D, D]: the same maths as slicing the fused output, but the
-// backward adds into the small weight instead of zero-filling and summing
-// three activation-sized gradients. With queries, only the first `queries`
-// tokens ask (q and the output [N, queries, D] are theirs); every token is
-// a key and a value.
-// Causal or long attention runs fused (whole key blocks skipped, no T x T
-// probabilities kept: 1.57x faster than composed at GPT-2 small's 256
-// tokens). Bidirectional attention over at most 256 tokens keeps its
-// probabilities for the backward, where the fused op recomputes the scores,
-// +1/6 of the products, which measured 4% slower per Fashion-MNIST step and
-// 2.5% per vit-tiny step (bench/ops_bench.cpp, BM_attention). Past 64 tokens
-// the probabilities come from attention_probs, the scores softmaxed in
-// cache (vit-tiny's 197: 1% faster per step); at fmnist's 16 the composed
-// form's batched products and row kernels were faster (backward 240 against
-// 285 us a layer).
+// x [N, T, D] -> [N, T, heads, hd] (a reshape, no copy) of projection i (q,
+// k, v), from that third of the fused weight: the same maths as slicing the
+// fused output, but the backward adds into the small weight instead of
+// zero-filling and summing three activation-sized gradients.
+Tensor Attention::project(int64_t i, const Tensor& x) const {
+  const int64_t D = x.dim(2);
+  return reshape(qkv.outputs(i * D, (i + 1) * D)(x), {x.dim(0), x.dim(1), heads, D / heads});
+}
+
+// With queries, only the first `queries` tokens ask (q and the output
+// [N, queries, D] are theirs); every token is a key and a value. Causal or
+// long attention runs fused (whole key blocks skipped, no T x T
+// probabilities kept); shorter bidirectional attention keeps its
+// probabilities for the backward instead of recomputing the scores, from
+// attention_probs past 64 tokens and composed below (docs/performance.md).
 Tensor Attention::operator()(const Tensor& x, int64_t queries) const {
   const int64_t N = x.dim(0), T = x.dim(1), D = x.dim(2), hd = D / heads;
   if (queries < 0 || queries > T) {
@@ -137,11 +151,6 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries) const {
   }
   const int64_t Tq = queries > 0 ? queries : T;
   if (causal && Tq != T) throw UsageError("attention: causal attention takes every token as a query");
-  auto project = [&](int64_t i, const Tensor& in) {
-    Tensor w = transpose(slice(qkv.weight, 0, i * D, (i + 1) * D));
-    Tensor y = qkv.bias.defined() ? matmul_add(in, w, slice(qkv.bias, 0, i * D, (i + 1) * D)) : matmul(in, w);
-    return reshape(y, {N, in.dim(1), heads, hd});
-  };
   const Tensor q = project(0, Tq == T ? x : slice(x, 1, 0, Tq)), k = project(1, x), v = project(2, x);
   if (causal || T > 256) return proj(reshape(attention(q, k, v, causal), {N, Tq, D}));
   // Composed on heads-first views of the token-major projections; the
@@ -153,18 +162,54 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries) const {
   return proj(reshape(matmul_heads(p, heads_first(v)), {N, Tq, D}));
 }
 
-Mlp::Mlp(Params& p, const std::string& prefix, const std::string& fc1_name, const std::string& fc2_name,
-         int64_t dim, int64_t hidden, Gelu gelu_, Init& init, double fc2_std)
-    : gelu(gelu_) {
-  fc1 = Linear(p, prefix + "." + fc1_name, dim, hidden, true, init);
-  fc2 = Linear(p, prefix + "." + fc2_name, hidden, dim, true, init, fc2_std);
+// Scores against the Tmax cached keys and the new key side by side, one
+// softmax under the cache's mask, then the probabilities' two parts
+// against the cached values and the new value.
+Tensor Attention::decode(const Tensor& x, KvCache& cache) const {
+  const int64_t N = x.dim(0), D = x.dim(2), hd = D / heads;
+  if (x.rank() != 3 || x.dim(1) != 1) throw ShapeError("attention: decode takes one token per row, got " + to_string(x));
+  const Shape cache_shape = {N, heads, cache.keys.defined() ? cache.keys.dim(2) : 0, hd};
+  if (!cache.keys.defined() || cache.keys.shape() != cache_shape || !cache.values.defined() ||
+      cache.values.shape() != cache_shape) {
+    throw ShapeError("attention: the key/value cache must be two [N, H, Tmax, hd] = " + to_string(cache_shape) +
+                     " tensors");
+  }
+  const int64_t Tm = cache_shape[2];
+  auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
+  const Tensor q = heads_first(project(0, x)), k = heads_first(project(1, x)), v = heads_first(project(2, x));
+  cache.new_keys = k;  // [N, H, 1, hd]
+  cache.new_values = v;
+  Tensor scores = concat({matmul(q, transpose(cache.keys)), sum(q * k, {-1}, true)}, -1);  // [N, H, 1, Tm + 1]
+  Tensor p = softmax(scores, 1.0 / std::sqrt(double(hd)), cache.mask);
+  Tensor o = matmul(slice(p, -1, 0, Tm), cache.values) + slice(p, -1, Tm, Tm + 1) * v;  // [N, H, 1, hd]
+  return proj(reshape(heads_first(o), {N, 1, D}));
+}
+
+Mlp::Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init) : gelu(c.gelu) {
+  fc1 = Linear(p, join(prefix, c.fc1), c.dim, c.mlp_hidden, c.bias, init, c.std, c.layout);
+  fc2 = Linear(p, join(prefix, c.fc2), c.mlp_hidden, c.dim, c.bias, init, c.resid_std, c.layout);
+}
+
+TransformerBlock::TransformerBlock(Params& p, const std::string& prefix, const BlockConfig& c, Init& init) {
+  norm1 = LayerNorm(p, join(prefix, c.norm1), c.dim, c.norm_eps, init);
+  attn = Attention(p, prefix, c, init);
+  norm2 = LayerNorm(p, join(prefix, c.norm2), c.dim, c.norm_eps, init);
+  mlp = Mlp(p, prefix, c, init);
+  drop = Dropout{c.dropout, c.dropout_seed};
+}
+
+Tensor TransformerBlock::residuals(const Tensor& x, const Tensor& a, bool train, int64_t salt) const {
+  Tensor h = x + drop(a, train, salt);
+  return h + drop(mlp(norm2(h)), train, salt + 1);
 }
 
 Tensor TransformerBlock::operator()(const Tensor& x, bool train, int64_t salt, int64_t keep) const {
   const Tensor a = attn(norm1(x), keep);  // checks keep
-  const Tensor first = keep > 0 && keep < x.dim(1) ? slice(x, 1, 0, keep) : x;
-  Tensor h = first + drop(a, train, salt);
-  return h + drop(mlp(norm2(h)), train, salt + 1);
+  return residuals(keep > 0 && keep < x.dim(1) ? slice(x, 1, 0, keep) : x, a, train, salt);
+}
+
+Tensor TransformerBlock::decode(const Tensor& x, KvCache& cache) const {
+  return residuals(x, attn.decode(norm1(x), cache), /*train=*/false, 0);
 }
 
 PatchEmbed::PatchEmbed(Params& p, const std::string& prefix, int64_t in_chans, int64_t dim, int64_t patch_,

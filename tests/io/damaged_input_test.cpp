@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt2.h"
-#include "models/vit.h"
+#include "nabla/models/gpt2.h"
+#include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
 #include "nabla/data.h"
 #include "nabla/error.h"

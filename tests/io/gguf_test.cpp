@@ -14,9 +14,9 @@
 #include <fstream>
 #include <functional>
 
-#include "models/gguf_export.h"
-#include "models/gpt2.h"
-#include "models/vit.h"
+#include "nabla/models/gguf_export.h"
+#include "nabla/models/gpt2.h"
+#include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
 #include "nabla/ops.h"

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "models/gpt2.h"
+#include "nabla/models/gpt2.h"
 #include "nabla/nabla.hpp"
 
 using namespace nabla;

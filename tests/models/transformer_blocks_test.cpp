@@ -146,11 +146,8 @@ TEST(TransformerBlocks, KeptTokensMatchTheWholeBlockSliced) {
       const int64_t N = 2, D = 12, H = 3, F = 24;
       nn::Params params;
       nn::Init init(5);
-      nn::TransformerBlock b;
-      b.norm1 = nn::LayerNorm(params, "norm1", D, 1e-6, init);
-      b.attn = nn::Attention(params, "attn", "qkv", "proj", D, H, /*qkv_bias=*/true, /*causal=*/false, init, 0.2);
-      b.norm2 = nn::LayerNorm(params, "norm2", D, 1e-6, init);
-      b.mlp = nn::Mlp(params, "mlp", "fc1", "fc2", D, F, nn::Gelu::erf, init, 0.2);
+      const nn::TransformerBlock b(params, "", {.dim = D, .heads = H, .mlp_hidden = F, .norm_eps = 1e-6, .resid_std = 0.2},
+                                   init);
       std::mt19937_64 rng(T + keep);
       const auto f32 = [&](Shape shape) {
         Tensor t = random_f64(shape, rng, 1.0), f = Tensor::zeros(DType::f32, shape);
@@ -187,8 +184,6 @@ TEST(TransformerBlocks, KeptTokensMatchTheWholeBlockSliced) {
   }
   nn::Params params;
   nn::Init init(1);
-  nn::TransformerBlock b;
-  b.norm1 = nn::LayerNorm(params, "norm1", 4, 1e-6, init);
-  b.attn = nn::Attention(params, "attn", "qkv", "proj", 4, 2, true, false, init);
+  const nn::TransformerBlock b(params, "", {.dim = 4, .heads = 2, .mlp_hidden = 8}, init);
   EXPECT_THROW(b(Tensor::zeros(DType::f32, {1, 3, 4}), false, 0, 4), UsageError);
 }

@@ -283,7 +283,7 @@ TEST(Attention, VitAttentionCopiesNoHeadsEitherWay) {
     const int64_t N = 2, D = 12, H = 3;
     nn::Params params;
     nn::Init init(3);
-    nn::Attention attn(params, "attn", "qkv", "proj", D, H, /*qkv_bias=*/true, /*causal=*/false, init, 0.2);
+    const nn::Attention attn(params, "", {.dim = D, .heads = H, .resid_std = 0.2}, init);
     const auto f32 = [](Shape shape, uint64_t seed) {
       Tensor t = random_leaf(shape, seed), f = Tensor::zeros(DType::f32, shape);
       for (int64_t i = 0; i < t.numel(); ++i) f.data_as<float>()[i] = float(t.data_as<double>()[i]);

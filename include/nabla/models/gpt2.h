@@ -43,15 +43,6 @@ Gpt2Config gpt2_preset(const std::string& name);
 // parameters need (so a damaged config cannot make Gpt2 allocate without bound).
 Gpt2Config gpt2_config_from_checkpoint(const Checkpoint& ckpt);
 
-// y = x W + b with W [in, out]: Hugging Face's Conv1D.
-struct Conv1D {
-  Tensor weight, bias;
-  Conv1D() = default;
-  Conv1D(nn::Params& p, const std::string& prefix, int64_t in, int64_t out, bool bias, nn::Init& init,
-         double std = 0.02);
-  Tensor operator()(const Tensor& x) const;
-};
-
 class Gpt2 {
  public:
   Gpt2(const Gpt2Config& config, uint64_t seed);
@@ -68,7 +59,7 @@ class Gpt2 {
   // One decoding step with a key/value cache (see gpt2.cpp): built once,
   // run once per generated token.
   struct DecodeStep {
-    Tensor token, position, mask;   // inputs: i32 [1], i32 [1], f32 [1, Tmax] (0 or -inf)
+    Tensor token, position, mask;   // inputs: i32 [1], i32 [1], f32 [1, Tmax + 1] (0 or -inf)
     std::vector<Tensor> k_cache, v_cache;  // per layer [1, H, Tmax, hd] leaves
     std::vector<Tensor> k_new, v_new;      // per layer [1, H, 1, hd] outputs
     Tensor logits;                          // [1, V]
@@ -81,15 +72,10 @@ class Gpt2 {
   Tensor dropout_seed;
 
  private:
-  struct Block {
-    nn::LayerNorm ln_1, ln_2;
-    Conv1D c_attn, attn_proj, c_fc, mlp_proj;
-  };
-  Tensor block_forward(const Block& b, const Tensor& x, bool train, int64_t salt) const;
   Gpt2Config config_;
   nn::Params params_;
   nn::Embedding wte_, wpe_;
-  std::vector<Block> blocks_;
+  std::vector<nn::TransformerBlock> blocks_;
   nn::LayerNorm ln_f_;
   nn::Dropout drop_;
 };
