@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nabla/optim.h"
+#include "train_loop.h"
 
 namespace nabla::cli {
 
@@ -39,16 +40,20 @@ struct TrainMlpArgs {
 };
 int run_train_mlp(const TrainMlpArgs& opt);
 
-struct TrainVitArgs {
+// The shared flags (learning rate, schedule, checkpoints, logs) are
+// TrainLoopArgs' (train_loop.h); each command sets its own defaults.
+struct TrainVitArgs : TrainLoopArgs {
+  TrainVitArgs() {
+    lr = 2e-3;
+    weight_decay = 0.05;
+    warmup = 500;
+    log_every = 50;
+  }
   std::string preset = "fmnist";
   std::string dataset = "fashion-mnist";
   std::string data;  // "" = the dataset's default location
   int epochs = 36;
   int batch = 128;
-  double lr = 2e-3;
-  double weight_decay = 0.05;
-  int warmup = 500;
-  double clip = 1.0;
   double drop_rate = -1;  // < 0: the preset's
   // Overrides of the preset's shape (0: keep).
   int patch_size = 0, embed_dim = 0, depth = 0, heads = 0;
@@ -59,50 +64,33 @@ struct TrainVitArgs {
   bool hflip = true;
   double erase_prob = 0.25;     // random erasing (timm / DeiT's default)
   double label_smoothing = 0.1;  // timm / DeiT's default
-  int threads = 0;
-  uint64_t seed = 1;
-  int64_t max_steps = 0;     // 0: all epochs
-  double max_minutes = 0;    // 0: no time limit; else stop training (then evaluate) after this long
   int64_t train_subset = 0;  // 0: every training image
   int64_t test_subset = 0;
   int eval_batch = 500;
-  int log_every = 50;
-  std::string save;    // checkpoint path ("" = none); the CSV and SVG go beside it
-  std::string resume;  // training checkpoint to continue
-  std::string log;     // CSV path, overriding the one beside the checkpoint
-  int64_t save_every = 0;     // also save the checkpoint every N steps (0: at epoch ends only)
-  bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
-  bool bf16_matmul = false;   // f32 matmuls on bf16-rounded operands, f32 accumulation
-  int replicas = 0;           // data-parallel replicas (0: default_replicas)
+  int replicas = 0;  // data-parallel replicas (0: default_replicas)
 };
 int run_train_vit(const TrainVitArgs& opt);
 
-struct TrainGpt2Args {
+struct TrainGpt2Args : TrainLoopArgs {
+  TrainGpt2Args() {
+    lr = 1e-3;
+    weight_decay = 0.1;
+    warmup = 100;
+    eval_every = 250;
+    log_every = 25;
+  }
   std::string preset = "gpt2-small-byte";
   std::string text;       // file or folder; "" = Debian's fortunes
   std::string tokenizer;  // "" = the preset's
   std::string vocab;      // GPT-2 vocabulary folder (encoder.json, vocab.bpe)
-  int64_t steps = 2000;
-  int64_t max_steps = 0;  // stop after this many steps (0: --steps); the schedule still spans --steps
-  double max_minutes = 0;  // stop after this much training time (0: no limit)
+  int64_t steps = 2000;   // the schedule's length
   int batch = 8;
   int context = 0;  // 0: min(n_positions, 256)
-  double lr = 1e-3;
-  double weight_decay = 0.1;
-  int warmup = 100;
-  double clip = 1.0;
   double dropout = -1;
   // Overrides of the preset's shape (0: keep).
   int n_layer = 0, n_head = 0, n_embd = 0, n_positions = 0;
-  int threads = 0;
-  uint64_t seed = 1;
-  int eval_every = 250;
   int eval_batches = 16;
-  int log_every = 25;
-  std::string save, resume, log;
-  bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
-  bool bf16_matmul = false;   // f32 matmuls on bf16-rounded operands, f32 accumulation
-  bool low_memory = false;    // keep small-factored weight gradients factored (TrainStep's low_memory)
+  bool low_memory = false;       // keep small-factored weight gradients factored (TrainStep's low_memory)
   bool whole_gradients = false;  // --no-low-memory; neither: default_low_memory
 };
 int run_train_gpt2(const TrainGpt2Args& opt);

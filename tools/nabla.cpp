@@ -79,10 +79,40 @@ CLI::Option* add_int(CLI::App* app, const std::string& name, int& value, const s
       ->capture_default_str();
 }
 
-// Shared by the training commands that build a TrainStep.
-CLI::Option* add_bf16_matmul(CLI::App* app, bool& value) {
-  return app->add_flag("--bf16-matmul", value,
-                       "Round matmul operands to bfloat16, accumulating in f32 (faster where the CPU has avx512_bf16)");
+// The flags every `nabla train` command shares (TrainingLoop's).
+void add_training_options(CLI::App* cmd, TrainLoopArgs& a, const std::string& seed_help) {
+  cmd->add_option("--lr", a.lr, "Peak learning rate (AdamW)")->check(positive_number())->capture_default_str();
+  cmd->add_option("--weight-decay", a.weight_decay, "AdamW weight decay")
+      ->check(CLI::Range(0.0, 10.0))
+      ->capture_default_str();
+  cmd->add_option("--warmup", a.warmup, "Warmup steps")
+      ->check(CLI::Range(int64_t(0), int64_t(100'000'000)))
+      ->capture_default_str();
+  cmd->add_option("--clip", a.clip, "Gradient clipping by global norm (0: off)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  add_int(cmd, "--threads", a.threads, "Threads (0: all cores)", 0, 256);
+  cmd->add_option("--seed", a.seed, seed_help)->capture_default_str();
+  cmd->add_option("--max-steps", a.max_steps,
+                  "Stop after this many steps (0: the whole schedule, which keeps its length, for --resume)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  cmd->add_option("--max-minutes", a.max_minutes,
+                  "Stop after this many minutes of training (evaluation not counted), then evaluate and save")
+      ->check(CLI::Range(0.0, 1e7));
+  cmd->add_option("--eval-every", a.eval_every,
+                  "Steps between evaluations, each followed by a checkpoint (0: at epoch ends and the end only)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40))
+      ->capture_default_str();
+  add_int(cmd, "--log-every", a.log_every, "Steps per progress line in logs (and per CSV row)", 1, 1'000'000);
+  cmd->add_option("--save", a.save, "Checkpoint path (safetensors); the CSV log and SVG plot go beside it");
+  cmd->add_option("--resume", a.resume, "Continue a run from its training checkpoint")->check(CLI::ExistingFile);
+  cmd->add_option("--log", a.log, "CSV log path");
+  cmd->add_option("--save-every", a.save_every, "Also save the checkpoint every N steps (0: only when evaluating)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  cmd->add_flag("--check-finite", a.check_finite,
+                "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
+  cmd->add_flag("--bf16-matmul", a.bf16_matmul,
+                "Round matmul operands to bfloat16, accumulating in f32 (faster where the CPU has avx512_bf16)");
 }
 
 }  // namespace
@@ -135,14 +165,6 @@ int main(int argc, char** argv) {
   vit_cmd->add_option("--data", vit.data, "Dataset directory (default: the installed Fashion-MNIST)");
   add_int(vit_cmd, "--epochs", vit.epochs, "Epochs", 1, 100'000);
   add_int(vit_cmd, "--batch", vit.batch, "Batch size", 1, 1'000'000);
-  vit_cmd->add_option("--lr", vit.lr, "Peak learning rate (AdamW)")->check(positive_number())->capture_default_str();
-  vit_cmd->add_option("--weight-decay", vit.weight_decay, "AdamW weight decay")
-      ->check(CLI::Range(0.0, 10.0))
-      ->capture_default_str();
-  add_int(vit_cmd, "--warmup", vit.warmup, "Warmup steps", 0, 100'000'000);
-  vit_cmd->add_option("--clip", vit.clip, "Gradient clipping by global norm (0: off)")
-      ->check(CLI::Range(0.0, 1e9))
-      ->capture_default_str();
   vit_cmd->add_option("--dropout", vit.drop_rate, "Dropout rate (default: the preset's)")->check(CLI::Range(0.0, 0.99));
   add_int(vit_cmd, "--crop-pad", vit.crop_pad,
           "Random-crop padding in pixels (0: no crop; default: 0 for Fashion-MNIST, whose centred items learn faster "
@@ -165,31 +187,16 @@ int main(int argc, char** argv) {
   vit_cmd->add_option("--pool", vit.pool, "Override the preset's pooling: token or avg")
       ->check(CLI::IsMember({"token", "avg"}));
   vit_cmd->add_flag("--resize", vit.resize, "Resize images to the model's size and channels (e.g. vit-tiny)");
-  add_int(vit_cmd, "--threads", vit.threads, "Threads (0: all cores)", 0, 256);
   add_int(vit_cmd, "--replicas", vit.replicas,
           "Data-parallel replicas, each a share of the batch on a thread of its own (0: one per thread for "
           "models of up to 2M parameters, else 1)",
           0, 256);
-  vit_cmd->add_option("--seed", vit.seed, "Seed for weights, data order, augmentation, dropout")->capture_default_str();
-  vit_cmd->add_option("--max-steps", vit.max_steps, "Stop after this many steps (0: run every epoch)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  vit_cmd->add_option("--max-minutes", vit.max_minutes, "Stop training after this many minutes, then evaluate")
-      ->check(CLI::Range(0.0, 1e7));
   vit_cmd->add_option("--train-subset", vit.train_subset, "Use only the first N training images")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   vit_cmd->add_option("--test-subset", vit.test_subset, "Evaluate on the first N test images only")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   add_int(vit_cmd, "--eval-batch", vit.eval_batch, "Evaluation batch size", 1, 1'000'000);
-  add_int(vit_cmd, "--log-every", vit.log_every, "Steps per progress line in logs", 1, 1'000'000);
-  vit_cmd->add_option("--save", vit.save, "Checkpoint path (safetensors); the CSV log and SVG plot go beside it");
-  vit_cmd->add_option("--resume", vit.resume, "Continue a run from its training checkpoint")
-      ->check(CLI::ExistingFile);
-  vit_cmd->add_option("--log", vit.log, "CSV log path");
-  vit_cmd->add_option("--save-every", vit.save_every, "Also save the checkpoint every N steps (0: at epoch ends)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  vit_cmd->add_flag("--check-finite", vit.check_finite,
-                    "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
-  add_bf16_matmul(vit_cmd, vit.bf16_matmul);
+  add_training_options(vit_cmd, vit, "Seed for weights, data order, augmentation, dropout");
 
   TrainGpt2Args gpt;
   CLI::App* gpt_cmd = train_cmd->add_subcommand("gpt2", "GPT-2 from scratch on real text (Debian's fortunes by default)");
@@ -202,34 +209,15 @@ int main(int argc, char** argv) {
   gpt_cmd->add_option("--vocab", gpt.vocab, "Folder with GPT-2's encoder.json and vocab.bpe");
   gpt_cmd->add_option("--steps", gpt.steps, "Optimizer steps: the schedule's length (0: save the initial model)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  gpt_cmd->add_option("--max-minutes", gpt.max_minutes,
-                      "Stop after this many minutes of training (validation not counted), then evaluate and save")
-      ->check(CLI::Range(0.0, 1e7));
-  gpt_cmd->add_option("--max-steps", gpt.max_steps,
-                      "Stop after this many steps (0: --steps); the schedule still spans --steps, for --resume")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   add_int(gpt_cmd, "--batch", gpt.batch, "Sequences per step", 1, 100'000);
   add_int(gpt_cmd, "--context", gpt.context, "Tokens per sequence (0: the preset's, at most 256)", 0, 1'000'000);
-  gpt_cmd->add_option("--lr", gpt.lr, "Peak learning rate (AdamW)")->check(positive_number())->capture_default_str();
-  gpt_cmd->add_option("--weight-decay", gpt.weight_decay, "AdamW weight decay")->check(CLI::Range(0.0, 10.0));
-  add_int(gpt_cmd, "--warmup", gpt.warmup, "Warmup steps", 0, 100'000'000);
-  gpt_cmd->add_option("--clip", gpt.clip, "Gradient clipping by global norm (0: off)")->check(CLI::Range(0.0, 1e9));
   gpt_cmd->add_option("--dropout", gpt.dropout, "Dropout rate (default: the preset's)")->check(CLI::Range(0.0, 0.99));
   add_int(gpt_cmd, "--layers", gpt.n_layer, "Override the preset's number of blocks (n_layer)", 0, 1024);
   add_int(gpt_cmd, "--heads", gpt.n_head, "Override the preset's attention heads (n_head)", 0, 1024);
   add_int(gpt_cmd, "--width", gpt.n_embd, "Override the preset's width (n_embd)", 0, 65536);
   add_int(gpt_cmd, "--positions", gpt.n_positions, "Override the preset's context length (n_positions)", 0, 1'000'000);
-  add_int(gpt_cmd, "--threads", gpt.threads, "Threads (0: all cores)", 0, 256);
-  gpt_cmd->add_option("--seed", gpt.seed, "Seed for weights, batches and dropout")->capture_default_str();
-  add_int(gpt_cmd, "--eval-every", gpt.eval_every, "Steps between validation (and checkpoints)", 1, 100'000'000);
   add_int(gpt_cmd, "--eval-batches", gpt.eval_batches, "Validation batches", 1, 100'000);
-  add_int(gpt_cmd, "--log-every", gpt.log_every, "Steps per progress line in logs", 1, 1'000'000);
-  gpt_cmd->add_option("--save", gpt.save, "Checkpoint path (safetensors); the CSV log and SVG plot go beside it");
-  gpt_cmd->add_option("--resume", gpt.resume, "Continue a run from its training checkpoint")->check(CLI::ExistingFile);
-  gpt_cmd->add_option("--log", gpt.log, "CSV log path");
-  gpt_cmd->add_flag("--check-finite", gpt.check_finite,
-                    "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
-  add_bf16_matmul(gpt_cmd, gpt.bf16_matmul);
+  add_training_options(gpt_cmd, gpt, "Seed for weights, batches and dropout");
   auto* low_memory = gpt_cmd->add_flag(
       "--low-memory", gpt.low_memory,
       "Keep weight gradients as their smaller factors and multiply them out in the optimizer step (same results; "

@@ -135,34 +135,4 @@ EvalResult VitEvaluator::run() {
   return r;
 }
 
-TrainLogFiles::TrainLogFiles(const std::string& checkpoint, const std::string& csv, bool resume,
-                             const std::string& throughput_column) {
-  std::string base = checkpoint;
-  const std::string ext = ".safetensors";
-  if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
-    base.resize(base.size() - ext.size());
-  }
-  std::string csv_path = !csv.empty() ? csv : base.empty() ? "" : base + ".csv";
-  // The checkpoint's folder is created on demand, like its files.
-  for (const std::string& p : {checkpoint, csv_path}) {
-    std::filesystem::path parent = std::filesystem::path(p).parent_path();
-    std::error_code ec;
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  }
-  if (!csv_path.empty()) {
-    csv_ = std::make_unique<CsvLog>(csv_path, throughput_column,
-                                    resume ? CsvLog::Mode::append : CsvLog::Mode::truncate);
-  }
-  if (!base.empty()) svg_ = base + ".svg";
-  title_ = base.empty() ? "" : base.substr(base.find_last_of('/') + 1);
-}
-
-void TrainLogFiles::row(const TrainRow& r) {
-  if (csv_) csv_->append(r);
-}
-
-void TrainLogFiles::plot() {
-  if (csv_ && !svg_.empty()) write_svg_plot(svg_, read_csv_log(csv_->path()), title_);
-}
-
 }  // namespace nabla::cli

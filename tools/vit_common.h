@@ -1,5 +1,5 @@
-// What the ViT commands (train, eval, grad) share: dataset selection,
-// evaluation on a test set, and the training log files.
+// What the ViT commands (train, eval, grad) share: dataset selection and
+// evaluation on a test set.
 #pragma once
 
 #include <memory>
@@ -9,7 +9,6 @@
 #include "nabla/models/vit.h"
 #include "nabla/data.h"
 #include "nabla/executor.h"
-#include "nabla/train_log.h"
 
 namespace nabla::cli {
 
@@ -51,20 +50,6 @@ class VitEvaluator {
   Tensor images_, labels_, logits_, loss_;
   std::unique_ptr<Executor> executor_;
   int64_t classes_;
-};
-
-// The CSV log of the curves (beside the checkpoint, or at `csv`) and their
-// SVG plot (beside the checkpoint). No paths, no files. A resumed run appends.
-class TrainLogFiles {
- public:
-  TrainLogFiles(const std::string& checkpoint, const std::string& csv, bool resume,
-                const std::string& throughput_column = "images_per_s");
-  void row(const TrainRow& row);
-  void plot();  // rewrites the SVG from every row so far
-
- private:
-  std::unique_ptr<CsvLog> csv_;
-  std::string svg_, title_;
 };
 
 }  // namespace nabla::cli
