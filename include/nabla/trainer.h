@@ -31,9 +31,9 @@ class GradientRows;
 // gradient out a chunk at a time for AdamW (see src/train/factored_gradient.h).
 // The backward pass skips those products. Without clipping the parameters
 // are the same bit for bit where both paths run nabla's own GEMM kernels;
-// with it, the norm (and so the scale) agrees to rounding. GPT-2 124M at
-// 4 x 64 tokens holds 240 MiB less (peak RSS 1,929 -> 1,690 MiB) for a step
-// about 6% longer. Needs micro_batches == 1 and replicas == 1.
+// with it, the norm (and so the scale) agrees to rounding. Less memory for
+// a slightly longer step (docs/performance.md). Needs micro_batches == 1 and
+// replicas == 1.
 //
 // replicas: data parallelism inside the process. The graph (built for one
 // replica's share of the batch) is copied replicas - 1 times, sharing the
@@ -114,9 +114,8 @@ int default_replicas(int threads, int64_t batch, int64_t parameters);
 
 // Whether the training commands keep weight gradients factored (low_memory)
 // unless told: for models of more than 50M parameters, where the gradients
-// held whole are a quarter of the step's memory (GPT-2 124M: 475 of 1,929
-// MiB) and the factors, at the few tokens per step that such a model trains
-// on here, a fraction of them. A gradient whose factors would not be smaller
+// held whole are a large share of the step's memory and the factors, at the
+// few tokens per step that such a model trains on here, a fraction of them. A gradient whose factors would not be smaller
 // stays whole, so at many tokens this changes nothing.
 bool default_low_memory(int64_t parameters);
 
