@@ -169,7 +169,7 @@ Meta attention_probs_values_back_infer(const std::vector<Tensor>& in, const Attr
 
 // buf's first n elements, which the caller overwrites: the buffer only grows,
 // so the blocks of one head (kv growing and shrinking again) do not zero-fill
-// it each time, which cost 5% of the causal attention's time.
+// it each time.
 template <class T>
 T* uninitialized(std::vector<T>& buf, int64_t n) {
   if (buf.size() < size_t(n)) buf.resize(size_t(n));
@@ -202,8 +202,8 @@ HeadRows<T> head_rows(const TensorView& t, int64_t b, int64_t h, int64_t row0, i
 // for the scores, V for the output, V^T for dP, K for dQ), as the product
 // reads it: packed once per head (cpu::PackedB) for f32 on the AVX-512
 // kernel when the head has several blocks, which a product would otherwise
-// pack again for each (a quarter of GPT-2 small's causal attention time went
-// to packing); else handed to cpu::product each time.
+// pack again for each (docs/performance.md); else handed to cpu::product each
+// time.
 template <class T>
 struct HeadOperand {
   bool trans;

@@ -187,13 +187,8 @@ void affine_back_kernel(const KernelArgs& a) {
       if constexpr (std::is_same_v<T, float>) {
         using cpu::VecF;
         // In a training step the task's rows come from memory: each block's
-        // rows are requested two blocks ahead of its statistics. All 64 rows
-        // at once at the task's start (the earlier way) queued their misses
-        // behind each other: BM_layer_norm_affine_back from memory 84-88 ->
-        // 66-70 us at 2048 x 96, 111-116 -> 95-104 at 1576 x 192. Distances
-        // of 1 to 8 blocks measured alike; fetching the next task's first
-        // rows too was no faster, and requesting dx's rows for writing
-        // slower (69 -> 88 us).
+        // rows are requested two blocks ahead of its statistics, so that their
+        // misses do not queue behind a whole task's (docs/performance.md).
         const auto fetch = [&](int64_t i) {
           for (int64_t j = 0; j < cols; j += 16) {
             __builtin_prefetch(xr[i] + j);
@@ -204,12 +199,10 @@ void affine_back_kernel(const KernelArgs& a) {
         constexpr int64_t kAhead = 2 * kRowBlock;
         for (int64_t i = 0; i < std::min(n_rows, kAhead); ++i) fetch(i);
         // The block's dx while its rows are in L1, and its terms of dgamma and
-        // dbeta added in row order (the whole task's dx column by column after
-        // all its statistics, the earlier way, measured alike from memory).
+        // dbeta added in row order.
         // N > 0: a full block of N rows, their count known to the compiler,
         // which then keeps the rows' pointers and statistics in registers
-        // (with a run-time count g++ reloaded them from the stack every
-        // vector: in cache 13% slower).
+        // (with a run-time count g++ reloads them from the stack every vector).
         const auto block_dx = [&]<int N, bool Add>(std::integral_constant<int, N>, std::bool_constant<Add>, int64_t i0,
                                                    int n) {
           // Per row: mean, rstd, mean(g) and mean(g xhat), g = dy gamma.

@@ -91,14 +91,10 @@ constexpr int64_t kMinTileWork = int64_t{1} << 19;
 // its output, and small GEMMs stay whole. Sizes are multiples of 16 (GEMM
 // micro-kernel widths) and split their dimension evenly. Each tile repacks
 // its panels of A and B, K (mt + nt) moves against K mt nt multiply-adds.
-// Zen 4, 2 threads, OpenBLAS: 175-200 GFLOP/s on every fmnist and vit-tiny
-// shape of bench/ops_bench.cpp (one tile per call: 95-100); the AVX-512
-// kernel measured the same with tiles up to 1024. kTasks = 4 suits
-// the 2-core machine measured here: against 8, fewer and larger GEMM calls
-// made the vit-tiny, GPT-2 small and GPT-2 124M steps 1.5-2% faster (fmnist
-// unchanged). A machine with many more cores would want more; being a
-// constant, not the thread count, it keeps results bit-identical across
-// thread counts.
+// kTasks = 4 suits 2 cores: fewer, larger GEMM calls than 8, and larger tiles
+// gain nothing (docs/performance.md). A machine with many more cores would
+// want more; being a constant, not the thread count, it keeps results
+// bit-identical across thread counts.
 std::pair<int64_t, int64_t> matmul_tiles(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
   constexpr int64_t kMaxTile = 512, kMinTile = 64, kTasks = 4;
   const auto tile = [](int64_t dim, int64_t parts) {
@@ -138,9 +134,8 @@ std::pair<int64_t, int64_t> matmul_tiles(int64_t n_batch, int64_t M, int64_t N, 
 // A wider output with K at least 16 times its sides (GPT-2's output head's
 // input gradient, [256, 768] summed over the 50,257-word vocabulary) splits
 // K in kWideParts: its output tiles would each pack the whole of A again
-// (four tiles, four times 51 MB), where each chunk packs its part once;
-// 9% faster (bench/ops_bench.cpp, BM_matmul/M:256/K:50257), within noise
-// between 2 and 16 parts.
+// (four tiles, four times 51 MB), where each chunk packs its part once
+// (docs/performance.md); 2 to 16 parts measure alike.
 constexpr int64_t kSplitChunk = 512;
 constexpr int64_t kWideParts = 4;
 int64_t split_k_chunk(int64_t n_batch, int64_t M, int64_t N, int64_t K) {
@@ -184,9 +179,8 @@ void matmul_split_k(const KernelArgs& args, const T* a, Operand la, const T* b, 
     }
   });
   // Runs of kRun elements through a buffer, each loop over a run a vector
-  // loop (element by element, with a division for the addend's row, this
-  // was 7% of vit-tiny's [192, 192] weight gradient). The addend is read
-  // before C is written: it may be C itself.
+  // loop, with no division per element to find the addend's row. The addend
+  // is read before C is written: it may be C itself.
   args.parallel_for(M * N, cpu::grain_for(chunks), [&](int64_t b0, int64_t e0) {
     constexpr int64_t kRun = 256;
     T acc[kRun];
@@ -254,8 +248,7 @@ void matmul_kernel(const KernelArgs& args, bool heads_out, const Addend& addend 
   // Small batched GEMMs (attention heads) go several to a chunk. Larger
   // ones too, four chunks per thread: a chunk's neighbouring products (the
   // heads of one image) share lines and stream from memory together, and
-  // each one's successor is known, to prefetch. vit-tiny's 24 heads of 197 x
-  // 64 x 197 on 2 threads, 3 to a chunk: 3-5% less time per product in f32.
+  // each one's successor is known, to prefetch.
   // The grain may follow the thread count here, unlike in reductions: every
   // task writes its own tile, whoever runs it.
   const int64_t grain = std::max({int64_t{1}, kMinTileWork / std::max<int64_t>(1, tile_m * tile_n * K),
@@ -297,8 +290,7 @@ void matmul_kernel(const KernelArgs& args, bool heads_out, const Addend& addend 
       // next (one head's q and k: 100 KB, read by GEMM's packing a line at a
       // time at its start), or for small ones (attention at 16 tokens: a few
       // lines of each operand, 100-200 ns of arithmetic) the one after it,
-      // output included, which cut fmnist's attention products from memory
-      // by a third.
+      // output included, since the next one's lines would arrive too late.
       if (const int64_t next = bi + (small ? 2 : 1);
           rem == tiles_m * tiles_n - 1 && next * tiles_m * tiles_n < te && !la.packed && !lb.packed) {
         const int64_t e = sizeof(T);

@@ -223,11 +223,8 @@ struct RowBlock {
 // training step a norm's rows come from memory, not cache (the arena is far
 // larger than L3), and a row's statistics are a chain of dependent work that
 // keeps the core from running ahead into the next rows' misses on its own.
-// About 4 KiB ahead measured best (BM_layer_norm from memory, interleaved
-// with the previous code, which requested the next block of 4 rows through
-// a walker: 43 -> 40 us at 2048 x 96, 61 -> 55 at 1576 x 192); 8 KiB and
-// more was slower again, and also requesting the output's rows for writing
-// was no better (in layer_norm_affine_back, slower).
+// About 4 KiB ahead measures best; further ahead, or the output's rows
+// requested for writing too, does not help (docs/performance.md).
 inline constexpr int64_t kPrefetchBytes = 4096;
 
 // Calls fn(block) for every row of the K operands, kRowBlock rows at a time

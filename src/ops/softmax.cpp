@@ -142,10 +142,9 @@ void softmax_kernel(const KernelArgs& a) {
         }
 #endif
         // The rows two blocks ahead, x for reading and y for writing: the
-        // hardware prefetcher alone left 197-key rows from memory at 220-244
-        // us (BM_softmax), 178-199 with this (causal 218-226 -> 145-160).
-        // Rows that fit in registers go two at a time where they take the
-        // same number of vectors.
+        // hardware prefetcher alone falls behind on rows from memory
+        // (docs/performance.md). Rows that fit in registers go two at a time
+        // where they take the same number of vectors.
         constexpr int64_t kRows = RowBlockF32::kRows, kAheadRows = 2 * kRows;
         const auto visible = [&](int64_t i) { return causal ? causal_visible(i % tq, tq, n_len) : n_len; };
         RowBlockF32 block(n_len, s);
