@@ -342,8 +342,7 @@ struct SmallScratch {
 // dst[r * ldd + c] = op(src)[r, c] for r < rows, c < cols, where op(src) is
 // src (ld) or, with trans, src^T; columns [cols, ldd) of dst are zeroed.
 // Rounded to bf16 after the copy when asked, in one vector pass over dst (a
-// call per element made fmnist's bf16 attention products 3.5x slower than
-// f32's).
+// call per element would outweigh a small product's arithmetic).
 template <class T>
 void copy_rows(bool trans, bool round_bf16, int64_t rows, int64_t cols, const T* src, int64_t ld, T* dst,
                int64_t ldd) {
@@ -352,8 +351,7 @@ void copy_rows(bool trans, bool round_bf16, int64_t rows, int64_t cols, const T*
 #if defined(__AVX512F__)
   } else if (std::is_same_v<T, float> && ldd % 16 == 0) {
     // 16 x 16 blocks transposed in registers (zero past rows and cols):
-    // element by element, this copy was half the time of attention's q k^T
-    // at 16 tokens.
+    // element by element, this copy would cost as much as a 16-token q k^T.
     for (int64_t c0 = 0; c0 < ldd; c0 += 16) {
       for (int64_t r0 = 0; r0 < rows; r0 += 16) {
         const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, rows - r0)) - 1);
@@ -459,8 +457,8 @@ void product(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
   const bool small = M * N * K <= kSmallGemmWork;
   if (d) {
     if constexpr (std::is_same_v<T, float>) {
-      // No pass writing D into C first: from memory it cost vit-tiny's bf16
-      // fc1 product a third more.
+      // No pass writing D into C first: that pass would write C's cold lines
+      // once more before the GEMM reads them back.
       if (!small && d_col_stride == 1 && (bf16 || gemm_avx512_native())) {
         if (bf16) return gemm_bf16_add(trans_a, trans_b, M, N, K, A, lda, B, ldb, d, d_row_stride, C, ldc);
         return gemm_f32_avx512(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, d, d_row_stride, C, ldc);

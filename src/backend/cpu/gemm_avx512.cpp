@@ -10,7 +10,7 @@
 // half first), likewise op(B)[k, j] and op(B)[k + 1, j]; an odd depth pads
 // its last pair with zero. The f32 kernel's own loop nest (rather than
 // OpenBLAS) reads an addend (a bias) in its store, prefetches C in short
-// products and, measured in the training steps, runs their products faster.
+// products and runs the training steps' products faster (docs/performance.md).
 //
 // Determinism, as in gemm_builtin: every element of C sums its words in
 // increasing k within depth passes of kKc, the first pass writing
@@ -78,11 +78,9 @@ namespace {
 // broadcast. A depth step is one 32-bit word per element: an f32 value, or a
 // bf16 pair (two k). A kKc-deep x kNr panel of B (32 KiB f32, 16 KiB bf16)
 // stays in L1, a kMc x kKc block of A in L2, kNc bounds the packed B. kKc
-// (even, so pairs never straddle passes) also fixes the summation order. On
-// Zen 4 (bench/gemm_bench.cpp) the bf16 kernel reaches about 200 GFLOP/s on
-// one thread, twice OpenBLAS's sgemm, the f32 one 105-110 (90-94% of the FMA
-// peak; OpenBLAS 100-104); 6 x 64 tiles, kKc of 384 or 512 and kMc of 384
-// measured within noise of these.
+// (even, so pairs never straddle passes) also fixes the summation order.
+// The rates these reach, and the other sizes tried, are in
+// docs/performance.md (bench/gemm_bench.cpp).
 constexpr int kMr = 12;
 constexpr int kNr = 32;
 constexpr int64_t kKc = 256;
@@ -130,8 +128,8 @@ struct Join12 {
 // words per depth step: dst[w * width + r] = word w of line r, zero past
 // `lines`. Per block of 16 words, each group of up to 16 lines is loaded (and
 // rounded) into 16 vectors of words and transposed in registers, so a word's
-// values of the group leave in one (masked) store; a word-by-word copy out of
-// a buffer made this the slower half of the packing.
+// values of the group leave in one (masked) store, not word by word out of a
+// buffer.
 template <bool Bf16>
 void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_t kc, uint32_t* dst) {
   constexpr int64_t kBlock = Bf16 ? 32 : 16;  // floats per block of 16 words
@@ -150,8 +148,7 @@ void pack_along_k(const float* src, int64_t ld, int64_t lines, int width, int64_
           const float* s = src + (g + r) * ld + k0;
           // The lines are separate streams the hardware prefetcher loses
           // track of; fetch this line two blocks ahead while this block is
-          // converted (vit-tiny bf16 step +3%, fmnist +4%, with
-          // pack_across_k's).
+          // converted.
           _mm_prefetch(reinterpret_cast<const char*>(s + 2 * kBlock), _MM_HINT_T0);
           if constexpr (Bf16) {
             _mm_prefetch(reinterpret_cast<const char*>(s + 2 * kBlock + 16), _MM_HINT_T0);
@@ -193,8 +190,7 @@ void pack_across_k(const float* src, int64_t ld, int64_t lines, int width, int64
   if (width == kMr) {
     // A^T's kMr-wide panels, four words (depth steps) at a time: three full
     // stores a panel (Join12) and each line fetched eight words ahead, where
-    // word by word a [768, 192] weight gradient spent 13% of its time here;
-    // it now runs 8-12% faster (either change alone: 1-4%).
+    // word by word each step is a masked store, often split across two lines.
     const Join12 join;
     const int64_t full = lines / 12 * 12;
     const auto word = [&](const float* row, int64_t q0, __mmask16 load) {
@@ -399,11 +395,8 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   // broadcasts in place instead of packing A: worth it where few panels of B
   // would reuse a packed copy (N up to 8 panels), and unless lda is a
   // multiple of 128 floats, where a panel's kc lines fall into 8 or fewer of
-  // L1's 64 sets and evict each other. In cache, one thread: vit-tiny's
-  // [192, 192] weight gradient (a K chunk of 400) +8-14%, attention's dV =
-  // P^T dO (197 x 197 x 64) +13-28%; [192, 768] (24 panels of B) -2%, lda
-  // 768 -4%. A ([M, K]) read in place, its kMr rows as kMr streams, was
-  // 6-30% slower than packed at every narrow shape measured.
+  // L1's 64 sets and evict each other. A ([M, K]) read in place, its kMr rows
+  // as kMr streams, is slower than packed (docs/performance.md).
   const bool direct_a = !Bf16 && trans_a && N <= 8 * kNr && lda % 128 != 0;
   for (int64_t jc = 0; jc < N; jc += kNc) {
     const int64_t nc = std::min(kNc, N - jc);
@@ -438,7 +431,7 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
             // The next tile's C, a whole tile ahead, in a short product
             // (attention's scores, K 64): its tile computes for less time than
             // cold lines take to arrive when the micro-kernel requests them
-            // (vit-tiny's bf16 scores -10% per step; longer products unchanged).
+            // (longer products gain nothing from it).
             // The next tile is the one below, or the top of the next panel.
             const bool below = ir + kMr < mc;
             const int64_t ni = below ? i + kMr : ic, nj = below ? j : j + kNr;

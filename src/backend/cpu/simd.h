@@ -156,9 +156,9 @@ inline VecF sqrt(VecF a) {
 
 // Four f32 lanes on every target, for the per-row scalars of a block of
 // four rows: their square roots and divisions as one short vector. A VecF
-// assembled lane by lane went through the stack, and its wide reload waited
-// on the narrow stores (store forwarding fails there), about 20 cycles more
-// on each block's chain in the layer norms.
+// assembled lane by lane goes through the stack, and its wide reload waits
+// on the narrow stores (store forwarding fails there), on each block's chain
+// in the layer norms.
 using Lanes4 = float __attribute__((vector_size(16)));
 
 // Correctly rounded square root, lane by lane (as std::sqrt).
@@ -176,8 +176,8 @@ inline Lanes4 sqrt(Lanes4 a) {
 // min and max that return `a` when either operand is NaN, so a NaN input
 // clamped against constants stays NaN: min is b < a ? b : a, max b > a ? b :
 // a. Written as MINPS / MAXPS with b first, which compute exactly that (from
-// the plain select g++ emitted a compare and a blend: exp 7% slower on Zen
-// 5); the masked forms with every lane set, as in sqrt.
+// the plain select g++ emits a compare and a blend); the masked forms with
+// every lane set, as in sqrt.
 inline VecF min(VecF a, VecF b) {
 #if defined(__AVX512F__)
   return _mm512_mask_min_ps(b.v, __mmask16(0xFFFF), b.v, a.v);
@@ -330,7 +330,7 @@ inline VecF exp_of_clamped(VecF xc) {
                                  4.16674167e-2f, 8.36950447e-3f, 1.38710940e-3f};
 #if defined(__AVX512F__)
   // n = round(x log2e) by vrndscaleps rather than adding and subtracting
-  // 1.5 2^23: 10% less time a vector on Zen 5 (the product is rounded
+  // 1.5 2^23: one instruction for two (the product is rounded
   // before n is, so n can be one off where x log2e is within an ulp of a
   // half-integer; |r| then passes ln2/2 by an ulp, within the polynomial's
   // accuracy).
@@ -439,7 +439,7 @@ template <int R, class F>
 inline std::array<float, R> sum_lanes_rows(int64_t n, F&& f) {
   constexpr int W = VecF::kWidth;
   // NOTE: the unroll pragmas keep the accumulators in registers; without
-  // them g++ 12 kept the array on the stack (a load and store per add).
+  // them g++ 12 keeps the array on the stack (a load and store per add).
   std::array<VecF, R> acc;
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -454,10 +454,8 @@ inline std::array<float, R> sum_lanes_rows(int64_t n, F&& f) {
     for (int r = 0; r < R; ++r) acc[r] += select(tail, f(r, i, n - i), 0.0f);
   }
   // Sixteen sums (a layer norm backward's block of four rows) fold faster
-  // together: layer_norm_back 3-6% less time in cache on Zen 5,
-  // layer_norm_affine_back within noise. Up to eight (the forward's block),
-  // each row's sum was ready sooner on a fold of its own, and the forward
-  // ran 3-10% slower together.
+  // together; up to eight (the forward's block), each row's sum is ready
+  // sooner on a fold of its own (docs/performance.md).
   if constexpr (R == 16) return reduce_add_each<R>(acc);
   std::array<float, R> out;
 #pragma GCC unroll 16
@@ -579,8 +577,7 @@ inline void softmax_one_vector_rows(const VecF* z_in, const int64_t* visible, fl
 // the rows transposed: lane r of column j holds row r's z_j, so every row's
 // max and sum are vertical (the sum in reduce_add's tree order, so the same
 // bits) and one exp and one division serve a value of each of 16 rows. Two
-// 16 x 16 transposes cost less than 16 rows' horizontal reductions
-// (fmnist's 16-key rows: about 29 -> 14 cycles a row on Zen 5).
+// 16 x 16 transposes cost less than 16 rows' horizontal reductions.
 inline void softmax_one_vector_16_rows(const VecF* z_in, const int64_t* visible, float* const* y_out,
                                        int64_t len) {
   constexpr float kNegInf = -__builtin_inff();
@@ -630,12 +627,10 @@ inline void softmax_back_row(const float* y, int64_t ys, const float* dy, int64_
 // given_max, when not null, holds each row's max of scale * y, taken by the
 // caller on a pass of its own. The rows' passes run in lockstep over the
 // vectors they all have, so R exp chains, sums, horizontal reductions and
-// divisions overlap where one row alone waits on each in turn (in L1, on Zen
-// 5: vit-tiny's 197-key rows 26 -> 17 cycles a vector, four rows at once;
-// 64-key rows 22 -> 15). Each row's arithmetic and summation order are the
-// same whatever R, so are its bits. exp's argument is scale y - max in one
-// rounding (an FMA: g++ had contracted it so, and the scaled score rounded
-// first would add its error, |scale y| ulp/2, to e's).
+// divisions overlap where one row alone waits on each in turn. Each row's
+// arithmetic and summation order are the same whatever R, so are its bits.
+// exp's argument is scale y - max in one rounding (an FMA, written out: the
+// scaled score rounded first would add its error, |scale y| ulp/2, to e's).
 template <int R>
 inline void softmax_rows(float* const* y, const int64_t* visible, int n, int64_t len, float scale,
                          const float* given_max = nullptr) {

@@ -6,8 +6,8 @@
 // own segment's chunks in order from that segment's atomic counter, then
 // the other segments' leftovers. So the caller always runs the first part of
 // a range and helper i the same later part, op after op, and a row kernel
-// finds the rows the previous op wrote on its own core still in its cache;
-// with one shared counter the chunks interleaved across the cores at random.
+// finds the rows the previous op wrote on its own core still in its cache
+// (one shared counter would interleave the chunks across the cores at random).
 // When the caller finds no chunk left it closes the job and waits only for
 // the workers that joined it: a helper the OS has not scheduled yet finds the
 // job closed and never touches it (its segment is claimed by the others), so
@@ -40,12 +40,9 @@ namespace nabla::cpu {
 namespace {
 
 // How long an idle worker, or a caller waiting for workers, spins before it
-// sleeps. On the 2-vCPU VMs measured here a sleeping worker joins the next
-// job 85-120 us late (the host reschedules a halted vCPU); with 20 us a
-// vit-tiny step slept its worker 220 times and fmnist's two threads fell to
-// one thread's speed in the host's slow phases. Much longer (5 ms) is as
-// bad: a vCPU that never idles is descheduled. See docs/performance.md
-// (session 13) for the measurements and the cost with shared cores.
+// sleeps: on a VM a sleeping worker joins the next job about 100 us late (the
+// host reschedules a halted vCPU), and a vCPU that never idles is descheduled
+// (docs/performance.md).
 constexpr auto kSpinTime = std::chrono::microseconds(500);
 
 // Spins until done() holds or kSpinTime has passed; returns done().
