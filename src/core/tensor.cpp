@@ -34,11 +34,10 @@ Buffer::Buffer(size_t n, bool huge_pages) : bytes(n) {
   // 64-byte alignment suits every SIMD width; never a null pointer, even for 0 bytes.
   size_t alignment = 64;
 #ifdef __linux__
-  // A training step streams its whole arena (vit-tiny: 275 MiB, 70,000 4 KiB
-  // pages against a TLB of a few thousand entries): on 2 MiB pages, where the
-  // system grants them on request (transparent_hugepage "madvise"), vit-tiny's
-  // f32 step ran 4% faster. Only for buffers of several huge pages: the last
-  // one is rounded up whole.
+  // A training step streams its whole arena, far more 4 KiB pages than the TLB
+  // holds: 2 MiB pages where the system grants them on request
+  // (transparent_hugepage "madvise"; docs/performance.md). Only for buffers of
+  // several huge pages: the last one is rounded up whole.
   constexpr size_t kHugePage = size_t{2} << 20;
   if (huge_pages && n >= 4 * kHugePage) alignment = kHugePage;
 #else

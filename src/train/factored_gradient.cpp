@@ -135,8 +135,8 @@ namespace {
 // Sub-tiles of 4 x 4 Gram entries: 16 dot products in registers.
 constexpr int64_t kSub = 4;
 // Elements of a row per pass over a tile: 128 rows of 4 KiB stay in L2
-// while every 4 x 4 sub-tile of the tile reads them (GPT-2 124M's norm, Zen
-// 4: 256 elements 92 ms, 512 83, 1024 and 2048 75-78, whole rows 77-83).
+// while every 4 x 4 sub-tile of the tile reads them (shorter passes measure
+// slower, longer ones alike: docs/performance.md).
 constexpr int64_t kDepth = 1024;
 
 // c[i][j] += x_i . y_j over [0, n) for four rows x_i and four y_j (contiguous
@@ -156,7 +156,7 @@ void dots_4x4(const float* const* x, const float* const* y, int64_t n, float* c,
     for (int i = 0; i < kSub; ++i) {
       a[i] = VecF::load(x[i] + k, 1, m), b[i] = VecF::load(y[i] + k, 1, m);
       // In registers: g++ otherwise reads one side again inside each of
-      // its four FMAs, 20 loads where 8 do (GPT-2 124M's norm 115 -> 76 ms).
+      // its four FMAs, 20 loads where 8 do.
 #if defined(__AVX512F__)
       asm("" : "+v"(a[i].v), "+v"(b[i].v));
 #elif defined(__x86_64__)
@@ -202,8 +202,8 @@ double GradientRows::norm_piece(int64_t piece) const {
   // before the diagonal block [i0, i0 + m). In f32 a tile of 64 rows each,
   // J <= I. Under bf16 a panel, rows I against every row up to I's last: the
   // graph's product multiplies bf16-rounded factors (exactly, summing in
-  // f32), and so do the Gram matrices, on gemm_bf16, which ran GPT-2 124M's
-  // norm faster in panels (62-75 ms) than in tiles (68-83).
+  // f32), and so do the Gram matrices, on gemm_bf16, which runs them faster
+  // in panels than in tiles (docs/performance.md).
   int64_t ti = piece, tj = 0;
   if (!bf16_) {
     ti = 0;
