@@ -14,11 +14,10 @@
 //
 // The row kernels and matmuls run twice: mem:0 with their inputs in cache
 // (each run reads what the run before left there; the copy reference likewise
-// moves cached bytes at 90-190 GB/s here), and mem:1 with every run, and
+// moves cached bytes), and mem:1 with every run, and
 // every reference copy, starting after a 96 MiB eviction (evict_caches), as
 // in a training step, whose arena (60-300 MB) is far larger than L3: the
-// fraction of the memory copy rate (20-37 GB/s here for these sizes) a kernel
-// reaches there.
+// fraction of the memory copy rate a kernel reaches there.
 //
 // Presets: fmnist (batch 128, 16 tokens, width 96, MLP 192, 4 heads) and
 // vit-tiny at batch 8 (197 tokens, width 192, MLP 768, 3 heads).
