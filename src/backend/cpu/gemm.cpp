@@ -131,7 +131,7 @@ void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T al
       // NOTE: without this, g++ 12 fully unrolls a j loop of <= 16 iterations
       // (f64 with AVX-512, both types with AVX2) before vectorising, then
       // vectorises across i with shuffles: 10x slower, and lanes no longer
-      // compute alike, which broke the tile bit-identity test.
+      // compute alike, which breaks the tile bit-identity test.
 #pragma GCC unroll 1
       for (int j = 0; j < nr; ++j) acc[i][j] += ak * b[k * nr + j];
     }
