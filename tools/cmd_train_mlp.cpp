@@ -1,83 +1,78 @@
-// `nabla train mlp`: a 2-layer MLP learns three interleaved spirals.
-//
-// The graph (forward, loss, backward) is built once and compiled once; each
-// step writes a new minibatch into the input leaves, runs, and updates the
-// weights on the host with SGD + momentum.
+// `nabla train mlp`: a 2-layer MLP learns three interleaved spirals, the
+// smallest model the training loop (train_loop.h) runs: its loss is a
+// cross-entropy composed from primitive ops, differentiated like any graph.
 //
 // Dimensions:
-//   N  points in the dataset (kPoints)
+//   N  points in a dataset (kPoints)
 //   B  minibatch size (--batch)
 //   D  input features (2: x, y)
 //   H  hidden units (--hidden)
 //   C  classes (3 spiral arms)
+//
+// Parameters (PyTorch's nn.Linear names):
+//   fc1.weight [H, D]   fc1.bias [H]
+//   fc2.weight [C, H]   fc2.bias [C]
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <numeric>
+#include <cstdio>
 #include <random>
 #include <vector>
 
 #include "commands.h"
+#include "nabla/checkpoint.h"
+#include "nabla/config.h"
+#include "nabla/error.h"
 #include "nabla/executor.h"
-#include "nabla/graph.h"
+#include "nabla/nn.h"
 #include "nabla/ops.h"
+#include "train_loop.h"
 
 namespace nabla::cli {
 namespace {
 
-constexpr int kPoints = 2000;
-constexpr int kFeatures = 2;
-constexpr int kClasses = 3;
-constexpr int kReportEvery = 50;
-constexpr float kMomentum = 0.9f;
+constexpr int64_t kPoints = 2000;
+constexpr int64_t kFeatures = 2;
+constexpr int64_t kClasses = 3;
 
-struct Dataset {
-  std::vector<float> x;  // [N, D]
-  std::vector<int> y;    // [N], class of each point
+struct Spirals {
+  std::vector<float> x;    // [N, D]
+  std::vector<int32_t> y;  // [N], class of each point
 };
 
 // Class k's arm: radius r in [0, 1], angle 4k + 4r (radians) plus noise, so
 // the three arms wind around each other.
-Dataset make_spirals(std::mt19937_64& rng) {
+Spirals make_spirals(uint64_t seed) {
+  std::mt19937_64 rng(seed);
   std::normal_distribution<float> noise(0.0f, 0.2f);
-  Dataset d;
-  for (int i = 0; i < kPoints; ++i) {
-    int k = i % kClasses;
+  Spirals d;
+  for (int64_t i = 0; i < kPoints; ++i) {
+    int64_t k = i % kClasses;
     float r = float(i / kClasses) / float(kPoints / kClasses);
     float angle = 4.0f * float(k) + 4.0f * r + noise(rng);
     d.x.push_back(r * std::sin(angle));
     d.x.push_back(r * std::cos(angle));
-    d.y.push_back(k);
+    d.y.push_back(int32_t(k));
   }
   return d;
 }
 
-struct Param {
-  Tensor value;             // leaf, requires_grad
-  std::vector<float> host;  // the weights, updated here and copied in
-  std::vector<float> velocity;
-};
-
-Param make_param(Shape shape, float stddev, std::mt19937_64& rng, const char* name) {
-  std::normal_distribution<float> normal(0.0f, stddev);
-  Param p;
-  p.host.resize(static_cast<size_t>(numel(shape)));
-  for (float& w : p.host) w = stddev > 0 ? normal(rng) : 0.0f;
-  p.velocity.assign(p.host.size(), 0.0f);
-  p.value = Tensor::from_vector(std::move(shape), p.host);
-  p.value.requires_grad().set_name(name);
-  return p;
+// The checkpoint's "nabla.config".
+ConfigFields fields_of(int64_t& hidden) {
+  ConfigFields f("mlp config", "mlp");
+  f.required("hidden", hidden, 1);
+  return f;
 }
 
 struct Mlp {
-  Param w1, b1, w2, b2;                               // [D, H], [H], [H, C], [C]
-  Tensor forward(const Tensor& x) const {             // x [B, D] -> logits [B, C]
-    Tensor h = tanh(matmul(x, w1.value) + b1.value);  // [B, H]
-    return matmul(h, w2.value) + b2.value;
+  nn::Linear fc1, fc2;
+  Mlp(nn::Params& p, int64_t hidden, uint64_t seed) {
+    nn::Init init(seed, nn::Init::Weights::normal);
+    fc1 = nn::Linear(p, "fc1", kFeatures, hidden, true, init, 1.0);
+    fc2 = nn::Linear(p, "fc2", hidden, kClasses, true, init, 1.0 / std::sqrt(double(hidden)));
   }
-  std::vector<Param*> params() { return {&w1, &b1, &w2, &b2}; }
+  Tensor operator()(const Tensor& x) const { return fc2(tanh(fc1(x))); }  // x [B, D] -> logits [B, C]
 };
 
 // Mean cross-entropy of softmax(logits) against one-hot targets, both [B, C],
@@ -89,109 +84,115 @@ Tensor composed_cross_entropy(const Tensor& logits, const Tensor& onehot) {
   return -mean(sum(log_probs * onehot, {1}));
 }
 
-// Correct predictions among the rows of logits [rows, C].
-int count_correct(const std::vector<float>& logits, const int* labels, int rows) {
-  int correct = 0;
-  for (int i = 0; i < rows; ++i) {
-    const float* row = &logits[static_cast<size_t>(i) * kClasses];
-    int best = int(std::max_element(row, row + kClasses) - row);
-    correct += best == labels[i];
+int64_t count_correct(const std::vector<float>& logits, const int32_t* labels, int64_t rows) {
+  int64_t correct = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = &logits[size_t(i * kClasses)];
+    correct += std::max_element(row, row + kClasses) - row == labels[i];
   }
   return correct;
 }
 
-}  // namespace
+// Minibatches of distinct points drawn from (seed, step) alone, so a resumed
+// run sees the same ones; evaluation on fresh points from the same spirals.
+class SpiralsTask : public TrainingTask {
+ public:
+  SpiralsTask(const TrainStep& step, const Mlp& mlp, const Tensor& x, const Tensor& onehot, const Tensor& logits,
+              int threads, uint64_t seed)
+      : step_(step), train_(make_spirals(seed)), test_(make_spirals(seed + 1)), x_(x), onehot_(onehot), logits_(logits) {
+    test_x_ = Tensor::from_vector({kPoints, kFeatures}, test_.x);
+    std::vector<float> test_onehot(size_t(kPoints * kClasses), 0.0f);
+    for (int64_t i = 0; i < kPoints; ++i) test_onehot[size_t(i * kClasses + test_.y[size_t(i)])] = 1.0f;
+    test_logits_ = mlp(test_x_);
+    test_loss_ = composed_cross_entropy(test_logits_, Tensor::from_vector({kPoints, kClasses}, test_onehot));
+    evaluator_ = std::make_unique<Executor>(Graph({test_loss_, test_logits_}), ExecOptions{.threads = threads});
+    batch_y_.resize(size_t(x.dim(0)));
+  }
 
-int run_train_mlp(const TrainMlpArgs& args) {
-  const int B = args.batch, H = args.hidden;
-  std::mt19937_64 rng(args.seed);
-  Dataset data = make_spirals(rng);
+  int64_t batches_per_epoch() const override { return 0; }
 
-  Mlp mlp{make_param({kFeatures, H}, 1.0f, rng, "w1"), make_param({H}, 0.0f, rng, "b1"),
-          make_param({H, kClasses}, 1.0f / std::sqrt(float(H)), rng, "w2"),
-          make_param({kClasses}, 0.0f, rng, "b2")};
-
-  // The training graph, built and compiled once.
-  Tensor x = Tensor::zeros(DType::f32, {B, kFeatures}).set_name("x");      // [B, D]
-  Tensor onehot = Tensor::zeros(DType::f32, {B, kClasses}).set_name("y");  // [B, C]
-  Tensor logits = mlp.forward(x);
-  Tensor loss = composed_cross_entropy(logits, onehot);
-  Graph graph({loss, logits});
-  graph.backward(loss);
-  ExecOptions exec_options;
-  exec_options.threads = args.threads;
-  exec_options.check_finite = args.check_finite;
-  Executor train(graph, exec_options);
-
-  // Whole-dataset accuracy, sharing the weight leaves.
-  Tensor all_x = Tensor::from_vector({kPoints, kFeatures}, data.x);
-  Tensor all_logits = mlp.forward(all_x);
-  Executor evaluate(Graph({all_logits}), exec_options);
-
-  fmt::print(
-      "3-class spirals, {} points; MLP {} -> {} (tanh) -> {}; batch {}, lr {}, momentum {}, "
-      "threads {}\n",
-      kPoints, kFeatures, H, kClasses, B, args.lr, kMomentum, train.threads());
-
-  std::vector<int> order(kPoints);
-  std::iota(order.begin(), order.end(), 0);
-  size_t cursor = kPoints;
-  std::vector<float> batch_x(static_cast<size_t>(B) * kFeatures),
-      batch_onehot(static_cast<size_t>(B) * kClasses);
-  std::vector<int> batch_y(B);
-  double loss_sum = 0;
-  int correct = 0, seen = 0, since_report = 0;
-
-  auto start = std::chrono::steady_clock::now();
-  for (int step = 1; step <= args.steps; ++step) {
-    // Next minibatch from a shuffled pass over the data.
-    std::fill(batch_onehot.begin(), batch_onehot.end(), 0.0f);
-    for (int i = 0; i < B; ++i) {
-      if (cursor == order.size()) {
-        std::shuffle(order.begin(), order.end(), rng);
-        cursor = 0;
-      }
-      int p = order[cursor++];
-      batch_x[2 * i] = data.x[2 * p];
-      batch_x[2 * i + 1] = data.x[2 * p + 1];
-      batch_y[i] = data.y[p];
-      batch_onehot[static_cast<size_t>(i) * kClasses + data.y[p]] = 1.0f;
-    }
-    x.assign(batch_x);
-    onehot.assign(batch_onehot);
-    train.run();
-
-    // SGD with momentum: v = mu v + dw; w -= lr v.
-    for (Param* p : mlp.params()) {
-      std::vector<float> dw = train.read<float>(graph.grad(p->value));
-      for (size_t i = 0; i < dw.size(); ++i) {
-        p->velocity[i] = kMomentum * p->velocity[i] + dw[i];
-        p->host[i] -= float(args.lr) * p->velocity[i];
-      }
-      p->value.assign(p->host);
-    }
-
-    loss_sum += train.read<float>(loss)[0];
-    correct += count_correct(train.read<float>(logits), batch_y.data(), B);
-    seen += B;
-    ++since_report;
-    if (step == 1 || step % kReportEvery == 0 || step == args.steps) {
-      fmt::print("step {:>5}  loss {:.4f}  batch acc {:5.1f}%\n", step, loss_sum / since_report,
-                 100.0 * correct / seen);
-      loss_sum = 0;
-      correct = seen = since_report = 0;
+  void load_batch(const TrainPosition& pos) override {
+    const int64_t B = x_.dim(0);
+    std::mt19937_64 rng(uint64_t(step_seed(pos.seed, pos.step)));
+    std::vector<int64_t> order(kPoints);
+    for (int64_t i = 0; i < kPoints; ++i) order[size_t(i)] = i;
+    float* x = x_.data_as<float>();
+    float* onehot = onehot_.data_as<float>();
+    std::fill(onehot, onehot + B * kClasses, 0.0f);
+    for (int64_t i = 0; i < B; ++i) {  // the first B of a Fisher-Yates shuffle
+      std::swap(order[size_t(i)], order[size_t(i + int64_t(rng() % uint64_t(kPoints - i)))]);
+      const int64_t p = order[size_t(i)];
+      x[2 * i] = train_.x[size_t(2 * p)];
+      x[2 * i + 1] = train_.x[size_t(2 * p + 1)];
+      batch_y_[size_t(i)] = train_.y[size_t(p)];
+      onehot[i * kClasses + train_.y[size_t(p)]] = 1.0f;
     }
   }
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  evaluate.run();
-  int train_correct = count_correct(evaluate.read<float>(all_logits), data.y.data(), kPoints);
-  fmt::print("train accuracy {:.1f}% ({}/{})\n", 100.0 * train_correct / kPoints, train_correct,
-             kPoints);
-  fmt::print("{:.0f} steps/s ({} steps in {:.2f} s)\n", args.steps / seconds, args.steps, seconds);
-  const MemoryReport& mem = train.memory();
-  fmt::print("arena {} bytes planned ({} without reuse), {} buffers, {} in place\n",
-             mem.arena_bytes, mem.unplanned_bytes, mem.buffers, mem.inplace);
+  int64_t correct_predictions() override {
+    return count_correct(step_.executor().read<float>(logits_), batch_y_.data(), x_.dim(0));
+  }
+
+  Evaluation evaluate() override {
+    evaluator_->run();
+    const int64_t correct = count_correct(evaluator_->read<float>(test_logits_), test_.y.data(), kPoints);
+    return {evaluator_->read<float>(test_loss_)[0], double(correct) / double(kPoints), kPoints};
+  }
+
+ private:
+  const TrainStep& step_;
+  Spirals train_, test_;
+  Tensor x_, onehot_, logits_;
+  std::vector<int32_t> batch_y_;
+  Tensor test_x_, test_logits_, test_loss_;
+  std::unique_ptr<Executor> evaluator_;
+};
+
+}  // namespace
+
+int run_train_mlp(const TrainMlpArgs& a) {
+  const std::optional<Checkpoint> resume = load_resume_checkpoint(a);
+  const uint64_t seed = resume ? resume->position.seed : a.seed;
+  int64_t H = a.hidden;
+  if (resume) {
+    try {
+      fields_of(H).from_json(resume->config_json);
+    } catch (const Error& e) {
+      throw IoError(resume->path + ": " + e.what());
+    }
+  }
+  const int64_t B = a.batch;
+  nn::Params params;
+  Mlp mlp(params, H, seed);
+  if (resume) load_params(*resume, params);
+
+  // The training step, built and compiled once.
+  Tensor x = Tensor::zeros(DType::f32, {B, kFeatures}).set_name("x");      // [B, D]
+  Tensor onehot = Tensor::zeros(DType::f32, {B, kClasses}).set_name("y");  // [B, C]
+  Tensor logits = mlp(x);
+  Tensor loss = composed_cross_entropy(logits, onehot);
+  optim::AdamWConfig adamw;
+  adamw.weight_decay = a.weight_decay;
+  TrainStep step(loss, params, {logits}, adamw, exec_options(a));
+  SpiralsTask task(step, mlp, x, onehot, logits, a.threads, seed);
+  TrainingLoop loop(step, task, params, a,
+                    {.command = "train mlp",
+                     .schedule_steps = a.steps,
+                     .min_lr_fraction = 0.1,
+                     .examples_per_step = B,
+                     .items_per_step = B,
+                     .items = "points",
+                     .rate_unit = "points/s",
+                     .batch = fmt::format("batch {}", B),
+                     .eval_name = "test",
+                     .config_json = fields_of(H).to_json()},
+                    resume ? &*resume : nullptr);
+
+  fmt::print("3-class spirals, {} training and {} test points; MLP {} -> {} (tanh) -> {}\n", kPoints, kPoints,
+             kFeatures, H, kClasses);
+  fmt::print("{}\n", loop.describe());
+  std::fflush(stdout);
+  loop.run();
   return kExitOk;
 }
 

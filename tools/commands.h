@@ -29,19 +29,22 @@ struct GradcheckArgs {
 };
 int run_gradcheck(const GradcheckArgs& opt);
 
-struct TrainMlpArgs {
-  int steps = 2000;
+// The shared flags (learning rate, schedule, checkpoints, logs) are
+// TrainLoopArgs' (train_loop.h); each command sets its own defaults.
+struct TrainMlpArgs : TrainLoopArgs {
+  TrainMlpArgs() {
+    lr = 1e-2;
+    weight_decay = 0;
+    warmup = 0;
+    threads = 1;
+    log_every = 50;
+  }
+  int64_t steps = 2000;  // the schedule's length
   int batch = 128;
   int hidden = 64;
-  double lr = 0.1;
-  int threads = 1;
-  uint64_t seed = 1;
-  bool check_finite = false;  // stop at the first op that produces NaN or Inf, naming it
 };
 int run_train_mlp(const TrainMlpArgs& opt);
 
-// The shared flags (learning rate, schedule, checkpoints, logs) are
-// TrainLoopArgs' (train_loop.h); each command sets its own defaults.
 struct TrainVitArgs : TrainLoopArgs {
   TrainVitArgs() {
     lr = 2e-3;

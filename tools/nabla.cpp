@@ -142,17 +142,12 @@ int main(int argc, char** argv) {
   train_cmd->require_subcommand(0, 1);
   CLI::App* mlp_cmd =
       train_cmd->add_subcommand("mlp", "A 2-layer MLP on three interleaved spirals");
-  add_int(mlp_cmd, "--steps", mlp.steps, "SGD steps", 1, 10'000'000);
-  add_int(mlp_cmd, "--batch", mlp.batch, "Minibatch size", 1, 100'000);
+  mlp_cmd->add_option("--steps", mlp.steps, "Optimizer steps: the schedule's length")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
+      ->capture_default_str();
+  add_int(mlp_cmd, "--batch", mlp.batch, "Minibatch size (at most the 2,000 training points)", 1, 2000);
   add_int(mlp_cmd, "--hidden", mlp.hidden, "Hidden units", 1, 100'000);
-  mlp_cmd->add_option("--lr", mlp.lr, "Learning rate")
-      ->check(positive_number())
-      ->capture_default_str();
-  add_int(mlp_cmd, "--threads", mlp.threads, "Threads (0: all cores)", 0, 256);
-  mlp_cmd->add_option("--seed", mlp.seed, "Seed for data, weights and batches")
-      ->capture_default_str();
-  mlp_cmd->add_flag("--check-finite", mlp.check_finite,
-                    "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
+  add_training_options(mlp_cmd, mlp, "Seed for data, weights and batches");
 
   TrainVitArgs vit;
   CLI::App* vit_cmd = train_cmd->add_subcommand("vit", "A Vision Transformer on real images (Fashion-MNIST by default)");
