@@ -2,6 +2,7 @@
 #pragma once
 
 #include "nabla/checkpoint.h"
+#include "nabla/config.h"
 #include "nabla/data.h"
 #include "nabla/dtype.h"
 #include "nabla/error.h"

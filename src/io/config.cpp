@@ -16,8 +16,11 @@ std::string quoted(const char* key) { return std::string("\"") + key + "\""; }
 // nlohmann's get<int64_t>() converts a float silently, and one outside
 // int64's range is undefined behaviour: integers are checked first.
 int64_t read_int(const nlohmann::json& v, const char* key, int64_t min) {
+  // nlohmann reads every non-negative integer as unsigned.
   bool in_range = v.is_number_integer() &&
-                  (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT64_MAX) : v.get<int64_t>() >= min);
+                  (v.is_number_unsigned()
+                       ? v.get<uint64_t>() <= uint64_t(INT64_MAX) && (min <= 0 || v.get<uint64_t>() >= uint64_t(min))
+                       : v.get<int64_t>() >= min);
   if (!in_range) {
     throw IoError(quoted(key) + " must be an integer in [" + std::to_string(min) + ", " + std::to_string(INT64_MAX) +
                   "], got " + json_text(v));

@@ -14,12 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "nabla/models/gpt2.h"
-#include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
+#include "nabla/config.h"
 #include "nabla/data.h"
 #include "nabla/error.h"
 #include "nabla/io.h"
+#include "nabla/models/gpt2.h"
+#include "nabla/models/vit.h"
 #include "nabla/ops.h"
 #include "nabla/optim.h"
 
@@ -84,6 +85,53 @@ TEST(ModelConfig, ParameterCountMatchesTheBuiltModel) {
   // The presets, without building them.
   EXPECT_EQ(models::vit_preset("vit-tiny").parameter_count(), 5717416);  // timm's vit_tiny_patch16_224
   EXPECT_EQ(models::gpt2_preset("gpt2").parameter_count(), 124439808);   // Hugging Face's gpt2
+}
+
+// One list of fields writes and reads a config: what it writes reads back;
+// optional fields keep their values when absent and are checked when present.
+TEST(ConfigFields, WritesAndReadsOneListOfFields) {
+  struct Config {
+    int64_t size = 0;
+    uint64_t seed = 0;
+    double rate = 0.5;
+    bool flag = true;
+    std::string name = "default";
+  };
+  auto fields = [](Config& c) {
+    ConfigFields f("test config", "test");
+    f.required("size", c.size, 1).required("seed", c.seed).optional("rate", c.rate).optional("flag", c.flag).optional(
+        "name", c.name);
+    return f;
+  };
+  Config a{7, 18446744073709551615ull, 0.25, false, "x"};
+  Config b;
+  fields(b).from_json(fields(a).to_json());
+  EXPECT_EQ(b.size, 7);
+  EXPECT_EQ(b.seed, 18446744073709551615ull);
+  EXPECT_EQ(b.rate, 0.25);
+  EXPECT_FALSE(b.flag);
+  EXPECT_EQ(b.name, "x");
+
+  Config c;
+  fields(c).from_json(R"({"architecture": "test", "size": 3, "seed": 1})");
+  EXPECT_EQ(c.rate, 0.5);
+  EXPECT_TRUE(c.flag);
+  EXPECT_EQ(c.name, "default");
+
+  auto error = [&](const std::string& json) { return error_of<IoError>([&] { fields(c).from_json(json); }); };
+  EXPECT_NE(error(R"({"architecture": "test", "seed": 1})").find("test config: missing \"size\""), std::string::npos);
+  EXPECT_NE(error(R"({"architecture": "test", "size": 0, "seed": 1})").find("\"size\" must be an integer in [1,"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"architecture": "test", "size": 1, "seed": 1, "flag": "yes"})")
+                .find("\"flag\" must be true or false, got \"yes\""),
+            std::string::npos);
+  EXPECT_NE(error(R"({"architecture": "test", "size": 1, "seed": 1, "rate": "fast"})").find("\"rate\" must be a number"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"architecture": "test", "size": 1, "seed": -1})").find("\"seed\" must be a non-negative"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"architecture": "other", "size": 1, "seed": 1})").find("architecture is \"other\", expected \"test\""),
+            std::string::npos);
+  EXPECT_NE(error("{").find("test config: not valid JSON"), std::string::npos);
 }
 
 TEST(ModelConfig, FieldsMustHaveTheirTypes) {
