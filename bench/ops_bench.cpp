@@ -40,6 +40,7 @@
 #include "nabla/ops.h"
 #include "nabla/optim.h"
 #include "nabla/tensor.h"
+#include "ops/internal_ops.h"
 
 namespace {
 

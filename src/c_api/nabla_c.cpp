@@ -21,6 +21,7 @@
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
 #include "nabla/trainer.h"
+#include "ops/internal_ops.h"
 
 struct nabla_tensor {
   nabla::Tensor t;

@@ -8,6 +8,7 @@
 #include "core/node.h"
 #include "core/op.h"
 #include "nabla/error.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 

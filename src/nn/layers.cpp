@@ -2,6 +2,7 @@
 
 #include "nabla/error.h"
 #include "nabla/nn.h"
+#include "ops/internal_ops.h"
 
 namespace nabla::nn {
 

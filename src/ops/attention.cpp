@@ -33,6 +33,7 @@
 #include "backend/cpu/simd.h"
 #include "core/op.h"
 #include "nabla/graph.h"
+#include "ops/internal_ops.h"
 #include "ops/last_axis.h"
 
 namespace nabla {

@@ -6,6 +6,7 @@
 // The backward is avg_pool_2d_back (dy / (KH*KW) spread over each window).
 #include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 namespace ops {

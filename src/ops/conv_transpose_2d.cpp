@@ -11,6 +11,7 @@
 //   bias [O] (optional)
 //   y    [N, O, OH, OW]
 #include "ops/conv.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 

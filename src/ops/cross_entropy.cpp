@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ops/internal_ops.h"
 #include "ops/last_axis.h"
 
 namespace nabla {

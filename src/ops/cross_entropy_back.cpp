@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "ops/cross_entropy.h"
+#include "ops/internal_ops.h"
 #include "ops/last_axis.h"
 
 namespace nabla {

@@ -2,6 +2,7 @@
 //   y = 0.5 x (1 + tanh(k (x + a x^3))),  k = sqrt(2/pi), a = 0.044715
 // (PyTorch's approximate="tanh"; the exact form is gelu_erf).
 #include "ops/elementwise.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 namespace ops {

@@ -4,6 +4,7 @@
 // It has no backward rule of its own: it differentiates through its composite.
 #include "nabla/graph.h"
 #include "ops/elementwise.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 namespace ops {

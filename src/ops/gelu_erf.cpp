@@ -1,6 +1,7 @@
 // gelu_erf: exact GELU, y = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2)))
 // (PyTorch's default approximate="none").
 #include "ops/elementwise.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 namespace ops {

@@ -1,6 +1,7 @@
 // gelu_quick: y = x sigmoid(1.702 x), the sigmoid approximation of GELU
 // (CLIP's QuickGELU).
 #include "ops/elementwise.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 namespace ops {

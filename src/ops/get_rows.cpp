@@ -1,6 +1,7 @@
 // get_rows: table[indices], the embedding lookup.
 // table [R, *rest], indices i32 [*I] -> [*I, *rest].
 #include "backend/cpu/thread_pool.h"
+#include "ops/internal_ops.h"
 #include "ops/rows.h"
 
 namespace nabla {

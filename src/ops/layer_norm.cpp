@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/simd.h"
+#include "ops/internal_ops.h"
 #include "ops/norm.h"
 
 namespace nabla {

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/simd.h"
 #include "nabla/graph.h"
+#include "ops/internal_ops.h"
 #include "ops/norm.h"
 
 namespace nabla {

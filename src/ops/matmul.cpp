@@ -8,6 +8,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
+#include "ops/internal_ops.h"
 #include "ops/matmul.h"
 
 namespace nabla {

@@ -11,6 +11,7 @@
 // directions rather than stored as an index tensor.
 #include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 namespace ops {

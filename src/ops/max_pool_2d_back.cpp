@@ -10,6 +10,7 @@
 // order, and results do not depend on the thread count.
 #include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 namespace ops {

@@ -5,6 +5,7 @@
 // The affine form rms_norm(x, gamma, eps) is a composition, differentiated by mul.
 #include <cmath>
 
+#include "ops/internal_ops.h"
 #include "ops/norm.h"
 
 namespace nabla {

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "nabla/graph.h"
+#include "ops/internal_ops.h"
 #include "ops/norm.h"
 
 namespace nabla {

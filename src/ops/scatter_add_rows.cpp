@@ -3,6 +3,7 @@
 // add_rows: the same into base instead of zeros, in base's memory when base
 // dies there: how autodiff adds an embedding's gradient to another
 // contribution (a tied output head's) without a full-size zeroed tensor.
+#include "ops/internal_ops.h"
 #include "ops/rows.h"
 
 namespace nabla {

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/strided.h"
 #include "core/op.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 namespace ops {

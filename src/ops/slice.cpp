@@ -1,5 +1,6 @@
 // slice: positions start, start + step, ... < stop along one axis; a view.
 #include "core/op.h"
+#include "ops/internal_ops.h"
 
 namespace nabla {
 namespace ops {

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "backend/cpu/simd.h"
+#include "ops/internal_ops.h"
 #include "ops/last_axis.h"
 
 namespace nabla {

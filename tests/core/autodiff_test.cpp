@@ -7,6 +7,7 @@
 #include "core/node.h"
 #include "nabla/nabla.hpp"
 #include "ops/elementwise.h"
+#include "ops/internal_ops.h"
 
 using namespace nabla;
 

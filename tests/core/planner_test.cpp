@@ -9,6 +9,7 @@
 #include "core/graph_internal.h"
 #include "core/node.h"
 #include "nabla/nabla.hpp"
+#include "ops/internal_ops.h"
 
 using namespace nabla;
 

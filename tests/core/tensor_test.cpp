@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "nabla/nabla.hpp"
+#include "ops/internal_ops.h"
 
 using namespace nabla;
 

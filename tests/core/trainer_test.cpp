@@ -7,6 +7,7 @@
 #include "core/node.h"
 #include "nabla/nabla.hpp"
 #include "nabla/trainer.h"
+#include "ops/internal_ops.h"
 #include "train/factored_gradient.h"
 
 using namespace nabla;

@@ -23,6 +23,7 @@
 #include "nabla/models/vit.h"
 #include "nabla/ops.h"
 #include "nabla/optim.h"
+#include "ops/internal_ops.h"
 
 #include "temp_dir.h"
 

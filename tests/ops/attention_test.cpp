@@ -10,6 +10,7 @@
 #include "core/node.h"
 #include "core/op.h"
 #include "nabla/nabla.hpp"
+#include "ops/internal_ops.h"
 
 using namespace nabla;
 

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "nabla/nabla.hpp"
+#include "ops/internal_ops.h"
 
 using namespace nabla;
 

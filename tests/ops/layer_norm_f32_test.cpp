@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nabla/nabla.hpp"
+#include "ops/internal_ops.h"
 
 using namespace nabla;
 

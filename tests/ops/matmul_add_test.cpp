@@ -10,6 +10,7 @@
 #include <string>
 
 #include "nabla/nabla.hpp"
+#include "ops/internal_ops.h"
 
 using namespace nabla;
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "nabla/nabla.hpp"
+#include "ops/internal_ops.h"
 
 using namespace nabla;
 
