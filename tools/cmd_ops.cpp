@@ -14,7 +14,7 @@ namespace nabla::cli {
 namespace {
 
 struct OpRow {
-  std::string name, inputs, kind, cases, layouts, summary;
+  std::string name, inputs, kind, api, cases, layouts, summary;
 };
 
 // Each input with whether it is differentiated, e.g. "table: yes, indices: no".
@@ -55,7 +55,8 @@ std::vector<OpRow> registry_rows() {
   std::vector<OpRow> rows;
   for (const OpDef* op : all_ops()) {
     std::vector<GradCase> cases = op->cases ? op->cases() : std::vector<GradCase>{};
-    rows.push_back({op->name, describe_inputs(*op), op_kind(*op), std::to_string(cases.size()),
+    rows.push_back({op->name, describe_inputs(*op), op_kind(*op),
+                    is_internal(*op) ? "internal" : "public", std::to_string(cases.size()),
                     describe_layouts(cases), op->summary ? op->summary : ""});
   }
   return rows;
@@ -87,19 +88,22 @@ against its composite, in value and gradient, on every layout.
 
 *inputs*: each input and whether it is differentiated. *kind*: `view` ops alias their input's
 memory, `compute` ops run a kernel, `fused` ops run a kernel that has a composite.
+*api*: `public` ops are declared in `include/nabla/ops.h`; `internal` ones only autodiff's
+backward rules and the library emit (the fused backward kernels, the adjoints of slice and
+get_rows, in-place gradient sums), declared in `src/ops/internal_ops.h`.
 *layouts*: the layouts at least one case can take.
 
 )");
-  fmt::print("| op | inputs | kind | cases | layouts | summary |\n");
-  fmt::print("|---|---|---|---|---|---|\n");
+  fmt::print("| op | inputs | kind | api | cases | layouts | summary |\n");
+  fmt::print("|---|---|---|---|---|---|---|\n");
   for (const OpRow& r : rows) {
-    fmt::print("| `{}` | {} | {} | {} | {} | {} |\n", r.name, r.inputs, r.kind, r.cases, r.layouts,
-               escape_markdown(r.summary));
+    fmt::print("| `{}` | {} | {} | {} | {} | {} | {} |\n", r.name, r.inputs, r.kind, r.api, r.cases,
+               r.layouts, escape_markdown(r.summary));
   }
 }
 
 void print_table(const std::vector<OpRow>& rows) {
-  OpRow head{"op", "inputs (differentiated)", "kind", "cases", "layouts", "summary"};
+  OpRow head{"op", "inputs (differentiated)", "kind", "api", "cases", "layouts", "summary"};
   size_t w_name = head.name.size(), w_inputs = head.inputs.size(), w_layouts = head.layouts.size();
   for (const OpRow& r : rows) {
     w_name = std::max(w_name, r.name.size());
@@ -107,12 +111,16 @@ void print_table(const std::vector<OpRow>& rows) {
     w_layouts = std::max(w_layouts, r.layouts.size());
   }
   auto line = [&](const OpRow& r) {
-    fmt::print("{:<{}}  {:<{}}  {:<7}  {:>5}  {:<{}}  {}\n", r.name, w_name, r.inputs, w_inputs,
-               r.kind, r.cases, r.layouts, w_layouts, r.summary);
+    fmt::print("{:<{}}  {:<{}}  {:<7}  {:<8}  {:>5}  {:<{}}  {}\n", r.name, w_name, r.inputs,
+               w_inputs, r.kind, r.api, r.cases, r.layouts, w_layouts, r.summary);
   };
   line(head);
   for (const OpRow& r : rows) line(r);
-  fmt::print("\n{} ops\n", rows.size());
+  size_t internal =
+      std::count_if(rows.begin(), rows.end(), [](const OpRow& r) { return r.api == "internal"; });
+  fmt::print(
+      "\n{} ops ({} internal: emitted by autodiff and the library, not in include/nabla/ops.h)\n",
+      rows.size(), internal);
 }
 
 }  // namespace

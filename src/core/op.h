@@ -158,6 +158,10 @@ class CompositeMode {
 // All registered ops (src/ops/op_list.h), and lookup by name.
 const std::vector<const OpDef*>& all_ops();
 const OpDef* find_op(const std::string& name);
+// An op only autodiff (and library code) emits, declared in
+// src/ops/internal_ops.h instead of include/nabla/ops.h: NABLA_INTERNAL_OP in
+// src/ops/op_list.h.
+bool is_internal(const OpDef& op);
 
 // Shape-rule helpers shared by ops.
 void require_floating(const char* op, const Tensor& t, const char* what);
