@@ -3,7 +3,10 @@
 # through nabla. Only the entry points the examples use are attached; each
 # one is a line in SIGNATURES.
 #
-#   Nabla.load("build/libnabla.so")
+#   Nabla.load("build/libnabla.so")   # a build tree
+#   Nabla.load                         # an installed libnabla.so.0 (cmake --install):
+#                                      # found as the dynamic loader finds libraries
+#                                      # (LD_LIBRARY_PATH, ldconfig's cache), or in /usr/local/lib
 #   ctx = Nabla::Context.new
 #   w = ctx.parameter([4, 3], values)          # f32 unless dtype: is given
 #   y = ctx.op(:gelu_erf, ctx.op(:matmul, x, w))
@@ -57,7 +60,8 @@ module Nabla
     nabla_trainer_replica: [[P, :int, P, P], :int]
   }.freeze
 
-  def self.load(path)
+  # path: a file, or a list of names to try in turn.
+  def self.load(path = ["libnabla.so.0", "nabla"])
     ffi_lib path
     SIGNATURES.each { |name, (args, ret)| attach_function name, args, ret }
   end
