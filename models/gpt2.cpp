@@ -23,7 +23,6 @@
 #include "nabla/checkpoint.h"
 #include "nabla/config.h"
 #include "nabla/error.h"
-#include "ops/internal_ops.h"
 
 namespace nabla::models {
 
