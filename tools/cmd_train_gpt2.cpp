@@ -45,7 +45,8 @@ class Gpt2Task : public TrainingTask {
       validator_->run();
       total += validator_->read<float>(val_loss_)[0];
     }
-    return {.loss = total / double(eval_batches_), .count = eval_batches_ * val_tokens_.numel()};
+    const int64_t tokens = val_tokens_.dim(0) * (val_tokens_.dim(1) - 1);  // predicted: all but each row's first
+    return {.loss = total / double(eval_batches_), .count = eval_batches_ * tokens};
   }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -116,7 +117,8 @@ void TrainingLoop::save() {
 
 void TrainingLoop::evaluate_and_save() {
   last_eval_ = task_.evaluate();
-  const std::string where = per_epoch_ > 0 ? fmt::format("epoch {}/{}", pos_.epoch + 1, opt_.epochs)
+  // A resume of a finished run evaluates at its last epoch.
+  const std::string where = per_epoch_ > 0 ? fmt::format("epoch {}/{}", std::min(pos_.epoch + 1, opt_.epochs), opt_.epochs)
                                            : fmt::format("step {}", pos_.step);
   std::string accuracy;
   if (last_eval_.accuracy >= 0) {
