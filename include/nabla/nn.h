@@ -106,7 +106,7 @@ struct BlockConfig {
   bool qkv_bias = true;  // the q/k/v projections' biases
   bool bias = true;      // the other projections' biases
   WeightLayout layout = WeightLayout::out_in;
-  double std = 0.02;        // init of the projections
+  double init_std = 0.02;   // init of the projections
   double resid_std = 0.02;  // init of those that write into the residual stream (attention's and the MLP's output)
   double dropout = 0;       // after attention and after the MLP
   Tensor dropout_seed;

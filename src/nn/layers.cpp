@@ -125,7 +125,7 @@ Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c,
     throw UsageError("attention: width " + std::to_string(c.dim) + " is not divisible by " + std::to_string(c.heads) +
                      " heads");
   }
-  qkv = Linear(p, join(prefix, c.qkv), c.dim, 3 * c.dim, c.qkv_bias, init, c.std, c.layout);
+  qkv = Linear(p, join(prefix, c.qkv), c.dim, 3 * c.dim, c.qkv_bias, init, c.init_std, c.layout);
   proj = Linear(p, join(prefix, c.proj), c.dim, c.dim, c.bias, init, c.resid_std, c.layout);
 }
 
@@ -187,7 +187,7 @@ Tensor Attention::decode(const Tensor& x, KvCache& cache) const {
 }
 
 Mlp::Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init) : gelu(c.gelu) {
-  fc1 = Linear(p, join(prefix, c.fc1), c.dim, c.mlp_hidden, c.bias, init, c.std, c.layout);
+  fc1 = Linear(p, join(prefix, c.fc1), c.dim, c.mlp_hidden, c.bias, init, c.init_std, c.layout);
   fc2 = Linear(p, join(prefix, c.fc2), c.mlp_hidden, c.dim, c.bias, init, c.resid_std, c.layout);
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "nabla/nabla.hpp"
@@ -186,4 +187,54 @@ TEST(TransformerBlocks, KeptTokensMatchTheWholeBlockSliced) {
   nn::Init init(1);
   const nn::TransformerBlock b(params, "", {.dim = 4, .heads = 2, .mlp_hidden = 8}, init);
   EXPECT_THROW(b(Tensor::zeros(DType::f32, {1, 3, 4}), false, 0, 4), UsageError);
+}
+
+// The block's decode path: a causal block fed one token per row at a time,
+// with its keys and values kept in a cache, gives each position the output
+// the whole sequence's forward gives it. Two rows, timm's [out, in] weights
+// (GPT-2's test covers Conv1D's [in, out] through the model).
+TEST(TransformerBlocks, DecodeWithACacheMatchesTheForward) {
+  const int64_t N = 2, T = 5, D = 8, H = 2, hd = D / H, F = 16;
+  nn::Params params;
+  nn::Init init(9);
+  const nn::TransformerBlock b(params, "", {.dim = D, .heads = H, .mlp_hidden = F, .causal = true, .resid_std = 0.2},
+                               init);
+  std::mt19937_64 rng(4);
+  Tensor x = Tensor::zeros(DType::f32, {N, T, D});
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = normal(rng);
+  const std::vector<float> full = eval(b(x, false, 0)).to_vector<float>();  // [N, T, D]
+
+  Tensor token = Tensor::zeros(DType::f32, {N, 1, D});
+  nn::KvCache cache{.keys = Tensor::zeros(DType::f32, {N, H, T, hd}),
+                    .values = Tensor::zeros(DType::f32, {N, H, T, hd}),
+                    .mask = Tensor::full(DType::f32, {1, T + 1}, -std::numeric_limits<double>::infinity())};
+  cache.mask.data_as<float>()[T] = 0;
+  Tensor y = b.decode(token, cache);
+  Graph g({y, cache.new_keys, cache.new_values});
+  Executor ex(g, {.threads = 2});
+  for (int64_t p = 0; p < T; ++p) {
+    for (int64_t n = 0; n < N; ++n) {
+      std::copy_n(x.data_as<float>() + (n * T + p) * D, D, token.data_as<float>() + n * D);
+    }
+    ex.run();
+    const std::vector<float> out = ex.read<float>(y);  // [N, 1, D]
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t d = 0; d < D; ++d) {
+        EXPECT_NEAR(out[n * D + d], full[(n * T + p) * D + d], 1e-5) << "row " << n << " position " << p;
+      }
+    }
+    for (auto [fresh, kept] : {std::pair{cache.new_keys, cache.keys}, std::pair{cache.new_values, cache.values}}) {
+      const std::vector<float> kv = ex.read<float>(fresh);  // [N, H, 1, hd]
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t h = 0; h < H; ++h) {
+          std::copy_n(kv.data() + (n * H + h) * hd, hd, kept.data_as<float>() + ((n * H + h) * T + p) * hd);
+        }
+      }
+    }
+    cache.mask.data_as<float>()[p] = 0;
+  }
+  // A cache of the wrong shape is refused when the graph is built.
+  nn::KvCache bad{.keys = Tensor::zeros(DType::f32, {N, H, T, hd + 1}), .values = Tensor::zeros(DType::f32, {N, H, T, hd})};
+  EXPECT_THROW(b.decode(token, bad), ShapeError);
 }
