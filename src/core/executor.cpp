@@ -11,6 +11,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "backend/cpu/fusion.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/graph_internal.h"
@@ -24,6 +25,7 @@ namespace nabla {
 struct Executor::Impl {
   std::vector<Tensor> order;
   std::vector<Tensor> outputs;
+  GradMap fused;  // a node the CPU rewrite replaced -> its replacement
   std::unordered_map<const Node*, int64_t> pos;
   MemoryPlan plan;
   std::unique_ptr<Buffer> arena;
@@ -54,6 +56,11 @@ struct Executor::Impl {
     return v;
   }
   void check_finite(const Step& s) const;
+  // The graph's node for t: t's own, or its replacement.
+  Tensor compiled(const Tensor& t) const {
+    auto it = fused.find(t.node());
+    return it == fused.end() ? t : it->second;
+  }
 };
 
 namespace {
@@ -100,7 +107,7 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
   m.options.check_finite = m.options.check_finite || env_check_finite();
   const char* prof = std::getenv("NABLA_PROFILE");
   m.options.profile = m.options.profile || (prof && *prof && std::strcmp(prof, "0") != 0);
-  m.outputs = graph.outputs();
+  m.outputs = cpu::fuse(graph.outputs(), &m.fused);
   m.order = locality_order(topo_order(m.outputs));
   for (size_t i = 0; i < m.order.size(); ++i) {
     const Node* n = m.order[i].node();
@@ -225,8 +232,9 @@ void Executor::read(const Tensor& t, void* dst, size_t bytes) const {
   read_checked(t, t.dtype(), dst, bytes);
 }
 
-void Executor::read_checked(const Tensor& t, DType dtype, void* dst, size_t bytes) const {
-  if (!t.defined()) throw UsageError("executor: read of an undefined tensor");
+void Executor::read_checked(const Tensor& given, DType dtype, void* dst, size_t bytes) const {
+  if (!given.defined()) throw UsageError("executor: read of an undefined tensor");
+  const Tensor t = impl_->compiled(given);
   auto it = impl_->pos.find(t.node());
   if (it == impl_->pos.end()) throw UsageError("executor: " + to_string(t) + " is not part of this graph");
   if (!impl_->readable[it->second]) {
@@ -246,8 +254,9 @@ void Executor::read_checked(const Tensor& t, DType dtype, void* dst, size_t byte
   cpu::copy_strided(v.data, v.shape, v.strides, dtype_size(v.dtype), dst);
 }
 
-const void* Executor::data(const Tensor& t) const {
-  if (!t.defined()) throw UsageError("executor: data() of an undefined tensor");
+const void* Executor::data(const Tensor& given) const {
+  if (!given.defined()) throw UsageError("executor: data() of an undefined tensor");
+  const Tensor t = impl_->compiled(given);
   auto it = impl_->pos.find(t.node());
   if (it == impl_->pos.end()) throw UsageError("executor: " + to_string(t) + " is not part of this graph");
   if (!impl_->readable[it->second]) {

@@ -8,7 +8,6 @@
 #include "core/node.h"
 #include "core/op.h"
 #include "nabla/error.h"
-#include "ops/internal_ops.h"
 
 namespace nabla {
 
@@ -128,70 +127,6 @@ std::vector<Tensor> clone_graph(const std::vector<Tensor>& outputs, const NodeSe
   return out;
 }
 
-namespace ops {
-extern const OpDef op_scatter_slice;
-extern const OpDef op_scatter_add_rows;
-extern const OpDef op_matmul;
-extern const OpDef op_reshape;
-}  // namespace ops
-
-namespace {
-
-// `sparse` added to `dense` without materialising sparse's zeros, when sparse
-// is the adjoint of a slice or of get_rows; undefined otherwise.
-Tensor add_sparse(const Tensor& dense, const Tensor& sparse) {
-  const Node* n = sparse.node();
-  if (n->op == &ops::op_scatter_slice) {
-    const auto& a = n->attrs.ints;  // {axis, start, stop, step, full shape...}
-    return add_slice(dense, n->inputs[0], a[0], a[1], a[2], a[3]);
-  }
-  if (n->op == &ops::op_scatter_add_rows) return add_rows(dense, n->inputs[0], n->inputs[1]);
-  return Tensor();
-}
-
-// t's 2-D matmul, t being one or a reshape of one (as a linear layer's input
-// gradient arrives); undefined otherwise.
-Tensor product_of(const Tensor& t) {
-  const Tensor p = t.node()->op == &ops::op_reshape ? t.node()->inputs[0] : t;
-  return p.node()->op == &ops::op_matmul && p.rank() == 2 ? p : Tensor();
-}
-
-// `product` added to `other` by the product itself, when product is a 2-D
-// matmul (or a reshape of one, as a linear layer's input gradient arrives):
-// matmul_add accumulates it onto other, in other's memory when other dies
-// there, instead of writing a zeroed product and adding it in another pass
-// (q, k and v's gradients reaching their shared input). Undefined otherwise.
-Tensor add_product(const Tensor& other, const Tensor& product) {
-  const Tensor p = product_of(product);
-  if (!p.defined()) return Tensor();
-  const std::vector<Tensor>& in = p.node()->inputs;
-  if (in[0].rank() != 2 || in[1].rank() != 2) return Tensor();
-  if (other.shape() != p.shape() && !other.is_contiguous()) return Tensor();  // its reshape would copy
-  return reshape(matmul_add(in[0], in[1], reshape(other, p.shape())), other.shape());
-}
-
-// Sums two gradient contributions to one tensor. The adjoints of slice and
-// get_rows are zeros with a few values filled in: they are added into the
-// other contribution (in its memory when it dies there) rather than built
-// full size and summed, which for a fused qkv weight or a tied embedding
-// would touch the whole tensor three times over.
-Tensor accumulate(const Tensor& acc, const Tensor& g) {
-  if (Tensor r = add_sparse(acc, g); r.defined()) return r;
-  if (Tensor r = add_sparse(g, acc); r.defined()) return r;
-  if (Tensor r = add_product(acc, g); r.defined()) return r;
-  if (Tensor r = add_product(g, acc); r.defined()) return r;
-  return add(acc, g);
-}
-
-// A gradient so far that a backward rule may add in its own kernel: not one
-// that accumulate() fuses by itself.
-bool offered_as_partial(const Tensor& g) {
-  const OpDef* op = g.node()->op;
-  return op != &ops::op_scatter_slice && op != &ops::op_scatter_add_rows && !product_of(g).defined();
-}
-
-}  // namespace
-
 GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, const NodeSet* stop) {
   if (!loss.defined()) throw UsageError("backward: the loss is an undefined tensor");
   if (loss.numel() != 1) {
@@ -238,13 +173,7 @@ GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, cons
     }
     if (!any) continue;
     if (stop && stop->count(n)) continue;
-    std::vector<Tensor> partial(n->inputs.size());
-    for (size_t i = 0; i < n->inputs.size(); ++i) {
-      auto p = grads.find(n->inputs[i].node());
-      if (needed[i] && p != grads.end() && offered_as_partial(p->second)) partial[i] = p->second;
-    }
-    std::vector<bool> absorbed(n->inputs.size());
-    BackwardArgs args{n->inputs, t, dout, n->attrs, needed, &partial, &absorbed};
+    BackwardArgs args{n->inputs, t, dout, n->attrs, needed};
     Grads g = n->op->backward ? n->op->backward(args) : composite_backward(args, *n->op);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       if (!needed[i]) continue;
@@ -255,12 +184,10 @@ GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, cons
                     (i < g.size() ? to_string(g[i]) : "nothing") + " for input '" + n->op->input(i).name +
                     "' of " + to_string(in));
       }
-      if (absorbed[i] && (!partial[i].defined() || grads.at(in.node()).node() != partial[i].node())) {
-        throw Error(std::string("internal: backward of '") + n->op->name + "' absorbed a partial gradient of input '" +
-                    n->op->input(i).name + "' that it was not offered");
-      }
+      // Used several times: the contributions are summed in the order they
+      // arrive. Which sums a backend fuses is its own rewrite's business.
       auto [slot, inserted] = grads.try_emplace(in.node(), g[i]);
-      if (!inserted) slot->second = absorbed[i] ? g[i] : accumulate(slot->second, g[i]);  // used several times
+      if (!inserted) slot->second = add(slot->second, g[i]);
     }
   }
   return grads;

@@ -70,16 +70,7 @@ struct BackwardArgs {
   const Tensor& dout;  // incoming gradient; may have any layout
   const Attrs& attrs;
   const std::vector<bool>& needed;  // which inputs need a gradient
-  // What input i's gradient holds so far from its other uses (undefined
-  // where nothing, or where that sum has a fusion of its own: a matmul's
-  // product, a slice's adjoint). A rule may add it in its own kernel, as a
-  // layer norm's backward adds the residual branch's gradient while it
-  // writes dx, and then calls absorb(i): its result replaces the sum.
-  const std::vector<Tensor>* partial = nullptr;
-  std::vector<bool>* absorbed = nullptr;
   bool needs(size_t i) const { return i < needed.size() && needed[i]; }
-  Tensor partial_of(size_t i) const { return partial && i < partial->size() ? (*partial)[i] : Tensor(); }
-  void absorb(size_t i) const { (*absorbed)[i] = true; }
 };
 using Grads = std::vector<Tensor>;  // one per input; undefined where not needed
 

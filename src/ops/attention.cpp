@@ -63,8 +63,6 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
 namespace ops {
 
-extern const OpDef op_matmul;  // whose dP attention_probs' backward recognises
-
 namespace {
 
 // attrs: ints {causal}, reals {scale}.
@@ -661,26 +659,12 @@ Tensor attention_probs_values_back_composite(const std::vector<Tensor>& in, cons
   return attention_probs_back_composite({in[0], in[1], in[2], dp}, attrs);
 }
 
-// When P's gradient is a values' product's dP = dO v^T (matmul_heads'
-// backward makes it a matmul of heads-first views of dO and v): v and dO
-// token-major, for attention_probs_values_back to make dP itself. Empty
-// otherwise.
-std::vector<Tensor> values_of(const Tensor& dp) {
-  const Node* n = dp.node();
-  if (n->op != &op_matmul) return {};
-  const Tensor &dout = n->inputs[0], &v_t = n->inputs[1];
-  for (const Tensor& t : {dout, v_t}) {
-    if (t.rank() != 4 || t.dim(0) != dp.dim(0) || t.dim(1) != dp.dim(1)) return {};
-  }
-  return {heads_first(transpose(v_t)), heads_first(dout)};
-}
-
 Grads attention_probs_backward(const BackwardArgs& g) {
   const Tensor &q = g.inputs[0], &k = g.inputs[1];
   const double scale = scale_of(g.attrs);
-  const std::vector<Tensor> values = values_of(g.dout);
-  Tensor flat = values.empty() ? attention_probs_back(q, k, g.out, g.dout, scale)
-                               : attention_probs_values_back(q, k, g.out, values[0], values[1], scale);
+  // The CPU backend's rewrite makes this attention_probs_values_back when dP
+  // is the values' product dO v^T.
+  Tensor flat = attention_probs_back(q, k, g.out, g.dout, scale);
   const int64_t nq = q.numel(), nk = k.numel();
   return {reshape(slice(flat, 0, 0, nq), q.shape()), reshape(slice(flat, 0, nq, nq + nk), k.shape())};
 }

@@ -95,14 +95,12 @@ Tensor affine_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
   return layer_norm(in[0], norm_eps(attrs)) * in[1] + in[2];
 }
 
-// x's gradient so far (the residual branch's, in a pre-norm block; autodiff
-// keeps every gradient in its input's shape and dtype) is added as dx is
-// written.
+// dx, dgamma and dbeta from one kernel, as slices of its flat result. (The
+// CPU backend's rewrite adds a residual branch's gradient of x in the same
+// kernel: layer_norm_affine_back_add.)
 Grads affine_backward(const BackwardArgs& g) {
   const Tensor &x = g.inputs[0], &gamma = g.inputs[1];
-  const Tensor addend = g.partial_of(0);
-  if (addend.defined()) g.absorb(0);
-  Tensor flat = layer_norm_affine_back(x, g.dout, gamma, norm_eps(g.attrs), addend);
+  Tensor flat = layer_norm_affine_back(x, g.dout, gamma, norm_eps(g.attrs));
   const int64_t n = x.numel(), c = x.dim(-1);
   return {reshape(slice(flat, 0, 0, n), x.shape()), slice(flat, 0, n, n + c), slice(flat, 0, n + c, n + 2 * c)};
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "backend/cpu/fusion.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/graph_internal.h"
 #include "core/node.h"
@@ -83,7 +84,9 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   Graph graph({loss});
   for (const Tensor& t : extras) graph.add_output(t);
   std::vector<std::optional<train::FactoredGradient>> factors;
-  for (const Tensor& g : grad(loss, wrt)) {
+  // Factoring reads the gradients as the CPU rewrite fuses them (a weight's
+  // product placed by add_slice, a tied embedding's add_rows).
+  for (const Tensor& g : cpu::fuse(grad(loss, wrt))) {
     factors.push_back(low_memory ? train::factor_gradient(g) : std::nullopt);
     if (auto& f = factors.back()) {
       // The factors instead of the product: it is never computed.
