@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nabla/graph.h"
@@ -26,7 +27,14 @@ struct ExecOptions {
   int64_t max_grain = 0;
   // Time every kernel (also NABLA_PROFILE=1); see Executor::profile().
   bool profile = false;
+  // Which backend runs the graph: "cpu" or "reference" (backend_names()).
+  // Leaves on the host are copied to a backend with memory of its own at
+  // every run; keep what stays (parameters) there with Tensor::to.
+  std::string backend = "cpu";
 };
+
+// The backends this build has, "cpu" first.
+std::vector<std::string> backend_names();
 
 struct MemoryReport {
   size_t arena_bytes = 0;     // planned size of the intermediate-buffer arena

@@ -57,7 +57,8 @@ class Tensor {
   Tensor& requires_grad(bool on = true);
   bool is_parameter() const;
 
-  // ---- Leaf memory (leaves only; UsageError otherwise). Contiguous.
+  // ---- Leaf memory (leaves only; UsageError otherwise). Contiguous host
+  // memory of a leaf on the host.
   void* data();
   const void* data() const;
   template <class T>
@@ -71,12 +72,22 @@ class Tensor {
     check_dtype(dtype_of<T>());
     copy_from(values.data(), values.size() * sizeof(T));
   }
+  // A host copy of the leaf's values, wherever they live.
+  void copy_to(void* dst, size_t bytes) const;
   template <class T>
   std::vector<T> to_vector() const {
     check_dtype(dtype_of<T>());
-    const T* p = static_cast<const T*>(data());
-    return std::vector<T>(p, p + numel());
+    std::vector<T> out(static_cast<size_t>(numel()));
+    copy_to(out.data(), out.size() * sizeof(T));
+    return out;
   }
+  // ---- Devices. A leaf lives in host memory ("cpu") unless moved to a
+  // backend with memory of its own ("reference"); data() of such a leaf is
+  // a UsageError: its values are read through copies (to_vector, copy_to,
+  // to("cpu")) and written through copy_from/assign.
+  std::string device() const;
+  // A new leaf with the same values (name, parameter flag) on `device`.
+  Tensor to(const std::string& device) const;
   // Reads element `flat` (row-major position) of a leaf as double.
   double item(int64_t flat = 0) const;
 

@@ -11,38 +11,47 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "backend/cpu/fusion.h"
+#include "backend/backend.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/graph_internal.h"
 #include "core/node.h"
 #include "core/op.h"
 #include "core/planner.h"
+#include "core/rewrite.h"
 #include "nabla/error.h"
 
 namespace nabla {
 
 struct Executor::Impl {
+  const Backend* backend = nullptr;
   std::vector<Tensor> order;
   std::vector<Tensor> outputs;
-  GradMap fused;  // a node the CPU rewrite replaced -> its replacement
+  GradMap replaced;  // a node the backend's rewrite or a composite replaced -> its replacement
   std::unordered_map<const Node*, int64_t> pos;
   MemoryPlan plan;
   std::unique_ptr<Buffer> arena;
+  // Host leaves of a graph on a backend with memory of its own: their copy
+  // there, refreshed at every run.
+  std::unordered_map<const Node*, std::unique_ptr<Buffer>> staged;
   std::vector<bool> readable;  // by position: leaf, output, or a view of one
   struct Step {
     const OpDef* op;
-    KernelArgs args;
+    TensorView out;
     int64_t position;
   };
   std::vector<Step> steps;
+  std::unique_ptr<Program> program;
   ExecOptions options;
   std::vector<double> step_seconds;  // profiling: total per step
   int64_t profiled_runs = 0;
 
   void* base(const Node* n) const {
     const Node* r = n->root();
-    if (r->is_leaf()) return r->buffer->data;
+    if (r->is_leaf()) {
+      auto s = staged.find(r);
+      return s != staged.end() ? s->second->data : r->buffer->data;
+    }
     return static_cast<char*>(arena->data) + plan.offset[pos.at(r)];
   }
   TensorView view(const Tensor& t) const {
@@ -55,11 +64,13 @@ struct Executor::Impl {
     v.contiguous = t.is_contiguous();
     return v;
   }
+  // The values of view v in host memory, row-major.
+  void copy_to_host(const TensorView& v, void* dst) const;
   void check_finite(const Step& s) const;
-  // The graph's node for t: t's own, or its replacement.
-  Tensor compiled(const Tensor& t) const {
-    auto it = fused.find(t.node());
-    return it == fused.end() ? t : it->second;
+  // The graph's tensor for t: t's own node, or what replaced it.
+  Tensor compiled(Tensor t) const {
+    for (auto it = replaced.find(t.node()); it != replaced.end(); it = replaced.find(t.node())) t = it->second;
+    return t;
   }
 };
 
@@ -80,16 +91,38 @@ bool env_check_finite() {
 
 }  // namespace
 
+void Executor::Impl::copy_to_host(const TensorView& v, void* dst) const {
+  const size_t elem = dtype_size(v.dtype);
+  if (backend->host_memory()) {
+    cpu::copy_strided(v.data, v.shape, v.strides, elem, dst);
+    return;
+  }
+  // The span the view reaches (strides are never negative), then its elements.
+  int64_t span = v.numel() > 0 ? 1 : 0;
+  for (size_t i = 0; i < v.shape.size(); ++i) span += v.shape[i] > 0 ? (v.shape[i] - 1) * v.strides[i] : 0;
+  std::vector<char> host(size_t(span) * elem);
+  backend->copy_out(host.data(), v.data, host.size());
+  cpu::copy_strided(host.data(), v.shape, v.strides, elem, dst);
+}
+
 void Executor::Impl::check_finite(const Step& s) const {
-  const TensorView& out = s.args.out;
+  const TensorView& out = s.out;
+  if (!is_floating(out.dtype)) return;
+  std::vector<char> host;
+  const void* values = out.data;
+  if (!backend->host_memory()) {
+    host.resize(size_t(out.numel()) * dtype_size(out.dtype));
+    copy_to_host(out, host.data());
+    values = host.data();
+  }
   int64_t bad = -1;
   double value = 0;
   if (out.dtype == DType::f32) {
-    bad = first_non_finite(out.ptr<float>(), out.numel());
-    if (bad >= 0) value = out.ptr<float>()[bad];
-  } else if (out.dtype == DType::f64) {
-    bad = first_non_finite(out.ptr<double>(), out.numel());
-    if (bad >= 0) value = out.ptr<double>()[bad];
+    bad = first_non_finite(static_cast<const float*>(values), out.numel());
+    if (bad >= 0) value = static_cast<const float*>(values)[bad];
+  } else {
+    bad = first_non_finite(static_cast<const double*>(values), out.numel());
+    if (bad >= 0) value = static_cast<const double*>(values)[bad];
   }
   if (bad < 0) return;
   const Node* n = order[s.position].node();
@@ -100,14 +133,38 @@ void Executor::Impl::check_finite(const Step& s) const {
               " at element " + std::to_string(bad) + " of " + to_string(n->shape) + "; inputs: " + inputs);
 }
 
+namespace {
+
+// Each op `backend` has no kernel for replaced by its composite (whose ops
+// may need the same), when the graph is compiled; UsageError naming the op
+// and the backend where there is none.
+std::vector<Tensor> lower_to_kernels(const std::vector<Tensor>& outputs, const Backend& backend,
+                                     GradMap* replaced) {
+  RewriteRule rule;
+  rule.replace = [&](const Node& n, const std::vector<Tensor>& in, const auto&) -> Tensor {
+    if (n.is_view() || backend.has_kernel(*n.op)) return Tensor();
+    if (!n.op->composite) {
+      throw UsageError(std::string(n.op->name) + ": the " + backend.name() +
+                       " backend has no kernel for this op, and the op has no composite to run instead");
+    }
+    return lower_to_kernels({n.op->composite(in, n.attrs)}, backend, nullptr)[0];
+  };
+  return rewrite_graph(outputs, rule, replaced);
+}
+
+}  // namespace
+
 Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.options = options;
+  m.backend = &find_backend(options.backend);
+  const Backend& backend = *m.backend;
   if (m.options.threads <= 0) m.options.threads = cpu::default_threads();
   m.options.check_finite = m.options.check_finite || env_check_finite();
   const char* prof = std::getenv("NABLA_PROFILE");
   m.options.profile = m.options.profile || (prof && *prof && std::strcmp(prof, "0") != 0);
-  m.outputs = cpu::fuse(graph.outputs(), &m.fused);
+  m.outputs = backend.rewrite(graph.outputs(), &m.replaced);
+  m.outputs = lower_to_kernels(m.outputs, backend, &m.replaced);
   m.order = locality_order(topo_order(m.outputs));
   for (size_t i = 0; i < m.order.size(); ++i) {
     const Node* n = m.order[i].node();
@@ -116,9 +173,18 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
       throw ShapeError(std::string(n->op->name) + ": rank " + std::to_string(n->shape.size()) +
                        " exceeds the supported maximum of " + std::to_string(cpu::kMaxRank));
     }
-    if (!n->is_leaf() && !n->is_view() && !n->op->forward) {
-      throw UsageError(std::string(n->op->name) + ": the CPU backend has no kernel for this op");
+    if (!backend.supports(n->dtype)) {
+      throw DTypeError(std::string(n->op->name) + ": the " + backend.name() + " backend has no " +
+                       dtype_name(n->dtype) + " kernels");
     }
+    if (!n->is_leaf()) continue;
+    const Backend* device = n->buffer->device;
+    if (device && device != &backend) {
+      throw UsageError("executor: " + to_string(m.order[i]) + (n->name.empty() ? "" : " '" + n->name + "'") +
+                       " lives on '" + device->name() + "' and the graph runs on '" + backend.name() +
+                       "': move it with to(\"" + backend.name() + "\")");
+    }
+    if (!device && !backend.host_memory()) m.staged.emplace(n, std::make_unique<Buffer>(backend, n->buffer->bytes));
   }
   m.plan = plan_memory(m.order, m.outputs, options.plan_memory, options.inplace);
   size_t arena_bytes = m.plan.report.arena_bytes;
@@ -126,7 +192,7 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
     throw Error("executor: the planned arena needs " + std::to_string(arena_bytes) +
                 " bytes, over the memory limit of " + std::to_string(options.memory_limit) + " bytes");
   }
-  m.arena = std::make_unique<Buffer>(arena_bytes, /*huge_pages=*/true);
+  m.arena = std::make_unique<Buffer>(backend, arena_bytes);
 
   m.readable.assign(m.order.size(), false);
   for (size_t i = 0; i < m.order.size(); ++i) m.readable[i] = m.order[i].node()->root()->is_leaf();
@@ -137,19 +203,19 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
     }
   }
 
+  std::vector<KernelCall> calls;
   for (size_t i = 0; i < m.order.size(); ++i) {
     const Tensor& t = m.order[i];
     const Node* n = t.node();
     if (n->is_leaf() || n->is_view()) continue;
-    Impl::Step s{n->op, {}, static_cast<int64_t>(i)};
-    for (const Tensor& in : n->inputs) s.args.in.push_back(m.view(in));
-    s.args.out = m.view(t);
-    s.args.attrs = &n->attrs;
-    s.args.threads = m.options.threads;
-    s.args.max_grain = m.options.max_grain;
-    s.args.bf16_matmul = m.options.bf16_matmul;
-    m.steps.push_back(std::move(s));
+    KernelCall c{n->op, {}};
+    for (const Tensor& in : n->inputs) c.operands.in.push_back(m.view(in));
+    c.operands.out = m.view(t);
+    c.operands.attrs = &n->attrs;
+    m.steps.push_back({n->op, c.operands.out, static_cast<int64_t>(i)});
+    calls.push_back(std::move(c));
   }
+  m.program = backend.compile(std::move(calls), m.options);
 }
 
 Executor::~Executor() = default;
@@ -158,18 +224,21 @@ Executor& Executor::operator=(Executor&&) noexcept = default;
 
 void Executor::run() {
   Impl& m = *impl_;
+  for (const auto& [leaf, copy] : m.staged) m.backend->copy_in(copy->data, leaf->buffer->data, copy->bytes);
   if (!m.options.profile) {
-    for (const Impl::Step& s : m.steps) {
-      s.op->forward(s.args);
-      if (m.options.check_finite) m.check_finite(s);
+    for (size_t i = 0; i < m.steps.size(); ++i) {
+      m.program->run(i);
+      if (m.options.check_finite) m.check_finite(m.steps[i]);
     }
+    m.backend->synchronize();
     return;
   }
   m.step_seconds.resize(m.steps.size(), 0.0);
   ++m.profiled_runs;
   for (size_t i = 0; i < m.steps.size(); ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    m.steps[i].op->forward(m.steps[i].args);
+    m.program->run(i);
+    m.backend->synchronize();
     m.step_seconds[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (m.options.check_finite) m.check_finite(m.steps[i]);
   }
@@ -250,8 +319,7 @@ void Executor::read_checked(const Tensor& given, DType dtype, void* dst, size_t 
     throw ShapeError("executor: read of " + to_string(t) + " needs " + std::to_string(need) +
                      " bytes, got a buffer of " + std::to_string(bytes));
   }
-  TensorView v = impl_->view(t);
-  cpu::copy_strided(v.data, v.shape, v.strides, dtype_size(v.dtype), dst);
+  impl_->copy_to_host(impl_->view(t), dst);
 }
 
 const void* Executor::data(const Tensor& given) const {
@@ -263,6 +331,10 @@ const void* Executor::data(const Tensor& given) const {
     throw UsageError("executor: " + to_string(t) + " is an intermediate whose memory the plan reuses");
   }
   if (!t.is_contiguous()) throw UsageError("executor: data() of the strided " + to_string(t) + "; use read()");
+  if (!impl_->backend->host_memory()) {
+    throw UsageError("executor: data() of " + to_string(t) + " in the memory of the '" + impl_->backend->name() +
+                     "' backend; use read()");
+  }
   return impl_->view(t).data;
 }
 

@@ -19,16 +19,22 @@ struct Attrs {
   bool operator==(const Attrs&) const = default;
 };
 
-// Aligned host memory owned by a leaf.
+class Backend;
+
+// Memory owned by a leaf or an executor: aligned host memory, or a
+// backend's own (src/backend/backend.h).
 struct Buffer {
-  // huge_pages: ask the kernel for 2 MiB pages (Linux transparent huge pages)
-  // when the buffer spans several; see Buffer::Buffer.
+  // Host memory. huge_pages: ask the kernel for 2 MiB pages (Linux
+  // transparent huge pages) when the buffer spans several; see Buffer::Buffer.
   explicit Buffer(size_t bytes, bool huge_pages = false);
+  // Memory of `backend`: host memory (with huge pages) for a host-memory one.
+  Buffer(const Backend& backend, size_t bytes);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   void* data = nullptr;
   size_t bytes = 0;
+  const Backend* device = nullptr;  // null: host memory
 };
 
 struct Node {

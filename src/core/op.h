@@ -1,5 +1,7 @@
-// OpDef: everything about one op in one place. Each src/ops/<name>.cpp defines
-// one (or a small family of) OpDef and lists it in src/ops/op_list.h.
+// OpDef: what an op means, on every backend: its inputs, shape rule, backward
+// rule, composite and gradient cases. Each src/ops/<name>.cpp defines one (or
+// a small family of) OpDef and lists it in src/ops/op_list.h; kernels
+// register per backend (the CPU's beside the op: src/backend/cpu/kernel.h).
 //
 // An op must say, for every input, whether it is differentiated (and then
 // provide `backward`) or not. There is no other way to define an input, and
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/thread_pool.h"
 #include "core/node.h"
 #include "nabla/error.h"
 #include "nabla/ops.h"
@@ -50,18 +51,12 @@ struct TensorView {
   }
 };
 
-struct KernelArgs {
+// A kernel's operands on any backend: views of its inputs and its output in
+// that backend's memory, and the op's attributes.
+struct Operands {
   std::vector<TensorView> in;
   TensorView out;  // always contiguous
   const Attrs* attrs = nullptr;
-  int threads = 1;
-  int64_t max_grain = 0;  // ExecOptions::max_grain
-  bool bf16_matmul = false;  // ExecOptions::bf16_matmul
-  // Runs fn over [0, n) in chunks of `grain`. The grain must not depend on the
-  // thread count, so results do not either.
-  void parallel_for(int64_t n, int64_t grain, cpu::RangeFn fn) const {
-    cpu::parallel_for(threads, n, max_grain > 0 && grain > max_grain ? max_grain : grain, fn);
-  }
 };
 
 struct BackwardArgs {
@@ -118,7 +113,6 @@ struct OpDef {
   // its backward.
   bool fused = false;
   Meta (*infer)(const std::vector<Tensor>& in, const Attrs& attrs) = nullptr;
-  void (*forward)(const KernelArgs& args) = nullptr;
   Grads (*backward)(const BackwardArgs& args) = nullptr;
   // A fused op's definition in primitive ops: its test oracle and fallback.
   Tensor (*composite)(const std::vector<Tensor>& in, const Attrs& attrs) = nullptr;
@@ -167,14 +161,5 @@ void dispatch_floating(DType dtype, const char* op, F&& fn) {
     default: throw DTypeError(std::string(op) + ": expected f32 or f64, got " + dtype_name(dtype));
   }
 }
-
-namespace ops {
-// Kernel helper: x (any strides) copied into row-major memory at out, over
-// a's threads. The contiguous op's kernel; ops that start from a copy of an
-// input they could not take over in place use it too.
-void copy_to_contiguous(const KernelArgs& a, const TensorView& x, void* out);
-// The same into memory laid out by out_strides (e.g. concat's band of its output).
-void copy_into(const KernelArgs& a, const TensorView& x, void* out, const Strides& out_strides);
-}  // namespace ops
 
 }  // namespace nabla

@@ -3,6 +3,7 @@
 #include <optional>
 #include <random>
 
+#include "backend/cpu/kernel.h"
 #include "nabla/executor.h"
 #include "nabla/graph.h"
 
@@ -196,7 +197,7 @@ std::vector<std::string> registry_problems() {
       problems.push_back(name + ": differentiates an input but has no backward");
     }
     if (op->fused && !op->composite) problems.push_back(name + ": is fused but has no composite");
-    if (!op->is_view && !op->forward) problems.push_back(name + ": has no CPU kernel");
+    if (!op->is_view && !cpu::kernel_of(*op)) problems.push_back(name + ": has no CPU kernel");
     if (!op->cases) {
       problems.push_back(name + ": has no gradient cases");
       continue;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/backend.h"
 #include "core/node.h"
 #include "core/op.h"
 #include "nabla/error.h"
@@ -30,7 +31,9 @@ const OpDef op_leaf{
     .infer = infer_leaf,
 };
 
-Buffer::Buffer(size_t n, bool huge_pages) : bytes(n) {
+namespace {
+
+void* host_allocate(size_t n, bool huge_pages) {
   // 64-byte alignment suits every SIMD width; never a null pointer, even for 0 bytes.
   size_t alignment = 64;
 #ifdef __linux__
@@ -44,14 +47,30 @@ Buffer::Buffer(size_t n, bool huge_pages) : bytes(n) {
   (void)huge_pages;
 #endif
   const size_t rounded = n == 0 ? alignment : (n + alignment - 1) / alignment * alignment;
-  data = std::aligned_alloc(alignment, rounded);
+  void* data = std::aligned_alloc(alignment, rounded);
   if (!data) throw Error("out of memory allocating " + std::to_string(n) + " bytes");
 #ifdef __linux__
   // Advice only: where huge pages are off or unavailable, the buffer is as usual.
   if (alignment > 64) madvise(data, rounded, MADV_HUGEPAGE);
 #endif
+  return data;
 }
-Buffer::~Buffer() { std::free(data); }
+
+}  // namespace
+
+Buffer::Buffer(size_t n, bool huge_pages) : data(host_allocate(n, huge_pages)), bytes(n) {}
+
+Buffer::Buffer(const Backend& backend, size_t n) : bytes(n), device(backend.host_memory() ? nullptr : &backend) {
+  data = device ? device->allocate(n) : host_allocate(n, /*huge_pages=*/true);
+}
+
+Buffer::~Buffer() {
+  if (device) {
+    device->release(data, bytes);
+  } else {
+    std::free(data);
+  }
+}
 
 bool Node::is_leaf() const { return op == &op_leaf; }
 bool Node::is_view() const { return op->is_view; }
@@ -156,24 +175,72 @@ Tensor& Tensor::requires_grad(bool on) {
 }
 bool Tensor::is_parameter() const { return deref(*this).is_param; }
 
-void* Tensor::data() {
-  Node& n = deref(*this);
+static Node& leaf(const Tensor& t, const char* what) {
+  Node& n = deref(t);
   if (!n.is_leaf()) {
-    throw UsageError("tensor: data() is for leaves; '" + std::string(n.op->name) +
+    throw UsageError(std::string("tensor: ") + what + " is for leaves; '" + n.op->name +
                      "' results are read through an Executor");
   }
+  return n;
+}
+
+void* Tensor::data() {
+  Node& n = leaf(*this, "data()");
+  if (n.buffer->device) {
+    throw UsageError("tensor: data() of a " + to_string(*this) + " on '" + n.buffer->device->name() +
+                     "', whose memory is that backend's: copy it with to(\"cpu\") or to_vector()");
+  }
   return n.buffer->data;
+}
+
+std::string Tensor::device() const {
+  const Node& n = leaf(*this, "device()");
+  return n.buffer->device ? n.buffer->device->name() : "cpu";
+}
+
+void Tensor::copy_to(void* dst, size_t bytes) const {
+  const Node& n = leaf(*this, "copy_to()");
+  if (bytes != n.buffer->bytes) {
+    throw ShapeError("tensor: copy of a " + to_string(*this) + " leaf of " + std::to_string(n.buffer->bytes) +
+                     " bytes into " + std::to_string(bytes));
+  }
+  if (n.buffer->device) {
+    n.buffer->device->copy_out(dst, n.buffer->data, bytes);
+  } else {
+    std::memcpy(dst, n.buffer->data, bytes);
+  }
+}
+
+Tensor Tensor::to(const std::string& device) const {
+  const Node& n = leaf(*this, "to()");
+  const Backend& target = find_backend(device);
+  Tensor out = Tensor::zeros(n.dtype, n.shape);
+  if (!target.host_memory()) out.node()->buffer = std::make_shared<Buffer>(target, n.buffer->bytes);
+  if (!n.buffer->device && !out.node()->buffer->device) {
+    std::memcpy(out.node()->buffer->data, n.buffer->data, n.buffer->bytes);
+  } else {
+    std::vector<char> host(n.buffer->bytes);
+    copy_to(host.data(), host.size());
+    out.copy_from(host.data(), host.size());
+  }
+  out.node()->name = n.name;
+  out.node()->is_param = n.is_param;
+  return out;
 }
 const void* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
 
 void Tensor::copy_from(const void* src, size_t bytes) {
-  void* dst = data();
-  size_t have = node()->buffer->bytes;
+  Node& n = leaf(*this, "copy_from()");
+  size_t have = n.buffer->bytes;
   if (bytes != have) {
     throw ShapeError("tensor: copy of " + std::to_string(bytes) + " bytes into a " + to_string(*this) +
                      " leaf of " + std::to_string(have) + " bytes");
   }
-  std::memcpy(dst, src, bytes);
+  if (n.buffer->device) {
+    n.buffer->device->copy_in(n.buffer->data, src, bytes);
+  } else {
+    std::memcpy(n.buffer->data, src, bytes);
+  }
 }
 
 void Tensor::check_dtype(DType expected) const {
@@ -187,6 +254,7 @@ double Tensor::item(int64_t flat) const {
   if (flat < 0 || flat >= numel()) {
     throw ShapeError("item: index " + std::to_string(flat) + " out of range for " + to_string(*this));
   }
+  if (deref(*this).is_leaf() && node()->buffer->device) return to("cpu").item(flat);
   const void* p = data();
   switch (dtype()) {
     case DType::f32: return static_cast<const float*>(p)[flat];

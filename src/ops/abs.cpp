@@ -1,4 +1,5 @@
 // abs: |x|
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -21,10 +22,10 @@ extern const OpDef op_abs{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("abs", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::abs); },
 };
+NABLA_CPU_KERNEL(op_abs, unary_forward<Fn>);
 
 }  // namespace ops
 

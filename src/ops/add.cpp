@@ -1,4 +1,5 @@
 // add: a + b with NumPy broadcasting.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -27,10 +28,10 @@ extern const OpDef op_add{
     .inputs = {{"a", Diff::yes}, {"b", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_binary("add", in); },
-    .forward = binary_forward<Add>,
     .backward = add_backward,
     .cases = [] { return binary_cases(nabla::add); },
 };
+NABLA_CPU_KERNEL(op_add, binary_forward<Add>);
 
 }  // namespace ops
 

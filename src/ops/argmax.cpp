@@ -1,6 +1,7 @@
 // argmax: the i32 position of the maximum along one axis; the first one on
 // ties, and the first NaN if any (NumPy's rule). Piecewise constant, so x is
 // not differentiated. attrs: ints {axis, keepdim}.
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
 
@@ -83,9 +84,9 @@ extern const OpDef op_argmax{
     .summary = "i32 index of the maximum along an axis (first on ties); not differentiated",
     .inputs = {{"x", Diff::no}},
     .infer = argmax_infer,
-    .forward = argmax_forward,
     .cases = argmax_cases,
 };
+NABLA_CPU_KERNEL(op_argmax, argmax_forward);
 
 }  // namespace ops
 

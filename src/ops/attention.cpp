@@ -30,6 +30,7 @@
 #include <type_traits>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/simd.h"
 #include "core/op.h"
 #include "nabla/graph.h"
@@ -714,11 +715,11 @@ extern const OpDef op_attention{
     .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"v", Diff::yes}},
     .fused = true,
     .infer = attention_infer,
-    .forward = attention_forward,
     .backward = attention_backward,
     .composite = attention_composite,
     .cases = attention_cases,
 };
+NABLA_CPU_KERNEL(op_attention, attention_forward);
 
 extern const OpDef op_attention_back{
     .name = "attention_back",
@@ -726,10 +727,10 @@ extern const OpDef op_attention_back{
     .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"v", Diff::yes}, {"dout", Diff::yes}},
     .fused = true,
     .infer = attention_back_infer,
-    .forward = attention_back_forward,
     .composite = attention_back_composite,
     .cases = attention_back_cases,
 };
+NABLA_CPU_KERNEL(op_attention_back, attention_back_forward);
 
 extern const OpDef op_attention_probs{
     .name = "attention_probs",
@@ -737,11 +738,11 @@ extern const OpDef op_attention_probs{
     .inputs = {{"q", Diff::yes}, {"k", Diff::yes}},
     .fused = true,
     .infer = attention_probs_infer,
-    .forward = attention_probs_forward,
     .backward = attention_probs_backward,
     .composite = attention_probs_composite,
     .cases = attention_probs_cases,
 };
+NABLA_CPU_KERNEL(op_attention_probs, attention_probs_forward);
 
 extern const OpDef op_attention_probs_back{
     .name = "attention_probs_back",
@@ -749,10 +750,10 @@ extern const OpDef op_attention_probs_back{
     .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"p", Diff::yes}, {"dp", Diff::yes}},
     .fused = true,
     .infer = attention_probs_back_infer,
-    .forward = attention_probs_back_forward,
     .composite = attention_probs_back_composite,
     .cases = attention_probs_back_cases,
 };
+NABLA_CPU_KERNEL(op_attention_probs_back, attention_probs_back_forward);
 
 extern const OpDef op_attention_probs_values_back{
     .name = "attention_probs_values_back",
@@ -761,10 +762,10 @@ extern const OpDef op_attention_probs_values_back{
     .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"p", Diff::yes}, {"v", Diff::yes}, {"dout", Diff::yes}},
     .fused = true,
     .infer = attention_probs_values_back_infer,
-    .forward = attention_probs_values_back_forward,
     .composite = attention_probs_values_back_composite,
     .cases = attention_probs_values_back_cases,
 };
+NABLA_CPU_KERNEL(op_attention_probs_values_back, attention_probs_values_back_forward);
 
 }  // namespace ops
 

@@ -4,6 +4,7 @@
 //   x [N, C, H, W] -> y [N, C, OH, OW], OH = (H + 2*PH - KH) / SH + 1
 //
 // The backward is avg_pool_2d_back (dy / (KH*KW) spread over each window).
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 #include "ops/internal_ops.h"
@@ -85,10 +86,10 @@ extern const OpDef op_avg_pool_2d{
         "mean over KH x KW windows of x [N, C, H, W]; padding counts as zeros (count_include_pad)",
     .inputs = {{"x", Diff::yes}},
     .infer = avg_pool_2d_infer,
-    .forward = avg_pool_2d_forward,
     .backward = avg_pool_2d_backward,
     .cases = avg_pool_2d_cases,
 };
+NABLA_CPU_KERNEL(op_avg_pool_2d, avg_pool_2d_forward);
 
 }  // namespace ops
 

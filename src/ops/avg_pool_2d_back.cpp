@@ -6,6 +6,7 @@
 // Windows overlap when the stride is below the kernel, so this is a
 // scatter-add: each (n, c) plane is summed by one task in window order, so
 // results do not depend on the thread count.
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 #include "ops/internal_ops.h"
@@ -103,10 +104,10 @@ extern const OpDef op_avg_pool_2d_back{
         "W]",
     .inputs = {{"dy", Diff::yes}},
     .infer = avg_pool_2d_back_infer,
-    .forward = avg_pool_2d_back_forward,
     .backward = avg_pool_2d_back_backward,
     .cases = avg_pool_2d_back_cases,
 };
+NABLA_CPU_KERNEL(op_avg_pool_2d_back, avg_pool_2d_back_forward);
 
 }  // namespace ops
 

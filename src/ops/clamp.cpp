@@ -1,5 +1,6 @@
 // clamp: lo where x < lo, hi where x > hi, x between. attrs.reals = {lo, hi}.
 // As PyTorch: NaN stays NaN, and hi wins when lo > hi.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -55,10 +56,10 @@ extern const OpDef op_clamp{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = infer,
-    .forward = forward,
     .backward = backward,
     .cases = cases,
 };
+NABLA_CPU_KERNEL(op_clamp, forward);
 
 }  // namespace ops
 

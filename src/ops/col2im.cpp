@@ -6,6 +6,7 @@
 // The backward is im2col. Overlapping windows make this a scatter-add: each
 // (n, c) plane is summed by one task, windows in row-major order, so results
 // do not depend on the thread count.
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 
@@ -114,10 +115,10 @@ extern const OpDef op_col2im{
     .summary = "adjoint of im2col: adds rows of cols [N, OH*OW, C*KH*KW] back into [N, C, H, W]",
     .inputs = {{"cols", Diff::yes}},
     .infer = col2im_infer,
-    .forward = col2im_forward,
     .backward = col2im_backward,
     .cases = col2im_cases,
 };
+NABLA_CPU_KERNEL(op_col2im, col2im_forward);
 
 }  // namespace ops
 

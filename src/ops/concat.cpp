@@ -1,4 +1,5 @@
 // concat: joins tensors along one axis.
+#include "backend/cpu/kernel.h"
 #include "core/op.h"
 
 namespace nabla {
@@ -64,10 +65,10 @@ extern const OpDef op_concat{
     .inputs = {{"xs", Diff::yes}},
     .variadic = true,
     .infer = concat_infer,
-    .forward = concat_forward,
     .backward = concat_backward,
     .cases = concat_cases,
 };
+NABLA_CPU_KERNEL(op_concat, concat_forward);
 
 }  // namespace ops
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
 
@@ -75,10 +76,10 @@ extern const OpDef op_contiguous{
     .summary = "row-major copy of a strided view (no-op when already contiguous)",
     .inputs = {{"x", Diff::yes}},
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return Meta{in[0].dtype(), in[0].shape()}; },
-    .forward = contiguous_forward,
     .backward = contiguous_backward,
     .cases = contiguous_cases,
 };
+NABLA_CPU_KERNEL(op_contiguous, contiguous_forward);
 
 }  // namespace ops
 

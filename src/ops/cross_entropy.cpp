@@ -4,6 +4,7 @@
 // every row is ignored the loss is 0 with gradient 0 (PyTorch gives NaN:
 // here a fully padded batch must not poison a training run).
 // attrs: ints {ignore_index}.
+#include "backend/cpu/kernel.h"
 #include "ops/cross_entropy.h"
 
 #include <cmath>
@@ -122,11 +123,11 @@ extern const OpDef op_cross_entropy{
     .inputs = {{"logits", Diff::yes}, {"labels", Diff::no}},
     .fused = true,
     .infer = cross_entropy_infer,
-    .forward = cross_entropy_forward,
     .backward = cross_entropy_backward,
     .composite = cross_entropy_composite,
     .cases = cross_entropy_cases,
 };
+NABLA_CPU_KERNEL(op_cross_entropy, cross_entropy_forward);
 
 }  // namespace ops
 

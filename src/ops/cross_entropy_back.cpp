@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backend/cpu/kernel.h"
 #include "ops/cross_entropy.h"
 #include "ops/internal_ops.h"
 #include "ops/last_axis.h"
@@ -117,10 +118,10 @@ extern const OpDef op_cross_entropy_back{
     .inputs = {{"logits", Diff::yes}, {"labels", Diff::no}, {"dloss", Diff::yes}},
     .fused = true,
     .infer = cross_entropy_back_infer,
-    .forward = cross_entropy_back_forward,
     .composite = cross_entropy_back_composite,
     .cases = cross_entropy_back_cases,
 };
+NABLA_CPU_KERNEL(op_cross_entropy_back, cross_entropy_back_forward);
 
 }  // namespace ops
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/kernel.h"
 #include "ops/last_axis.h"
 
 namespace nabla {
@@ -100,11 +101,11 @@ extern const OpDef op_cross_entropy_soft{
     .inputs = {{"logits", Diff::yes}, {"probs", Diff::yes}},
     .fused = true,
     .infer = cross_entropy_soft_infer,
-    .forward = cross_entropy_soft_forward,
     .backward = cross_entropy_soft_backward,
     .composite = cross_entropy_soft_composite,
     .cases = cross_entropy_soft_cases,
 };
+NABLA_CPU_KERNEL(op_cross_entropy_soft, cross_entropy_soft_forward);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // div: a / b with NumPy broadcasting.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -29,11 +30,11 @@ extern const OpDef op_div{
     .inputs = {{"a", Diff::yes}, {"b", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_binary("div", in); },
-    .forward = binary_forward<Div>,
     .backward = div_backward,
     // b away from 0, where the quotient and its differences blow up.
     .cases = [] { return binary_cases(nabla::div, 0.5, 2.0); },
 };
+NABLA_CPU_KERNEL(op_div, binary_forward<Div>);
 
 }  // namespace ops
 

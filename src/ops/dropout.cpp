@@ -5,6 +5,7 @@
 // scalar tensor, so a static training graph draws a new mask each step by
 // rewriting that leaf; a salt separates the masks of call sites sharing a
 // seed. attrs: ints {salt}, reals {p}.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -90,10 +91,10 @@ extern const OpDef op_dropout{
     .inputs = {{"x", Diff::yes}, {"seed", Diff::no}},
     .elementwise = true,
     .infer = dropout_infer,
-    .forward = dropout_forward,
     .backward = dropout_backward,
     .cases = dropout_cases,
 };
+NABLA_CPU_KERNEL(op_dropout, dropout_forward);
 
 }  // namespace ops
 

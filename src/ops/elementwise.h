@@ -6,6 +6,7 @@
 #include <concepts>
 #include <type_traits>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/thread_pool.h"

@@ -1,4 +1,5 @@
 // elu: x where x > 0, alpha (e^x - 1) elsewhere. attrs.reals = {alpha}.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -49,10 +50,10 @@ extern const OpDef op_elu{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = infer,
-    .forward = forward,
     .backward = backward,
     .cases = cases,
 };
+NABLA_CPU_KERNEL(op_elu, forward);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // eq: 1 where a == b, else 0. A mask for other ops' backward rules (max).
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -18,7 +19,6 @@ extern const OpDef op_eq{
     .inputs = {{"a", Diff::no}, {"b", Diff::no}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_binary("eq", in); },
-    .forward = binary_forward<Eq>,
     // Equal entries: b is a with every other row replaced, so both values occur.
     .cases =
         [] {
@@ -32,6 +32,7 @@ extern const OpDef op_eq{
           };
         },
 };
+NABLA_CPU_KERNEL(op_eq, binary_forward<Eq>);
 
 }  // namespace ops
 

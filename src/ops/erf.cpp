@@ -1,4 +1,5 @@
 // erf: the error function, 2/sqrt(pi) * integral from 0 to x of e^(-t^2) dt
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -27,10 +28,10 @@ extern const OpDef op_erf{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("erf", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::erf); },
 };
+NABLA_CPU_KERNEL(op_erf, unary_forward<Fn>);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // exp: e^x
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -22,10 +23,10 @@ extern const OpDef op_exp{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("exp", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::exp); },
 };
+NABLA_CPU_KERNEL(op_exp, unary_forward<Fn>);
 
 }  // namespace ops
 

@@ -1,6 +1,7 @@
 // gelu: GELU with the tanh approximation,
 //   y = 0.5 x (1 + tanh(k (x + a x^3))),  k = sqrt(2/pi), a = 0.044715
 // (PyTorch's approximate="tanh"; the exact form is gelu_erf).
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 #include "ops/internal_ops.h"
 
@@ -45,12 +46,12 @@ extern const OpDef op_gelu{
     .elementwise = true,
     .fused = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("gelu", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .composite = composite,
     // Scaled by 3 so inputs reach the tails, where tanh saturates.
     .cases = [] { return unary_cases([](const Tensor& x) { return gelu(x * 3.0); }); },
 };
+NABLA_CPU_KERNEL(op_gelu, unary_forward<Fn>);
 
 }  // namespace ops
 

@@ -2,6 +2,7 @@
 //   u = k (x + a x^3),  t = tanh(u),  k = sqrt(2/pi), a = 0.044715:
 //   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)
 // It has no backward rule of its own: it differentiates through its composite.
+#include "backend/cpu/kernel.h"
 #include "nabla/graph.h"
 #include "ops/elementwise.h"
 #include "ops/internal_ops.h"
@@ -63,10 +64,10 @@ extern const OpDef op_gelu_back{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs&) { return infer_binary("gelu_back", in); },
-    .forward = binary_forward<Fn>,
     .composite = composite,
     .cases = cases,
 };
+NABLA_CPU_KERNEL(op_gelu_back, binary_forward<Fn>);
 
 }  // namespace ops
 

@@ -1,5 +1,6 @@
 // gelu_erf: exact GELU, y = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2)))
 // (PyTorch's default approximate="none").
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 #include "ops/internal_ops.h"
 
@@ -35,12 +36,12 @@ extern const OpDef op_gelu_erf{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs&) { return infer_unary("gelu_erf", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .composite = composite,
     // Scaled by 3 so inputs reach the tails, where erf saturates.
     .cases = [] { return unary_cases([](const Tensor& x) { return gelu_erf(x * 3.0); }); },
 };
+NABLA_CPU_KERNEL(op_gelu_erf, unary_forward<Fn>);
 
 }  // namespace ops
 

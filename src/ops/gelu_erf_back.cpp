@@ -2,6 +2,7 @@
 // its density:
 //   d/dx [x Phi(x)] = Phi(x) + x phi(x) = 0.5 (1 + erf(x / sqrt 2)) + x e^(-x^2/2) / sqrt(2 pi)
 // It has no backward rule of its own: it differentiates through its composite.
+#include "backend/cpu/kernel.h"
 #include "nabla/graph.h"
 #include "ops/elementwise.h"
 #include "ops/internal_ops.h"
@@ -53,10 +54,10 @@ extern const OpDef op_gelu_erf_back{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs&) { return infer_binary("gelu_erf_back", in); },
-    .forward = binary_forward<Fn>,
     .composite = composite,
     .cases = cases,
 };
+NABLA_CPU_KERNEL(op_gelu_erf_back, binary_forward<Fn>);
 
 }  // namespace ops
 

@@ -1,5 +1,6 @@
 // gelu_quick: y = x sigmoid(1.702 x), the sigmoid approximation of GELU
 // (CLIP's QuickGELU).
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 #include "ops/internal_ops.h"
 
@@ -37,12 +38,12 @@ extern const OpDef op_gelu_quick{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs&) { return infer_unary("gelu_quick", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .composite = composite,
     // Scaled by 3 so inputs reach the tails, where the sigmoid saturates.
     .cases = [] { return unary_cases([](const Tensor& x) { return gelu_quick(x * 3.0); }); },
 };
+NABLA_CPU_KERNEL(op_gelu_quick, unary_forward<Fn>);
 
 }  // namespace ops
 

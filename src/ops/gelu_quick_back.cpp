@@ -1,6 +1,7 @@
 // gelu_quick_back: dy * gelu_quick'(x). With s = sigmoid(c x), c = 1.702:
 //   d/dx [x s] = s + c x s (1 - s)
 // It has no backward rule of its own: it differentiates through its composite.
+#include "backend/cpu/kernel.h"
 #include "nabla/graph.h"
 #include "ops/elementwise.h"
 #include "ops/internal_ops.h"
@@ -52,10 +53,10 @@ extern const OpDef op_gelu_quick_back{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs&) { return infer_binary("gelu_quick_back", in); },
-    .forward = binary_forward<Fn>,
     .composite = composite,
     .cases = cases,
 };
+NABLA_CPU_KERNEL(op_gelu_quick_back, binary_forward<Fn>);
 
 }  // namespace ops
 

@@ -1,5 +1,6 @@
 // get_rows: table[indices], the embedding lookup.
 // table [R, *rest], indices i32 [*I] -> [*I, *rest].
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/thread_pool.h"
 #include "ops/internal_ops.h"
 #include "ops/rows.h"
@@ -64,10 +65,10 @@ extern const OpDef op_get_rows{
     .summary = "table[indices] (embedding lookup); indices i32, not differentiated",
     .inputs = {{"table", Diff::yes}, {"indices", Diff::no}},
     .infer = get_rows_infer,
-    .forward = get_rows_forward,
     .backward = get_rows_backward,
     .cases = get_rows_cases,
 };
+NABLA_CPU_KERNEL(op_get_rows, get_rows_forward);
 
 }  // namespace ops
 

@@ -1,5 +1,6 @@
 // hardswish: x * relu6(x + 3) / 6, i.e. 0 for x <= -3, x for x >= 3 and
 // x (x + 3) / 6 between.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -50,10 +51,10 @@ extern const OpDef op_hardswish{
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs&) { return infer_unary("hardswish", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = cases,
 };
+NABLA_CPU_KERNEL(op_hardswish, unary_forward<Fn>);
 
 }  // namespace ops
 

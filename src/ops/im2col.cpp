@@ -10,6 +10,7 @@
 // The backward is col2im (the adjoint: scatter-add of the windows).
 #include <algorithm>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 
@@ -150,10 +151,10 @@ extern const OpDef op_im2col{
     .summary = "sliding windows of x [N, C, H, W] as rows: [N, OH*OW, C*KH*KW], zero padding",
     .inputs = {{"x", Diff::yes}},
     .infer = im2col_infer,
-    .forward = im2col_forward,
     .backward = im2col_backward,
     .cases = im2col_cases,
 };
+NABLA_CPU_KERNEL(op_im2col, im2col_forward);
 
 }  // namespace ops
 

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/simd.h"
 #include "ops/internal_ops.h"
 #include "ops/norm.h"
@@ -97,11 +98,11 @@ extern const OpDef op_layer_norm{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs& at) { return infer_norm("layer_norm", in, at); },
-    .forward = layer_norm_forward,
     .backward = layer_norm_backward,
     .composite = layer_norm_composite,
     .cases = layer_norm_cases,
 };
+NABLA_CPU_KERNEL(op_layer_norm, layer_norm_forward);
 
 }  // namespace ops
 

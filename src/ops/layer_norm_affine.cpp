@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/simd.h"
 #include "nabla/graph.h"
 #include "ops/internal_ops.h"
@@ -336,11 +337,11 @@ extern const OpDef op_layer_norm_affine{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs& at) { return affine_infer("layer_norm_affine", in, at, 1); },
-    .forward = affine_forward,
     .backward = affine_backward,
     .composite = affine_composite,
     .cases = affine_cases,
 };
+NABLA_CPU_KERNEL(op_layer_norm_affine, affine_forward);
 
 extern const OpDef op_layer_norm_affine_back{
     .name = "layer_norm_affine_back",
@@ -349,10 +350,10 @@ extern const OpDef op_layer_norm_affine_back{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs& at) { return back_infer("layer_norm_affine_back", in, at); },
-    .forward = affine_back_forward,
     .composite = affine_back_composite,
     .cases = affine_back_cases,
 };
+NABLA_CPU_KERNEL(op_layer_norm_affine_back, affine_back_forward);
 
 extern const OpDef op_layer_norm_affine_back_add{
     .name = "layer_norm_affine_back_add",
@@ -361,10 +362,10 @@ extern const OpDef op_layer_norm_affine_back_add{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs& at) { return back_infer("layer_norm_affine_back_add", in, at); },
-    .forward = affine_back_forward,
     .composite = affine_back_composite,
     .cases = affine_back_add_cases,
 };
+NABLA_CPU_KERNEL(op_layer_norm_affine_back_add, affine_back_forward);
 
 }  // namespace ops
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/simd.h"
 #include "nabla/graph.h"
 #include "ops/internal_ops.h"
@@ -132,10 +133,10 @@ extern const OpDef op_layer_norm_back{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs& at) { return infer_norm("layer_norm_back", in, at); },
-    .forward = layer_norm_back_forward,
     .composite = layer_norm_back_composite,
     .cases = layer_norm_back_cases,
 };
+NABLA_CPU_KERNEL(op_layer_norm_back, layer_norm_back_forward);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // leaky_relu: x where x > 0, slope * x elsewhere. attrs.reals = {slope}.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -51,10 +52,10 @@ extern const OpDef op_leaky_relu{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = infer,
-    .forward = forward,
     .backward = backward,
     .cases = cases,
 };
+NABLA_CPU_KERNEL(op_leaky_relu, forward);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // log: natural logarithm
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -21,10 +22,10 @@ extern const OpDef op_log{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("log", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::log, 0.2, 3.0); },
 };
+NABLA_CPU_KERNEL(op_log, unary_forward<Fn>);
 
 }  // namespace ops
 

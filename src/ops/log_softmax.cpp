@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/kernel.h"
 #include "ops/last_axis.h"
 
 namespace nabla {
@@ -72,11 +73,11 @@ extern const OpDef op_log_softmax{
     .inputs = {{"x", Diff::yes}},
     .fused = true,
     .infer = log_softmax_infer,
-    .forward = log_softmax_forward,
     .backward = log_softmax_backward,
     .composite = log_softmax_composite,
     .cases = log_softmax_cases,
 };
+NABLA_CPU_KERNEL(op_log_softmax, log_softmax_forward);
 
 }  // namespace ops
 

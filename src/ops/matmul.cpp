@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
 #include "ops/internal_ops.h"
@@ -503,10 +504,10 @@ extern const OpDef op_matmul{
     .summary = "[..., M, K] x [..., K, N] -> [..., M, N], batch axes broadcast",
     .inputs = {{"a", Diff::yes}, {"b", Diff::yes}},
     .infer = matmul_infer,
-    .forward = matmul_forward,
     .backward = matmul_backward,
     .cases = matmul_cases,
 };
+NABLA_CPU_KERNEL(op_matmul, matmul_forward);
 
 extern const OpDef op_matmul_add{
     .name = "matmul_add",
@@ -515,11 +516,11 @@ extern const OpDef op_matmul_add{
     .inplace_input = 2,
     .fused = true,
     .infer = matmul_add_infer,
-    .forward = matmul_add_forward,
     .backward = matmul_add_backward,
     .composite = matmul_add_composite,
     .cases = matmul_add_cases,
 };
+NABLA_CPU_KERNEL(op_matmul_add, matmul_add_forward);
 
 extern const OpDef op_matmul_heads{
     .name = "matmul_heads",
@@ -527,11 +528,11 @@ extern const OpDef op_matmul_heads{
     .inputs = {{"a", Diff::yes}, {"b", Diff::yes}},
     .fused = true,
     .infer = matmul_heads_infer,
-    .forward = matmul_heads_forward,
     .backward = matmul_heads_backward,
     .composite = matmul_heads_composite,
     .cases = matmul_heads_cases,
 };
+NABLA_CPU_KERNEL(op_matmul_heads, matmul_heads_forward);
 
 }  // namespace ops
 

@@ -1,6 +1,7 @@
 // max: maximum over the given axes (all when none), optionally keeping them.
 #include <limits>
 
+#include "backend/cpu/kernel.h"
 #include "ops/reduce.h"
 
 namespace nabla {
@@ -45,10 +46,10 @@ extern const OpDef op_max{
     .summary = "maximum over axes (all by default); ties share the gradient",
     .inputs = {{"x", Diff::yes}},
     .infer = [](const std::vector<Tensor>& in, const Attrs& at) { return infer_reduce("max", in, at); },
-    .forward = max_forward,
     .backward = max_backward,
     .cases = max_cases,
 };
+NABLA_CPU_KERNEL(op_max, max_forward);
 
 }  // namespace ops
 

@@ -9,6 +9,7 @@
 // `values` the op is linear, its backward max_pool_2d_back(x, dy), whose
 // backward in dy is this op again. The argmax is recomputed from x in both
 // directions rather than stored as an index tensor.
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 #include "ops/internal_ops.h"
@@ -96,10 +97,10 @@ extern const OpDef op_max_pool_2d{
         "differentiated)",
     .inputs = {{"x", Diff::no}, {"values", Diff::yes}},
     .infer = max_pool_2d_infer,
-    .forward = max_pool_2d_forward,
     .backward = max_pool_2d_backward,
     .cases = max_pool_2d_cases,
 };
+NABLA_CPU_KERNEL(op_max_pool_2d, max_pool_2d_forward);
 
 }  // namespace ops
 

@@ -8,6 +8,7 @@
 // which is max_pool_2d_at(x, ddx). Overlapping windows can share an argmax, so
 // this is a scatter-add: each (n, c) plane is summed by one task in window
 // order, and results do not depend on the thread count.
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/thread_pool.h"
 #include "ops/conv.h"
 #include "ops/internal_ops.h"
@@ -94,10 +95,10 @@ extern const OpDef op_max_pool_2d_back{
         "H, W]",
     .inputs = {{"x", Diff::no}, {"dy", Diff::yes}},
     .infer = max_pool_2d_back_infer,
-    .forward = max_pool_2d_back_forward,
     .backward = max_pool_2d_back_backward,
     .cases = max_pool_2d_back_cases,
 };
+NABLA_CPU_KERNEL(op_max_pool_2d_back, max_pool_2d_back_forward);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // mean: mean over the given axes (all when none), optionally keeping them as 1.
+#include "backend/cpu/kernel.h"
 #include "ops/reduce.h"
 
 namespace nabla {
@@ -40,10 +41,10 @@ extern const OpDef op_mean{
     .summary = "mean over axes (all by default), keepdim optional",
     .inputs = {{"x", Diff::yes}},
     .infer = [](const std::vector<Tensor>& in, const Attrs& at) { return infer_reduce("mean", in, at); },
-    .forward = mean_forward,
     .backward = mean_backward,
     .cases = mean_cases,
 };
+NABLA_CPU_KERNEL(op_mean, mean_forward);
 
 }  // namespace ops
 

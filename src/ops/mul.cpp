@@ -1,4 +1,5 @@
 // mul: a * b with NumPy broadcasting.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -27,10 +28,10 @@ extern const OpDef op_mul{
     .inputs = {{"a", Diff::yes}, {"b", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_binary("mul", in); },
-    .forward = binary_forward<Mul>,
     .backward = mul_backward,
     .cases = [] { return binary_cases(nabla::mul); },
 };
+NABLA_CPU_KERNEL(op_mul, binary_forward<Mul>);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // neg: -x
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -21,10 +22,10 @@ extern const OpDef op_neg{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("neg", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::neg); },
 };
+NABLA_CPU_KERNEL(op_neg, unary_forward<Fn>);
 
 }  // namespace ops
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"

@@ -2,6 +2,7 @@
 // index and 0 elsewhere. An index outside [0, classes) gives a row of zeros
 // (as tf.one_hot does), which is how cross_entropy's composite drops rows
 // labelled ignore_index. attrs: ints {classes, dtype}.
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/thread_pool.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
@@ -63,9 +64,9 @@ extern const OpDef op_one_hot{
     .summary = "i32 indices -> one-hot rows (all 0 out of range); not differentiated",
     .inputs = {{"indices", Diff::no}},
     .infer = one_hot_infer,
-    .forward = one_hot_forward,
     .cases = one_hot_cases,
 };
+NABLA_CPU_KERNEL(op_one_hot, one_hot_forward);
 
 }  // namespace ops
 

@@ -1,5 +1,6 @@
 // pad: x surrounded by a constant, (before, after) elements on each axis.
 // attrs: ints {before0, after0, before1, after1, ...}, reals {value}.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -88,10 +89,10 @@ extern const OpDef op_pad{
     .summary = "constant padding: (before, after) elements of `value` on each axis",
     .inputs = {{"x", Diff::yes}},
     .infer = pad_infer,
-    .forward = pad_forward,
     .backward = pad_backward,
     .cases = pad_cases,
 };
+NABLA_CPU_KERNEL(op_pad, pad_forward);
 
 }  // namespace ops
 

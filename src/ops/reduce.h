@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/strided.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/op.h"

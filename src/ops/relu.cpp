@@ -1,4 +1,5 @@
 // relu: max(x, 0)
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -21,10 +22,10 @@ extern const OpDef op_relu{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("relu", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::relu); },
 };
+NABLA_CPU_KERNEL(op_relu, unary_forward<Fn>);
 
 }  // namespace ops
 

@@ -1,6 +1,7 @@
 // repeat: x tiled `repeats[d]` times along each axis, as torch.Tensor.repeat
 // (numpy.tile): out[i] = x[i mod x.shape]. More repeats than axes tile along
 // new leading axes. attrs: ints {repeats...}.
+#include "backend/cpu/kernel.h"
 #include "ops/last_axis.h"
 
 namespace nabla {
@@ -113,10 +114,10 @@ extern const OpDef op_repeat{
     .summary = "tiles x repeats[d] times along each axis, as torch.Tensor.repeat",
     .inputs = {{"x", Diff::yes}},
     .infer = repeat_infer,
-    .forward = repeat_forward,
     .backward = repeat_backward,
     .cases = repeat_cases,
 };
+NABLA_CPU_KERNEL(op_repeat, repeat_forward);
 
 }  // namespace ops
 

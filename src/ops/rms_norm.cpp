@@ -5,6 +5,7 @@
 // The affine form rms_norm(x, gamma, eps) is a composition, differentiated by mul.
 #include <cmath>
 
+#include "backend/cpu/kernel.h"
 #include "ops/internal_ops.h"
 #include "ops/norm.h"
 
@@ -67,11 +68,11 @@ extern const OpDef op_rms_norm{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs& at) { return infer_norm("rms_norm", in, at); },
-    .forward = rms_norm_forward,
     .backward = rms_norm_backward,
     .composite = rms_norm_composite,
     .cases = rms_norm_cases,
 };
+NABLA_CPU_KERNEL(op_rms_norm, rms_norm_forward);
 
 }  // namespace ops
 

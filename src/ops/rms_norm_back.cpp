@@ -7,6 +7,7 @@
 // composite, which gives rms_norm second derivatives.
 #include <cmath>
 
+#include "backend/cpu/kernel.h"
 #include "nabla/graph.h"
 #include "ops/internal_ops.h"
 #include "ops/norm.h"
@@ -89,10 +90,10 @@ extern const OpDef op_rms_norm_back{
     .fused = true,
     .infer = [](const std::vector<Tensor>& in,
                 const Attrs& at) { return infer_norm("rms_norm_back", in, at); },
-    .forward = rms_norm_back_forward,
     .composite = rms_norm_back_composite,
     .cases = rms_norm_back_cases,
 };
+NABLA_CPU_KERNEL(op_rms_norm_back, rms_norm_back_forward);
 
 }  // namespace ops
 

@@ -7,6 +7,7 @@
 // attrs: ints {mode, inverse}, reals {base}; inverse turns by -theta.
 #include <cmath>
 
+#include "backend/cpu/kernel.h"
 #include "ops/last_axis.h"
 
 namespace nabla {
@@ -113,10 +114,10 @@ extern const OpDef op_rope{
     .summary = "rotary position embedding of [..., T, D] at i32 positions [T]; neox or original",
     .inputs = {{"x", Diff::yes}, {"positions", Diff::no}},
     .infer = rope_infer,
-    .forward = rope_forward,
     .backward = rope_backward,
     .cases = rope_cases,
 };
+NABLA_CPU_KERNEL(op_rope, rope_forward);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // rsqrt: 1 / sqrt(x)
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -21,10 +22,10 @@ extern const OpDef op_rsqrt{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("rsqrt", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::rsqrt, 0.2, 3.0); },
 };
+NABLA_CPU_KERNEL(op_rsqrt, unary_forward<Fn>);
 
 }  // namespace ops
 

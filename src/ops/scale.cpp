@@ -1,4 +1,5 @@
 // scale: x * factor for a constant factor.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -24,10 +25,10 @@ extern const OpDef op_scale{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("scale", in); },
-    .forward = scale_forward,
     .backward = scale_backward,
     .cases = [] { return unary_cases([](const Tensor& x) { return scale(x, -1.75); }); },
 };
+NABLA_CPU_KERNEL(op_scale, scale_forward);
 
 }  // namespace ops
 

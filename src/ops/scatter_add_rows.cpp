@@ -3,6 +3,7 @@
 // add_rows: the same into base instead of zeros, in base's memory when base
 // dies there: how autodiff adds an embedding's gradient to another
 // contribution (a tied output head's) without a full-size zeroed tensor.
+#include "backend/cpu/kernel.h"
 #include "ops/internal_ops.h"
 #include "ops/rows.h"
 
@@ -130,21 +131,21 @@ extern const OpDef op_add_rows{
     .inplace_input = 0,
     .fused = true,
     .infer = add_rows_infer,
-    .forward = add_rows_forward,
     .backward = add_rows_backward,
     .composite = add_rows_composite,
     .cases = add_rows_cases,
 };
+NABLA_CPU_KERNEL(op_add_rows, add_rows_forward);
 
 extern const OpDef op_scatter_add_rows{
     .name = "scatter_add_rows",
     .summary = "out[indices[p]] += values[p] into zeros: the adjoint of get_rows",
     .inputs = {{"values", Diff::yes}, {"indices", Diff::no}},
     .infer = scatter_add_rows_infer,
-    .forward = scatter_add_rows_forward,
     .backward = scatter_add_rows_backward,
     .cases = scatter_add_rows_cases,
 };
+NABLA_CPU_KERNEL(op_scatter_add_rows, scatter_add_rows_forward);
 
 }  // namespace ops
 

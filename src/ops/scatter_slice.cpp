@@ -5,6 +5,7 @@
 // without building the zero-filled full-size tensor.
 #include <cstring>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/strided.h"
 #include "core/op.h"
 #include "ops/internal_ops.h"
@@ -139,21 +140,21 @@ extern const OpDef op_add_slice{
     .inplace_input = 0,
     .fused = true,
     .infer = add_slice_infer,
-    .forward = add_slice_forward,
     .backward = add_slice_backward,
     .composite = add_slice_composite,
     .cases = add_slice_cases,
 };
+NABLA_CPU_KERNEL(op_add_slice, add_slice_forward);
 
 extern const OpDef op_scatter_slice{
     .name = "scatter_slice",
     .summary = "x placed into zeros at a slice's positions: the adjoint of slice",
     .inputs = {{"x", Diff::yes}},
     .infer = scatter_slice_infer,
-    .forward = scatter_slice_forward,
     .backward = scatter_slice_backward,
     .cases = scatter_slice_cases,
 };
+NABLA_CPU_KERNEL(op_scatter_slice, scatter_slice_forward);
 
 }  // namespace ops
 

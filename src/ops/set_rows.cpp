@@ -2,6 +2,7 @@
 // dst [R, *rest], indices i32 [*I], values [*I, *rest] -> [R, *rest].
 // With duplicate indices the last write (in row-major order of indices)
 // wins, deterministically; only that write receives a gradient.
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/thread_pool.h"
 #include "ops/rows.h"
 
@@ -130,10 +131,10 @@ extern const OpDef op_set_rows{
     .summary = "dst with rows indices[p] replaced by values[p]; the last write wins",
     .inputs = {{"dst", Diff::yes}, {"indices", Diff::no}, {"values", Diff::yes}},
     .infer = set_rows_infer,
-    .forward = set_rows_forward,
     .backward = set_rows_backward,
     .cases = set_rows_cases,
 };
+NABLA_CPU_KERNEL(op_set_rows, set_rows_forward);
 
 }  // namespace ops
 

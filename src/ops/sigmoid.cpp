@@ -1,4 +1,5 @@
 // sigmoid: 1 / (1 + e^-x)
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -22,10 +23,10 @@ extern const OpDef op_sigmoid{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("sigmoid", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::sigmoid); },
 };
+NABLA_CPU_KERNEL(op_sigmoid, unary_forward<Fn>);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // sign: -1, 0 or 1; piecewise constant, so not differentiated
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -20,9 +21,9 @@ extern const OpDef op_sign{
     .inputs = {{"x", Diff::no}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("sign", in); },
-    .forward = unary_forward<Fn>,
     .cases = [] { return unary_cases(nabla::sign); },
 };
+NABLA_CPU_KERNEL(op_sign, unary_forward<Fn>);
 
 }  // namespace ops
 

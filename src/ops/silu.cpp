@@ -1,4 +1,5 @@
 // silu: x * sigmoid(x)
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -26,10 +27,10 @@ extern const OpDef op_silu{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("silu", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::silu); },
 };
+NABLA_CPU_KERNEL(op_silu, unary_forward<Fn>);
 
 }  // namespace ops
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/simd.h"
 #include "ops/internal_ops.h"
 #include "ops/last_axis.h"
@@ -271,11 +272,11 @@ extern const OpDef op_softmax{
     .inputs = {{"x", Diff::yes}, {"mask", Diff::no}},
     .fused = true,
     .infer = softmax_infer,
-    .forward = softmax_forward,
     .backward = softmax_backward,
     .composite = softmax_composite,
     .cases = softmax_cases,
 };
+NABLA_CPU_KERNEL(op_softmax, softmax_forward);
 
 }  // namespace ops
 

@@ -3,6 +3,7 @@
 // One pass per row instead of four ops. attrs: reals {scale}.
 #include <type_traits>
 
+#include "backend/cpu/kernel.h"
 #include "backend/cpu/simd.h"
 #include "ops/internal_ops.h"
 #include "ops/last_axis.h"
@@ -78,10 +79,10 @@ extern const OpDef op_softmax_back{
     .inputs = {{"y", Diff::yes}, {"dy", Diff::yes}},
     .fused = true,
     .infer = softmax_back_infer,
-    .forward = softmax_back_forward,
     .composite = softmax_back_composite,
     .cases = softmax_back_cases,
 };
+NABLA_CPU_KERNEL(op_softmax_back, softmax_back_forward);
 
 }  // namespace ops
 

@@ -1,6 +1,7 @@
 // softplus: log(1 + e^(beta x)) / beta, and x itself where beta x > threshold
 // (PyTorch's semantics: linear above the threshold, for accuracy and speed).
 // attrs.reals = {beta, threshold}.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -54,10 +55,10 @@ extern const OpDef op_softplus{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = infer,
-    .forward = forward,
     .backward = backward,
     .cases = cases,
 };
+NABLA_CPU_KERNEL(op_softplus, forward);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // sqrt: square root
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -21,10 +22,10 @@ extern const OpDef op_sqrt{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("sqrt", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::sqrt, 0.2, 3.0); },
 };
+NABLA_CPU_KERNEL(op_sqrt, unary_forward<Fn>);
 
 }  // namespace ops
 

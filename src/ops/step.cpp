@@ -1,4 +1,5 @@
 // step: 1 where x > 0, else 0; piecewise constant, so not differentiated
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -20,9 +21,9 @@ extern const OpDef op_step{
     .inputs = {{"x", Diff::no}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("step", in); },
-    .forward = unary_forward<Fn>,
     .cases = [] { return unary_cases(nabla::step); },
 };
+NABLA_CPU_KERNEL(op_step, unary_forward<Fn>);
 
 }  // namespace ops
 

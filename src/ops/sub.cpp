@@ -1,4 +1,5 @@
 // sub: a - b with NumPy broadcasting.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -27,10 +28,10 @@ extern const OpDef op_sub{
     .inputs = {{"a", Diff::yes}, {"b", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_binary("sub", in); },
-    .forward = binary_forward<Sub>,
     .backward = sub_backward,
     .cases = [] { return binary_cases(nabla::sub); },
 };
+NABLA_CPU_KERNEL(op_sub, binary_forward<Sub>);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // sum: sum over the given axes (all when none), optionally keeping them as 1.
+#include "backend/cpu/kernel.h"
 #include "ops/reduce.h"
 
 namespace nabla {
@@ -39,10 +40,10 @@ extern const OpDef op_sum{
     .summary = "sum over axes (all by default), keepdim optional",
     .inputs = {{"x", Diff::yes}},
     .infer = [](const std::vector<Tensor>& in, const Attrs& at) { return infer_reduce("sum", in, at); },
-    .forward = sum_forward,
     .backward = sum_backward,
     .cases = sum_cases,
 };
+NABLA_CPU_KERNEL(op_sum, sum_forward);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // tanh: hyperbolic tangent
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -22,10 +23,10 @@ extern const OpDef op_tanh{
     .inputs = {{"x", Diff::yes}},
     .elementwise = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return infer_unary("tanh", in); },
-    .forward = unary_forward<Fn>,
     .backward = backward,
     .cases = [] { return unary_cases(nabla::tanh); },
 };
+NABLA_CPU_KERNEL(op_tanh, unary_forward<Fn>);
 
 }  // namespace ops
 

@@ -1,4 +1,5 @@
 // where: cond ? a : b, broadcasting all three operands.
+#include "backend/cpu/kernel.h"
 #include "ops/elementwise.h"
 
 namespace nabla {
@@ -59,7 +60,6 @@ extern const OpDef op_where{
     .summary = "cond ? a : b, broadcasting; cond (any dtype, nonzero is true) is not differentiated",
     .inputs = {{"cond", Diff::no}, {"a", Diff::yes}, {"b", Diff::yes}},
     .infer = where_infer,
-    .forward = where_forward,
     .backward = where_backward,
     .cases =
         [] {
@@ -71,6 +71,7 @@ extern const OpDef op_where{
           };
         },
 };
+NABLA_CPU_KERNEL(op_where, where_forward);
 
 }  // namespace ops
 

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "backend/cpu/fusion.h"
+#include "backend/cpu/kernel.h"
 #include "core/graph_internal.h"
 #include "core/node.h"
 #include "nabla/nabla.hpp"
@@ -101,9 +102,9 @@ const OpDef op_bad_square{
     .summary = "x^2 with a wrong backward, for this test",
     .inputs = {{"x", Diff::yes}},
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return ops::infer_unary("bad_square", in); },
-    .forward = ops::unary_forward<Square>,
     .backward = [](const BackwardArgs& g) -> Grads { return {g.dout * g.inputs[0]}; },
 };
+NABLA_CPU_KERNEL(op_bad_square, ops::unary_forward<Square>);
 }  // namespace
 
 TEST(Gradcheck, CatchesAWrongBackwardRule) {
@@ -128,9 +129,9 @@ const OpDef op_test_softplus{
     .inputs = {{"x", Diff::yes}},
     .fused = true,
     .infer = [](const std::vector<Tensor>& in, const Attrs&) { return ops::infer_unary("test_softplus", in); },
-    .forward = ops::unary_forward<Softplus>,
     .composite = [](const std::vector<Tensor>& in, const Attrs&) { return log(exp(in[0]) + 1.0); },
 };
+NABLA_CPU_KERNEL(op_test_softplus, ops::unary_forward<Softplus>);
 }  // namespace
 
 TEST(Autodiff, FusedOpWithoutRuleDifferentiatesThroughItsComposite) {

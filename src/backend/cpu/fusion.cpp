@@ -4,6 +4,7 @@
 
 #include "core/node.h"
 #include "core/op.h"
+#include "core/rewrite.h"
 #include "nabla/error.h"
 #include "ops/internal_ops.h"
 #include "ops/norm.h"
@@ -91,13 +92,6 @@ const Node* layer_norm_dx_of(const Tensor& g) {
   return dx ? flat.node() : nullptr;
 }
 
-// A layer norm's backward that takes in its x's other gradient: the sum
-// `sum` = add(acc, dx) becomes dx of layer_norm_affine_back_add(..., acc).
-struct Absorb {
-  Tensor acc;
-  const Node* sum;
-};
-
 // attention_probs_back(q, k, p, dp) with dp = dO v^T as matmul_heads'
 // backward makes it (a matmul of heads-first views of dO and v):
 // attention_probs_values_back makes dp per query block in cache instead of
@@ -131,44 +125,6 @@ bool depends_on(const Tensor& t, const Node* n) {
   return false;
 }
 
-// Post-order over the nodes `outputs` need, where an absorbing layer norm's
-// backward also comes after the gradient it takes in.
-std::vector<const Node*> rewrite_order(const std::vector<Tensor>& outputs,
-                                       const std::unordered_map<const Node*, Absorb>& absorb) {
-  std::vector<const Node*> order;
-  std::unordered_map<const Node*, bool> done;  // false while on the stack
-  struct Frame {
-    const Node* n;
-    size_t next;
-  };
-  std::vector<Frame> stack;
-  const auto deps = [&](const Node* n, size_t i) -> const Node* {
-    if (i < n->inputs.size()) return n->inputs[i].node();
-    auto a = absorb.find(n);
-    return i == n->inputs.size() && a != absorb.end() ? a->second.acc.node() : nullptr;
-  };
-  for (const Tensor& out : outputs) {
-    if (done.count(out.node())) continue;
-    stack.push_back({out.node(), 0});
-    done[out.node()] = false;
-    while (!stack.empty()) {
-      Frame& f = stack.back();
-      if (const Node* d = deps(f.n, f.next); d) {
-        ++f.next;
-        if (!done.count(d)) {
-          done[d] = false;
-          stack.push_back({d, 0});
-        }
-        continue;
-      }
-      done[f.n] = true;
-      order.push_back(f.n);
-      stack.pop_back();
-    }
-  }
-  return order;
-}
-
 }  // namespace
 
 std::vector<Tensor> fuse(const std::vector<Tensor>& outputs, GradMap* replaced) {
@@ -185,7 +141,9 @@ std::vector<Tensor> fuse(const std::vector<Tensor>& outputs, GradMap* replaced) 
   // The layer norms whose backward takes in their x's other gradient: the sum
   // must be the dx's one reader (nothing else sees dx alone), and acc must not
   // depend on the norm's backward.
-  std::unordered_map<const Node*, Absorb> absorb;
+  // A layer norm's backward -> the gradient acc it takes in, where the sum
+  // add(acc, dx) becomes dx of layer_norm_affine_back_add(..., acc).
+  std::unordered_map<const Node*, Tensor> absorb;
   std::unordered_map<const Node*, const Node*> absorbed_by;  // sum -> layer norm backward
   for (const Tensor& t : order) {
     const Node& n = *t.node();
@@ -195,57 +153,31 @@ std::vector<Tensor> fuse(const std::vector<Tensor>& outputs, GradMap* replaced) 
     if (!back || absorb.count(back) || is_output.count(back)) continue;
     if (!only_reader(g) || (is(g, ops::op_reshape) && !only_reader(g.node()->inputs[0]))) continue;
     if (depends_on(acc, back)) continue;
-    absorb.emplace(back, Absorb{acc, &n});
+    absorb.emplace(back, acc);
     absorbed_by.emplace(&n, back);
   }
 
-  std::unordered_map<const Node*, Tensor> now;
-  const auto current = [&](const Tensor& t) {
-    auto it = now.find(t.node());
-    return it == now.end() ? t : it->second;
+  RewriteRule rule;
+  rule.also_after = [&](const Node& n) -> const Node* {
+    auto a = absorb.find(&n);
+    return a == absorb.end() ? nullptr : a->second.node();
   };
-  for (const Node* n : rewrite_order(outputs, absorb)) {
-    if (n->is_leaf()) continue;
-    std::vector<Tensor> in;
-    bool changed = false;
-    for (const Tensor& t : n->inputs) {
-      in.push_back(current(t));
-      changed = changed || !in.back().same(t);
+  std::unordered_map<const Node*, Tensor> absorbing;  // the layer norm's new backward
+  rule.replace = [&](const Node& n, const std::vector<Tensor>& in, const auto& now) -> Tensor {
+    if (auto a = absorb.find(&n); a != absorb.end()) {
+      Tensor r = layer_norm_affine_back(in[0], in[1], in[2], ops::norm_eps(n.attrs), now(a->second));
+      absorbing.emplace(&n, r);
+      return r;
     }
-    Tensor r;
-    if (auto a = absorb.find(n); a != absorb.end()) {
-      r = layer_norm_affine_back(in[0], in[1], in[2], ops::norm_eps(n->attrs), current(a->second.acc));
-    } else if (auto s = absorbed_by.find(n); s != absorbed_by.end()) {
+    if (auto s = absorbed_by.find(&n); s != absorbed_by.end()) {
       const Tensor x = s->second->inputs[0];
-      r = reshape(slice(now.at(s->second), 0, 0, x.numel()), x.shape());
-    } else if (is_sum(*n)) {
-      r = fused_sum(in[0], in[1]);
-    } else if (n->op == &ops::op_attention_probs_back) {
-      r = attention_values_back(*n, in);
+      return reshape(slice(absorbing.at(s->second), 0, 0, x.numel()), x.shape());
     }
-    if (r.defined()) {
-      // Views of n keep their layout over r's root.
-      if (r.shape() != n->shape || r.dtype() != n->dtype || r.offset() != 0 || !r.is_contiguous()) {
-        throw Error(std::string("internal: the CPU rewrite of '") + n->op->name + "' gave " + to_string(r) +
-                    ", not its shape contiguous at offset 0");
-      }
-    } else if (changed) {
-      // The same op on the new inputs; a view's layout holds, as above.
-      auto c = std::make_shared<Node>(*n);
-      c->inputs = std::move(in);
-      c->id = next_node_id();
-      r = Tensor(std::move(c));
-    } else {
-      continue;
-    }
-    now.emplace(n, r);
-  }
-  std::vector<Tensor> out;
-  for (const Tensor& t : outputs) out.push_back(current(t));
-  if (replaced) {
-    for (auto& [n, t] : now) replaced->emplace(n, t);
-  }
-  return out;
+    if (is_sum(n)) return fused_sum(in[0], in[1]);
+    if (n.op == &ops::op_attention_probs_back) return attention_values_back(n, in);
+    return Tensor();
+  };
+  return rewrite_graph(outputs, rule, replaced);
 }
 
 }  // namespace cpu

@@ -1,0 +1,78 @@
+// A backend: where a graph's memory lives and what runs its ops. The
+// executor (src/core/executor.cpp) is the same for all: it asks the backend
+// to rewrite the graph, replaces each op the backend has no kernel for by
+// the op's composite, plans one arena in the backend's memory and hands the
+// backend the kernel calls in order. Op semantics (shape rules, backward
+// rules, composites) live in src/ops and are the same on every backend.
+//
+// A new backend adds src/backend/<name>/: a Backend (memory, copies,
+// compile), its kernels, and one line in src/backend/backend.cpp.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/graph_internal.h"
+#include "core/op.h"
+
+namespace nabla {
+
+struct ExecOptions;
+
+// One op application: which op, its operands in the backend's memory.
+struct KernelCall {
+  const OpDef* op = nullptr;
+  Operands operands;
+};
+
+// A compiled graph's kernels, in order.
+class Program {
+ public:
+  virtual ~Program() = default;
+  // Runs call `i`. The executor runs them in order, each once per run.
+  virtual void run(size_t i) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // ---- Capabilities.
+  virtual bool supports(DType dtype) const = 0;
+  // Whether ExecOptions::bf16_matmul changes anything here.
+  virtual bool has_bf16_matmul() const = 0;
+
+  // ---- Memory. A host-memory backend computes in ordinary host memory: its
+  // tensors are host leaves and its arena a host buffer. Any other backend's
+  // memory is its own, reached only through these copies.
+  virtual bool host_memory() const = 0;
+  virtual void* allocate(size_t bytes) const = 0;
+  virtual void release(void* data, size_t bytes) const = 0;
+  virtual void copy_in(void* dst, const void* host_src, size_t bytes) const = 0;
+  virtual void copy_out(void* host_dst, const void* src, size_t bytes) const = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) const = 0;
+  // Waits for work queued so far (kernels, copies) to finish.
+  virtual void synchronize() const {}
+
+  // ---- Compiling a graph.
+  // The backend's own rewrite of the graph (fusions); `replaced` receives
+  // each changed node's replacement.
+  virtual std::vector<Tensor> rewrite(const std::vector<Tensor>& outputs, GradMap* replaced) const {
+    (void)replaced;
+    return outputs;
+  }
+  virtual bool has_kernel(const OpDef& op) const = 0;
+  // The calls, in order, ready to run; their operands point into memory the
+  // executor keeps alive as long as the program.
+  virtual std::unique_ptr<Program> compile(std::vector<KernelCall> calls, const ExecOptions& options) const = 0;
+};
+
+// The backend named `name` ("cpu", "reference"); UsageError naming the
+// known ones otherwise.
+const Backend& find_backend(const std::string& name);
+const Backend& cpu_backend();
+
+}  // namespace nabla

@@ -1,0 +1,203 @@
+// The reference backend: a plain implementation of every primitive op
+// (src/backend/reference/*.cpp), no fusion rewrite, and memory of its own.
+// Its memory is host pages the backend keeps inaccessible (PROT_NONE)
+// except while its own kernels or copies touch them, so a code path that
+// reads or writes a tensor's device memory directly, as if it were the
+// host's, faults in tests instead of passing by luck, as it would fail on a
+// GPU.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/backend.h"
+#include "backend/reference/kernel.h"
+#include "nabla/error.h"
+#include "nabla/executor.h"
+
+namespace nabla {
+namespace reference {
+
+namespace {
+
+std::unordered_map<const OpDef*, Kernel>& kernels() {
+  static std::unordered_map<const OpDef*, Kernel> table;
+  return table;
+}
+
+// Live allocations: start -> length in bytes (whole pages).
+class Pages {
+ public:
+  void* allocate(size_t bytes) {
+    const size_t length = round(bytes);
+    void* p = mmap(nullptr, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw Error("reference: out of memory allocating " + std::to_string(bytes) + " bytes");
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_[static_cast<char*>(p)] = length;
+    return p;
+  }
+  void release(void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(static_cast<char*>(p));
+    if (it == live_.end()) return;
+    munmap(p, it->second);
+    live_.erase(it);
+  }
+  // The allocation holding p: its start and length.
+  std::pair<char*, size_t> region(const void* p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.upper_bound(static_cast<char*>(const_cast<void*>(p)));
+    if (it == live_.begin()) throw Error("internal: reference memory access outside its allocations");
+    --it;
+    if (static_cast<const char*>(p) >= it->first + it->second) {
+      throw Error("internal: reference memory access outside its allocations");
+    }
+    return {it->first, it->second};
+  }
+
+ private:
+  static size_t round(size_t bytes) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    return bytes == 0 ? page : (bytes + page - 1) / page * page;
+  }
+  std::mutex mutex_;
+  std::map<char*, size_t> live_;
+};
+
+Pages& pages() {
+  static Pages p;
+  return p;
+}
+
+// While alive, the allocations holding the given pointers are readable and
+// writable; then inaccessible again.
+class Open {
+ public:
+  explicit Open(const std::vector<const void*>& pointers) {
+    for (const void* p : pointers) {
+      if (!p) continue;
+      auto r = pages().region(p);
+      bool seen = false;
+      for (const auto& o : open_) seen = seen || o.first == r.first;
+      if (seen) continue;
+      mprotect(r.first, r.second, PROT_READ | PROT_WRITE);
+      open_.push_back(r);
+    }
+  }
+  ~Open() {
+    for (const auto& [p, n] : open_) mprotect(p, n, PROT_NONE);
+  }
+  Open(const Open&) = delete;
+  Open& operator=(const Open&) = delete;
+
+ private:
+  std::vector<std::pair<char*, size_t>> open_;
+};
+
+class ReferenceProgram : public Program {
+ public:
+  explicit ReferenceProgram(std::vector<KernelCall> calls) : calls_(std::move(calls)) {}
+  void run(size_t i) override {
+    const KernelCall& c = calls_[i];
+    std::vector<const void*> touched{c.operands.out.data};
+    for (const TensorView& v : c.operands.in) touched.push_back(v.data);
+    Open open(touched);
+    kernel_of(*c.op)(c.operands);
+  }
+
+ private:
+  std::vector<KernelCall> calls_;
+};
+
+class ReferenceBackend : public Backend {
+ public:
+  ReferenceBackend() {
+    register_elementwise_kernels();
+    register_reduction_kernels();
+    register_layout_kernels();
+    register_indexing_kernels();
+    register_matmul_kernels();
+    register_image_kernels();
+    register_random_kernels();
+  }
+  const char* name() const override { return "reference"; }
+  bool supports(DType) const override { return true; }
+  bool has_bf16_matmul() const override { return false; }
+  bool host_memory() const override { return false; }
+  void* allocate(size_t bytes) const override { return pages().allocate(bytes); }
+  void release(void* data, size_t) const override { pages().release(data); }
+  void copy_in(void* dst, const void* src, size_t bytes) const override {
+    Open open({dst});
+    std::memcpy(dst, src, bytes);
+  }
+  void copy_out(void* dst, const void* src, size_t bytes) const override {
+    Open open({src});
+    std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) const override {
+    Open open({dst, src});
+    std::memmove(dst, src, bytes);
+  }
+  bool has_kernel(const OpDef& op) const override { return kernel_of(op) != nullptr; }
+  std::unique_ptr<Program> compile(std::vector<KernelCall> calls, const ExecOptions&) const override {
+    return std::make_unique<ReferenceProgram>(std::move(calls));
+  }
+};
+
+}  // namespace
+
+void register_kernel(const OpDef& op, Kernel kernel) {
+  if (!kernels().emplace(&op, kernel).second) {
+    throw Error(std::string("internal: a second reference kernel for '") + op.name + "'");
+  }
+}
+
+Kernel kernel_of(const OpDef& op) {
+  auto it = kernels().find(&op);
+  return it == kernels().end() ? nullptr : it->second;
+}
+
+int64_t offset_of(const TensorView& v, const Index& idx) {
+  int64_t at = 0;
+  for (size_t a = 0; a < idx.size(); ++a) at += idx[a] * v.strides[a];
+  return at;
+}
+
+double get_at(const TensorView& v, int64_t at) {
+  switch (v.dtype) {
+    case DType::f32: return static_cast<const float*>(v.data)[at];
+    case DType::f64: return static_cast<const double*>(v.data)[at];
+    case DType::i32: return static_cast<const int32_t*>(v.data)[at];
+  }
+  return 0;
+}
+
+void set_at(const TensorView& v, int64_t at, double x) {
+  switch (v.dtype) {
+    case DType::f32: static_cast<float*>(v.data)[at] = static_cast<float>(x); return;
+    case DType::f64: static_cast<double*>(v.data)[at] = x; return;
+    case DType::i32: static_cast<int32_t*>(v.data)[at] = static_cast<int32_t>(x); return;
+  }
+}
+
+double get(const TensorView& v, const Index& idx) { return get_at(v, offset_of(v, idx)); }
+void set(const TensorView& v, const Index& idx, double x) { set_at(v, offset_of(v, idx), x); }
+
+Index broadcast_index(const TensorView& v, const Index& out_idx) {
+  const size_t r = v.shape.size(), skip = out_idx.size() - r;
+  Index idx(r);
+  for (size_t a = 0; a < r; ++a) idx[a] = v.shape[a] == 1 ? 0 : out_idx[skip + a];
+  return idx;
+}
+
+}  // namespace reference
+
+const Backend& reference_backend() {
+  static const reference::ReferenceBackend backend;
+  return backend;
+}
+
+}  // namespace nabla
