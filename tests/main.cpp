@@ -44,6 +44,23 @@ class CompositeTest : public testing::Test {
   nabla::Layout layout_;
 };
 
+// The case's values and gradients on the reference backend against the CPU's.
+class BackendTest : public testing::Test {
+ public:
+  BackendTest(const nabla::OpDef* op, nabla::GradCase c, nabla::Layout layout)
+      : op_(op), case_(std::move(c)), layout_(layout) {}
+  void TestBody() override {
+    nabla::GradcheckResult r = nabla::check_backend(*op_, case_, layout_, "reference");
+    EXPECT_TRUE(r.ok) << r.message;
+    EXPECT_GT(r.checked, 0);
+  }
+
+ private:
+  const nabla::OpDef* op_;
+  nabla::GradCase case_;
+  nabla::Layout layout_;
+};
+
 void register_gradient_tests() {
   for (const nabla::OpDef* op : nabla::all_ops()) {
     for (const nabla::GradCase& c : op->cases()) {
@@ -54,6 +71,12 @@ void register_gradient_tests() {
           std::string name = c.name + "_" + nabla::layout_name(layout);
           testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
                                 [=]() -> testing::Test* { return new CompositeTest(op, c, layout); });
+        }
+        {
+          std::string suite = std::string("Reference_") + op->name;
+          std::string name = c.name + "_" + nabla::layout_name(layout);
+          testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                                [=]() -> testing::Test* { return new BackendTest(op, c, layout); });
         }
         for (int threads : {1, 2, 4}) {
           std::string suite = std::string("Grad_") + op->name;

@@ -28,6 +28,7 @@ struct GradcheckOptions {
   int64_t max_grain = 0;  // ExecOptions::max_grain
   Cotangent cotangent = Cotangent::dense;
   uint64_t seed = 1;
+  std::string backend = "cpu";  // ExecOptions::backend
 };
 
 struct GradcheckResult {

@@ -64,6 +64,7 @@ GradcheckResult gradcheck(const Function& f, const std::vector<Tensor>& inputs, 
     if (inputs[i].dtype() == DType::f64 && differentiable[i]) targets.push_back(i);
   }
   ExecOptions exec{.threads = opt.threads, .plan_memory = opt.plan_memory, .max_grain = opt.max_grain};
+  exec.backend = opt.backend;
 
   // ---- f64: analytic.
   Tensor y = f(inputs);

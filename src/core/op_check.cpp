@@ -1,5 +1,6 @@
 #include "core/op_check.h"
 
+#include <cmath>
 #include <optional>
 #include <random>
 
@@ -172,7 +173,8 @@ GradcheckResult check_composite(const OpDef& op, const GradCase& c, Layout l, in
   return r;
 }
 
-GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int threads, uint64_t seed) {
+GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int threads, uint64_t seed,
+                              const std::string& backend) {
   CaseSetup s = make_case(c, l, seed);
   Function f = [&c, &s](const std::vector<Tensor>& xs) { return build_case(c, s, xs); };
   GradcheckOptions opt;
@@ -184,7 +186,70 @@ GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int 
   opt.cotangent = l == Layout::transposed  ? Cotangent::transposed
                   : l == Layout::broadcast ? Cotangent::broadcast
                                            : Cotangent::dense;
+  opt.backend = backend;
   return gradcheck(f, s.leaves, opt, s.checked);
+}
+
+namespace {
+
+Tensor to_f32(const Tensor& t) {
+  if (t.dtype() != DType::f64) return t;
+  const std::vector<double> v = t.to_vector<double>();
+  return Tensor::from_vector<float>(t.shape(), std::vector<float>(v.begin(), v.end()));
+}
+
+}  // namespace
+
+GradcheckResult check_backend(const OpDef& op, const GradCase& c, Layout l, const std::string& backend,
+                              uint64_t seed) {
+  GradcheckResult r;
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    CaseSetup s = make_case(c, l, seed);
+    if (dtype == DType::f32) {
+      for (Tensor& t : s.leaves) t = to_f32(t);
+    }
+    std::vector<Tensor> wrt;
+    for (size_t i = 0; i < s.leaves.size(); ++i) {
+      if (s.checked[i] && s.leaves[i].dtype() == dtype) wrt.push_back(s.leaves[i]);
+    }
+    Tensor y = build_case(c, s, s.leaves);
+    std::vector<Tensor> outs{y};
+    if (!wrt.empty() && is_floating(y.dtype())) {
+      std::mt19937_64 rng(seed + 7);
+      std::normal_distribution<double> n(0.0, 1.0);
+      std::vector<double> v(size_t(y.numel()));
+      for (double& x : v) x = n(rng);
+      Tensor cot = to_f32(Tensor::from_vector<double>(y.shape(), v));
+      if (y.dtype() == DType::f64) cot = Tensor::from_vector<double>(y.shape(), v);
+      std::vector<Tensor> gs = grad(sum(y * cot), wrt);
+      outs.insert(outs.end(), gs.begin(), gs.end());
+    }
+    const std::vector<Tensor> want = eval(outs, {.threads = 2});
+    const std::vector<Tensor> got = eval(outs, {.threads = 1, .backend = backend});
+    const double tol = dtype == DType::f64 ? kBackendF64 : kBackendF32;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      std::vector<double> w(size_t(want[k].numel())), g(size_t(got[k].numel()));
+      for (int64_t j = 0; j < want[k].numel(); ++j) {
+        w[size_t(j)] = want[k].item(j);
+        g[size_t(j)] = got[k].item(j);
+      }
+      double scale = 1.0;
+      for (double x : w) scale = std::max(scale, std::abs(x));
+      for (size_t j = 0; j < w.size(); ++j) {
+        const double err = std::abs(g[j] - w[j]) / (tol * scale + tol * std::abs(w[j]));
+        ++r.checked;
+        double& worst = dtype == DType::f64 ? r.f64_max_error : r.f32_max_error;
+        worst = std::max(worst, std::isnan(err) ? INFINITY : err);
+        if (!(err <= 1.0) && r.ok) {
+          r.ok = false;
+          r.message = std::string(op.name) + " on " + backend + " vs cpu, " + dtype_name(dtype) + " " +
+                      (k == 0 ? std::string("output") : "gradient " + std::to_string(k - 1)) + " entry " +
+                      std::to_string(j) + ": " + backend + " " + std::to_string(g[j]) + ", cpu " + std::to_string(w[j]);
+        }
+      }
+    }
+  }
+  return r;
 }
 
 std::vector<std::string> registry_problems() {

@@ -22,7 +22,16 @@ const char* layout_name(Layout l);
 // an input of rank >= 2). Inputs that cannot keep the contiguous layout.
 bool layout_applies(const GradCase& c, Layout l);
 
-GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int threads, uint64_t seed = 1);
+GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int threads, uint64_t seed = 1,
+                              const std::string& backend = "cpu");
+
+// The case's output and its inputs' gradients (for a random cotangent) on
+// `backend` against the CPU's, in f64 and in f32: within kBackendF64 and
+// kBackendF32 of the values' scale (max |value|, at least 1) plus the same
+// relative to each value. ok=false with the first difference otherwise.
+inline constexpr double kBackendF64 = 1e-10, kBackendF32 = 2e-5;
+GradcheckResult check_backend(const OpDef& op, const GradCase& c, Layout l, const std::string& backend,
+                              uint64_t seed = 1);
 
 // For a fused op: the case built with the fused kernel and with its
 // composite agree in f64, in value and in gradient. ok=false with a message
