@@ -1,5 +1,7 @@
 // `nabla gradcheck`: every registered op x gradient case x applicable layout x
-// thread count through check_op_case, the same checks as the Grad_ tests.
+// thread count through check_op_case, the same checks as the Grad_ tests. On
+// another backend (--backend), the gradient checks run there, and each case's
+// values and gradients are compared with the CPU's (the Reference_ tests).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -67,17 +69,22 @@ struct Tally {
 
 // Every check of one case in one layout: the gradient check per thread count
 // and, for a fused op, the comparison with its composite.
-void check_layout(const OpDef& op, const GradCase& c, Layout layout,
-                  const std::vector<int>& threads, Tally& tally) {
+void check_layout(const OpDef& op, const GradCase& c, Layout layout, const std::vector<int>& threads,
+                  const std::string& backend, Tally& tally) {
   std::string id = fmt::format("{}/{}/{}", op.name, c.name, layout_name(layout));
   for (int t : threads) {
-    GradcheckResult r = run_check([&] { return check_op_case(op, c, layout, t); });
+    GradcheckResult r = run_check([&] { return check_op_case(op, c, layout, t, 1, backend); });
     // As in the Grad_ tests: a case with a checked input must compare something.
     if (r.ok && r.checked == 0 && any_input_checked(c)) {
       r.ok = false;
       r.message = "no gradient entry was compared";
     }
     tally.record(fmt::format("{}/t{}", id, t), r);
+  }
+  if (backend != "cpu") {
+    GradcheckResult r = run_check([&] { return check_backend(op, c, layout, backend); });
+    tally.record(id + "/vs-cpu", r);
+    return;  // fused ops run their composites there
   }
   if (op.fused) {
     GradcheckResult r = run_check([&] { return check_composite(op, c, layout, threads.front()); });
@@ -93,7 +100,9 @@ void check_layout(const OpDef& op, const GradCase& c, Layout layout,
 
 int run_gradcheck(const GradcheckArgs& args) {
   auto start = std::chrono::steady_clock::now();
-  std::vector<int> threads = args.threads.empty() ? std::vector<int>{1, 2, 4} : args.threads;
+  // A backend other than the CPU's has no thread count of ours to vary.
+  const std::vector<int> default_threads = args.backend == "cpu" ? std::vector<int>{1, 2, 4} : std::vector<int>{1};
+  std::vector<int> threads = args.threads.empty() ? default_threads : args.threads;
   Tally tally{args.verbose};
 
   for (const std::string& problem : registry_problems()) tally.fail("registry", problem);
@@ -104,7 +113,7 @@ int run_gradcheck(const GradcheckArgs& args) {
       for (Layout layout : kAllLayouts) {
         bool selected =
             args.layouts.empty() || contains(args.layouts, std::string(layout_name(layout)));
-        if (selected && layout_applies(c, layout)) check_layout(*op, c, layout, threads, tally);
+        if (selected && layout_applies(c, layout)) check_layout(*op, c, layout, threads, args.backend, tally);
       }
     }
   }

@@ -25,6 +25,7 @@ struct GradcheckArgs {
   std::vector<std::string> ops;      // empty: every registered op
   std::vector<int> threads;          // empty: 1, 2 and 4
   std::vector<std::string> layouts;  // empty: every layout
+  std::string backend = "cpu";
   bool verbose = false;
 };
 int run_gradcheck(const GradcheckArgs& opt);

@@ -33,6 +33,19 @@ CLI::Validator registered_op() {
       "OP");
 }
 
+CLI::Validator backend_name() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        std::string valid;
+        for (const std::string& b : nabla::backend_names()) {
+          if (name == b) return "";
+          valid += (valid.empty() ? "" : ", ") + b;
+        }
+        return "unknown backend '" + name + "'; backends: " + valid;
+      },
+      "BACKEND");
+}
+
 CLI::Validator layout_name() {
   return CLI::Validator(
       [](std::string& name) -> std::string {
@@ -135,6 +148,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256).description("1..256"));
   grad_cmd->add_option("--layout", grad.layouts, "Only this layout (repeatable)")
       ->check(layout_name());
+  grad_cmd->add_option("--backend", grad.backend, "Run the checks on this backend and compare it with the CPU")
+      ->check(backend_name());
   grad_cmd->add_flag("-v,--verbose", grad.verbose, "One line per check with its errors");
 
   TrainMlpArgs mlp;

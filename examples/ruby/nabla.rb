@@ -27,6 +27,7 @@ module Nabla
     nabla_last_error: [[], :string],
     nabla_context_create: [[P], :int],
     nabla_context_free: [[P], :void],
+    nabla_context_set_backend: [[P, :string], :int],
     nabla_tensor_from_data: [[P, :int, :int, P, P, P], :int],
     nabla_parameter: [[P, :int, :int, P, P, P], :int],
     nabla_tensor_write: [[P, P, P, :size_t], :int],

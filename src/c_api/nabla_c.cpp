@@ -50,6 +50,7 @@ struct nabla_context {
   std::unique_ptr<nabla::Executor> executor;
   std::vector<const nabla::Node*> executor_outputs;
   int executor_threads = 0;
+  std::string backend = "cpu";  // nabla_context_set_backend
   uint64_t executor_generation = 0;
   bool executor_ran = false;  // false after a run that threw: values are partial
 
@@ -253,6 +254,23 @@ nabla_status nabla_context_create(nabla_context** out) {
 }
 
 void nabla_context_free(nabla_context* ctx) { delete ctx; }
+
+nabla_status nabla_context_set_backend(nabla_context* ctx, const char* backend) {
+  return guard([&] {
+    Call c{"nabla_context_set_backend"};
+    nabla_context& context = c.context(ctx);
+    c.need(backend, "backend");
+    const std::vector<std::string> names = nabla::backend_names();
+    if (std::find(names.begin(), names.end(), std::string(backend)) == names.end()) {
+      std::string known;
+      for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+      throw nabla::UsageError(std::string("nabla_context_set_backend: no backend named '") + backend +
+                              "'; this build has " + known);
+    }
+    if (context.backend != backend) context.executor.reset();
+    context.backend = backend;
+  });
+}
 
 // ---- Leaves
 
@@ -655,8 +673,8 @@ nabla_status nabla_compute(nabla_context* ctx, nabla_tensor* const* outputs, siz
       if (context.backward) {
         for (const nabla::Tensor& t : context.backward->outputs()) graph.add_output(t);
       }
-      context.executor =
-          std::make_unique<nabla::Executor>(graph, nabla::ExecOptions{.threads = threads});
+      context.executor = std::make_unique<nabla::Executor>(
+          graph, nabla::ExecOptions{.threads = threads, .backend = context.backend});
       context.executor_outputs = std::move(key);
       context.executor_threads = threads;
       context.executor_generation = context.backward_generation;
@@ -676,7 +694,7 @@ void read_leaf(const char* fn, const nabla::Tensor& value, void* dst, size_t byt
     throw nabla::ShapeError(std::string(fn) + ": read of " + nabla::to_string(value) + " needs " +
                             std::to_string(need) + " bytes, got a buffer of " + std::to_string(bytes));
   }
-  if (need > 0) std::memcpy(dst, value.data(), need);
+  if (need > 0) value.copy_to(dst, need);
 }
 
 }  // namespace

@@ -308,6 +308,30 @@ TEST_F(CApi, ComputeAgainSeesRewrittenLeaves) {
   EXPECT_EQ(nabla_tensor_write(ctx, prod, nx, sizeof nx), NABLA_ERROR_USAGE);
 }
 
+TEST_F(CApi, ComputesOnTheReferenceBackend) {
+  nabla_tensor* x = leaf({2}, {1, 2});
+  nabla_tensor* w = leaf({2}, {3, 4}, true);
+  nabla_tensor *prod = nullptr, *loss = nullptr, *dw = nullptr;
+  ASSERT_EQ(nabla_mul(ctx, x, w, &prod), NABLA_OK);
+  ASSERT_EQ(nabla_exp(ctx, prod, &prod), NABLA_OK);
+  ASSERT_EQ(nabla_sum(ctx, prod, nullptr, 0, 0, &loss), NABLA_OK);
+  ASSERT_EQ(nabla_backward(ctx, loss), NABLA_OK);
+  ASSERT_EQ(nabla_grad(ctx, w, &dw), NABLA_OK);
+  compute({prod});
+  const std::vector<float> cpu = read(dw);
+  EXPECT_EQ(nabla_context_set_backend(ctx, "nosuch"), NABLA_ERROR_USAGE);
+  EXPECT_NE(error().find("cpu, reference"), std::string::npos) << error();
+  ASSERT_EQ(nabla_context_set_backend(ctx, "reference"), NABLA_OK);
+  compute({prod});
+  const std::vector<float> reference = read(dw);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(reference[i], cpu[i], 1e-6 * std::abs(cpu[i]));
+  // Leaves stay the caller's host memory, copied in at every compute.
+  float nx[2] = {0, 0};
+  ASSERT_EQ(nabla_tensor_write(ctx, x, nx, sizeof nx), NABLA_OK);
+  compute({prod});
+  EXPECT_EQ(read(dw), (std::vector<float>{0, 0}));
+}
+
 TEST_F(CApi, RunTimeErrorLeavesTheContextUsable) {
   nabla_tensor* table = leaf({2, 2}, {1, 2, 3, 4});
   int64_t ishape[1] = {2};

@@ -1,0 +1,123 @@
+// The backend layer: devices of leaves, explicit copies, kernels chosen or
+// composites run at compile time, and the reference backend's memory being
+// its own.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/kernel.h"
+#include "core/node.h"
+#include "core/op.h"
+#include "nabla/nabla.hpp"
+#include "ops/elementwise.h"
+
+using namespace nabla;
+
+namespace {
+
+struct Cube {
+  template <class T>
+  T operator()(T x) const { return x * x * x; }
+};
+// An op with a CPU kernel only and no composite: other backends cannot run it.
+const OpDef op_cpu_only_cube{
+    .name = "cpu_only_cube",
+    .summary = "x^3 with a CPU kernel alone, for this test",
+    .inputs = {{"x", Diff::yes}},
+    .infer = [](const std::vector<Tensor>& in, const Attrs&) { return ops::infer_unary("cpu_only_cube", in); },
+    .backward = [](const BackwardArgs& g) -> Grads { return {g.dout * g.inputs[0] * g.inputs[0] * 3.0}; },
+};
+NABLA_CPU_KERNEL(op_cpu_only_cube, ops::unary_forward<Cube>);
+
+// A fused op without a reference kernel: the reference runs its composite.
+const OpDef op_fused_cube{
+    .name = "fused_cube",
+    .summary = "x^3, fused, for this test",
+    .inputs = {{"x", Diff::yes}},
+    .fused = true,
+    .infer = [](const std::vector<Tensor>& in, const Attrs&) { return ops::infer_unary("fused_cube", in); },
+    .composite = [](const std::vector<Tensor>& in, const Attrs&) { return in[0] * in[0] * in[0]; },
+};
+NABLA_CPU_KERNEL(op_fused_cube, ops::unary_forward<Cube>);
+
+}  // namespace
+
+TEST(Backends, TheBuildHasCpuAndReference) {
+  EXPECT_EQ(backend_names(), (std::vector<std::string>{"cpu", "reference"}));
+  Tensor x = Tensor::from_vector<float>({2}, {1, 2});
+  try {
+    eval(x * 2.0, {.backend = "tpu"});
+    FAIL() << "an unknown backend ran";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no backend named 'tpu'; this build has cpu, reference"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Backends, LeavesMoveExplicitly) {
+  Tensor x = Tensor::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6});
+  x.set_name("x");
+  EXPECT_EQ(x.device(), "cpu");
+  Tensor d = x.to("reference");
+  EXPECT_EQ(d.device(), "reference");
+  EXPECT_EQ(d.name(), "x");
+  EXPECT_THROW(d.data(), UsageError);  // its memory is the backend's
+  EXPECT_EQ(d.to_vector<float>(), x.to_vector<float>());
+  EXPECT_EQ(d.item(4), 5.0);
+  d.assign<float>({6, 5, 4, 3, 2, 1});
+  EXPECT_EQ(d.to("cpu").to_vector<float>(), (std::vector<float>{6, 5, 4, 3, 2, 1}));
+  EXPECT_EQ(x.to_vector<float>()[0], 1.0f);  // a copy, not the same memory
+
+  // A leaf on one backend in a graph on another is a compile error naming it.
+  try {
+    eval(d * 2.0);
+    FAIL() << "a reference leaf ran on the CPU";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("'x' lives on 'reference' and the graph runs on 'cpu'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(eval(d * 2.0, {.backend = "reference"}).to_vector<float>(),
+            (std::vector<float>{12, 10, 8, 6, 4, 2}));
+  // Host leaves in a reference graph are copied in at every run.
+  Graph g({x * 2.0});
+  Executor ex(g, {.backend = "reference"});
+  ex.run();
+  EXPECT_EQ(ex.read<float>(g.outputs()[0])[5], 12.0f);
+  x.data_as<float>()[5] = 10;
+  ex.run();
+  EXPECT_EQ(ex.read<float>(g.outputs()[0])[5], 20.0f);
+  EXPECT_THROW(ex.data(g.outputs()[0]), UsageError);  // device memory: read() copies
+}
+
+TEST(Backends, AnOpWithoutKernelRunsItsCompositeOrFailsAtCompile) {
+  Tensor x = Tensor::from_vector<double>({3}, {1, -2, 0.5});
+  // The reference backend has no kernel for fused_cube: its composite runs.
+  const Tensor fused = apply(op_fused_cube, {x});
+  EXPECT_EQ(eval(fused, {.backend = "reference"}).to_vector<double>(), (std::vector<double>{1, -8, 0.125}));
+  // cpu_only_cube has neither: the graph does not compile there, naming it.
+  const Tensor y = apply(op_cpu_only_cube, {x});
+  EXPECT_EQ(eval(y).to_vector<double>(), (std::vector<double>{1, -8, 0.125}));
+  try {
+    Executor ex(Graph({y}), {.backend = "reference"});
+    FAIL() << "compiled an op the reference backend cannot run";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cpu_only_cube: the reference backend has no kernel for this op, and the op has no composite to run "
+              "instead");
+  }
+}
+
+TEST(BackendsDeathTest, ReferenceMemoryIsNotHostMemory) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const Tensor d = Tensor::from_vector<float>({4}, {1, 2, 3, 4}).to("reference");
+  // Read as if it were the host's (what a code path that forgot the copy
+  // would do): the page is not readable outside the backend's own kernels.
+  const float* raw = static_cast<const float*>(d.node()->buffer->data);
+  EXPECT_DEATH(
+      {
+        volatile float v = raw[0];
+        (void)v;
+      },
+      "");
+  EXPECT_EQ(d.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+}
