@@ -2,6 +2,8 @@
 // x thread count from the op registry, then runs everything.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "core/op_check.h"
 
 namespace {
@@ -27,38 +29,19 @@ class OpGradTest : public testing::Test {
   int threads_;
 };
 
-// A fused op against its composite, value and gradient, in f64.
-class CompositeTest : public testing::Test {
+// A comparison of one case that must hold and compare something: a fused op
+// against its composite (f64), or another backend against the CPU.
+class ComparisonTest : public testing::Test {
  public:
-  CompositeTest(const nabla::OpDef* op, nabla::GradCase c, nabla::Layout layout)
-      : op_(op), case_(std::move(c)), layout_(layout) {}
+  explicit ComparisonTest(std::function<nabla::GradcheckResult()> check) : check_(std::move(check)) {}
   void TestBody() override {
-    nabla::GradcheckResult r = nabla::check_composite(*op_, case_, layout_, 2);
+    nabla::GradcheckResult r = check_();
     EXPECT_TRUE(r.ok) << r.message;
     EXPECT_GT(r.checked, 0);
   }
 
  private:
-  const nabla::OpDef* op_;
-  nabla::GradCase case_;
-  nabla::Layout layout_;
-};
-
-// The case's values and gradients on the reference backend against the CPU's.
-class BackendTest : public testing::Test {
- public:
-  BackendTest(const nabla::OpDef* op, nabla::GradCase c, nabla::Layout layout)
-      : op_(op), case_(std::move(c)), layout_(layout) {}
-  void TestBody() override {
-    nabla::GradcheckResult r = nabla::check_backend(*op_, case_, layout_, "reference");
-    EXPECT_TRUE(r.ok) << r.message;
-    EXPECT_GT(r.checked, 0);
-  }
-
- private:
-  const nabla::OpDef* op_;
-  nabla::GradCase case_;
-  nabla::Layout layout_;
+  std::function<nabla::GradcheckResult()> check_;
 };
 
 void register_gradient_tests() {
@@ -70,13 +53,17 @@ void register_gradient_tests() {
           std::string suite = std::string("Composite_") + op->name;
           std::string name = c.name + "_" + nabla::layout_name(layout);
           testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                                [=]() -> testing::Test* { return new CompositeTest(op, c, layout); });
+                                [=]() -> testing::Test* {
+                                  return new ComparisonTest([=] { return nabla::check_composite(*op, c, layout, 2); });
+                                });
         }
         {
           std::string suite = std::string("Reference_") + op->name;
           std::string name = c.name + "_" + nabla::layout_name(layout);
           testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                                [=]() -> testing::Test* { return new BackendTest(op, c, layout); });
+                                [=]() -> testing::Test* {
+                                  return new ComparisonTest([=] { return nabla::check_backend(*op, c, layout, "reference"); });
+                                });
         }
         for (int threads : {1, 2, 4}) {
           std::string suite = std::string("Grad_") + op->name;

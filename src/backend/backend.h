@@ -12,10 +12,12 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/graph_internal.h"
 #include "core/op.h"
+#include "nabla/error.h"
 
 namespace nabla {
 
@@ -68,6 +70,26 @@ class Backend {
   // The calls, in order, ready to run; their operands point into memory the
   // executor keeps alive as long as the program.
   virtual std::unique_ptr<Program> compile(std::vector<KernelCall> calls, const ExecOptions& options) const = 0;
+};
+
+// A backend's kernels by op; a second kernel for one op is a bug (throws).
+template <class Kernel>
+class KernelTable {
+ public:
+  explicit KernelTable(const char* backend) : backend_(backend) {}
+  void add(const OpDef& op, Kernel kernel) {
+    if (!kernels_.emplace(&op, kernel).second) {
+      throw Error(std::string("internal: a second ") + backend_ + " kernel for '" + op.name + "'");
+    }
+  }
+  Kernel find(const OpDef& op) const {
+    auto it = kernels_.find(&op);
+    return it == kernels_.end() ? nullptr : it->second;
+  }
+
+ private:
+  const char* backend_;
+  std::unordered_map<const OpDef*, Kernel> kernels_;
 };
 
 // The backend named `name` ("cpu", "reference"); UsageError naming the

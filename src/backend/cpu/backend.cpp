@@ -1,7 +1,6 @@
 // The CPU backend: host memory, the kernels beside each op (NABLA_CPU_KERNEL),
 // the thread pool, and the fusions of src/backend/cpu/fusion.h.
 #include <cstring>
-#include <unordered_map>
 
 #include "backend/backend.h"
 #include "backend/cpu/fusion.h"
@@ -14,23 +13,19 @@ namespace nabla {
 namespace cpu {
 
 namespace {
-std::unordered_map<const OpDef*, Kernel>& kernels() {
-  static std::unordered_map<const OpDef*, Kernel> table;
+// Filled while static objects are constructed (NABLA_CPU_KERNEL): built on first use.
+KernelTable<Kernel>& kernels() {
+  static KernelTable<Kernel> table("CPU");
   return table;
 }
 }  // namespace
 
 bool register_kernel(const OpDef& op, Kernel kernel) {
-  if (!kernels().emplace(&op, kernel).second) {
-    throw Error(std::string("internal: a second CPU kernel for '") + op.name + "'");
-  }
+  kernels().add(op, kernel);
   return true;
 }
 
-Kernel kernel_of(const OpDef& op) {
-  auto it = kernels().find(&op);
-  return it == kernels().end() ? nullptr : it->second;
-}
+Kernel kernel_of(const OpDef& op) { return kernels().find(op); }
 
 namespace {
 

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "backend/backend.h"
 #include "backend/reference/kernel.h"
@@ -23,8 +22,8 @@ namespace reference {
 
 namespace {
 
-std::unordered_map<const OpDef*, Kernel>& kernels() {
-  static std::unordered_map<const OpDef*, Kernel> table;
+KernelTable<Kernel>& kernels() {
+  static KernelTable<Kernel> table("reference");
   return table;
 }
 
@@ -149,16 +148,8 @@ class ReferenceBackend : public Backend {
 
 }  // namespace
 
-void register_kernel(const OpDef& op, Kernel kernel) {
-  if (!kernels().emplace(&op, kernel).second) {
-    throw Error(std::string("internal: a second reference kernel for '") + op.name + "'");
-  }
-}
-
-Kernel kernel_of(const OpDef& op) {
-  auto it = kernels().find(&op);
-  return it == kernels().end() ? nullptr : it->second;
-}
+void register_kernel(const OpDef& op, Kernel kernel) { kernels().add(op, kernel); }
+Kernel kernel_of(const OpDef& op) { return kernels().find(op); }
 
 int64_t offset_of(const TensorView& v, const Index& idx) {
   int64_t at = 0;
