@@ -32,6 +32,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernel.h"
 #include "backend/cpu/simd.h"
+#include "core/graph_internal.h"
 #include "core/op.h"
 #include "nabla/graph.h"
 #include "ops/internal_ops.h"
@@ -63,6 +64,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 }
 
 namespace ops {
+
+extern const OpDef op_attention;  // whose composite attention_back differentiates
 
 namespace {
 
@@ -601,9 +604,13 @@ Tensor attention_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
   return heads_first(o);
 }
 
+// The vector-Jacobian product of attention's composite, with q, k, v and dout
+// held as leaves: in a graph, dout itself depends on q, k and v (through the
+// layers above), and a plain grad() would differentiate it too.
 Tensor attention_back_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
-  Tensor o = attention_composite({in[0], in[1], in[2]}, attrs);
-  std::vector<Tensor> g = grad(sum(o * in[3]), {in[0], in[1], in[2]});
+  const std::vector<Tensor> inputs{in[0], in[1], in[2]};
+  const std::vector<bool> needed(3, true);
+  std::vector<Tensor> g = composite_backward({inputs, in[3], in[3], attrs, needed}, op_attention);
   for (Tensor& t : g) t = reshape(contiguous(t), {-1});
   return concat(g, 0);
 }
@@ -638,6 +645,10 @@ std::vector<GradCase> attention_back_cases() {
        [](const V& x) { return attention_back(x[0], x[1], x[2], x[3], false, 0.6); }},
       {"causal_more_keys", {normal({1, 2, 2, 3}), normal({1, 4, 2, 3}), normal({1, 4, 2, 2}), normal({1, 2, 2, 2})},
        [](const V& x) { return attention_back(x[0], x[1], x[2], x[3], true, 0.5); }},
+      // dout computed from q, as in a model, where the layers above make it
+      // from the attention's output: still a constant to the backward.
+      {"dout_from_q", {normal({1, 3, 2, 2}), normal({1, 3, 2, 2}), normal({1, 3, 2, 2}), normal({1, 3, 2, 2})},
+       [](const V& x) { return attention_back(x[0], x[1], x[2], x[3] * tanh(x[0]), true, 0.7); }},
   };
 }
 
