@@ -1,5 +1,6 @@
 // Reference kernels of the elementwise ops: out[i] = f(inputs at i), the
 // inputs broadcast NumPy-style, computed in double and rounded once.
+#include <array>
 #include <cmath>
 
 #include "backend/reference/kernel.h"
@@ -14,16 +15,17 @@ extern const OpDef op_abs, op_add, op_clamp, op_div, op_elu, op_eq, op_erf, op_e
 namespace reference {
 namespace {
 
+// At most three operands (where's).
+using Args = std::array<double, 3>;
+
 template <class F>
 void map(const Operands& a, F f) {
   for_each_index(a.out.shape, [&](const Index& i) {
-    std::vector<double> x;
-    for (const TensorView& v : a.in) x.push_back(get(v, broadcast_index(v, i)));
+    Args x{};
+    for (size_t k = 0; k < a.in.size(); ++k) x[k] = get(a.in[k], broadcast_index(a.in[k], i));
     set(a.out, i, f(x, *a.attrs));
   });
 }
-
-using Args = std::vector<double>;
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 
 #define UNARY(name, expr)                                                                           \
