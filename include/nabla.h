@@ -77,8 +77,9 @@ void nabla_context_free(nabla_context* ctx);
 /* Which backend runs the context's graphs from the next nabla_compute on:
  * "cpu" (the default) or "reference" (plain single-threaded kernels in memory
  * of their own, to check results against). Leaves stay in host memory and are
- * copied to the backend at every compute. An unknown name is
- * NABLA_ERROR_USAGE, naming the backends this build has. */
+ * copied to the backend at every compute. Trainers (nabla_trainer_create)
+ * run on the CPU. An unknown name is NABLA_ERROR_USAGE, naming the backends
+ * this build has. */
 nabla_status nabla_context_set_backend(nabla_context* ctx, const char* backend);
 
 /* ---- Leaves. `shape` has `rank` entries (may be NULL when rank is 0);

@@ -27,6 +27,9 @@ struct Executor::Impl {
   const Backend* backend = nullptr;
   std::vector<Tensor> order;
   std::vector<Tensor> outputs;
+  // The graph as given, held so that the nodes `replaced` is keyed by stay
+  // alive (a freed node's address could name another tensor).
+  std::vector<Tensor> given;
   GradMap replaced;  // a node the backend's rewrite or a composite replaced -> its replacement
   std::unordered_map<const Node*, int64_t> pos;
   MemoryPlan plan;
@@ -163,7 +166,8 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
   m.options.check_finite = m.options.check_finite || env_check_finite();
   const char* prof = std::getenv("NABLA_PROFILE");
   m.options.profile = m.options.profile || (prof && *prof && std::strcmp(prof, "0") != 0);
-  m.outputs = backend.rewrite(graph.outputs(), &m.replaced);
+  m.given = graph.outputs();
+  m.outputs = backend.rewrite(m.given, &m.replaced);
   m.outputs = lower_to_kernels(m.outputs, backend, &m.replaced);
   m.order = locality_order(topo_order(m.outputs));
   for (size_t i = 0; i < m.order.size(); ++i) {
