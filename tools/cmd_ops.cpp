@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "commands.h"
 #include "core/op.h"
 #include "core/op_check.h"
@@ -14,8 +15,21 @@ namespace nabla::cli {
 namespace {
 
 struct OpRow {
-  std::string name, inputs, kind, api, cases, layouts, summary;
+  std::string name, inputs, kind, api, kernels, cases, layouts, summary;
 };
+
+// The backends with a kernel for op, and those that run its composite: "cpu,
+// reference (composite)"; "-" for a view, which has no kernel.
+std::string describe_kernels(const OpDef& op) {
+  if (op.is_view) return "-";
+  std::string out;
+  for (const std::string& name : backend_names()) {
+    const bool kernel = find_backend(name).has_kernel(op);
+    if (!kernel && !op.composite) continue;
+    out += (out.empty() ? "" : ", ") + name + (kernel ? "" : " (composite)");
+  }
+  return out;
+}
 
 // Each input with whether it is differentiated, e.g. "table: yes, indices: no".
 std::string describe_inputs(const OpDef& op) {
@@ -56,7 +70,7 @@ std::vector<OpRow> registry_rows() {
   for (const OpDef* op : all_ops()) {
     std::vector<GradCase> cases = op->cases ? op->cases() : std::vector<GradCase>{};
     rows.push_back({op->name, describe_inputs(*op), op_kind(*op),
-                    is_internal(*op) ? "internal" : "public", std::to_string(cases.size()),
+                    is_internal(*op) ? "internal" : "public", describe_kernels(*op), std::to_string(cases.size()),
                     describe_layouts(cases), op->summary ? op->summary : ""});
   }
   return rows;
@@ -91,28 +105,32 @@ memory, `compute` ops run a kernel, `fused` ops run a kernel that has a composit
 *api*: `public` ops are declared in `include/nabla/ops.h`; `internal` ones only autodiff's
 backward rules and the library emit (the fused backward kernels, the adjoints of slice and
 get_rows, in-place gradient sums), declared in `src/ops/internal_ops.h`.
+*kernels*: the backends with a kernel for the op, and those that run its composite instead
+(src/backend/; the `Reference_` tests compare the backends on every case).
 *layouts*: the layouts at least one case can take.
 
 )");
-  fmt::print("| op | inputs | kind | api | cases | layouts | summary |\n");
-  fmt::print("|---|---|---|---|---|---|---|\n");
+  fmt::print("| op | inputs | kind | api | kernels | cases | layouts | summary |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|\n");
   for (const OpRow& r : rows) {
-    fmt::print("| `{}` | {} | {} | {} | {} | {} | {} |\n", r.name, r.inputs, r.kind, r.api, r.cases,
-               r.layouts, escape_markdown(r.summary));
+    fmt::print("| `{}` | {} | {} | {} | {} | {} | {} | {} |\n", r.name, r.inputs, r.kind, r.api, r.kernels,
+               r.cases, r.layouts, escape_markdown(r.summary));
   }
 }
 
 void print_table(const std::vector<OpRow>& rows) {
-  OpRow head{"op", "inputs (differentiated)", "kind", "api", "cases", "layouts", "summary"};
-  size_t w_name = head.name.size(), w_inputs = head.inputs.size(), w_layouts = head.layouts.size();
+  OpRow head{"op", "inputs (differentiated)", "kind", "api", "kernels", "cases", "layouts", "summary"};
+  size_t w_name = head.name.size(), w_inputs = head.inputs.size(), w_layouts = head.layouts.size(),
+         w_kernels = head.kernels.size();
   for (const OpRow& r : rows) {
     w_name = std::max(w_name, r.name.size());
     w_inputs = std::max(w_inputs, r.inputs.size());
     w_layouts = std::max(w_layouts, r.layouts.size());
+    w_kernels = std::max(w_kernels, r.kernels.size());
   }
   auto line = [&](const OpRow& r) {
-    fmt::print("{:<{}}  {:<{}}  {:<7}  {:<8}  {:>5}  {:<{}}  {}\n", r.name, w_name, r.inputs,
-               w_inputs, r.kind, r.api, r.cases, r.layouts, w_layouts, r.summary);
+    fmt::print("{:<{}}  {:<{}}  {:<7}  {:<8}  {:<{}}  {:>5}  {:<{}}  {}\n", r.name, w_name, r.inputs,
+               w_inputs, r.kind, r.api, r.kernels, w_kernels, r.cases, r.layouts, w_layouts, r.summary);
   };
   line(head);
   for (const OpRow& r : rows) line(r);
