@@ -6,6 +6,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "nabla/error.h"
 #include "nabla/optim.h"
+#include "optim/update.h"
 
 namespace nabla::optim {
 
@@ -89,6 +90,41 @@ double global_norm(const std::vector<const float*>& grads, const std::vector<int
   return std::sqrt(total);
 }
 
+AdamWConstants adamw_constants(const AdamWConfig& c, int64_t t, double lr, double grad_scale, bool decay) {
+  AdamWConstants k;
+  k.b1 = float(c.beta1);
+  k.b2 = float(c.beta2);
+  k.eps = float(c.eps);
+  // 1 - beta in double, then rounded: 1 - float(0.999) is 1.3e-5 off 0.001,
+  // a bias in v that the bias correction (in double) would not cancel.
+  k.c1 = float(1 - c.beta1);
+  k.c2 = float(1 - c.beta2);
+  const double bc1 = 1 - std::pow(c.beta1, double(t)), bc2 = 1 - std::pow(c.beta2, double(t));
+  k.step_size = float(lr / bc1);
+  k.inv_sqrt_bc2 = float(1 / std::sqrt(bc2));
+  k.grad_scale = float(grad_scale);
+  k.decay = decay ? float(1 - lr * c.weight_decay) : 1.0f;
+  return k;
+}
+
+void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const AdamWConstants& k) {
+  // On cpu::VecF: a scalar loop would not vectorise (std::sqrt sets errno).
+  // The same lane-wise arithmetic for every element, tail included, so an
+  // element's result does not depend on where a chunk starts.
+  using cpu::VecF;
+  for (int64_t i = 0; i < n; i += VecF::kWidth) {
+    const int64_t w = std::min<int64_t>(VecF::kWidth, n - i);
+    const VecF gi = VecF::load(g + i, 1, w) * k.grad_scale;
+    const VecF mi = VecF(k.b1) * VecF::load(m + i, 1, w) + VecF(k.c1) * gi;
+    const VecF vi = VecF(k.b2) * VecF::load(v + i, 1, w) + VecF(k.c2) * gi * gi;
+    const VecF pi =
+        VecF::load(p + i, 1, w) * k.decay - VecF(k.step_size) * mi / (cpu::sqrt(vi) * k.inv_sqrt_bc2 + k.eps);
+    mi.store(m + i, w);
+    vi.store(v + i, w);
+    pi.store(p + i, w);
+  }
+}
+
 AdamW::AdamW(std::vector<Slot> slots, AdamWConfig config, int threads)
     : slots_(std::move(slots)), config_(config), threads_(threads) {
   // As PyTorch's: callers through the C API pass these unchecked.
@@ -120,32 +156,12 @@ void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_
     throw UsageError("adamw: learning rate must be finite and >= 0, got " + shortest(lr));
   }
   ++t_;
-  const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
-  // 1 - beta in double, then rounded: 1 - float(0.999) is 1.3e-5 off 0.001,
-  // a bias in v that the bias correction (in double) would not cancel.
-  const float c1 = float(1 - config_.beta1), c2 = float(1 - config_.beta2);
-  const double bc1 = 1 - std::pow(config_.beta1, double(t_)), bc2 = 1 - std::pow(config_.beta2, double(t_));
-  const float step_size = float(lr / bc1), inv_sqrt_bc2 = float(1 / std::sqrt(bc2)), gs = float(grad_scale);
   for_each_range(offsets_, threads_, [&](size_t s, int64_t b, int64_t e) {
-    float* p = slots_[s].param.data_as<float>();
-    float* m = m_[s].data_as<float>();
-    float* v = v_[s].data_as<float>();
     // Elements [b, e) of the gradient: read in place, or computed now.
     const float* g = grads[s] ? grads[s] + b : range(s, b, e);
-    const float decay = slots_[s].decay ? float(1 - lr * config_.weight_decay) : 1.0f;
-    // On cpu::VecF: a scalar loop would not vectorise (std::sqrt sets errno).
-    // The same lane-wise arithmetic for every element, tail included.
-    using cpu::VecF;
-    for (int64_t i = b; i < e; i += VecF::kWidth) {
-      const int64_t n = std::min<int64_t>(VecF::kWidth, e - i);
-      const VecF gi = VecF::load(g + (i - b), 1, n) * gs;
-      const VecF mi = VecF(b1) * VecF::load(m + i, 1, n) + VecF(c1) * gi;
-      const VecF vi = VecF(b2) * VecF::load(v + i, 1, n) + VecF(c2) * gi * gi;
-      const VecF pi = VecF::load(p + i, 1, n) * decay - VecF(step_size) * mi / (cpu::sqrt(vi) * inv_sqrt_bc2 + eps);
-      mi.store(m + i, n);
-      vi.store(v + i, n);
-      pi.store(p + i, n);
-    }
+    const AdamWConstants k = adamw_constants(config_, t_, lr, grad_scale, slots_[s].decay);
+    adamw_update(slots_[s].param.data_as<float>() + b, m_[s].data_as<float>() + b, v_[s].data_as<float>() + b, g,
+                 e - b, k);
   });
 }
 

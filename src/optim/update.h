@@ -1,0 +1,23 @@
+// The per-element optimizer updates, shared by the optimizer classes and
+// (to come) the update ops a training graph runs: one definition of the
+// arithmetic, so both give the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "nabla/optim.h"
+
+namespace nabla::optim {
+
+// One AdamW step's constants for one parameter: step t (from 1), learning
+// rate lr, gradients scaled by grad_scale, weight decay where `decay`.
+struct AdamWConstants {
+  float b1, b2, c1, c2, eps, step_size, inv_sqrt_bc2, grad_scale, decay;
+};
+AdamWConstants adamw_constants(const AdamWConfig& config, int64_t t, double lr, double grad_scale, bool decay);
+
+// Elements [0, n) of a parameter p and its moments m, v, updated in place
+// from its gradient g.
+void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const AdamWConstants& k);
+
+}  // namespace nabla::optim
