@@ -67,23 +67,29 @@ bool default_decay(const std::string& name, const Tensor& param) {
   return name != "pos_embed" && name != "cls_token" && name.find("wpe") == std::string::npos;
 }
 
+double squared_norm_chunk(const std::vector<const float*>& grads, const std::vector<int64_t>& offsets,
+                          int64_t chunk) {
+  const int64_t b = chunk * kNormChunk, e = std::min(offsets.back(), b + kNormChunk);
+  double acc = 0;
+  size_t s = std::upper_bound(offsets.begin(), offsets.end(), b) - offsets.begin() - 1;
+  for (int64_t i = b; i < e;) {
+    const int64_t end = std::min(e, offsets[s + 1]);
+    acc += cpu::sum_squares_f64(grads[s] + (i - offsets[s]), end - i);
+    i = end;
+    ++s;
+  }
+  return acc;
+}
+
 double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads) {
   check_grads(grads, sizes.size());
   std::vector<int64_t> off{0};
   for (int64_t n : sizes) off.push_back(off.back() + n);
-  int64_t chunks = (off.back() + kGrain - 1) / kGrain;
+  const int64_t chunks = (off.back() + kNormChunk - 1) / kNormChunk;
   // One partial sum per fixed chunk, added in chunk order: deterministic.
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-  cpu::parallel_for(threads, off.back(), kGrain, [&](int64_t b, int64_t e) {
-    double acc = 0;
-    size_t s = std::upper_bound(off.begin(), off.end(), b) - off.begin() - 1;
-    for (int64_t i = b; i < e;) {
-      int64_t end = std::min(e, off[s + 1]);
-      acc += cpu::sum_squares_f64(grads[s] + (i - off[s]), end - i);
-      i = end;
-      ++s;
-    }
-    partial[b / kGrain] = acc;
+  cpu::parallel_for(threads, chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) partial[size_t(c)] = squared_norm_chunk(grads, off, c);
   });
   double total = 0;
   for (double p : partial) total += p;

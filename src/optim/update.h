@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "nabla/optim.h"
 
@@ -19,5 +20,12 @@ AdamWConstants adamw_constants(const AdamWConfig& config, int64_t t, double lr, 
 // Elements [0, n) of a parameter p and its moments m, v, updated in place
 // from its gradient g.
 void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const AdamWConstants& k);
+
+// Gradients seen as one concatenation (offsets[i] where gradient i starts,
+// then the total) are squared and summed in fixed chunks of kNormChunk
+// elements, the chunks' sums added in order: the same at any thread count.
+constexpr int64_t kNormChunk = int64_t{1} << 15;
+double squared_norm_chunk(const std::vector<const float*>& grads, const std::vector<int64_t>& offsets,
+                          int64_t chunk);
 
 }  // namespace nabla::optim
