@@ -46,6 +46,7 @@ class ComparisonTest : public testing::Test {
 
 void register_gradient_tests() {
   for (const nabla::OpDef* op : nabla::all_ops()) {
+    if (!op->cases) continue;  // an update op (registry_problems says which may lack cases)
     for (const nabla::GradCase& c : op->cases()) {
       for (nabla::Layout layout : nabla::kAllLayouts) {
         if (!nabla::layout_applies(c, layout)) continue;

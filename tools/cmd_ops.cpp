@@ -62,6 +62,7 @@ std::string describe_layouts(const std::vector<GradCase>& cases) {
 
 const char* op_kind(const OpDef& op) {
   if (op.is_view) return "view";
+  if (!op.mutates.empty()) return "update";
   return op.fused ? "fused" : "compute";
 }
 
@@ -101,7 +102,8 @@ A fused op (one kernel for what a composite of primitive ops computes) is also c
 against its composite, in value and gradient, on every layout.
 
 *inputs*: each input and whether it is differentiated. *kind*: `view` ops alias their input's
-memory, `compute` ops run a kernel, `fused` ops run a kernel that has a composite.
+memory, `compute` ops run a kernel, `fused` ops run a kernel that has a composite, `update`
+ops write state (parameters, optimizer moments) in place and have no gradient cases.
 *api*: `public` ops are declared in `include/nabla/ops.h`; `internal` ones only autodiff's
 backward rules and the library emit (the fused backward kernels, the adjoints of slice and
 get_rows, in-place gradient sums), declared in `src/ops/internal_ops.h`.

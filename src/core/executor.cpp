@@ -37,6 +37,7 @@ struct Executor::Impl {
   // Host leaves of a graph on a backend with memory of its own: their copy
   // there, refreshed at every run.
   std::unordered_map<const Node*, std::unique_ptr<Buffer>> staged;
+  std::vector<const Node*> staged_updates;  // staged leaves an update op writes: copied back after a run
   std::vector<bool> readable;  // by position: leaf, output, or a view of one
   struct Step {
     const OpDef* op;
@@ -155,6 +156,40 @@ std::vector<Tensor> lower_to_kernels(const std::vector<Tensor>& outputs, const B
   return rewrite_graph(outputs, rule, replaced);
 }
 
+// `order` with the update ops (OpDef::mutates) moved after every other node,
+// so that every other reader of the leaves they write has run; UsageError
+// where that cannot be: a mutated input that is not a leaf, a leaf two
+// updates write, or a node reading an update's token.
+std::vector<Tensor> order_updates_last(const std::vector<Tensor>& order) {
+  std::vector<Tensor> rest, updates;
+  std::unordered_map<const Node*, const Node*> writer;  // leaf -> the update that writes it
+  NodeSet tokens;
+  for (const Tensor& t : order) {
+    const Node* n = t.node();
+    for (const Tensor& in : n->inputs) {
+      if (tokens.count(in.node())) {
+        throw UsageError(std::string(n->op->name) + ": reads the token of '" + in.op_name() +
+                         "', an update op's output that holds nothing");
+      }
+    }
+    if (n->is_leaf() || n->op->mutates.empty()) {
+      rest.push_back(t);
+      continue;
+    }
+    for (int i : n->op->mutates) {
+      const Tensor& in = n->inputs[size_t(i)];
+      const std::string what = std::string(n->op->name) + ": input '" + n->op->input(size_t(i)).name + "' (" +
+                               to_string(in) + (in.name().empty() ? "" : " '" + in.name() + "'") + ")";
+      if (!in.is_leaf()) throw UsageError(what + " is updated in place and must be a leaf");
+      if (!writer.emplace(in.node(), n).second) throw UsageError(what + " is updated by two nodes of the graph");
+    }
+    tokens.insert(n);
+    updates.push_back(t);
+  }
+  rest.insert(rest.end(), updates.begin(), updates.end());
+  return rest;
+}
+
 }  // namespace
 
 Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_unique<Impl>()) {
@@ -169,7 +204,7 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
   m.given = graph.outputs();
   m.outputs = backend.rewrite(m.given, &m.replaced);
   m.outputs = lower_to_kernels(m.outputs, backend, &m.replaced);
-  m.order = locality_order(topo_order(m.outputs));
+  m.order = order_updates_last(locality_order(topo_order(m.outputs)));
   for (size_t i = 0; i < m.order.size(); ++i) {
     const Node* n = m.order[i].node();
     m.pos[n] = static_cast<int64_t>(i);
@@ -189,6 +224,12 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
                        "': move it with to(\"" + backend.name() + "\")");
     }
     if (!device && !backend.host_memory()) m.staged.emplace(n, std::make_unique<Buffer>(backend, n->buffer->bytes));
+  }
+  for (const Tensor& t : m.order) {
+    for (int i : t.node()->op->mutates) {
+      const Node* leaf = t.node()->inputs[size_t(i)].node();
+      if (m.staged.count(leaf)) m.staged_updates.push_back(leaf);
+    }
   }
   m.plan = plan_memory(m.order, m.outputs, options.plan_memory, options.inplace);
   size_t arena_bytes = m.plan.report.arena_bytes;
@@ -229,12 +270,19 @@ Executor& Executor::operator=(Executor&&) noexcept = default;
 void Executor::run() {
   Impl& m = *impl_;
   for (const auto& [leaf, copy] : m.staged) m.backend->copy_in(copy->data, leaf->buffer->data, copy->bytes);
+  // What update ops wrote into staged leaves goes back to the host leaves.
+  const auto copy_back = [&] {
+    m.backend->synchronize();
+    for (const Node* leaf : m.staged_updates) {
+      m.backend->copy_out(leaf->buffer->data, m.staged.at(leaf)->data, leaf->buffer->bytes);
+    }
+  };
   if (!m.options.profile) {
     for (size_t i = 0; i < m.steps.size(); ++i) {
       m.program->run(i);
       if (m.options.check_finite) m.check_finite(m.steps[i]);
     }
-    m.backend->synchronize();
+    copy_back();
     return;
   }
   m.step_seconds.resize(m.steps.size(), 0.0);
@@ -246,6 +294,7 @@ void Executor::run() {
     m.step_seconds[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (m.options.check_finite) m.check_finite(m.steps[i]);
   }
+  copy_back();
 }
 
 std::string Executor::profile() const {

@@ -112,6 +112,12 @@ struct OpDef {
   // composite is its test oracle, its fallback, and (when `backward` is null)
   // its backward.
   bool fused = false;
+  // Inputs the kernel writes in place: state kept in leaves (parameters,
+  // optimizer moments) that an update op (adamw_update) changes. None is
+  // differentiated; the executor runs the node after every other reader of
+  // those leaves, and nothing may read its output, a token of no elements.
+  // Such an op has no gradient cases.
+  std::vector<int> mutates;
   Meta (*infer)(const std::vector<Tensor>& in, const Attrs& attrs) = nullptr;
   Grads (*backward)(const BackwardArgs& args) = nullptr;
   // A fused op's definition in primitive ops: its test oracle and fallback.

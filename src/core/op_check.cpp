@@ -263,6 +263,12 @@ std::vector<std::string> registry_problems() {
     }
     if (op->fused && !op->composite) problems.push_back(name + ": is fused but has no composite");
     if (!op->is_view && !cpu::kernel_of(*op)) problems.push_back(name + ": has no CPU kernel");
+    if (!op->mutates.empty()) {
+      // An update op: no function to differentiate (tests/core/update_ops_test.cpp).
+      if (any_diff) problems.push_back(name + ": updates inputs in place but differentiates one");
+      if (op->cases) problems.push_back(name + ": updates inputs in place but has gradient cases");
+      continue;
+    }
     if (!op->cases) {
       problems.push_back(name + ": has no gradient cases");
       continue;

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "nabla/ops.h"
+#include "nabla/optim.h"
 #include "nabla/tensor.h"
 
 namespace nabla {
@@ -92,5 +93,13 @@ Tensor attention_probs_back(const Tensor& q, const Tensor& k, const Tensor& p, c
 // backward takes this form when its dp is that product).
 Tensor attention_probs_values_back(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& v,
                                    const Tensor& dout, double scale);
+
+// ---- Updates: state changed in place (OpDef::mutates), a token out.
+// One AdamW step of parameter p and its moments m, v (f32 leaves) from
+// gradient g: schedule f64 [2] = {learning rate, step from 1}, every
+// gradient scaled by grad_scale (f64 []) first; weight decay where `decay`.
+// The executor runs it after every other reader of p, m and v.
+Tensor adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& schedule,
+                    const Tensor& grad_scale, const optim::AdamWConfig& config, bool decay);
 
 }  // namespace nabla

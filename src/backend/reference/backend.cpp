@@ -121,6 +121,7 @@ class ReferenceBackend : public Backend {
     register_matmul_kernels();
     register_image_kernels();
     register_random_kernels();
+    register_optimizer_kernels();
   }
   const char* name() const override { return "reference"; }
   bool supports(DType) const override { return true; }

@@ -24,6 +24,7 @@ void register_indexing_kernels();
 void register_matmul_kernels();
 void register_image_kernels();
 void register_random_kernels();
+void register_optimizer_kernels();
 
 // ---- Helpers over views (any strides, including 0).
 using Index = std::vector<int64_t>;

@@ -1,0 +1,41 @@
+// Reference kernels of the update ops: AdamW as its formula, in double,
+// rounded once per stored value.
+#include <cmath>
+
+#include "backend/reference/kernel.h"
+#include "nabla/error.h"
+
+namespace nabla {
+namespace ops {
+extern const OpDef op_adamw_update;
+}  // namespace ops
+
+namespace reference {
+namespace {
+
+// p, g, m, v, schedule {lr, t}, grad_scale; attrs reals {beta1, beta2, eps,
+// weight_decay}, ints {decay}.
+void adamw_update_kernel(const Operands& a) {
+  const TensorView &p = a.in[0], &g = a.in[1], &m = a.in[2], &v = a.in[3];
+  const double lr = get_at(a.in[4], 0), t = get_at(a.in[4], a.in[4].strides[0]), scale = get_at(a.in[5], 0);
+  if (!(lr >= 0) || !std::isfinite(lr)) throw UsageError("adamw_update: learning rate must be finite and >= 0");
+  if (!(t >= 1) || t != std::floor(t)) throw UsageError("adamw_update: step must be 1, 2, ...");
+  const double b1 = a.attrs->reals[0], b2 = a.attrs->reals[1], eps = a.attrs->reals[2], wd = a.attrs->reals[3];
+  const double decay = a.attrs->ints[0] ? 1 - lr * wd : 1.0;
+  const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+  for_each_index(p.shape, [&](const Index& i) {
+    const double gi = get(g, i) * scale;
+    const double mi = b1 * get(m, i) + (1 - b1) * gi;
+    const double vi = b2 * get(v, i) + (1 - b2) * gi * gi;
+    set(m, i, mi);
+    set(v, i, vi);
+    set(p, i, get(p, i) * decay - lr / bc1 * mi / (std::sqrt(vi / bc2) + eps));
+  });
+}
+
+}  // namespace
+
+void register_optimizer_kernels() { register_kernel(ops::op_adamw_update, adamw_update_kernel); }
+
+}  // namespace reference
+}  // namespace nabla

@@ -1,0 +1,127 @@
+// Update ops (OpDef::mutates): adamw_update gives optim::AdamW's bits, runs
+// after every other reader of what it writes, and refuses graphs where that
+// cannot hold; on the reference backend it writes back host leaves.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "nabla/nabla.hpp"
+#include "ops/internal_ops.h"
+
+using namespace nabla;
+
+namespace {
+
+Tensor random_leaf(Shape shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> v(size_t(numel(shape)));
+  for (float& x : v) x = n(rng);
+  return Tensor::from_vector<float>(std::move(shape), v);
+}
+
+struct Slot {
+  Tensor p, g, m, v;
+};
+
+// Three steps of adamw_update nodes in one graph (the learning rate changing
+// between runs), on `backend`.
+std::vector<Slot> run_graph(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                            const optim::AdamWConfig& c, const std::string& backend) {
+  std::vector<Slot> slots;
+  Tensor schedule = Tensor::from_vector<double>({2}, {0, 0}), scale = Tensor::scalar(0.5, DType::f64);
+  Graph g;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Slot s{Tensor::from_vector<float>(params[i].shape(), params[i].to_vector<float>()), grads[i],
+           Tensor::zeros(DType::f32, params[i].shape()), Tensor::zeros(DType::f32, params[i].shape())};
+    // The first gradient strided, as autodiff may hand it over.
+    const Tensor grad = i == 0 ? transpose(contiguous(transpose(s.g))) : s.g;
+    g.add_output(adamw_update(s.p, grad, s.m, s.v, schedule, scale, c, i == 0));
+    slots.push_back(s);
+  }
+  Executor ex(g, {.threads = 2, .backend = backend});
+  for (int t = 1; t <= 3; ++t) {
+    schedule.assign<double>({1e-2 * t, double(t)});
+    ex.run();
+  }
+  return slots;
+}
+
+}  // namespace
+
+TEST(UpdateOps, AdamwUpdateGivesTheOptimizersBits) {
+  const optim::AdamWConfig c{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  const std::vector<Tensor> params{random_leaf({37, 5}, 1), random_leaf({3}, 2)};
+  const std::vector<Tensor> grads{random_leaf({37, 5}, 3), random_leaf({3}, 4)};
+  std::vector<optim::Slot> slots;
+  for (size_t i = 0; i < params.size(); ++i) {
+    slots.push_back({"p" + std::to_string(i), Tensor::from_vector<float>(params[i].shape(), params[i].to_vector<float>()),
+                     i == 0});
+  }
+  optim::AdamW adamw(slots, c, 2);
+  for (int t = 1; t <= 3; ++t) {
+    Tensor g0 = grads[0], g1 = grads[1];
+    adamw.step({g0.data_as<float>(), g1.data_as<float>()}, 1e-2 * t, 0.5);
+  }
+  const std::vector<Slot> graph = run_graph(params, grads, c, "cpu");
+  const auto state = adamw.state();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(graph[i].p.to_vector<float>(), slots[i].param.to_vector<float>()) << "p" << i;
+    EXPECT_EQ(graph[i].m.to_vector<float>(), state[2 * i].second.to_vector<float>()) << "m" << i;
+    EXPECT_EQ(graph[i].v.to_vector<float>(), state[2 * i + 1].second.to_vector<float>()) << "v" << i;
+  }
+  // The reference backend: its formula in double, and the host leaves
+  // written back after each run.
+  const std::vector<Slot> reference = run_graph(params, grads, c, "reference");
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<float> a = graph[i].p.to_vector<float>(), b = reference[i].p.to_vector<float>();
+    for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(b[j], a[j], 1e-6 * (1 + std::abs(a[j]))) << "p" << i;
+  }
+}
+
+TEST(UpdateOps, AnUpdateRunsAfterEveryOtherReader) {
+  const optim::AdamWConfig c;
+  Tensor p = random_leaf({4, 3}, 1), g = random_leaf({4, 3}, 2);
+  Tensor m = Tensor::zeros(DType::f32, {4, 3}), v = Tensor::zeros(DType::f32, {4, 3});
+  Tensor schedule = Tensor::from_vector<double>({2}, {0.1, 1}), scale = Tensor::scalar(1.0, DType::f64);
+  const std::vector<float> before = p.to_vector<float>();
+  // The update first among the outputs, so a plain depth-first order would
+  // run it before the product that reads p.
+  Tensor token = adamw_update(p, g, m, v, schedule, scale, c, true);
+  Tensor y = p * 2.0;
+  for (const std::string backend : {"cpu", "reference"}) {
+    p.assign<float>(before);
+    Graph graph({token, y});
+    Executor ex(graph, {.threads = 1, .backend = backend});
+    ex.run();
+    const std::vector<float> doubled = ex.read<float>(y);
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(doubled[i], 2 * before[i]) << backend;
+    EXPECT_NE(p.to_vector<float>(), before) << backend << ": p was not updated";
+  }
+}
+
+TEST(UpdateOps, GraphsWhereAnUpdateCannotHoldAreRefused) {
+  const optim::AdamWConfig c;
+  Tensor p = random_leaf({2, 2}, 1), g = random_leaf({2, 2}, 2);
+  Tensor m = Tensor::zeros(DType::f32, {2, 2}), v = Tensor::zeros(DType::f32, {2, 2});
+  Tensor schedule = Tensor::from_vector<double>({2}, {0.1, 1}), scale = Tensor::scalar(1.0, DType::f64);
+  p.set_name("w");
+  const auto refused = [](const std::vector<Tensor>& outputs, const std::string& message) {
+    try {
+      Executor ex(Graph(outputs), {.threads = 1});
+      ADD_FAILURE() << "compiled; expected: " << message;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  refused({adamw_update(p * 1.0, g, m, v, schedule, scale, c, true)}, "input 'p' (f32[2, 2] (scale)) is updated in place and must be a leaf");
+  refused({adamw_update(p, g, m, v, schedule, scale, c, true), adamw_update(p, g * 2.0, Tensor::zeros(DType::f32, {2, 2}),
+                                                                            Tensor::zeros(DType::f32, {2, 2}), schedule, scale, c, true)},
+          "input 'p' (f32[2, 2] (leaf) 'w') is updated by two nodes of the graph");
+  refused({sum(adamw_update(p, g, m, v, schedule, scale, c, true))}, "sum: reads the token of 'adamw_update'");
+  // Bad schedules are a clear error when run, not a crash.
+  Executor ex(Graph({adamw_update(p, g, m, v, Tensor::from_vector<double>({2}, {-1, 1}), scale, c, true)}), {.threads = 1});
+  EXPECT_THROW(ex.run(), UsageError);
+  EXPECT_THROW(adamw_update(p, g, m, Tensor::zeros(DType::f32, {2, 3}), schedule, scale, c, true), ShapeError);
+}
