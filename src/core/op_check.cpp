@@ -219,8 +219,8 @@ GradcheckResult check_backend(const OpDef& op, const GradCase& c, Layout l, cons
       std::normal_distribution<double> n(0.0, 1.0);
       std::vector<double> v(size_t(y.numel()));
       for (double& x : v) x = n(rng);
-      Tensor cot = to_f32(Tensor::from_vector<double>(y.shape(), v));
-      if (y.dtype() == DType::f64) cot = Tensor::from_vector<double>(y.shape(), v);
+      Tensor cot = Tensor::from_vector<double>(y.shape(), v);
+      if (y.dtype() == DType::f32) cot = to_f32(cot);
       std::vector<Tensor> gs = grad(sum(y * cot), wrt);
       outs.insert(outs.end(), gs.begin(), gs.end());
     }

@@ -29,6 +29,10 @@ GradcheckResult check_op_case(const OpDef& op, const GradCase& c, Layout l, int 
 // `backend` against the CPU's, in f64 and in f32: within kBackendF64 and
 // kBackendF32 of the values' scale (max |value|, at least 1) plus the same
 // relative to each value. ok=false with the first difference otherwise.
+// Set before any backend ran, not widened since: f64 kernels differ only in
+// summation order (~1e-15 a term), f32 ones also in rounding once per op
+// (the reference rounds its double result, the CPU each f32 step): a few
+// ulps (1.2e-7 each) through a case's handful of ops.
 inline constexpr double kBackendF64 = 1e-10, kBackendF32 = 2e-5;
 GradcheckResult check_backend(const OpDef& op, const GradCase& c, Layout l, const std::string& backend,
                               uint64_t seed = 1);

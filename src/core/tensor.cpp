@@ -90,22 +90,32 @@ uint64_t next_node_id() {
   return ++counter;
 }
 
-Tensor Tensor::from_data(DType dtype, Shape shape, const void* data) {
-  check_shape(shape, dtype_size(dtype), "tensor");
+namespace {
+
+// A leaf node of dtype and shape holding `buffer`.
+Tensor leaf_of(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer) {
   auto node = std::make_shared<Node>();
   node->op = &op_leaf;
   node->dtype = dtype;
   node->strides = contiguous_strides(shape);
   node->shape = std::move(shape);
   node->id = next_node_id();
-  size_t bytes = static_cast<size_t>(node->numel()) * dtype_size(dtype);
-  node->buffer = std::make_shared<Buffer>(bytes);
-  if (data) {
-    std::memcpy(node->buffer->data, data, bytes);
-  } else {
-    std::memset(node->buffer->data, 0, bytes);
-  }
+  node->buffer = std::move(buffer);
   return Tensor(std::move(node));
+}
+
+}  // namespace
+
+Tensor Tensor::from_data(DType dtype, Shape shape, const void* data) {
+  check_shape(shape, dtype_size(dtype), "tensor");
+  const size_t bytes = static_cast<size_t>(nabla::numel(shape)) * dtype_size(dtype);
+  auto buffer = std::make_shared<Buffer>(bytes);
+  if (data) {
+    std::memcpy(buffer->data, data, bytes);
+  } else {
+    std::memset(buffer->data, 0, bytes);
+  }
+  return leaf_of(dtype, std::move(shape), std::move(buffer));
 }
 
 Tensor Tensor::zeros(DType dtype, Shape shape) { return from_data(dtype, std::move(shape), nullptr); }
@@ -214,19 +224,21 @@ void Tensor::copy_to(void* dst, size_t bytes) const {
 Tensor Tensor::to(const std::string& device) const {
   const Node& n = leaf(*this, "to()");
   const Backend& target = find_backend(device);
-  Tensor out = Tensor::zeros(n.dtype, n.shape);
-  if (!target.host_memory()) out.node()->buffer = std::make_shared<Buffer>(target, n.buffer->bytes);
+  const size_t bytes = n.buffer->bytes;
+  Tensor out = leaf_of(n.dtype, n.shape,
+                       target.host_memory() ? std::make_shared<Buffer>(bytes) : std::make_shared<Buffer>(target, bytes));
   if (!n.buffer->device && !out.node()->buffer->device) {
-    std::memcpy(out.node()->buffer->data, n.buffer->data, n.buffer->bytes);
+    std::memcpy(out.node()->buffer->data, n.buffer->data, bytes);
   } else {
-    std::vector<char> host(n.buffer->bytes);
-    copy_to(host.data(), host.size());
-    out.copy_from(host.data(), host.size());
+    std::vector<char> host(bytes);
+    copy_to(host.data(), bytes);
+    out.copy_from(host.data(), bytes);
   }
   out.node()->name = n.name;
   out.node()->is_param = n.is_param;
   return out;
 }
+
 const void* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
 
 void Tensor::copy_from(const void* src, size_t bytes) {

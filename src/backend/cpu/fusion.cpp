@@ -26,8 +26,11 @@ namespace {
 
 bool is(const Tensor& t, const OpDef& op) { return t.node()->op == &op; }
 
-// `sparse` added to `dense` without materialising sparse's zeros, when sparse
-// is the adjoint of a slice or of get_rows; undefined otherwise.
+// The adjoint of a slice or of get_rows: zeros with a few values filled in.
+bool is_sparse(const Tensor& t) { return is(t, ops::op_scatter_slice) || is(t, ops::op_scatter_add_rows); }
+
+// `sparse` added to `dense` without materialising sparse's zeros; undefined
+// where sparse is not is_sparse.
 Tensor add_sparse(const Tensor& dense, const Tensor& sparse) {
   const Node* n = sparse.node();
   if (n->op == &ops::op_scatter_slice) {
@@ -45,16 +48,25 @@ Tensor product_of(const Tensor& t) {
   return is(p, ops::op_matmul) && p.rank() == 2 ? p : Tensor();
 }
 
-// `product` added to `other` by the product itself: matmul_add accumulates
-// it onto other, in other's memory when other dies there, instead of writing
-// a zeroed product and adding it in another pass (q, k and v's gradients
-// reaching their shared input). Undefined where product is no 2-D matmul.
-Tensor add_product(const Tensor& other, const Tensor& product) {
+// The 2-D matmul of two 2-D operands that `product` is (or a reshape of),
+// when `other` can be seen in its shape without a copy; undefined otherwise.
+Tensor product_onto(const Tensor& other, const Tensor& product) {
   const Tensor p = product_of(product);
   if (!p.defined()) return Tensor();
   const std::vector<Tensor>& in = p.node()->inputs;
   if (in[0].rank() != 2 || in[1].rank() != 2) return Tensor();
   if (other.shape() != p.shape() && !other.is_contiguous()) return Tensor();  // its reshape would copy
+  return p;
+}
+
+// `product` added to `other` by the product itself: matmul_add accumulates
+// it onto other, in other's memory when other dies there, instead of writing
+// a zeroed product and adding it in another pass (q, k and v's gradients
+// reaching their shared input). Undefined where product_onto is.
+Tensor add_product(const Tensor& other, const Tensor& product) {
+  const Tensor p = product_onto(other, product);
+  if (!p.defined()) return Tensor();
+  const std::vector<Tensor>& in = p.node()->inputs;
   return reshape(matmul_add(in[0], in[1], reshape(other, p.shape())), other.shape());
 }
 
@@ -68,6 +80,11 @@ Tensor fused_sum(const Tensor& acc, const Tensor& g) {
   if (Tensor r = add_sparse(g, acc); r.defined()) return r;
   if (Tensor r = add_product(acc, g); r.defined()) return r;
   return add_product(g, acc);
+}
+
+// Whether fused_sum(acc, g) is defined, without building it.
+bool has_fused_sum(const Tensor& acc, const Tensor& g) {
+  return is_sparse(g) || is_sparse(acc) || product_onto(acc, g).defined() || product_onto(g, acc).defined();
 }
 
 // A gradient sum: add of two operands of its own shape and dtype.
@@ -138,16 +155,15 @@ std::vector<Tensor> fuse(const std::vector<Tensor>& outputs, GradMap* replaced) 
   for (const Tensor& t : outputs) is_output.insert(t.node());
   const auto only_reader = [&](const Tensor& t) { return readers[t.node()] == 1 && !is_output.count(t.node()); };
 
-  // The layer norms whose backward takes in their x's other gradient: the sum
-  // must be the dx's one reader (nothing else sees dx alone), and acc must not
-  // depend on the norm's backward.
   // A layer norm's backward -> the gradient acc it takes in, where the sum
-  // add(acc, dx) becomes dx of layer_norm_affine_back_add(..., acc).
+  // add(acc, dx) becomes dx of layer_norm_affine_back_add(..., acc): the sum
+  // must be dx's one reader (nothing else sees dx alone), and acc must not
+  // depend on the norm's backward.
   std::unordered_map<const Node*, Tensor> absorb;
   std::unordered_map<const Node*, const Node*> absorbed_by;  // sum -> layer norm backward
   for (const Tensor& t : order) {
     const Node& n = *t.node();
-    if (!is_sum(n) || fused_sum(n.inputs[0], n.inputs[1]).defined()) continue;
+    if (!is_sum(n) || has_fused_sum(n.inputs[0], n.inputs[1])) continue;
     const Tensor &acc = n.inputs[0], &g = n.inputs[1];
     const Node* back = layer_norm_dx_of(g);
     if (!back || absorb.count(back) || is_output.count(back)) continue;
