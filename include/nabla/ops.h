@@ -38,6 +38,9 @@ Tensor silu(const Tensor& x);
 Tensor step(const Tensor& x);
 // -1, 0 or 1. Not differentiable.
 Tensor sign(const Tensor& x);
+// x's values as `dtype`: f32 <-> f64 (rounded to nearest; the gradient is cast
+// back), i32 -> f32 or f64 (not differentiated). x itself when already `dtype`.
+Tensor cast(const Tensor& x, DType dtype);
 
 // ---- Reductions over `axes` (all axes when empty).
 Tensor sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);

@@ -7,7 +7,7 @@
 
 namespace nabla {
 namespace ops {
-extern const OpDef op_abs, op_add, op_clamp, op_div, op_elu, op_eq, op_erf, op_exp, op_hardswish, op_leaky_relu,
+extern const OpDef op_abs, op_add, op_cast, op_clamp, op_div, op_elu, op_eq, op_erf, op_exp, op_hardswish, op_leaky_relu,
     op_log, op_mul, op_neg, op_relu, op_rsqrt, op_scale, op_sigmoid, op_sign, op_silu, op_softplus, op_sqrt,
     op_square, op_step, op_sub, op_tanh, op_where;
 }  // namespace ops
@@ -44,6 +44,8 @@ UNARY(log_kernel, std::log(x))
 UNARY(sqrt_kernel, std::sqrt(x))
 UNARY(rsqrt_kernel, 1 / std::sqrt(x))
 UNARY(square_kernel, x * x)
+// Read as double, stored rounded to the output's dtype: the cast itself.
+UNARY(cast_kernel, x)
 UNARY(tanh_kernel, std::tanh(x))
 UNARY(erf_kernel, std::erf(x))
 UNARY(sigmoid_kernel, sigmoid(x))
@@ -81,6 +83,7 @@ void register_elementwise_kernels() {
   register_kernel(ops::op_sqrt, sqrt_kernel);
   register_kernel(ops::op_rsqrt, rsqrt_kernel);
   register_kernel(ops::op_square, square_kernel);
+  register_kernel(ops::op_cast, cast_kernel);
   register_kernel(ops::op_tanh, tanh_kernel);
   register_kernel(ops::op_erf, erf_kernel);
   register_kernel(ops::op_sigmoid, sigmoid_kernel);
