@@ -94,6 +94,13 @@ Tensor attention_probs_back(const Tensor& q, const Tensor& k, const Tensor& p, c
 Tensor attention_probs_values_back(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& v,
                                    const Tensor& dout, double scale);
 
+// ---- A training step as one graph: the gradients' norm and clipping,
+// then the updates.
+// The sum of the squares of every element of xs (f32 or f64, one dtype, any
+// shapes), f64 []: summed as optim::global_norm sums, so for f32 gradients
+// global_norm == std::sqrt of it, bit for bit.
+Tensor squared_norm(const std::vector<Tensor>& xs);
+
 // ---- Updates: state changed in place (OpDef::mutates), a token out.
 // One AdamW step of parameter p and its moments m, v (f32 leaves) from
 // gradient g: schedule f64 [2] = {learning rate, step from 1}, every

@@ -67,18 +67,39 @@ bool default_decay(const std::string& name, const Tensor& param) {
   return name != "pos_embed" && name != "cls_token" && name.find("wpe") == std::string::npos;
 }
 
-double squared_norm_chunk(const std::vector<const float*>& grads, const std::vector<int64_t>& offsets,
-                          int64_t chunk) {
+namespace {
+
+double sum_squares(const float* x, int64_t n) { return cpu::sum_squares_f64(x, n); }
+double sum_squares(const double* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i] * x[i];
+  return s;
+}
+
+template <class T>
+double chunk_squares(const std::vector<const T*>& xs, const std::vector<int64_t>& offsets, int64_t chunk) {
   const int64_t b = chunk * kNormChunk, e = std::min(offsets.back(), b + kNormChunk);
   double acc = 0;
   size_t s = std::upper_bound(offsets.begin(), offsets.end(), b) - offsets.begin() - 1;
   for (int64_t i = b; i < e;) {
     const int64_t end = std::min(e, offsets[s + 1]);
-    acc += cpu::sum_squares_f64(grads[s] + (i - offsets[s]), end - i);
+    acc += sum_squares(xs[s] + (i - offsets[s]), end - i);
     i = end;
     ++s;
   }
   return acc;
+}
+
+}  // namespace
+
+double squared_norm_chunk(const std::vector<const float*>& grads, const std::vector<int64_t>& offsets,
+                          int64_t chunk) {
+  return chunk_squares(grads, offsets, chunk);
+}
+
+double squared_norm_chunk(const std::vector<const double*>& xs, const std::vector<int64_t>& offsets,
+                          int64_t chunk) {
+  return chunk_squares(xs, offsets, chunk);
 }
 
 double global_norm(const std::vector<const float*>& grads, const std::vector<int64_t>& sizes, int threads) {

@@ -27,5 +27,8 @@ void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const
 constexpr int64_t kNormChunk = int64_t{1} << 15;
 double squared_norm_chunk(const std::vector<const float*>& grads, const std::vector<int64_t>& offsets,
                           int64_t chunk);
+// The same over f64 tensors (the squared_norm op's f64 kernel).
+double squared_norm_chunk(const std::vector<const double*>& xs, const std::vector<int64_t>& offsets,
+                          int64_t chunk);
 
 }  // namespace nabla::optim

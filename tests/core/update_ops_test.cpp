@@ -8,6 +8,7 @@
 
 #include "nabla/nabla.hpp"
 #include "ops/internal_ops.h"
+#include "optim/update.h"
 
 using namespace nabla;
 
@@ -124,4 +125,37 @@ TEST(UpdateOps, GraphsWhereAnUpdateCannotHoldAreRefused) {
   Executor ex(Graph({adamw_update(p, g, m, v, Tensor::from_vector<double>({2}, {-1, 1}), scale, c, true)}), {.threads = 1});
   EXPECT_THROW(ex.run(), UsageError);
   EXPECT_THROW(adamw_update(p, g, m, Tensor::zeros(DType::f32, {2, 3}), schedule, scale, c, true), ShapeError);
+}
+
+TEST(UpdateOps, SquaredNormGivesTheGlobalNormsBits) {
+  // Sizes that cut the concatenation's 2^15-element chunks inside tensors,
+  // with odd tails and a tensor of one element.
+  const std::vector<Shape> shapes{{3}, {40000}, {1}, {65537}, {7, 3}};
+  std::vector<Tensor> xs;
+  std::vector<const float*> ptrs;
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    xs.push_back(random_leaf(shapes[i], 10 + i));
+    ptrs.push_back(xs.back().data_as<float>());
+    sizes.push_back(xs.back().numel());
+  }
+  const double want = optim::global_norm(ptrs, sizes, 2);
+  const Tensor sq = squared_norm(xs);
+  for (int threads : {1, 2, 4}) {
+    Executor ex(Graph({sq}), {.threads = threads});
+    ex.run();
+    const double got = ex.read<double>(sq)[0];
+    EXPECT_EQ(std::sqrt(got), want) << threads << " threads";
+  }
+  // The reference backend sums in element order: another order of the same
+  // squares, within 1e-12 relative (the sum's rounding is ~1e-16 a term).
+  Executor ref(Graph({sq}), {.threads = 1, .backend = "reference"});
+  ref.run();
+  EXPECT_NEAR(ref.read<double>(sq)[0], want * want, 1e-12 * want * want);
+  // f64 inputs, strided: against the sum written out.
+  Tensor x = Tensor::from_vector<double>({2, 3}, {1, -2, 3, 0.5, 4, -1});
+  const std::vector<Tensor> sq64{squared_norm({transpose(x), slice(x, 1, 0, 3, 2)})};
+  for (const std::string backend : {"cpu", "reference"}) {
+    EXPECT_EQ(eval(sq64, {.threads = 2, .backend = backend})[0].item(), 31.25 + 1 + 9 + 0.25 + 1) << backend;
+  }
 }

@@ -7,7 +7,7 @@
 
 namespace nabla {
 namespace ops {
-extern const OpDef op_argmax, op_max, op_mean, op_sum;
+extern const OpDef op_argmax, op_max, op_mean, op_squared_norm, op_sum;
 }  // namespace ops
 
 namespace reference {
@@ -86,6 +86,18 @@ void argmax_kernel(const Operands& a) {
   });
 }
 
+// Every element of every input squared and summed in double, in order.
+void squared_norm_kernel(const Operands& a) {
+  double acc = 0;
+  for (const TensorView& x : a.in) {
+    for_each_index(x.shape, [&](const Index& i) {
+      const double v = get(x, i);
+      acc += v * v;
+    });
+  }
+  set_at(a.out, 0, acc);
+}
+
 }  // namespace
 
 void register_reduction_kernels() {
@@ -93,6 +105,7 @@ void register_reduction_kernels() {
   register_kernel(ops::op_mean, mean_kernel);
   register_kernel(ops::op_max, max_kernel);
   register_kernel(ops::op_argmax, argmax_kernel);
+  register_kernel(ops::op_squared_norm, squared_norm_kernel);
 }
 
 }  // namespace reference
