@@ -157,6 +157,10 @@ bool is_internal(const OpDef& op);
 // Shape-rule helpers shared by ops.
 void require_floating(const char* op, const Tensor& t, const char* what);
 void require_same_dtype(const char* op, const Tensor& a, const Tensor& b);
+// An f64 operand of a given shape (an update op's settings): "op: what must
+// be f64 <expected>, got ...", a DTypeError for another dtype, else a
+// ShapeError where !shape_ok.
+void require_f64(const char* op, const Tensor& t, const char* what, const char* expected, bool shape_ok);
 
 // Calls fn.template operator()<T>() with T = float or double per dtype.
 template <class F>

@@ -327,6 +327,14 @@ void require_floating(const char* op, const Tensor& t, const char* what) {
   }
 }
 
+void require_f64(const char* op, const Tensor& t, const char* what, const char* expected, bool shape_ok) {
+  if (t.dtype() != DType::f64 || !shape_ok) {
+    const std::string message = std::string(op) + ": " + what + " must be f64 " + expected + ", got " + to_string(t);
+    if (t.dtype() != DType::f64) throw DTypeError(message);
+    throw ShapeError(message);
+  }
+}
+
 void require_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype()) {
     throw DTypeError(std::string(op) + ": operand dtypes differ: " + dtype_name(a.dtype()) + " and " +

@@ -100,6 +100,10 @@ Tensor attention_probs_values_back(const Tensor& q, const Tensor& k, const Tenso
 // shapes), f64 []: summed as optim::global_norm sums, so for f32 gradients
 // global_norm == std::sqrt of it, bit for bit.
 Tensor squared_norm(const std::vector<Tensor>& xs);
+// settings f64 [2] = {average, clip}, squared_norm one f64 -> f64 [2] =
+// {norm, scale}: norm = sqrt(squared_norm) * average, scale = average,
+// times clip / norm where clip > 0 and norm > clip (optim::clip_scale).
+Tensor clip_scale(const Tensor& squared_norm, const Tensor& settings);
 
 // ---- Updates: state changed in place (OpDef::mutates), a token out.
 // One AdamW step of parameter p and its moments m, v (f32 leaves) from

@@ -152,6 +152,13 @@ void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const
   }
 }
 
+ClipScale clip_scale(double squared_norm, double average, double clip) {
+  const double norm = std::sqrt(squared_norm) * average;
+  double scale = average;
+  if (clip > 0 && norm > clip) scale *= clip / norm;
+  return {norm, scale};
+}
+
 AdamW::AdamW(std::vector<Slot> slots, AdamWConfig config, int threads)
     : slots_(std::move(slots)), config_(config), threads_(threads) {
   // As PyTorch's: callers through the C API pass these unchecked.

@@ -21,6 +21,14 @@ AdamWConstants adamw_constants(const AdamWConfig& config, int64_t t, double lr, 
 // from its gradient g.
 void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const AdamWConstants& k);
 
+// A step's gradient norm and the factor its gradients are scaled by, from
+// their summed squares: the gradients averaged over runs and replicas
+// (average = 1 / (runs * replicas)), then clipped to norm `clip` (0: none).
+struct ClipScale {
+  double norm, scale;
+};
+ClipScale clip_scale(double squared_norm, double average, double clip);
+
 // Gradients seen as one concatenation (offsets[i] where gradient i starts,
 // then the total) are squared and summed in fixed chunks of kNormChunk
 // elements, the chunks' sums added in order: the same at any thread count.

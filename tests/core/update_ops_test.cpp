@@ -159,3 +159,19 @@ TEST(UpdateOps, SquaredNormGivesTheGlobalNormsBits) {
     EXPECT_EQ(eval(sq64, {.threads = 2, .backend = backend})[0].item(), 31.25 + 1 + 9 + 0.25 + 1) << backend;
   }
 }
+
+TEST(UpdateOps, ClipScaleFollowsTheTrainersRule) {
+  // sq 16, average 0.5: norm 2; clipped to 1, the scale is 0.5 * 1 / 2.
+  const auto run = [](double average, double clip, const std::string& backend) {
+    Tensor sq = Tensor::from_vector<double>({1}, {16});
+    Tensor settings = Tensor::from_vector<double>({2}, {average, clip});
+    return eval(clip_scale(sq, settings), {.threads = 1, .backend = backend}).to_vector<double>();
+  };
+  for (const std::string backend : {"cpu", "reference"}) {
+    EXPECT_EQ(run(0.5, 1.0, backend), (std::vector<double>{2, 0.25})) << backend;
+    EXPECT_EQ(run(0.5, 0.0, backend), (std::vector<double>{2, 0.5})) << backend << ": clip 0 is no clipping";
+    EXPECT_EQ(run(0.5, 5.0, backend), (std::vector<double>{2, 0.5})) << backend << ": under the clip";
+    const optim::ClipScale c = optim::clip_scale(16, 0.25, 0.3);
+    EXPECT_EQ(run(0.25, 0.3, backend), (std::vector<double>{c.norm, c.scale})) << backend;
+  }
+}

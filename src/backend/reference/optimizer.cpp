@@ -1,5 +1,5 @@
-// Reference kernels of the update ops: AdamW as its formula, in double,
-// rounded once per stored value.
+// Reference kernels of a training step's optimizer ops: the clipping and the
+// updates as their formulas, in double, rounded once per stored value.
 #include <cmath>
 
 #include "backend/reference/kernel.h"
@@ -7,11 +7,23 @@
 
 namespace nabla {
 namespace ops {
-extern const OpDef op_adamw_update;
+extern const OpDef op_adamw_update, op_clip_scale;
 }  // namespace ops
 
 namespace reference {
 namespace {
+
+// Element k of a rank-1 view (settings, hyper) with any stride.
+double hyper_at(const TensorView& hyper, int64_t k) { return get_at(hyper, k * hyper.strides[0]); }
+
+// squared_norm (one element), settings {average, clip} -> {norm, scale}.
+void clip_scale_kernel(const Operands& a) {
+  const double average = hyper_at(a.in[1], 0), clip = hyper_at(a.in[1], 1);
+  const double norm = std::sqrt(get_at(a.in[0], 0)) * average;
+  const double scale = clip > 0 && norm > clip ? average * (clip / norm) : average;
+  set_at(a.out, 0, norm);
+  set_at(a.out, 1, scale);
+}
 
 // p, g, m, v, schedule {lr, t}, grad_scale; attrs reals {beta1, beta2, eps,
 // weight_decay}, ints {decay}.
@@ -35,7 +47,10 @@ void adamw_update_kernel(const Operands& a) {
 
 }  // namespace
 
-void register_optimizer_kernels() { register_kernel(ops::op_adamw_update, adamw_update_kernel); }
+void register_optimizer_kernels() {
+  register_kernel(ops::op_clip_scale, clip_scale_kernel);
+  register_kernel(ops::op_adamw_update, adamw_update_kernel);
+}
 
 }  // namespace reference
 }  // namespace nabla
