@@ -106,6 +106,12 @@ Tensor squared_norm(const std::vector<Tensor>& xs);
 Tensor clip_scale(const Tensor& squared_norm, const Tensor& settings);
 
 // ---- Updates: state changed in place (OpDef::mutates), a token out.
+// One SGD step of parameter p and its momentum buffer buf (f32 leaves) from
+// gradient g: hyper f64 [3] = {lr, momentum, weight_decay} (may be a view,
+// a row of an f64 [P, 3] leaf), every gradient scaled by grad_scale (one
+// f64, any shape: e.g. a [1] slice of clip_scale's output) first:
+// optim::Sgd's bits.
+Tensor sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const Tensor& hyper, const Tensor& grad_scale);
 // One AdamW step of parameter p and its moments m, v (f32 leaves) from
 // gradient g: schedule f64 [2] = {learning rate, step from 1}, every
 // gradient scaled by grad_scale (f64 []) first; weight decay where `decay`.

@@ -152,6 +152,21 @@ void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const
   }
 }
 
+SgdConstants sgd_constants(double lr, double momentum, double weight_decay, double grad_scale) {
+  return {.lr = float(lr), .momentum = float(momentum), .weight_decay = float(weight_decay),
+          .grad_scale = float(grad_scale)};
+}
+
+void sgd_update(float* p, float* buf, const float* g, int64_t n, const SgdConstants& k) {
+  // Locals: the stores to p and buf (floats) could alias k's fields.
+  const float gs = k.grad_scale, wd = k.weight_decay, mu = k.momentum, rate = k.lr;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * gs + wd * p[i];
+    buf[i] = mu * buf[i] + gi;
+    p[i] -= rate * buf[i];
+  }
+}
+
 ClipScale clip_scale(double squared_norm, double average, double clip) {
   const double norm = std::sqrt(squared_norm) * average;
   double scale = average;
@@ -243,17 +258,9 @@ Sgd::Sgd(std::vector<Slot> slots, double momentum, double weight_decay, int thre
 
 void Sgd::step(const std::vector<const float*>& grads, double lr, double grad_scale) {
   check_grads(grads, slots_.size());
-  const float mu = float(momentum_), gs = float(grad_scale), rate = float(lr);
   for_each_range(offsets_, threads_, [&](size_t s, int64_t b, int64_t e) {
-    float* p = slots_[s].param.data_as<float>();
-    float* buf = buf_[s].data_as<float>();
-    const float* g = grads[s];
-    const float wd = slots_[s].decay ? float(weight_decay_) : 0.0f;
-    for (int64_t i = b; i < e; ++i) {
-      float gi = g[i] * gs + wd * p[i];
-      buf[i] = mu * buf[i] + gi;
-      p[i] -= rate * buf[i];
-    }
+    const SgdConstants k = sgd_constants(lr, momentum_, slots_[s].decay ? weight_decay_ : 0.0, grad_scale);
+    sgd_update(slots_[s].param.data_as<float>() + b, buf_[s].data_as<float>() + b, grads[s] + b, e - b, k);
   });
 }
 

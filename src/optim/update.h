@@ -1,6 +1,7 @@
-// The per-element optimizer updates, shared by the optimizer classes and
-// (to come) the update ops a training graph runs: one definition of the
-// arithmetic, so both give the same bits.
+// The per-element optimizer updates and a step's clipping, shared by the
+// optimizer classes and the ops a training graph runs (sgd_update,
+// adamw_update, clip_scale): one definition of the arithmetic, so both give
+// the same bits.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,18 @@ AdamWConstants adamw_constants(const AdamWConfig& config, int64_t t, double lr, 
 // Elements [0, n) of a parameter p and its moments m, v, updated in place
 // from its gradient g.
 void adamw_update(float* p, float* m, float* v, const float* g, int64_t n, const AdamWConstants& k);
+
+// One SGD step's constants (optim::Sgd's: f32): learning rate lr, momentum,
+// weight decay (0 where the parameter takes none), gradient scale.
+struct SgdConstants {
+  float lr, momentum, weight_decay, grad_scale;
+};
+SgdConstants sgd_constants(double lr, double momentum, double weight_decay, double grad_scale);
+
+// Elements [0, n) of a parameter p and its momentum buffer buf, updated in
+// place from its gradient g: g' = g grad_scale + weight_decay p,
+// buf = momentum buf + g', p -= lr buf.
+void sgd_update(float* p, float* buf, const float* g, int64_t n, const SgdConstants& k);
 
 // A step's gradient norm and the factor its gradients are scaled by, from
 // their summed squares: the gradients averaged over runs and replicas

@@ -22,6 +22,29 @@ Tensor random_leaf(Shape shape, uint64_t seed) {
   return Tensor::from_vector<float>(std::move(shape), v);
 }
 
+Tensor copy_of(const Tensor& t) { return Tensor::from_vector<float>(t.shape(), t.to_vector<float>()); }
+
+// Row i of an f64 [P, 3] leaf as an f64 [3] view (at an offset).
+Tensor row(const Tensor& hyper, int64_t i) { return reshape(slice(hyper, 0, i, i + 1), {3}); }
+
+// Entries of b within rel * (1 + |a|) of a's.
+void expect_near(const std::vector<float>& a, const std::vector<float>& b, double rel, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(b[j], a[j], rel * (1 + std::abs(a[j]))) << what << " entry " << j;
+}
+
+// Parameters and gradients of the optimizer tests: the second parameter
+// spans more than one 2^15-element chunk, so the class's chunks (over all
+// parameters at once) and the node's (over one) start at other elements.
+const std::vector<Tensor>& test_params() {
+  static const std::vector<Tensor> params{random_leaf({37, 5}, 1), random_leaf({40001}, 2)};
+  return params;
+}
+const std::vector<Tensor>& test_grads() {
+  static const std::vector<Tensor> grads{random_leaf({37, 5}, 3), random_leaf({40001}, 4)};
+  return grads;
+}
+
 struct Slot {
   Tensor p, g, m, v;
 };
@@ -47,6 +70,41 @@ std::vector<Slot> run_graph(const std::vector<Tensor>& params, const std::vector
     ex.run();
   }
   return slots;
+}
+
+// The same with sgd_update nodes: hyper rows {lr, momentum, weight_decay}.
+std::vector<Slot> run_sgd_graph(double momentum, double weight_decay, const std::string& backend) {
+  const std::vector<Tensor>& params = test_params();
+  std::vector<Slot> slots;
+  Tensor hyper = Tensor::zeros(DType::f64, {int64_t(params.size()), 3});
+  Tensor scales = Tensor::from_vector<double>({2}, {7, 0.5});
+  Graph g;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Slot s{copy_of(params[i]), test_grads()[i], Tensor::zeros(DType::f32, params[i].shape()), Tensor()};
+    const Tensor grad = i == 0 ? transpose(contiguous(transpose(s.g))) : s.g;
+    g.add_output(sgd_update(s.p, grad, s.m, row(hyper, int64_t(i)), slice(scales, 0, 1, 2)));
+    slots.push_back(s);
+  }
+  Executor ex(g, {.threads = 2, .backend = backend});
+  for (int t = 1; t <= 3; ++t) {
+    hyper.assign<double>({1e-2 * t, momentum, weight_decay, 1e-2 * t, momentum, 0.0});
+    ex.run();
+  }
+  return slots;
+}
+
+std::vector<optim::Slot> class_slots() {
+  std::vector<optim::Slot> slots;
+  for (size_t i = 0; i < test_params().size(); ++i) {
+    slots.push_back({"p" + std::to_string(i), copy_of(test_params()[i]), i == 0});
+  }
+  return slots;
+}
+
+std::vector<const float*> grad_ptrs() {
+  std::vector<const float*> out;
+  for (Tensor g : test_grads()) out.push_back(g.data_as<float>());  // a handle: the same storage
+  return out;
 }
 
 }  // namespace
@@ -173,5 +231,22 @@ TEST(UpdateOps, ClipScaleFollowsTheTrainersRule) {
     EXPECT_EQ(run(0.5, 5.0, backend), (std::vector<double>{2, 0.5})) << backend << ": under the clip";
     const optim::ClipScale c = optim::clip_scale(16, 0.25, 0.3);
     EXPECT_EQ(run(0.25, 0.3, backend), (std::vector<double>{c.norm, c.scale})) << backend;
+  }
+}
+
+TEST(UpdateOps, SgdUpdateGivesTheOptimizersBits) {
+  std::vector<optim::Slot> slots = class_slots();
+  optim::Sgd sgd(slots, 0.9, 0.1, 2);
+  for (int t = 1; t <= 3; ++t) sgd.step(grad_ptrs(), 1e-2 * t, 0.5);
+  const std::vector<Slot> graph = run_sgd_graph(0.9, 0.1, "cpu");
+  for (size_t i = 0; i < slots.size(); ++i) {
+    EXPECT_EQ(graph[i].p.to_vector<float>(), slots[i].param.to_vector<float>()) << "p" << i;
+  }
+  // The reference backend in double: within a few ulps of p and of the
+  // momentum buffer.
+  const std::vector<Slot> reference = run_sgd_graph(0.9, 0.1, "reference");
+  for (size_t i = 0; i < slots.size(); ++i) {
+    expect_near(graph[i].p.to_vector<float>(), reference[i].p.to_vector<float>(), 1e-6, "p" + std::to_string(i));
+    expect_near(graph[i].m.to_vector<float>(), reference[i].m.to_vector<float>(), 1e-6, "buf" + std::to_string(i));
   }
 }

@@ -7,7 +7,7 @@
 
 namespace nabla {
 namespace ops {
-extern const OpDef op_adamw_update, op_clip_scale;
+extern const OpDef op_adamw_update, op_clip_scale, op_sgd_update;
 }  // namespace ops
 
 namespace reference {
@@ -23,6 +23,21 @@ void clip_scale_kernel(const Operands& a) {
   const double scale = clip > 0 && norm > clip ? average * (clip / norm) : average;
   set_at(a.out, 0, norm);
   set_at(a.out, 1, scale);
+}
+
+// p, g, buf, hyper {lr, momentum, weight_decay}, grad_scale.
+void sgd_update_kernel(const Operands& a) {
+  const TensorView &p = a.in[0], &g = a.in[1], &buf = a.in[2];
+  const double lr = hyper_at(a.in[3], 0), mu = hyper_at(a.in[3], 1), wd = hyper_at(a.in[3], 2);
+  const double scale = get_at(a.in[4], 0);
+  if (!(lr >= 0) || !std::isfinite(lr) || !std::isfinite(mu) || !(wd >= 0) || !std::isfinite(wd)) {
+    throw UsageError("sgd_update: lr and weight decay must be finite and >= 0, momentum finite");
+  }
+  for_each_index(p.shape, [&](const Index& i) {
+    const double b = mu * get(buf, i) + get(g, i) * scale + wd * get(p, i);
+    set(buf, i, b);
+    set(p, i, get(p, i) - lr * b);
+  });
 }
 
 // p, g, m, v, schedule {lr, t}, grad_scale; attrs reals {beta1, beta2, eps,
@@ -49,6 +64,7 @@ void adamw_update_kernel(const Operands& a) {
 
 void register_optimizer_kernels() {
   register_kernel(ops::op_clip_scale, clip_scale_kernel);
+  register_kernel(ops::op_sgd_update, sgd_update_kernel);
   register_kernel(ops::op_adamw_update, adamw_update_kernel);
 }
 
