@@ -3,10 +3,11 @@
 // backend. p, m and v are leaves the kernel writes (OpDef::mutates); the
 // output is a token of no elements.
 //
-//   inputs: p, g, m, v (f32, one shape; g any layout), schedule f64 [2] =
-//           {learning rate, step t from 1}, grad_scale f64 [] (clipping,
-//           averaging), attrs reals {beta1, beta2, eps, weight_decay},
-//           ints {decay: 1 where weight decay applies}
+//   inputs: p, g, m, v (f32, one shape; g any layout), hyper f64 [3] =
+//           {learning rate, step t from 1, weight decay (0 where p takes
+//           none)}, any strides (a row of an f64 [P, 3] leaf), grad_scale
+//           f64, one element, any shape (clipping, averaging), attrs reals
+//           {beta1, beta2, eps}
 //   the arithmetic: optim::adamw_update (src/optim/update.h), shared with
 //   optim::AdamW, so the node and the class give the same bits.
 #include <cmath>
@@ -32,33 +33,31 @@ Meta adamw_update_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
                        to_string(in[0].shape()));
     }
   }
-  if (in[4].dtype() != DType::f64 || in[4].shape() != Shape{2}) {
-    throw ShapeError("adamw_update: schedule must be f64 [2] {lr, step}, got " + to_string(in[4]));
-  }
-  if (in[5].dtype() != DType::f64 || in[5].numel() != 1) {
-    throw ShapeError("adamw_update: grad_scale must be one f64, got " + to_string(in[5]));
-  }
-  const double b1 = attrs.reals[0], b2 = attrs.reals[1], eps = attrs.reals[2], wd = attrs.reals[3];
-  if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1) || !(eps >= 0 && std::isfinite(eps)) ||
-      !(wd >= 0 && std::isfinite(wd))) {
-    throw UsageError("adamw_update: betas must be in [0, 1), eps and weight decay finite and >= 0");
+  require_f64("adamw_update", in[4], "hyper", "[3] {lr, step, weight_decay}", in[4].shape() == Shape{3});
+  require_f64("adamw_update", in[5], "grad_scale", "with one element", in[5].numel() == 1);
+  const double b1 = attrs.reals[0], b2 = attrs.reals[1], eps = attrs.reals[2];
+  if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1) || !(eps >= 0 && std::isfinite(eps))) {
+    throw UsageError("adamw_update: betas must be in [0, 1), eps finite and >= 0");
   }
   return {DType::f32, {0}};
 }
 
-optim::AdamWConfig config_of(const Attrs& a) {
-  return {.beta1 = a.reals[0], .beta2 = a.reals[1], .eps = a.reals[2], .weight_decay = a.reals[3]};
-}
-
 void adamw_update_forward(const KernelArgs& a) {
-  const double* schedule = a.in[4].ptr<double>();
-  const double lr = schedule[0], t = schedule[1], grad_scale = a.in[5].ptr<double>()[0];
+  const double* hyper = a.in[4].ptr<double>();
+  const int64_t step = a.in[4].strides[0];
+  const double lr = hyper[0], t = hyper[step], wd = hyper[2 * step], grad_scale = a.in[5].ptr<double>()[0];
   if (!(lr >= 0) || !std::isfinite(lr)) {
     throw UsageError("adamw_update: learning rate must be finite and >= 0, got " + std::to_string(lr));
   }
   if (!(t >= 1) || t != std::floor(t)) throw UsageError("adamw_update: step must be 1, 2, ..., got " + std::to_string(t));
-  const optim::AdamWConstants k =
-      optim::adamw_constants(config_of(*a.attrs), int64_t(t), lr, grad_scale, a.attrs->ints[0] != 0);
+  if (!(wd >= 0) || !std::isfinite(wd)) {
+    throw UsageError("adamw_update: weight decay must be finite and >= 0, got " + std::to_string(wd));
+  }
+  // Decay always on: with weight decay 0 its factor float(1 - lr * 0) is the
+  // 1.0f that optim::AdamW uses for a parameter without decay.
+  const optim::AdamWConfig config{.beta1 = a.attrs->reals[0], .beta2 = a.attrs->reals[1], .eps = a.attrs->reals[2],
+                                  .weight_decay = wd};
+  const optim::AdamWConstants k = optim::adamw_constants(config, int64_t(t), lr, grad_scale, true);
   std::vector<float> gathered;
   const float* g = a.in[1].ptr<float>();
   if (!a.in[1].contiguous) {
@@ -78,7 +77,7 @@ void adamw_update_forward(const KernelArgs& a) {
 extern const OpDef op_adamw_update{
     .name = "adamw_update",
     .summary = "one AdamW step of p and its moments m, v from gradient g, in place; a token out",
-    .inputs = {{"p", Diff::no}, {"g", Diff::no}, {"m", Diff::no}, {"v", Diff::no}, {"schedule", Diff::no},
+    .inputs = {{"p", Diff::no}, {"g", Diff::no}, {"m", Diff::no}, {"v", Diff::no}, {"hyper", Diff::no},
                {"grad_scale", Diff::no}},
     .mutates = {0, 2, 3},
     .infer = adamw_update_infer,
@@ -87,10 +86,9 @@ NABLA_CPU_KERNEL(op_adamw_update, adamw_update_forward);
 
 }  // namespace ops
 
-Tensor adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& schedule,
-                    const Tensor& grad_scale, const optim::AdamWConfig& config, bool decay) {
-  return apply(ops::op_adamw_update, {p, g, m, v, schedule, grad_scale},
-               Attrs{{decay ? 1 : 0}, {config.beta1, config.beta2, config.eps, config.weight_decay}});
+Tensor adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& hyper,
+                    const Tensor& grad_scale, double beta1, double beta2, double eps) {
+  return apply(ops::op_adamw_update, {p, g, m, v, hyper, grad_scale}, Attrs{{}, {beta1, beta2, eps}});
 }
 
 }  // namespace nabla

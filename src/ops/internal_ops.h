@@ -12,7 +12,6 @@
 #include <optional>
 
 #include "nabla/ops.h"
-#include "nabla/optim.h"
 #include "nabla/tensor.h"
 
 namespace nabla {
@@ -105,18 +104,18 @@ Tensor squared_norm(const std::vector<Tensor>& xs);
 // times clip / norm where clip > 0 and norm > clip (optim::clip_scale).
 Tensor clip_scale(const Tensor& squared_norm, const Tensor& settings);
 
-// ---- Updates: state changed in place (OpDef::mutates), a token out.
+// ---- Updates: state changed in place (OpDef::mutates), a token out. The
+// executor runs them after every other reader of the state they write.
+// grad_scale is one f64 (any shape: e.g. a [1] slice of clip_scale's output)
+// that multiplies every gradient first; hyper an f64 [3] (may be a view, a row
+// of an f64 [P, 3] leaf).
 // One SGD step of parameter p and its momentum buffer buf (f32 leaves) from
-// gradient g: hyper f64 [3] = {lr, momentum, weight_decay} (may be a view,
-// a row of an f64 [P, 3] leaf), every gradient scaled by grad_scale (one
-// f64, any shape: e.g. a [1] slice of clip_scale's output) first:
-// optim::Sgd's bits.
+// gradient g, hyper = {lr, momentum, weight_decay}: optim::Sgd's bits.
 Tensor sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const Tensor& hyper, const Tensor& grad_scale);
 // One AdamW step of parameter p and its moments m, v (f32 leaves) from
-// gradient g: schedule f64 [2] = {learning rate, step from 1}, every
-// gradient scaled by grad_scale (f64 []) first; weight decay where `decay`.
-// The executor runs it after every other reader of p, m and v.
-Tensor adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& schedule,
-                    const Tensor& grad_scale, const optim::AdamWConfig& config, bool decay);
+// gradient g, hyper = {lr, step t from 1, weight_decay (0 where p takes no
+// decay)}: optim::AdamW's bits.
+Tensor adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& hyper,
+                    const Tensor& grad_scale, double beta1, double beta2, double eps);
 
 }  // namespace nabla

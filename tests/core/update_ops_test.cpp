@@ -1,6 +1,9 @@
-// Update ops (OpDef::mutates): adamw_update gives optim::AdamW's bits, runs
-// after every other reader of what it writes, and refuses graphs where that
-// cannot hold; on the reference backend it writes back host leaves.
+// A training step's ops: squared_norm and clip_scale give the bits of
+// optim::global_norm and TrainStep's clipping, the update ops (OpDef::mutates)
+// the bits of optim::AdamW and optim::Sgd; updates run after every other
+// reader of what they write, graphs where that cannot hold are refused, and
+// on the reference backend host leaves are written back. Each op also runs
+// on the reference backend, within a stated tolerance of the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -50,23 +53,27 @@ struct Slot {
 };
 
 // Three steps of adamw_update nodes in one graph (the learning rate changing
-// between runs), on `backend`.
-std::vector<Slot> run_graph(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                            const optim::AdamWConfig& c, const std::string& backend) {
+// between runs), on `backend`. hyper is one f64 [P, 3] leaf read a row per
+// node; grad_scale the second entry of an f64 [2] leaf.
+std::vector<Slot> run_adamw_graph(const optim::AdamWConfig& c, const std::string& backend) {
+  const std::vector<Tensor>& params = test_params();
   std::vector<Slot> slots;
-  Tensor schedule = Tensor::from_vector<double>({2}, {0, 0}), scale = Tensor::scalar(0.5, DType::f64);
+  Tensor hyper = Tensor::zeros(DType::f64, {int64_t(params.size()), 3});
+  Tensor scales = Tensor::from_vector<double>({2}, {7, 0.5});
   Graph g;
   for (size_t i = 0; i < params.size(); ++i) {
-    Slot s{Tensor::from_vector<float>(params[i].shape(), params[i].to_vector<float>()), grads[i],
-           Tensor::zeros(DType::f32, params[i].shape()), Tensor::zeros(DType::f32, params[i].shape())};
+    Slot s{copy_of(params[i]), test_grads()[i], Tensor::zeros(DType::f32, params[i].shape()),
+           Tensor::zeros(DType::f32, params[i].shape())};
     // The first gradient strided, as autodiff may hand it over.
     const Tensor grad = i == 0 ? transpose(contiguous(transpose(s.g))) : s.g;
-    g.add_output(adamw_update(s.p, grad, s.m, s.v, schedule, scale, c, i == 0));
+    g.add_output(adamw_update(s.p, grad, s.m, s.v, row(hyper, int64_t(i)), slice(scales, 0, 1, 2), c.beta1, c.beta2,
+                              c.eps));
     slots.push_back(s);
   }
   Executor ex(g, {.threads = 2, .backend = backend});
   for (int t = 1; t <= 3; ++t) {
-    schedule.assign<double>({1e-2 * t, double(t)});
+    // Weight decay on the first parameter only.
+    hyper.assign<double>({1e-2 * t, double(t), c.weight_decay, 1e-2 * t, double(t), 0.0});
     ex.run();
   }
   return slots;
@@ -111,78 +118,40 @@ std::vector<const float*> grad_ptrs() {
 
 TEST(UpdateOps, AdamwUpdateGivesTheOptimizersBits) {
   const optim::AdamWConfig c{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
-  const std::vector<Tensor> params{random_leaf({37, 5}, 1), random_leaf({3}, 2)};
-  const std::vector<Tensor> grads{random_leaf({37, 5}, 3), random_leaf({3}, 4)};
-  std::vector<optim::Slot> slots;
-  for (size_t i = 0; i < params.size(); ++i) {
-    slots.push_back({"p" + std::to_string(i), Tensor::from_vector<float>(params[i].shape(), params[i].to_vector<float>()),
-                     i == 0});
-  }
+  std::vector<optim::Slot> slots = class_slots();
   optim::AdamW adamw(slots, c, 2);
-  for (int t = 1; t <= 3; ++t) {
-    Tensor g0 = grads[0], g1 = grads[1];
-    adamw.step({g0.data_as<float>(), g1.data_as<float>()}, 1e-2 * t, 0.5);
-  }
-  const std::vector<Slot> graph = run_graph(params, grads, c, "cpu");
+  for (int t = 1; t <= 3; ++t) adamw.step(grad_ptrs(), 1e-2 * t, 0.5);
+  const std::vector<Slot> graph = run_adamw_graph(c, "cpu");
   const auto state = adamw.state();
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (size_t i = 0; i < slots.size(); ++i) {
     EXPECT_EQ(graph[i].p.to_vector<float>(), slots[i].param.to_vector<float>()) << "p" << i;
     EXPECT_EQ(graph[i].m.to_vector<float>(), state[2 * i].second.to_vector<float>()) << "m" << i;
     EXPECT_EQ(graph[i].v.to_vector<float>(), state[2 * i + 1].second.to_vector<float>()) << "v" << i;
   }
-  // The reference backend: its formula in double, and the host leaves
-  // written back after each run.
-  const std::vector<Slot> reference = run_graph(params, grads, c, "reference");
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::vector<float> a = graph[i].p.to_vector<float>(), b = reference[i].p.to_vector<float>();
-    for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(b[j], a[j], 1e-6 * (1 + std::abs(a[j]))) << "p" << i;
+  // The reference backend: its formula in double (f32 rounding once per
+  // stored value, against the CPU's per operation: a few ulps of p), and the
+  // host leaves written back after each run.
+  const std::vector<Slot> reference = run_adamw_graph(c, "reference");
+  for (size_t i = 0; i < slots.size(); ++i) {
+    expect_near(graph[i].p.to_vector<float>(), reference[i].p.to_vector<float>(), 1e-6, "p" + std::to_string(i));
   }
 }
 
-TEST(UpdateOps, AnUpdateRunsAfterEveryOtherReader) {
-  const optim::AdamWConfig c;
-  Tensor p = random_leaf({4, 3}, 1), g = random_leaf({4, 3}, 2);
-  Tensor m = Tensor::zeros(DType::f32, {4, 3}), v = Tensor::zeros(DType::f32, {4, 3});
-  Tensor schedule = Tensor::from_vector<double>({2}, {0.1, 1}), scale = Tensor::scalar(1.0, DType::f64);
-  const std::vector<float> before = p.to_vector<float>();
-  // The update first among the outputs, so a plain depth-first order would
-  // run it before the product that reads p.
-  Tensor token = adamw_update(p, g, m, v, schedule, scale, c, true);
-  Tensor y = p * 2.0;
-  for (const std::string backend : {"cpu", "reference"}) {
-    p.assign<float>(before);
-    Graph graph({token, y});
-    Executor ex(graph, {.threads = 1, .backend = backend});
-    ex.run();
-    const std::vector<float> doubled = ex.read<float>(y);
-    for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(doubled[i], 2 * before[i]) << backend;
-    EXPECT_NE(p.to_vector<float>(), before) << backend << ": p was not updated";
+TEST(UpdateOps, SgdUpdateGivesTheOptimizersBits) {
+  std::vector<optim::Slot> slots = class_slots();
+  optim::Sgd sgd(slots, 0.9, 0.1, 2);
+  for (int t = 1; t <= 3; ++t) sgd.step(grad_ptrs(), 1e-2 * t, 0.5);
+  const std::vector<Slot> graph = run_sgd_graph(0.9, 0.1, "cpu");
+  for (size_t i = 0; i < slots.size(); ++i) {
+    EXPECT_EQ(graph[i].p.to_vector<float>(), slots[i].param.to_vector<float>()) << "p" << i;
   }
-}
-
-TEST(UpdateOps, GraphsWhereAnUpdateCannotHoldAreRefused) {
-  const optim::AdamWConfig c;
-  Tensor p = random_leaf({2, 2}, 1), g = random_leaf({2, 2}, 2);
-  Tensor m = Tensor::zeros(DType::f32, {2, 2}), v = Tensor::zeros(DType::f32, {2, 2});
-  Tensor schedule = Tensor::from_vector<double>({2}, {0.1, 1}), scale = Tensor::scalar(1.0, DType::f64);
-  p.set_name("w");
-  const auto refused = [](const std::vector<Tensor>& outputs, const std::string& message) {
-    try {
-      Executor ex(Graph(outputs), {.threads = 1});
-      ADD_FAILURE() << "compiled; expected: " << message;
-    } catch (const UsageError& e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
-  };
-  refused({adamw_update(p * 1.0, g, m, v, schedule, scale, c, true)}, "input 'p' (f32[2, 2] (scale)) is updated in place and must be a leaf");
-  refused({adamw_update(p, g, m, v, schedule, scale, c, true), adamw_update(p, g * 2.0, Tensor::zeros(DType::f32, {2, 2}),
-                                                                            Tensor::zeros(DType::f32, {2, 2}), schedule, scale, c, true)},
-          "input 'p' (f32[2, 2] (leaf) 'w') is updated by two nodes of the graph");
-  refused({sum(adamw_update(p, g, m, v, schedule, scale, c, true))}, "sum: reads the token of 'adamw_update'");
-  // Bad schedules are a clear error when run, not a crash.
-  Executor ex(Graph({adamw_update(p, g, m, v, Tensor::from_vector<double>({2}, {-1, 1}), scale, c, true)}), {.threads = 1});
-  EXPECT_THROW(ex.run(), UsageError);
-  EXPECT_THROW(adamw_update(p, g, m, Tensor::zeros(DType::f32, {2, 3}), schedule, scale, c, true), ShapeError);
+  // The reference backend in double: within a few ulps of p and of the
+  // momentum buffer.
+  const std::vector<Slot> reference = run_sgd_graph(0.9, 0.1, "reference");
+  for (size_t i = 0; i < slots.size(); ++i) {
+    expect_near(graph[i].p.to_vector<float>(), reference[i].p.to_vector<float>(), 1e-6, "p" + std::to_string(i));
+    expect_near(graph[i].m.to_vector<float>(), reference[i].m.to_vector<float>(), 1e-6, "buf" + std::to_string(i));
+  }
 }
 
 TEST(UpdateOps, SquaredNormGivesTheGlobalNormsBits) {
@@ -234,19 +203,121 @@ TEST(UpdateOps, ClipScaleFollowsTheTrainersRule) {
   }
 }
 
-TEST(UpdateOps, SgdUpdateGivesTheOptimizersBits) {
-  std::vector<optim::Slot> slots = class_slots();
-  optim::Sgd sgd(slots, 0.9, 0.1, 2);
-  for (int t = 1; t <= 3; ++t) sgd.step(grad_ptrs(), 1e-2 * t, 0.5);
-  const std::vector<Slot> graph = run_sgd_graph(0.9, 0.1, "cpu");
-  for (size_t i = 0; i < slots.size(); ++i) {
-    EXPECT_EQ(graph[i].p.to_vector<float>(), slots[i].param.to_vector<float>()) << "p" << i;
+TEST(UpdateOps, AStepIsOneGraph) {
+  // Forward, backward, the gradients' norm, clipping and AdamW updates in
+  // one graph give optim::AdamW's bits after the trainer's clipping.
+  const optim::AdamWConfig c{.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
+  Tensor x = random_leaf({8, 5}, 20);
+  std::vector<Tensor> params{random_leaf({5, 3}, 21), random_leaf({3}, 22)};
+  const std::vector<Tensor> initial{copy_of(params[0]), copy_of(params[1])};
+  Tensor loss = mean(square(matmul(x, params[0]) + params[1]));
+  const std::vector<Tensor> grads = grad(loss, params);
+  // {average, clip}: the norm (about 1) is clipped to 0.05.
+  Tensor settings = Tensor::from_vector<double>({2}, {0.5, 0.05});
+  Tensor hyper = Tensor::from_vector<double>({2, 3}, {1e-2, 1, c.weight_decay, 1e-2, 1, 0});
+  Tensor norm_scale = clip_scale(squared_norm(grads), settings);
+  Graph g({loss, norm_scale, grads[0], grads[1]});
+  std::vector<Tensor> m, v;
+  for (size_t i = 0; i < params.size(); ++i) {
+    m.push_back(Tensor::zeros(DType::f32, params[i].shape()));
+    v.push_back(Tensor::zeros(DType::f32, params[i].shape()));
+    g.add_output(adamw_update(params[i], grads[i], m[i], v[i], row(hyper, int64_t(i)), slice(norm_scale, 0, 1, 2),
+                              c.beta1, c.beta2, c.eps));
   }
-  // The reference backend in double: within a few ulps of p and of the
-  // momentum buffer.
-  const std::vector<Slot> reference = run_sgd_graph(0.9, 0.1, "reference");
-  for (size_t i = 0; i < slots.size(); ++i) {
-    expect_near(graph[i].p.to_vector<float>(), reference[i].p.to_vector<float>(), 1e-6, "p" + std::to_string(i));
-    expect_near(graph[i].m.to_vector<float>(), reference[i].m.to_vector<float>(), 1e-6, "buf" + std::to_string(i));
+  Executor ex(g, {.threads = 2});
+  ex.run();
+  const std::vector<float> g0 = ex.read<float>(grads[0]), g1 = ex.read<float>(grads[1]);
+  const std::vector<double> got = ex.read<double>(norm_scale);
+
+  // The trainer's arithmetic on the gradients the graph computed.
+  double norm = optim::global_norm({g0.data(), g1.data()}, {15, 3}, 2) * 0.5, scale = 0.5;
+  if (norm > 0.05) scale *= 0.05 / norm;
+  ASSERT_LT(scale, 0.5) << "the case must clip";
+  EXPECT_EQ(got, (std::vector<double>{norm, scale}));
+  std::vector<optim::Slot> slots{{"w", copy_of(initial[0]), true}, {"b", copy_of(initial[1]), false}};
+  optim::AdamW adamw(slots, c, 2);
+  adamw.step({g0.data(), g1.data()}, 1e-2, scale);
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i].to_vector<float>(), slots[i].param.to_vector<float>()) << "p" << i;
   }
+}
+
+TEST(UpdateOps, AnUpdateRunsAfterEveryOtherReader) {
+  Tensor p = random_leaf({4, 3}, 1), g = random_leaf({4, 3}, 2);
+  Tensor m = Tensor::zeros(DType::f32, {4, 3}), v = Tensor::zeros(DType::f32, {4, 3});
+  Tensor hyper = Tensor::from_vector<double>({3}, {0.1, 1, 0.05}), scale = Tensor::scalar(1.0, DType::f64);
+  const std::vector<float> before = p.to_vector<float>();
+  // The update first among the outputs, so a plain depth-first order would
+  // run it before the product that reads p.
+  Tensor token = adamw_update(p, g, m, v, hyper, scale, 0.9, 0.999, 1e-8);
+  Tensor y = p * 2.0;
+  for (const std::string backend : {"cpu", "reference"}) {
+    p.assign<float>(before);
+    Graph graph({token, y});
+    Executor ex(graph, {.threads = 1, .backend = backend});
+    ex.run();
+    const std::vector<float> doubled = ex.read<float>(y);
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(doubled[i], 2 * before[i]) << backend;
+    EXPECT_NE(p.to_vector<float>(), before) << backend << ": p was not updated";
+  }
+}
+
+TEST(UpdateOps, GraphsWhereAnUpdateCannotHoldAreRefused) {
+  Tensor p = random_leaf({2, 2}, 1), g = random_leaf({2, 2}, 2);
+  Tensor m = Tensor::zeros(DType::f32, {2, 2}), v = Tensor::zeros(DType::f32, {2, 2});
+  Tensor hyper = Tensor::from_vector<double>({3}, {0.1, 1, 0.05}), scale = Tensor::scalar(1.0, DType::f64);
+  p.set_name("w");
+  const auto adamw = [&](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& hyper) {
+    return adamw_update(p, g, m, v, hyper, scale, 0.9, 0.999, 1e-8);
+  };
+  const auto refused = [](const std::vector<Tensor>& outputs, const std::string& message) {
+    try {
+      Executor ex(Graph(outputs), {.threads = 1});
+      ADD_FAILURE() << "compiled; expected: " << message;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  refused({adamw(p * 1.0, g, m, v, hyper)}, "input 'p' (f32[2, 2] (scale)) is updated in place and must be a leaf");
+  refused({adamw(p, g, m, v, hyper),
+           adamw(p, g * 2.0, Tensor::zeros(DType::f32, {2, 2}), Tensor::zeros(DType::f32, {2, 2}), hyper)},
+          "input 'p' (f32[2, 2] (leaf) 'w') is updated by two nodes of the graph");
+  refused({sum(adamw(p, g, m, v, hyper))}, "sum: reads the token of 'adamw_update'");
+  refused({sgd_update(p, g, Tensor::zeros(DType::f32, {2, 2}), hyper, scale), adamw(p, g, m, v, hyper)},
+          "input 'p' (f32[2, 2] (leaf) 'w') is updated by two nodes of the graph");
+  // Bad settings are a clear error when run, not a crash.
+  const std::vector<std::vector<double>> bad_hypers{{-1, 1, 0}, {0.1, 0, 0}, {0.1, 1.5, 0}, {0.1, 1, -1}};
+  for (const std::vector<double>& bad : bad_hypers) {
+    Executor ex(Graph({adamw(p, g, m, v, Tensor::from_vector<double>({3}, bad))}), {.threads = 1});
+    EXPECT_THROW(ex.run(), UsageError);
+  }
+  Executor ex(Graph({sgd_update(p, g, m, Tensor::from_vector<double>({3}, {0.1, 0.9, -1}), scale)}), {.threads = 1});
+  EXPECT_THROW(ex.run(), UsageError);
+}
+
+TEST(UpdateOps, WrongOperandsNameTheOpAndWhatItExpected) {
+  Tensor p = random_leaf({2, 2}, 1), g = random_leaf({2, 2}, 2), buf = Tensor::zeros(DType::f32, {2, 2});
+  Tensor hyper = Tensor::from_vector<double>({3}, {0.1, 0.9, 0}), scale = Tensor::scalar(1.0, DType::f64);
+  const auto message = [](auto&& build) -> std::string {
+    try {
+      build();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_THROW(adamw_update(p, g, buf, Tensor::zeros(DType::f32, {2, 3}), hyper, scale, 0.9, 0.999, 1e-8),
+               ShapeError);
+  EXPECT_THROW(adamw_update(p, g, buf, buf, Tensor::zeros(DType::f64, {2}), scale, 0.9, 0.999, 1e-8), ShapeError);
+  EXPECT_THROW(sgd_update(p, g, buf, hyper, Tensor::zeros(DType::f64, {2})), ShapeError);
+  EXPECT_THROW(sgd_update(p, g, buf, Tensor::zeros(DType::f32, {3}), scale), DTypeError);
+  EXPECT_EQ(message([&] { sgd_update(p, g, buf, Tensor::zeros(DType::f32, {3}), scale); }),
+            "sgd_update: hyper must be f64 [3] {lr, momentum, weight_decay}, got f32[3] (leaf)");
+  EXPECT_THROW(sgd_update(Tensor::zeros(DType::f64, {2, 2}), g, buf, hyper, scale), DTypeError);
+  EXPECT_EQ(message([&] { squared_norm({p, Tensor::zeros(DType::f64, {3})}); }),
+            "squared_norm: input 1 is f64, input 0 is f32; all must have one dtype");
+  EXPECT_THROW(squared_norm({Tensor::zeros(DType::i32, {3})}), DTypeError);
+  EXPECT_EQ(message([&] { clip_scale(Tensor::scalar(4.0, DType::f64), Tensor::zeros(DType::f64, {3})); }),
+            "clip_scale: settings must be f64 [2] {average, clip}, got f64[3] (leaf)");
+  EXPECT_THROW(clip_scale(Tensor::scalar(4.0, DType::f32), Tensor::zeros(DType::f64, {2})), DTypeError);
 }

@@ -40,15 +40,17 @@ void sgd_update_kernel(const Operands& a) {
   });
 }
 
-// p, g, m, v, schedule {lr, t}, grad_scale; attrs reals {beta1, beta2, eps,
-// weight_decay}, ints {decay}.
+// p, g, m, v, hyper {lr, t, weight_decay}, grad_scale; attrs reals {beta1,
+// beta2, eps}.
 void adamw_update_kernel(const Operands& a) {
   const TensorView &p = a.in[0], &g = a.in[1], &m = a.in[2], &v = a.in[3];
-  const double lr = get_at(a.in[4], 0), t = get_at(a.in[4], a.in[4].strides[0]), scale = get_at(a.in[5], 0);
+  const double lr = hyper_at(a.in[4], 0), t = hyper_at(a.in[4], 1), wd = hyper_at(a.in[4], 2);
+  const double scale = get_at(a.in[5], 0);
   if (!(lr >= 0) || !std::isfinite(lr)) throw UsageError("adamw_update: learning rate must be finite and >= 0");
   if (!(t >= 1) || t != std::floor(t)) throw UsageError("adamw_update: step must be 1, 2, ...");
-  const double b1 = a.attrs->reals[0], b2 = a.attrs->reals[1], eps = a.attrs->reals[2], wd = a.attrs->reals[3];
-  const double decay = a.attrs->ints[0] ? 1 - lr * wd : 1.0;
+  if (!(wd >= 0) || !std::isfinite(wd)) throw UsageError("adamw_update: weight decay must be finite and >= 0");
+  const double b1 = a.attrs->reals[0], b2 = a.attrs->reals[1], eps = a.attrs->reals[2];
+  const double decay = 1 - lr * wd;
   const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
   for_each_index(p.shape, [&](const Index& i) {
     const double gi = get(g, i) * scale;
