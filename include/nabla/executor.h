@@ -50,7 +50,11 @@ class Executor {
   Executor(Executor&&) noexcept;
   Executor& operator=(Executor&&) noexcept;
 
-  void run();
+  void run();  // every stage, as one
+  // The nodes of one stage of the graph (Graph::add_output), e.g. a training
+  // step's update after its gradients were read or summed.
+  void run(int stage);
+  int stages() const;
 
   const MemoryReport& memory() const;
   // Per-op kernel time over every run() so far, largest first, one line per

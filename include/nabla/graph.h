@@ -20,8 +20,15 @@ class Graph {
   Graph() = default;
   explicit Graph(std::vector<Tensor> outputs);
 
-  void add_output(const Tensor& t);
+  // Outputs come in stages that Executor::run(stage) runs one at a time:
+  // stage k's nodes are those its outputs need and no earlier stage's do.
+  // They may read leaves and earlier stages' outputs, nothing else of an
+  // earlier stage. A training step's update (stage 1) runs after its
+  // gradients (stage 0), in one graph and one arena, with the learning rate
+  // written in between. An output added twice keeps its earlier stage.
+  void add_output(const Tensor& t, int stage = 0);
   const std::vector<Tensor>& outputs() const { return outputs_; }
+  const std::vector<int>& stages() const { return stages_; }  // one per output
 
   // Appends the gradients of `loss` with respect to every parameter that
   // reaches it (Tensor::requires_grad) and every tensor in `wrt`, and makes
@@ -37,6 +44,7 @@ class Graph {
 
  private:
   std::vector<Tensor> outputs_;
+  std::vector<int> stages_;
   std::vector<Tensor> parameters_;
   std::unordered_map<const Node*, Tensor> grads_;
 };

@@ -45,6 +45,7 @@ struct Executor::Impl {
     int64_t position;
   };
   std::vector<Step> steps;
+  std::vector<std::vector<size_t>> stage_steps;  // each stage's steps, in order
   std::unique_ptr<Program> program;
   ExecOptions options;
   std::vector<double> step_seconds;  // profiling: total per step
@@ -71,6 +72,10 @@ struct Executor::Impl {
   // The values of view v in host memory, row-major.
   void copy_to_host(const TensorView& v, void* dst) const;
   void check_finite(const Step& s) const;
+  // Runs these steps after copying staged leaves in, and copies back what
+  // update ops wrote into them.
+  // A profile counts runs of the whole graph or of stage 0 (`counted`).
+  void run_steps(const std::vector<size_t>& which, bool counted);
   // The graph's tensor for t: t's own node, or what replaced it.
   Tensor compiled(Tensor t) const {
     for (auto it = replaced.find(t.node()); it != replaced.end(); it = replaced.find(t.node())) t = it->second;
@@ -190,6 +195,49 @@ std::vector<Tensor> order_updates_last(const std::vector<Tensor>& order) {
   return rest;
 }
 
+// The stage of each position of `order`: the earliest stage whose outputs
+// need it (Graph::add_output). UsageError for a node that reads a value of an
+// earlier stage other than an output or a leaf: its memory may be reused by
+// the time its stage runs.
+std::vector<int> assign_stages(const std::vector<Tensor>& order, const std::unordered_map<const Node*, int64_t>& pos,
+                               const std::vector<Tensor>& outputs, const std::vector<int>& output_stage) {
+  constexpr int kNone = -1;
+  std::vector<int> stage(order.size(), kNone);
+  std::vector<size_t> by_stage(outputs.size());
+  for (size_t i = 0; i < by_stage.size(); ++i) by_stage[i] = i;
+  std::stable_sort(by_stage.begin(), by_stage.end(),
+                   [&](size_t a, size_t b) { return output_stage[a] < output_stage[b]; });
+  // Taken in stage order, a marked node's inputs are all marked already.
+  std::vector<const Node*> todo;
+  for (size_t o : by_stage) {
+    todo.push_back(outputs[o].node());
+    while (!todo.empty()) {
+      const Node* n = todo.back();
+      todo.pop_back();
+      int& s = stage[size_t(pos.at(n))];
+      if (s != kNone) continue;
+      s = output_stage[o];
+      for (const Tensor& in : n->inputs) todo.push_back(in.node());
+    }
+  }
+  NodeSet output_roots;
+  for (const Tensor& t : outputs) output_roots.insert(t.node()->root());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node* n = order[i].node();
+    if (n->is_leaf()) continue;
+    for (const Tensor& in : n->inputs) {
+      const Node* r = in.node()->root();
+      const int from = stage[size_t(pos.at(r))];
+      if (r->is_leaf() || from == stage[i] || output_roots.count(r)) continue;
+      throw UsageError("executor: '" + std::string(n->op->name) + "' of stage " + std::to_string(stage[i]) +
+                       " reads " + to_string(in) + " of stage " + std::to_string(from) +
+                       ", which is not an output: its memory may be reused before stage " +
+                       std::to_string(stage[i]) + " runs; make it an output of stage " + std::to_string(from));
+    }
+  }
+  return stage;
+}
+
 }  // namespace
 
 Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_unique<Impl>()) {
@@ -248,6 +296,8 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
     }
   }
 
+  const std::vector<int> stage = assign_stages(m.order, m.pos, m.outputs, graph.stages());
+  m.stage_steps.resize(graph.stages().empty() ? 1 : size_t(*std::max_element(graph.stages().begin(), graph.stages().end()) + 1));
   std::vector<KernelCall> calls;
   for (size_t i = 0; i < m.order.size(); ++i) {
     const Tensor& t = m.order[i];
@@ -257,6 +307,7 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
     for (const Tensor& in : n->inputs) c.operands.in.push_back(m.view(in));
     c.operands.out = m.view(t);
     c.operands.attrs = &n->attrs;
+    m.stage_steps[size_t(stage[i])].push_back(m.steps.size());
     m.steps.push_back({n->op, c.operands.out, static_cast<int64_t>(i)});
     calls.push_back(std::move(c));
   }
@@ -268,33 +319,42 @@ Executor::Executor(Executor&&) noexcept = default;
 Executor& Executor::operator=(Executor&&) noexcept = default;
 
 void Executor::run() {
-  Impl& m = *impl_;
-  for (const auto& [leaf, copy] : m.staged) m.backend->copy_in(copy->data, leaf->buffer->data, copy->bytes);
+  std::vector<size_t> all(impl_->steps.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  impl_->run_steps(all, true);
+}
+
+void Executor::run(int stage) {
+  if (stage < 0 || size_t(stage) >= impl_->stage_steps.size()) {
+    throw UsageError("executor: run of stage " + std::to_string(stage) + "; the graph has " +
+                     std::to_string(impl_->stage_steps.size()) + " (0 to " +
+                     std::to_string(impl_->stage_steps.size() - 1) + ")");
+  }
+  impl_->run_steps(impl_->stage_steps[size_t(stage)], stage == 0);
+}
+
+int Executor::stages() const { return int(impl_->stage_steps.size()); }
+
+void Executor::Impl::run_steps(const std::vector<size_t>& which, bool counted) {
+  for (const auto& [leaf, copy] : staged) backend->copy_in(copy->data, leaf->buffer->data, copy->bytes);
+  if (options.profile) {
+    step_seconds.resize(steps.size(), 0.0);
+    if (counted) ++profiled_runs;
+  }
+  for (size_t i : which) {
+    if (!options.profile) {
+      program->run(i);
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      program->run(i);
+      backend->synchronize();
+      step_seconds[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    if (options.check_finite) check_finite(steps[i]);
+  }
   // What update ops wrote into staged leaves goes back to the host leaves.
-  const auto copy_back = [&] {
-    m.backend->synchronize();
-    for (const Node* leaf : m.staged_updates) {
-      m.backend->copy_out(leaf->buffer->data, m.staged.at(leaf)->data, leaf->buffer->bytes);
-    }
-  };
-  if (!m.options.profile) {
-    for (size_t i = 0; i < m.steps.size(); ++i) {
-      m.program->run(i);
-      if (m.options.check_finite) m.check_finite(m.steps[i]);
-    }
-    copy_back();
-    return;
-  }
-  m.step_seconds.resize(m.steps.size(), 0.0);
-  ++m.profiled_runs;
-  for (size_t i = 0; i < m.steps.size(); ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    m.program->run(i);
-    m.backend->synchronize();
-    m.step_seconds[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (m.options.check_finite) m.check_finite(m.steps[i]);
-  }
-  copy_back();
+  backend->synchronize();
+  for (const Node* leaf : staged_updates) backend->copy_out(leaf->buffer->data, staged.at(leaf)->data, leaf->buffer->bytes);
 }
 
 std::string Executor::profile() const {

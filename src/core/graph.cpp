@@ -233,12 +233,17 @@ Graph::Graph(std::vector<Tensor> outputs) {
   for (const Tensor& t : outputs) add_output(t);
 }
 
-void Graph::add_output(const Tensor& t) {
+void Graph::add_output(const Tensor& t, int stage) {
   if (!t.defined()) throw UsageError("graph: an output is an undefined tensor");
-  for (const Tensor& o : outputs_) {
-    if (o.same(t)) return;
+  if (stage < 0) throw UsageError("graph: stage " + std::to_string(stage) + " of " + to_string(t) + " is negative");
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (outputs_[i].same(t)) {
+      stages_[i] = std::min(stages_[i], stage);
+      return;
+    }
   }
   outputs_.push_back(t);
+  stages_.push_back(stage);
 }
 
 void Graph::backward(const Tensor& loss, const std::vector<Tensor>& wrt) {

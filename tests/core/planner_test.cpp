@@ -221,3 +221,61 @@ TEST(Planner, ReductionsRunRightAfterTheirInputAndFreeItEarly) {
   EXPECT_EQ(planned.read<float>(chain), reference.read<float>(chain));
   EXPECT_EQ(planned.read<float>(s), reference.read<float>(s));
 }
+
+// Stages (Graph::add_output): run(k) runs the nodes stage k's outputs need
+// and no earlier stage's, reading earlier outputs as they were left; leaves
+// rewritten in between are seen. run() runs everything, as one.
+TEST(Executor, StagesRunTheirOwnNodes) {
+  Tensor x = Tensor::from_vector<double>({3}, {1, 2, 3});
+  Tensor k = Tensor::from_vector<double>({3}, {10, 10, 10});
+  Tensor first = exp(x) * 2.0;                  // stage 0
+  Tensor second = first + k;                    // stage 1: an output of stage 0 and a leaf
+  Tensor third = sum(square(second) * first);  // stage 2
+  Graph g;
+  g.add_output(first);
+  g.add_output(third, 2);
+  g.add_output(second, 1);
+  g.add_output(third, 3);  // keeps stage 2
+  EXPECT_EQ(g.stages(), (std::vector<int>{0, 2, 1}));
+  for (const std::string backend : {"cpu", "reference"}) {
+    SCOPED_TRACE(backend);
+    Executor ex(g, {.backend = backend});
+    ASSERT_EQ(ex.stages(), 3);
+    ex.run(0);
+    const std::vector<double> f = ex.read<double>(first);
+    EXPECT_DOUBLE_EQ(f[2], 2 * std::exp(3.0));
+    k.assign<double>({1, 1, 1});  // after stage 0: stage 1 sees it
+    ex.run(1);
+    EXPECT_EQ(ex.read<double>(second), (std::vector<double>{f[0] + 1, f[1] + 1, f[2] + 1}));
+    x.assign<double>({0, 0, 0});  // stage 2 does not recompute `first`
+    ex.run(2);
+    double want = 0;
+    for (double v : f) want += (v + 1) * (v + 1) * v;
+    EXPECT_DOUBLE_EQ(ex.read<double>(third)[0], want);
+    ex.run();
+    EXPECT_EQ(ex.read<double>(first), (std::vector<double>{2, 2, 2}));
+    EXPECT_DOUBLE_EQ(ex.read<double>(third)[0], 3 * 3 * 3 * 2.0);
+    EXPECT_THROW(ex.run(3), UsageError);
+    EXPECT_THROW(ex.run(-1), UsageError);
+    x.assign<double>({1, 2, 3});
+    k.assign<double>({10, 10, 10});
+  }
+}
+
+// A stage may not read an earlier stage's intermediate: the planner may have
+// given its memory to a later node by then.
+TEST(Executor, StagesRefuseToReadAnEarlierIntermediate) {
+  Tensor x = Tensor::from_vector<double>({4}, {1, 2, 3, 4});
+  Tensor hidden = exp(x);
+  Graph g;
+  g.add_output(sum(hidden));
+  g.add_output(hidden * 3.0, 1);
+  try {
+    Executor ex(g);
+    FAIL() << "compiled";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("of stage 1 reads"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("make it an output of stage 0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(g.add_output(x, -1), UsageError);
+}
