@@ -78,7 +78,8 @@ void nabla_context_free(nabla_context* ctx);
  * "cpu" (the default) or "reference" (plain single-threaded kernels in memory
  * of their own, to check results against). Leaves stay in host memory and are
  * copied to the backend at every compute. Trainers (nabla_trainer_create)
- * run on the CPU. An unknown name is NABLA_ERROR_USAGE, naming the backends
+ * run their whole step (forward, backward, update) on the backend the
+ * context had when they were created. An unknown name is NABLA_ERROR_USAGE, naming the backends
  * this build has. */
 nabla_status nabla_context_set_backend(nabla_context* ctx, const char* backend);
 

@@ -130,7 +130,7 @@ int run_grad(const GradArgs& a) {
 
   // One compiled step: the first run gives the gradients; each further run
   // the loss before the next optimizer update.
-  TrainStep step(m.loss, m.params(), {}, a.adamw, ExecOptions{.threads = a.threads});
+  TrainStep step(m.loss, m.params(), {}, a.adamw, ExecOptions{.threads = a.threads, .backend = a.backend});
   step.run();
   const auto& names = m.params().list();
   std::vector<std::pair<std::string, Tensor>> out{{"loss", step.executor().fetch(m.loss)}};

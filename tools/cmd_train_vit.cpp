@@ -132,7 +132,10 @@ int run_train_vit(const TrainVitArgs& a) {
   }
 
   // ---- The compiled training step, for one replica's share of the batch.
-  const int R = a.replicas > 0 ? a.replicas : default_replicas(a.threads, B, model.params().count());
+  // Replicas are the CPU's threads side by side; another backend runs one.
+  const int R = a.replicas > 0          ? a.replicas
+                : a.backend == "cpu" ? default_replicas(a.threads, B, model.params().count())
+                                     : 1;
   if (B % R != 0) throw UsageError(fmt::format("train vit: --replicas {} does not divide the batch of {}", R, B));
   Tensor images = Tensor::zeros(DType::f32, {B / R, C, S, S}).set_name("images");
   Tensor labels = Tensor::zeros(DType::i32, {B / R}).set_name("labels");

@@ -121,6 +121,7 @@ int run_eval(const EvalArgs& opt);
 struct GradArgs {
   std::string weights, batch, out;
   int threads = 0;
+  std::string backend = "cpu";
   // After the gradient: this many AdamW steps on the same batch at a constant
   // lr, writing the loss before each as `losses` (0: none).
   int adamw_steps = 0;

@@ -126,6 +126,9 @@ void add_training_options(CLI::App* cmd, TrainLoopArgs& a, const std::string& se
                 "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
   cmd->add_flag("--bf16-matmul", a.bf16_matmul,
                 "Round matmul operands to bfloat16, accumulating in f32 (faster where the CPU has avx512_bf16)");
+  cmd->add_option("--backend", a.backend, "Backend that runs the training step (forward, backward, update)")
+      ->check(backend_name())
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -285,6 +288,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   gradient_cmd->add_option("--out", gradargs.out, "Output safetensors (grad.<name> and loss)")->required();
   add_int(gradient_cmd, "--threads", gradargs.threads, "Threads (0: all cores)", 0, 256);
+  gradient_cmd->add_option("--backend", gradargs.backend, "Backend that runs the step")
+      ->check(backend_name())
+      ->capture_default_str();
   add_int(gradient_cmd, "--adamw-steps", gradargs.adamw_steps,
           "Then this many AdamW steps on the same batch, the loss before each written as 'losses'", 0, 1'000'000);
   gradient_cmd->add_option("--lr", gradargs.lr, "AdamW learning rate (constant)")

@@ -31,7 +31,10 @@ std::optional<Checkpoint> load_resume_checkpoint(const TrainLoopArgs& args) {
 }
 
 ExecOptions exec_options(const TrainLoopArgs& args) {
-  return ExecOptions{.threads = args.threads, .check_finite = args.check_finite, .bf16_matmul = args.bf16_matmul};
+  return ExecOptions{.threads = args.threads,
+                     .check_finite = args.check_finite,
+                     .bf16_matmul = args.bf16_matmul,
+                     .backend = args.backend};
 }
 
 int32_t step_seed(uint64_t seed, int64_t step) {

@@ -35,6 +35,7 @@ struct TrainLoopArgs {
   std::string log;         // CSV path, overriding the one beside the checkpoint
   bool check_finite = false;
   bool bf16_matmul = false;
+  std::string backend = "cpu";  // which backend runs the step (backend_names())
 };
 
 // The checkpoint `args.resume` names, when given, with its training position;

@@ -49,6 +49,12 @@ class AdamW {
 
   int64_t steps() const { return t_; }
   const std::vector<Slot>& slots() const { return slots_; }
+  const AdamWConfig& config() const { return config_; }
+  // For a training graph whose adamw_update nodes step these moments in
+  // place: counts one step taken there and returns its number (from 1).
+  int64_t count_step() { return ++t_; }
+  const Tensor& exp_avg(size_t slot) const { return m_.at(slot); }
+  const Tensor& exp_avg_sq(size_t slot) const { return v_.at(slot); }
   // Overrides the weight-decay rule for one slot (e.g. a position embedding
   // that a caller without names wants left undecayed).
   void set_decay(size_t slot, bool decay);

@@ -19,9 +19,10 @@ namespace train {
 class GradientRows;
 }
 
-// loss (scalar) and `extras` (e.g. logits, for accuracy) are outputs; the
-// gradient of every parameter is made contiguous so the fused optimizer reads
-// it in place.
+// One graph, compiled once on options.backend: loss (scalar) and `extras`
+// (e.g. logits, for accuracy) and the gradient of every parameter are stage
+// 0's outputs (run()); the gradients' norm, the clip and one AdamW node per
+// parameter are stage 1 (update()), bit for bit optim::AdamW's arithmetic.
 //
 // low_memory: a weight gradient that autodiff builds as a product of factors
 // smaller than it (a linear layer's over few tokens: [T, R] and [T, C]
@@ -32,8 +33,8 @@ class GradientRows;
 // The backward pass skips those products. Without clipping the parameters
 // are the same bit for bit where both paths run nabla's own GEMM kernels;
 // with it, the norm (and so the scale) agrees to rounding. Less memory for
-// a slightly longer step (docs/performance.md). Needs micro_batches == 1 and
-// replicas == 1.
+// a slightly longer step (docs/performance.md). Needs micro_batches == 1,
+// replicas == 1 and the cpu backend (its update runs on the host).
 //
 // replicas: data parallelism inside the process. The graph (built for one
 // replica's share of the batch) is copied replicas - 1 times, sharing the
@@ -46,7 +47,8 @@ class GradientRows;
 // cross-core traffic costing much of the gain, this scales better than
 // splitting every kernel (Fashion-MNIST ViT: see docs/performance.md). The
 // results depend on the replica count (the batch's gradient is summed in
-// that many groups), not on the thread count.
+// that many groups), not on the thread count. Replicas and micro-batches sum
+// in host memory: backends with memory of their own run one of each.
 class TrainStep {
  public:
   TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
@@ -78,19 +80,28 @@ class TrainStep {
 
   // Clips the (accumulated, averaged) gradients to global norm `clip` (0: no
   // clipping), takes one AdamW step at `lr`, and resets the accumulation.
-  // Returns the gradient norm before clipping.
+  // Returns the gradient norm before clipping. The weight decay of each
+  // parameter is optimizer().slots()'s at the time of the call.
   double update(double lr, double clip);
   int runs_since_update() const { return runs_since_update_; }
 
  private:
   void check_replica(int replica) const;  // UsageError outside [0, replicas())
+  // update() as the graph's stage 1 (squared_norm, clip_scale, adamw_update
+  // nodes), or on the host from factored gradients (low_memory); each
+  // returns the norm. `average` scales the summed gradients to their mean.
+  double update_in_graph(double lr, double clip, double average);
+  double update_factored(double lr, double clip, double average);
   Tensor loss_;
   std::vector<Tensor> grads_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::vector<const float*> grad_ptrs_;
   std::vector<int64_t> sizes_;
-  std::vector<std::vector<float>> accum_;  // used when several runs feed one update
+  std::vector<Tensor> accum_;  // f32 leaves: the gradients summed when several runs feed one update
+  // The update stage's inputs: per parameter {lr, step, weight decay} (rows
+  // of f64 [P, 3]); {average, clip}. Its clip_scale node: {norm, scale}.
+  Tensor hyper_, settings_, clip_;
   std::vector<std::unique_ptr<train::GradientRows>> factored_;  // per parameter; null: held whole
   struct Replica;
   std::vector<Replica> copies_;  // replicas 1, 2, ...

@@ -838,7 +838,8 @@ nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_
       undecayed.push_back(slot);
     }
 
-    nabla::ExecOptions options{.threads = threads, .bf16_matmul = (flags & NABLA_TRAIN_BF16_MATMUL) != 0};
+    nabla::ExecOptions options{
+        .threads = threads, .bf16_matmul = (flags & NABLA_TRAIN_BF16_MATMUL) != 0, .backend = context.backend};
     auto trainer = std::make_unique<nabla_trainer>();
     trainer->ctx = ctx;
     trainer->step = std::make_unique<nabla::TrainStep>(

@@ -7,13 +7,15 @@
 #include <cstdio>
 #include <optional>
 
-#include "backend/cpu/fusion.h"
+#include "backend/backend.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/graph_internal.h"
 #include "core/node.h"
 #include "core/op.h"
 #include "nabla/error.h"
 #include "nabla/graph.h"
+#include "ops/internal_ops.h"
+#include "optim/update.h"
 #include "train/factored_gradient.h"
 
 namespace nabla {
@@ -74,19 +76,31 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
     throw DTypeError("train step: the loss must be one f32 element, got " +
                      (loss.defined() ? to_string(loss) : std::string("an undefined tensor")));
   }
+  const Backend& backend = find_backend(options.backend);
+  const std::string backend_name = backend.name();
+  if (low_memory && backend_name != "cpu") {
+    throw UsageError("train step: low_memory multiplies factored gradients out on the cpu backend, not on '" +
+                     backend_name + "'");
+  }
+  if ((micro_batches > 1 || replicas > 1) && !backend.host_memory()) {
+    throw UsageError("train step: micro-batches and replicas sum gradients in host memory; the '" + backend_name +
+                     "' backend has memory of its own (run one of each there)");
+  }
   threads_ = options.threads > 0 ? options.threads : cpu::default_threads();
   std::vector<Tensor> wrt;
   std::vector<optim::Slot> slots;
   for (const auto& [name, p] : params.list()) {
     wrt.push_back(p);
     slots.push_back({name, p, optim::default_decay(name, p)});
+    sizes_.push_back(p.numel());
   }
+  optimizer_ = std::make_unique<optim::AdamW>(std::move(slots), adamw, threads_);
   Graph graph({loss});
   for (const Tensor& t : extras) graph.add_output(t);
   std::vector<std::optional<train::FactoredGradient>> factors;
   // Factoring reads the gradients as the CPU rewrite fuses them (a weight's
   // product placed by add_slice, a tied embedding's add_rows).
-  for (const Tensor& g : cpu::fuse(grad(loss, wrt))) {
+  for (const Tensor& g : backend.rewrite(grad(loss, wrt), nullptr)) {
     factors.push_back(low_memory ? train::factor_gradient(g) : std::nullopt);
     if (auto& f = factors.back()) {
       // The factors instead of the product: it is never computed.
@@ -102,9 +116,33 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
         for (const Tensor& t : {f->values, f->indices}) graph.add_output(t);
       }
       grads_.emplace_back();
+      ++n_factored_;
     } else {
       grads_.push_back(own_buffer(g));
       graph.add_output(grads_.back());
+    }
+  }
+  if (micro_batches_ > 1 || replicas > 1) {
+    for (size_t i = 0; i < grads_.size(); ++i) {
+      accum_.push_back(Tensor::zeros(DType::f32, wrt[i].shape()));
+      for (int64_t b = 0; b < sizes_[i]; b += kSumChunk) chunks_.push_back({i, b, std::min(sizes_[i], b + kSumChunk)});
+    }
+  }
+  if (n_factored_ == 0) {
+    // Stage 1, the update, reads the gradients (or their sum over runs and
+    // replicas): their norm, the clip's scale, and one AdamW node per
+    // parameter on its moments. Its numbers come in through two leaves.
+    const std::vector<Tensor>& g = accum_.empty() ? grads_ : accum_;
+    hyper_ = Tensor::zeros(DType::f64, {int64_t(wrt.size()), 3});
+    settings_ = Tensor::zeros(DType::f64, {2});
+    clip_ = clip_scale(squared_norm(g), settings_);
+    graph.add_output(clip_, 1);
+    const Tensor scale = slice(clip_, 0, 1, 2);
+    for (size_t i = 0; i < wrt.size(); ++i) {
+      const Tensor hyper = reshape(slice(hyper_, 0, int64_t(i), int64_t(i) + 1), {3});
+      graph.add_output(adamw_update(wrt[i], g[i], optimizer_->exp_avg(i), optimizer_->exp_avg_sq(i), hyper, scale,
+                                    adamw.beta1, adamw.beta2, adamw.eps),
+                       1);
     }
   }
   // Replicas run side by side, each on one of the pool's threads; a kernel
@@ -112,7 +150,6 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   ExecOptions replica_options = options;
   if (replicas > 1) replica_options.threads = 1;
   executor_ = std::make_unique<Executor>(graph, replica_options);
-  optimizer_ = std::make_unique<optim::AdamW>(std::move(slots), adamw, threads_);
   if (replicas > 1) {
     NodeSet shared;
     for (const Tensor& p : wrt) shared.insert(p.node());
@@ -131,8 +168,10 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   }
   for (size_t i = 0; i < grads_.size(); ++i) {
     const auto& f = factors[i];
-    grad_ptrs_.push_back(f ? nullptr : static_cast<const float*>(executor_->data(grads_[i])));
-    sizes_.push_back(wrt[i].numel());
+    // Host addresses for the sums over runs and replicas and the factored
+    // path's update.
+    grad_ptrs_.push_back(f || !backend.host_memory() ? nullptr
+                                                     : static_cast<const float*>(executor_->data(grads_[i])));
     factored_.emplace_back();
     if (!f) continue;
     const auto data = [&](const Tensor& t) { return static_cast<const float*>(executor_->data(t)); };
@@ -144,14 +183,6 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
         rows_added ? data(f->values) : nullptr,
         rows_added ? static_cast<const int32_t*>(executor_->data(f->indices)) : nullptr,
         rows_added ? f->indices.numel() : 0, options.bf16_matmul);
-    ++n_factored_;
-  }
-  if (micro_batches_ > 1 || replicas > 1) {
-    accum_.resize(grads_.size());
-    for (size_t i = 0; i < grads_.size(); ++i) {
-      accum_[i].resize(size_t(sizes_[i]));
-      for (int64_t b = 0; b < sizes_[i]; b += kSumChunk) chunks_.push_back({i, b, std::min(sizes_[i], b + kSumChunk)});
-    }
   }
 }
 
@@ -165,10 +196,10 @@ void TrainStep::run() {
   // One micro-batch: a run replaces the last one's gradients.
   if (micro_batches_ == 1) runs_since_update_ = 0;
   if (copies_.empty()) {
-    executor_->run();
+    executor_->run(0);  // stage 1, the update, is update()'s
   } else {
     cpu::parallel_for(threads_, replicas(), 1, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) executor(int(r)).run();
+      for (int64_t r = b; r < e; ++r) executor(int(r)).run(0);
     });
   }
   ++runs_since_update_;
@@ -179,7 +210,7 @@ void TrainStep::run() {
     for (int64_t c = b; c < e; ++c) {
       const Chunk& piece = chunks_[size_t(c)];
       const float* g0 = grad_ptrs_[piece.slot];
-      float* a = accum_[piece.slot].data();
+      float* a = accum_[piece.slot].data_as<float>();
       for (int64_t k = piece.begin; k < piece.end; ++k) {
         float s = g0[k];
         for (const Replica& r : copies_) s += r.grads[piece.slot][k];
@@ -223,57 +254,70 @@ Executor& TrainStep::executor(int replica) {
 
 double TrainStep::update(double lr, double clip) {
   if (runs_since_update_ == 0) throw UsageError("train step: update() before any run()");
-  std::vector<const float*> grads = grad_ptrs_;
-  double scale = 1.0;
-  if (!accum_.empty()) {
-    for (size_t i = 0; i < grads.size(); ++i) grads[i] = accum_[i].data();
-    scale = 1.0 / (double(runs_since_update_) * replicas());
+  if (!(lr >= 0) || !std::isfinite(lr)) {
+    throw UsageError("adamw: learning rate must be finite and >= 0, got " + std::to_string(lr));
   }
-  optim::GradientRange range;
-  double norm = 0;
-  if (n_factored_ > 0) {
-    // The gradients held whole, then the factored ones' norms from their
-    // factors, each summed in slot order.
-    std::vector<const float*> whole;
-    std::vector<int64_t> whole_sizes;
-    struct Piece {
-      size_t slot;
-      int64_t k;
-    };
-    std::vector<Piece> pieces;  // every factored gradient's norm pieces, in slot order
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (factored_[i]) {
-        factored_[i]->check_indices();
-        factored_[i]->new_run();
-        for (int64_t k = 0; k < factored_[i]->norm_pieces(); ++k) pieces.push_back({i, k});
-      } else {
-        whole.push_back(grads[i]);
-        whole_sizes.push_back(sizes_[i]);
-      }
-    }
-    std::vector<double> parts(pieces.size());
-    cpu::parallel_for(threads_, int64_t(pieces.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) parts[k] = factored_[pieces[k].slot]->norm_piece(pieces[k].k);
-    });
-    const double whole_norm = optim::global_norm(whole, whole_sizes, threads_);
-    double sq = whole_norm * whole_norm;
-    // Each gradient's pieces summed in order; rounding can take an all-but-
-    // zero one below 0.
-    for (size_t k = 0; k < pieces.size();) {
-      double one = 0;
-      const size_t slot = pieces[k].slot;
-      for (; k < pieces.size() && pieces[k].slot == slot; ++k) one += parts[k];
-      sq += std::max(one, 0.0);
-    }
-    norm = std::sqrt(sq) * scale;
-    range = [this](size_t slot, int64_t begin, int64_t end) { return factored_[slot]->range(begin, end); };
-  } else {
-    norm = optim::global_norm(grads, sizes_, threads_) * scale;
-  }
-  if (clip > 0 && norm > clip) scale *= clip / norm;
-  optimizer_->step(grads, lr, scale, range);
+  if (!(clip >= 0)) throw UsageError("train step: clip must be >= 0 (0: none), got " + std::to_string(clip));
+  // Runs and replicas summed: their mean.
+  const double average = accum_.empty() ? 1.0 : 1.0 / (double(runs_since_update_) * replicas());
+  const double norm = n_factored_ > 0 ? update_factored(lr, clip, average) : update_in_graph(lr, clip, average);
   runs_since_update_ = 0;
   return norm;
+}
+
+double TrainStep::update_in_graph(double lr, double clip, double average) {
+  const int64_t t = optimizer_->count_step();
+  const double wd = optimizer_->config().weight_decay;
+  double* hyper = hyper_.data_as<double>();
+  for (size_t i = 0; i < optimizer_->slots().size(); ++i) {
+    hyper[3 * i] = lr;
+    hyper[3 * i + 1] = double(t);
+    hyper[3 * i + 2] = optimizer_->slots()[i].decay ? wd : 0.0;
+  }
+  settings_.assign<double>({average, clip});
+  executor_->run(1);
+  return executor_->read<double>(clip_)[0];
+}
+
+double TrainStep::update_factored(double lr, double clip, double average) {
+  std::vector<const float*> grads = grad_ptrs_;
+  // The gradients held whole, then the factored ones' norms from their
+  // factors, each summed in slot order.
+  std::vector<const float*> whole;
+  std::vector<int64_t> whole_sizes;
+  struct Piece {
+    size_t slot;
+    int64_t k;
+  };
+  std::vector<Piece> pieces;  // every factored gradient's norm pieces, in slot order
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (factored_[i]) {
+      factored_[i]->check_indices();
+      factored_[i]->new_run();
+      for (int64_t k = 0; k < factored_[i]->norm_pieces(); ++k) pieces.push_back({i, k});
+    } else {
+      whole.push_back(grads[i]);
+      whole_sizes.push_back(sizes_[i]);
+    }
+  }
+  std::vector<double> parts(pieces.size());
+  cpu::parallel_for(threads_, int64_t(pieces.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) parts[k] = factored_[pieces[k].slot]->norm_piece(pieces[k].k);
+  });
+  const double whole_norm = optim::global_norm(whole, whole_sizes, threads_);
+  double sq = whole_norm * whole_norm;
+  // Each gradient's pieces summed in order; rounding can take an all-but-
+  // zero one below 0.
+  for (size_t k = 0; k < pieces.size();) {
+    double one = 0;
+    const size_t slot = pieces[k].slot;
+    for (; k < pieces.size() && pieces[k].slot == slot; ++k) one += parts[k];
+    sq += std::max(one, 0.0);
+  }
+  const optim::ClipScale c = optim::clip_scale(sq, average, clip);
+  optimizer_->step(grads, lr, c.scale,
+                   [this](size_t slot, int64_t begin, int64_t end) { return factored_[slot]->range(begin, end); });
+  return c.norm;
 }
 
 int default_replicas(int threads, int64_t batch, int64_t parameters) {

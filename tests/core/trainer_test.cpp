@@ -303,3 +303,45 @@ TEST(TrainStep, DefaultLowMemoryIsForLargeModels) {
   EXPECT_FALSE(default_low_memory(10'700'000));  // gpt2-small-byte
   EXPECT_FALSE(default_low_memory(5'717'416));   // vit-tiny
 }
+
+// The update is the step graph's stage 1 (squared_norm, clip_scale,
+// adamw_update nodes): bit for bit optim::AdamW and global_norm on the same
+// gradients, a step clipped and one not, with a parameter left undecayed
+// after construction.
+TEST(TrainStep, UpdateInTheGraphGivesTheOptimizersBits) {
+  TiedModel m(2, 8, 160, 128, 256);
+  const optim::AdamWConfig config{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  TrainStep step(m.loss, m.params, {}, config, ExecOptions{.threads = 2});
+  step.optimizer().set_decay(0, false);
+  std::vector<optim::Slot> shadow_slots;
+  for (size_t i = 0; i < m.params.list().size(); ++i) {
+    const auto& [name, p] = m.params.list()[i];
+    shadow_slots.push_back({name, Tensor::from_vector<float>(p.shape(), p.to_vector<float>()),
+                            i == 0 ? false : optim::default_decay(name, p)});
+  }
+  optim::AdamW shadow(shadow_slots, config, 2);
+  for (double clip : {0.05, 0.0, 1e9}) {
+    step.run();
+    std::vector<Tensor> grads;
+    std::vector<const float*> ptrs;
+    std::vector<int64_t> sizes;
+    for (const Tensor& g : step.gradients()) {
+      grads.push_back(step.executor().fetch(g));
+      ptrs.push_back(grads.back().data_as<float>());
+      sizes.push_back(g.numel());
+    }
+    const double want_norm = optim::global_norm(ptrs, sizes, 2);
+    const double scale = clip > 0 && want_norm > clip ? clip / want_norm : 1.0;
+    shadow.step(ptrs, 1e-2, scale);
+    EXPECT_EQ(step.update(1e-2, clip), want_norm);
+    for (size_t i = 0; i < shadow_slots.size(); ++i) {
+      EXPECT_EQ(m.params.list()[i].second.to_vector<float>(), shadow_slots[i].param.to_vector<float>())
+          << m.params.list()[i].first << " with clip " << clip;
+    }
+  }
+  EXPECT_EQ(step.optimizer().steps(), 3);
+  EXPECT_THROW(step.update(1e-2, 0), UsageError);  // no run since
+  step.run();
+  EXPECT_THROW(step.update(-1, 0), UsageError);
+  EXPECT_EQ(step.optimizer().steps(), 3);
+}

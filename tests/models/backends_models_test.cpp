@@ -1,14 +1,17 @@
 // A ViT's and a GPT-2's training step (loss and every parameter gradient) on
 // the reference backend against the CPU's: the CPU's fused kernels and
-// rewrite against plain kernels, through whole models.
+// rewrite against plain kernels, through whole models; then whole training
+// steps (TrainStep: forward, backward, norm, clip, AdamW as one graph).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "nabla/models/gpt2.h"
 #include "nabla/models/vit.h"
 #include "nabla/nabla.hpp"
+#include "nabla/trainer.h"
 
 using namespace nabla;
 
@@ -33,6 +36,64 @@ void expect_same_step(const Tensor& loss, const nn::Params& params) {
     for (size_t j = 0; j < a.size(); ++j) worst = std::max(worst, double(std::abs(a[j] - b[j])));
     EXPECT_LE(worst, kTolerance * scale) << params.list()[i - 1].first << ": largest gradient " << scale;
   }
+}
+
+// Three TrainStep steps (run, update with clipping) on `backend` from the
+// parameters' current values, which are restored afterwards: each step's
+// loss and norm, then every parameter's values.
+struct Trained {
+  std::vector<double> losses, norms;
+  std::vector<std::vector<float>> params;
+};
+Trained train_steps(const Tensor& loss, const nn::Params& params, const optim::AdamWConfig& config, double lr,
+                    const std::string& backend) {
+  std::vector<std::vector<float>> initial;
+  for (const auto& [name, p] : params.list()) initial.push_back(p.to_vector<float>());
+  TrainStep step(loss, params, {}, config, ExecOptions{.threads = 2, .backend = backend});
+  Trained out;
+  for (double clip : {0.0, 1e-3, 0.0}) {
+    step.run();
+    out.losses.push_back(step.loss());
+    out.norms.push_back(step.update(lr, clip));
+  }
+  for (size_t i = 0; i < initial.size(); ++i) {
+    Tensor p = params.list()[i].second;
+    out.params.push_back(p.to_vector<float>());
+    p.assign<float>(initial[i]);
+  }
+  return out;
+}
+
+// AdamW's update is about lr * m / sqrt(v): where a gradient is near zero
+// against eps, a rounding difference in it can flip the step's sign (with
+// eps 1e-8 the parameters here differ by up to 1.3% of lr). With eps 1e-2
+// the update moves by at most lr / eps per unit change of the gradient, and
+// the parameters agree to about 1e-5 of lr (2026-12-05); 1e-3 of lr leaves a
+// wide margin, while a wrong update (bias correction, decay, the clip's
+// scale) is off by a sizeable fraction of lr.
+void expect_same_training(const Tensor& loss, const nn::Params& params) {
+  const optim::AdamWConfig config{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-2, .weight_decay = 0.1};
+  constexpr double kLr = 1e-2;
+  const Trained cpu = train_steps(loss, params, config, kLr, "cpu");
+  const Trained reference = train_steps(loss, params, config, kLr, "reference");
+  for (size_t s = 0; s < cpu.losses.size(); ++s) {
+    EXPECT_NEAR(reference.losses[s], cpu.losses[s], kTolerance * cpu.losses[s]) << "step " << s;
+    EXPECT_NEAR(reference.norms[s], cpu.norms[s], kTolerance * cpu.norms[s]) << "step " << s;
+  }
+  ASSERT_GT(cpu.norms[1], 1e-3);  // the second step is clipped
+  double moved = 0, worst = 0;
+  for (size_t i = 0; i < cpu.params.size(); ++i) {
+    const std::vector<float> before = params.list()[i].second.to_vector<float>();
+    double off = 0;
+    for (size_t j = 0; j < before.size(); ++j) {
+      moved = std::max(moved, double(std::abs(cpu.params[i][j] - before[j])));
+      off = std::max(off, double(std::abs(reference.params[i][j] - cpu.params[i][j])));
+    }
+    EXPECT_LE(off, 1e-3 * kLr) << params.list()[i].first;
+    worst = std::max(worst, off);
+  }
+  EXPECT_GT(moved, kLr);  // the steps did move the parameters
+  std::printf("largest difference %.3g of lr; parameters moved up to %.3g of lr\n", worst / kLr, moved / kLr);
 }
 
 Tensor random_leaf(Shape shape, uint64_t seed) {
@@ -62,7 +123,9 @@ TEST(BackendModels, VitStepAgrees) {
   const Tensor images = random_leaf({3, 1, 32, 32}, 1);
   const Tensor labels = Tensor::from_vector<int32_t>({3}, {4, 0, 9});
   vit.dropout_seed.data_as<int32_t>()[0] = 77;
-  expect_same_step(cross_entropy(vit.forward(images, /*train=*/true), labels), vit.params());
+  const Tensor loss = cross_entropy(vit.forward(images, /*train=*/true), labels);
+  expect_same_step(loss, vit.params());
+  expect_same_training(loss, vit.params());
 }
 
 TEST(BackendModels, Gpt2StepAgrees) {
@@ -79,5 +142,7 @@ TEST(BackendModels, Gpt2StepAgrees) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((7 * i + 3) % 40);
   const Tensor tokens = Tensor::from_vector<int32_t>({2, 13}, ids);
   gpt.dropout_seed.data_as<int32_t>()[0] = 5;
-  expect_same_step(gpt.next_token_loss(tokens, /*train=*/true), gpt.params());
+  const Tensor loss = gpt.next_token_loss(tokens, /*train=*/true);
+  expect_same_step(loss, gpt.params());
+  expect_same_training(loss, gpt.params());
 }
