@@ -11,10 +11,12 @@
 //   the arithmetic: optim::adamw_update (src/optim/update.h), shared with
 //   optim::AdamW, so the node and the class give the same bits.
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/kernel.h"
 #include "core/op.h"
+#include "ops/adamw_update.h"
 #include "ops/internal_ops.h"
 #include "optim/update.h"
 
@@ -35,29 +37,41 @@ Meta adamw_update_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   }
   require_f64("adamw_update", in[4], "hyper", "[3] {lr, step, weight_decay}", in[4].shape() == Shape{3});
   require_f64("adamw_update", in[5], "grad_scale", "with one element", in[5].numel() == 1);
-  const double b1 = attrs.reals[0], b2 = attrs.reals[1], eps = attrs.reals[2];
-  if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1) || !(eps >= 0 && std::isfinite(eps))) {
-    throw UsageError("adamw_update: betas must be in [0, 1), eps finite and >= 0");
-  }
+  check_adamw_settings("adamw_update", attrs);
   return {DType::f32, {0}};
 }
 
-void adamw_update_forward(const KernelArgs& a) {
-  const double* hyper = a.in[4].ptr<double>();
-  const int64_t step = a.in[4].strides[0];
-  const double lr = hyper[0], t = hyper[step], wd = hyper[2 * step], grad_scale = a.in[5].ptr<double>()[0];
+}  // namespace
+
+void check_adamw_settings(const char* op, const Attrs& attrs) {
+  const double b1 = attrs.reals[0], b2 = attrs.reals[1], eps = attrs.reals[2];
+  if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1) || !(eps >= 0 && std::isfinite(eps))) {
+    throw UsageError(std::string(op) + ": betas must be in [0, 1), eps finite and >= 0");
+  }
+}
+
+optim::AdamWConstants adamw_node_constants(const char* op, const TensorView& hyper_view, const TensorView& grad_scale,
+                                           const Attrs& attrs) {
+  const double* hyper = hyper_view.ptr<double>();
+  const int64_t step = hyper_view.strides[0];
+  const double lr = hyper[0], t = hyper[step], wd = hyper[2 * step];
+  const std::string name = op;
   if (!(lr >= 0) || !std::isfinite(lr)) {
-    throw UsageError("adamw_update: learning rate must be finite and >= 0, got " + std::to_string(lr));
+    throw UsageError(name + ": learning rate must be finite and >= 0, got " + std::to_string(lr));
   }
-  if (!(t >= 1) || t != std::floor(t)) throw UsageError("adamw_update: step must be 1, 2, ..., got " + std::to_string(t));
+  if (!(t >= 1) || t != std::floor(t)) throw UsageError(name + ": step must be 1, 2, ..., got " + std::to_string(t));
   if (!(wd >= 0) || !std::isfinite(wd)) {
-    throw UsageError("adamw_update: weight decay must be finite and >= 0, got " + std::to_string(wd));
+    throw UsageError(name + ": weight decay must be finite and >= 0, got " + std::to_string(wd));
   }
-  // Decay always on: with weight decay 0 its factor float(1 - lr * 0) is the
-  // 1.0f that optim::AdamW uses for a parameter without decay.
-  const optim::AdamWConfig config{.beta1 = a.attrs->reals[0], .beta2 = a.attrs->reals[1], .eps = a.attrs->reals[2],
+  const optim::AdamWConfig config{.beta1 = attrs.reals[0], .beta2 = attrs.reals[1], .eps = attrs.reals[2],
                                   .weight_decay = wd};
-  const optim::AdamWConstants k = optim::adamw_constants(config, int64_t(t), lr, grad_scale, true);
+  return optim::adamw_constants(config, int64_t(t), lr, grad_scale.ptr<double>()[0], true);
+}
+
+namespace {
+
+void adamw_update_forward(const KernelArgs& a) {
+  const optim::AdamWConstants k = adamw_node_constants("adamw_update", a.in[4], a.in[5], *a.attrs);
   std::vector<float> gathered;
   const float* g = a.in[1].ptr<float>();
   if (!a.in[1].contiguous) {

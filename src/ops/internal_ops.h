@@ -16,6 +16,10 @@
 
 namespace nabla {
 
+namespace train {
+struct FactoredGradient;
+}  // namespace train
+
 // ---- Linear algebra.
 // [..., H, M, K] x [..., H, K, N] -> [..., M, H, N]: contiguous(permute(matmul(a, b)))
 // with the last batch axis moved after the rows, written so directly. Attention's
@@ -103,6 +107,13 @@ Tensor squared_norm(const std::vector<Tensor>& xs);
 // {norm, scale}: norm = sqrt(squared_norm) * average, scale = average,
 // times clip / norm where clip > 0 and norm > clip (optim::clip_scale).
 Tensor clip_scale(const Tensor& squared_norm, const Tensor& settings);
+// ||dW||^2, f64 [], of a rows x cols weight gradient kept as factors f
+// (src/train/factored_gradient.h), with or without f's add_rows term
+// (f.values undefined: none), its products rounding their operands to bf16
+// where bf16 (ExecOptions::bf16_matmul): train::GradientRows' norm pieces
+// summed in order, then max(sum, 0), as TrainStep's low_memory update sums
+// them; within f32 rounding of squared_norm of dW.
+Tensor factored_squared_norm(const train::FactoredGradient& f, int64_t rows, int64_t cols, bool bf16);
 
 // ---- Updates: state changed in place (OpDef::mutates), a token out. The
 // executor runs them after every other reader of the state they write.
@@ -117,5 +128,12 @@ Tensor sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const Ten
 // decay)}: optim::AdamW's bits.
 Tensor adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& hyper,
                     const Tensor& grad_scale, double beta1, double beta2, double eps);
+// The same, the gradient of p [R, C] kept as factors f (as for
+// factored_squared_norm) and multiplied out a chunk at a time: the bits of
+// optim::AdamW::step over a train::GradientRows range, TrainStep's
+// low_memory update.
+Tensor adamw_update_factored(const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& hyper,
+                             const Tensor& grad_scale, const train::FactoredGradient& f, bool bf16, double beta1,
+                             double beta2, double eps);
 
 }  // namespace nabla

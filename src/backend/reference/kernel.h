@@ -49,6 +49,13 @@ double get_at(const TensorView& v, int64_t at);
 // Stores x (rounded to v's dtype) at idx / at flat element offset `at`.
 void set(const TensorView& v, const Index& idx, double x);
 void set_at(const TensorView& v, int64_t at, double x);
+// A factored gradient's dW [R, C], row-major, in double, from the operands
+// a.in[first...] and attrs.ints of factored_squared_norm and
+// adamw_update_factored (src/ops/factored.h): each block's left^T right
+// (both rounded to bf16 first where the bf16 attr is set, as the CPU's
+// products round them), then the values added at the indices.
+std::vector<double> factored_gradient(const Operands& a, size_t first);
+
 // idx of an output of rank r read from an input of v's rank, broadcast
 // NumPy-style (v's axes aligned to the right; its size-1 axes read at 0).
 Index broadcast_index(const TensorView& v, const Index& out_idx);

@@ -3,11 +3,13 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/gemm.h"
 #include "backend/reference/kernel.h"
+#include "nabla/error.h"
 
 namespace nabla {
 namespace ops {
-extern const OpDef op_argmax, op_max, op_mean, op_squared_norm, op_sum;
+extern const OpDef op_argmax, op_factored_squared_norm, op_max, op_mean, op_squared_norm, op_sum;
 }  // namespace ops
 
 namespace reference {
@@ -98,7 +100,54 @@ void squared_norm_kernel(const Operands& a) {
   set_at(a.out, 0, acc);
 }
 
+// dW's squares summed in double, row-major.
+void factored_squared_norm_kernel(const Operands& a) {
+  double acc = 0;
+  for (double x : factored_gradient(a, 0)) acc += x * x;
+  set_at(a.out, 0, acc);
+}
+
 }  // namespace
+
+std::vector<double> factored_gradient(const Operands& a, size_t first) {
+  const std::vector<int64_t>& ints = a.attrs->ints;
+  const int64_t rows = ints[0], cols = ints[1];
+  const bool bf16 = ints[2] != 0;
+  const TensorView &left = a.in[first], &values = a.in[first + 1], &indices = a.in[first + 2];
+  // The bf16 rounding is the CPU's definition of it (round to nearest even).
+  const auto factor = [&](const TensorView& x, int64_t i, int64_t j) {
+    const double v = get(x, {i, j});
+    return bf16 ? double(cpu::round_to_bf16(float(v))) : v;
+  };
+  std::vector<double> dw(size_t(rows * cols), 0.0);
+  for (size_t b = first + 3; b < a.in.size(); ++b) {
+    const TensorView& right = a.in[b];
+    const int64_t col = ints[b - first];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < right.shape[1]; ++c) {
+        double s = 0;
+        for (int64_t t = 0; t < left.shape[0]; ++t) s += factor(left, t, r) * factor(right, t, c);
+        dw[size_t(r * cols + col + c)] = s;
+      }
+    }
+  }
+  int64_t q = 0;  // the values' row: the indices in row-major order
+  for_each_index(indices.shape, [&](const Index& i) {
+    const double r = get(indices, i);
+    if (r < 0 || r >= double(rows)) {
+      throw ShapeError("add_rows: index " + std::to_string(int64_t(r)) + " at position " + std::to_string(q) +
+                       " is out of range for " + std::to_string(rows) + " rows");
+    }
+    Index vi = i;
+    vi.push_back(0);
+    for (int64_t c = 0; c < cols; ++c) {
+      vi.back() = c;
+      dw[size_t(int64_t(r) * cols + c)] += get(values, vi);
+    }
+    ++q;
+  });
+  return dw;
+}
 
 void register_reduction_kernels() {
   register_kernel(ops::op_sum, sum_kernel);
@@ -106,6 +155,7 @@ void register_reduction_kernels() {
   register_kernel(ops::op_max, max_kernel);
   register_kernel(ops::op_argmax, argmax_kernel);
   register_kernel(ops::op_squared_norm, squared_norm_kernel);
+  register_kernel(ops::op_factored_squared_norm, factored_squared_norm_kernel);
 }
 
 }  // namespace reference
