@@ -102,10 +102,8 @@ int run_train_gpt2(const TrainGpt2Args& a) {
   optim::AdamWConfig adamw;
   adamw.beta2 = 0.95;  // GPT-2 / nanoGPT
   adamw.weight_decay = a.weight_decay;
-  // Factored gradients are multiplied out by the CPU backend's GEMM.
-  const bool low_memory = a.low_memory || a.whole_gradients
-                              ? a.low_memory
-                              : a.backend == "cpu" && default_low_memory(model.params().count());
+  const bool low_memory =
+      a.low_memory || a.whole_gradients ? a.low_memory : default_low_memory(model.params().count());
   TrainStep step(loss, model.params(), {}, adamw, exec_options(a), 1, low_memory);
   Gpt2Task task(model, tokens, text.train, text.val, B, T, a.eval_batches, seed, a.threads);
   TrainingLoop loop(step, task, model.params(), a,

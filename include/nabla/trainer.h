@@ -15,10 +15,6 @@
 
 namespace nabla {
 
-namespace train {
-class GradientRows;
-}
-
 // One graph, compiled once on options.backend: loss (scalar) and `extras`
 // (e.g. logits, for accuracy) and the gradient of every parameter are stage
 // 0's outputs (run()); the gradients' norm, the clip and one AdamW node per
@@ -28,13 +24,14 @@ class GradientRows;
 // smaller than it (a linear layer's over few tokens: [T, R] and [T, C]
 // against [R, C]; a fused projection's column blocks; a tied embedding's,
 // with the lookup's rows) is never formed whole: the step keeps the factors,
-// takes the clip's norm from their Gram matrices, and update() multiplies the
-// gradient out a chunk at a time for AdamW (see src/train/factored_gradient.h).
+// takes the clip's norm from their Gram matrices, and the update multiplies
+// the gradient out a chunk at a time for AdamW (see src/train/factored_gradient.h).
 // The backward pass skips those products. Without clipping the parameters
 // are the same bit for bit where both paths run nabla's own GEMM kernels;
 // with it, the norm (and so the scale) agrees to rounding. Less memory for
-// a slightly longer step (docs/performance.md). Needs micro_batches == 1,
-// replicas == 1 and the cpu backend (its update runs on the host).
+// a slightly longer step (docs/performance.md). Needs micro_batches == 1 and
+// replicas == 1. The factored norm and update are graph nodes
+// (factored_squared_norm, adamw_update_factored), so any backend runs them.
 //
 // replicas: data parallelism inside the process. The graph (built for one
 // replica's share of the batch) is copied replicas - 1 times, sharing the
@@ -87,11 +84,6 @@ class TrainStep {
 
  private:
   void check_replica(int replica) const;  // UsageError outside [0, replicas())
-  // update() as the graph's stage 1 (squared_norm, clip_scale, adamw_update
-  // nodes), or on the host from factored gradients (low_memory); each
-  // returns the norm. `average` scales the summed gradients to their mean.
-  double update_in_graph(double lr, double clip, double average);
-  double update_factored(double lr, double clip, double average);
   Tensor loss_;
   std::vector<Tensor> grads_;
   std::unique_ptr<Executor> executor_;
@@ -102,7 +94,6 @@ class TrainStep {
   // The update stage's inputs: per parameter {lr, step, weight decay} (rows
   // of f64 [P, 3]); {average, clip}. Its clip_scale node: {norm, scale}.
   Tensor hyper_, settings_, clip_;
-  std::vector<std::unique_ptr<train::GradientRows>> factored_;  // per parameter; null: held whole
   struct Replica;
   std::vector<Replica> copies_;  // replicas 1, 2, ...
   struct Chunk {

@@ -78,10 +78,6 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   }
   const Backend& backend = find_backend(options.backend);
   const std::string backend_name = backend.name();
-  if (low_memory && backend_name != "cpu") {
-    throw UsageError("train step: low_memory multiplies factored gradients out on the cpu backend, not on '" +
-                     backend_name + "'");
-  }
   if ((micro_batches > 1 || replicas > 1) && !backend.host_memory()) {
     throw UsageError("train step: micro-batches and replicas sum gradients in host memory; the '" + backend_name +
                      "' backend has memory of its own (run one of each there)");
@@ -128,20 +124,38 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
       for (int64_t b = 0; b < sizes_[i]; b += kSumChunk) chunks_.push_back({i, b, std::min(sizes_[i], b + kSumChunk)});
     }
   }
-  if (n_factored_ == 0) {
+  {
     // Stage 1, the update, reads the gradients (or their sum over runs and
-    // replicas): their norm, the clip's scale, and one AdamW node per
-    // parameter on its moments. Its numbers come in through two leaves.
+    // replicas), or a factored one's factors: their norm, the clip's scale,
+    // and one AdamW node per parameter on its moments. Its numbers come in
+    // through two leaves.
     const std::vector<Tensor>& g = accum_.empty() ? grads_ : accum_;
     hyper_ = Tensor::zeros(DType::f64, {int64_t(wrt.size()), 3});
     settings_ = Tensor::zeros(DType::f64, {2});
-    clip_ = clip_scale(squared_norm(g), settings_);
+    Tensor sq;
+    if (n_factored_ == 0) {
+      sq = squared_norm(g);
+    } else {
+      // The gradients held whole, their norm squared again (as the bits of
+      // the host path this replaced had it), then each factored one's.
+      std::vector<Tensor> whole;
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (!factors[i]) whole.push_back(g[i]);
+      }
+      sq = whole.empty() ? Tensor::scalar(0.0, DType::f64) : square(sqrt(squared_norm(whole)));
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (factors[i]) sq = sq + factored_squared_norm(*factors[i], wrt[i].dim(0), wrt[i].dim(1), options.bf16_matmul);
+      }
+    }
+    clip_ = clip_scale(sq, settings_);
     graph.add_output(clip_, 1);
     const Tensor scale = slice(clip_, 0, 1, 2);
     for (size_t i = 0; i < wrt.size(); ++i) {
       const Tensor hyper = reshape(slice(hyper_, 0, int64_t(i), int64_t(i) + 1), {3});
-      graph.add_output(adamw_update(wrt[i], g[i], optimizer_->exp_avg(i), optimizer_->exp_avg_sq(i), hyper, scale,
-                                    adamw.beta1, adamw.beta2, adamw.eps),
+      const Tensor &m = optimizer_->exp_avg(i), &v = optimizer_->exp_avg_sq(i);
+      graph.add_output(factors[i] ? adamw_update_factored(wrt[i], m, v, hyper, scale, *factors[i], options.bf16_matmul,
+                                                          adamw.beta1, adamw.beta2, adamw.eps)
+                                  : adamw_update(wrt[i], g[i], m, v, hyper, scale, adamw.beta1, adamw.beta2, adamw.eps),
                        1);
     }
   }
@@ -166,23 +180,9 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
       }
     }
   }
-  for (size_t i = 0; i < grads_.size(); ++i) {
-    const auto& f = factors[i];
-    // Host addresses for the sums over runs and replicas and the factored
-    // path's update.
-    grad_ptrs_.push_back(f || !backend.host_memory() ? nullptr
-                                                     : static_cast<const float*>(executor_->data(grads_[i])));
-    factored_.emplace_back();
-    if (!f) continue;
-    const auto data = [&](const Tensor& t) { return static_cast<const float*>(executor_->data(t)); };
-    std::vector<train::GradientRows::Block> blocks;
-    for (const auto& b : f->blocks) blocks.push_back({data(b.right), b.col, b.right.dim(1)});
-    const bool rows_added = f->values.defined();
-    factored_.back() = std::make_unique<train::GradientRows>(
-        data(f->left), f->left.dim(0), f->left.dim(1), wrt[i].dim(1), std::move(blocks),
-        rows_added ? data(f->values) : nullptr,
-        rows_added ? static_cast<const int32_t*>(executor_->data(f->indices)) : nullptr,
-        rows_added ? f->indices.numel() : 0, options.bf16_matmul);
+  // Host addresses for the sums over runs and replicas.
+  if (!accum_.empty()) {
+    for (const Tensor& g : grads_) grad_ptrs_.push_back(static_cast<const float*>(executor_->data(g)));
   }
 }
 
@@ -260,12 +260,6 @@ double TrainStep::update(double lr, double clip) {
   if (!(clip >= 0)) throw UsageError("train step: clip must be >= 0 (0: none), got " + std::to_string(clip));
   // Runs and replicas summed: their mean.
   const double average = accum_.empty() ? 1.0 : 1.0 / (double(runs_since_update_) * replicas());
-  const double norm = n_factored_ > 0 ? update_factored(lr, clip, average) : update_in_graph(lr, clip, average);
-  runs_since_update_ = 0;
-  return norm;
-}
-
-double TrainStep::update_in_graph(double lr, double clip, double average) {
   const int64_t t = optimizer_->count_step();
   const double wd = optimizer_->config().weight_decay;
   double* hyper = hyper_.data_as<double>();
@@ -276,48 +270,8 @@ double TrainStep::update_in_graph(double lr, double clip, double average) {
   }
   settings_.assign<double>({average, clip});
   executor_->run(1);
+  runs_since_update_ = 0;
   return executor_->read<double>(clip_)[0];
-}
-
-double TrainStep::update_factored(double lr, double clip, double average) {
-  std::vector<const float*> grads = grad_ptrs_;
-  // The gradients held whole, then the factored ones' norms from their
-  // factors, each summed in slot order.
-  std::vector<const float*> whole;
-  std::vector<int64_t> whole_sizes;
-  struct Piece {
-    size_t slot;
-    int64_t k;
-  };
-  std::vector<Piece> pieces;  // every factored gradient's norm pieces, in slot order
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (factored_[i]) {
-      factored_[i]->check_indices();
-      factored_[i]->new_run();
-      for (int64_t k = 0; k < factored_[i]->norm_pieces(); ++k) pieces.push_back({i, k});
-    } else {
-      whole.push_back(grads[i]);
-      whole_sizes.push_back(sizes_[i]);
-    }
-  }
-  std::vector<double> parts(pieces.size());
-  cpu::parallel_for(threads_, int64_t(pieces.size()), 1, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) parts[k] = factored_[pieces[k].slot]->norm_piece(pieces[k].k);
-  });
-  const double whole_norm = optim::global_norm(whole, whole_sizes, threads_);
-  double sq = whole_norm * whole_norm;
-  // Each gradient's pieces summed in order; rounding can take an all-but-
-  // zero one below 0.
-  for (size_t k = 0; k < pieces.size();) {
-    double one = 0;
-    const size_t slot = pieces[k].slot;
-    for (; k < pieces.size() && pieces[k].slot == slot; ++k) one += parts[k];
-    sq += std::max(one, 0.0);
-  }
-  const optim::ClipScale c = optim::clip_scale(sq, average, clip);
-  optimizer_->step(grads, lr, c.scale,
-                   [this](size_t slot, int64_t begin, int64_t end) { return factored_[slot]->range(begin, end); });
-  return c.norm;
 }
 
 int default_replicas(int threads, int64_t batch, int64_t parameters) {

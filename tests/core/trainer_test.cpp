@@ -345,3 +345,34 @@ TEST(TrainStep, UpdateInTheGraphGivesTheOptimizersBits) {
   EXPECT_THROW(step.update(-1, 0), UsageError);
   EXPECT_EQ(step.optimizer().steps(), 3);
 }
+
+// low_memory on the reference backend: what autodiff left as a product there
+// (no CPU fusions) is factored, its norm and update run the reference
+// kernels, and three clipped steps follow the CPU's low-memory ones. Adam's
+// eps is 1e-3, where a rounding difference in a near-zero gradient cannot
+// flip a step's sign (as with 1e-8); they agree to 3.6e-5 of lr
+// (2026-12-05), and 1e-3 of lr leaves a margin.
+TEST(TrainStep, LowMemoryRunsOnTheReferenceBackend) {
+  const optim::AdamWConfig config{.eps = 1e-3};
+  std::vector<std::vector<float>> params[2];
+  std::vector<double> norms[2];
+  for (int b = 0; b < 2; ++b) {
+    TiedModel m(2, 8, 160, 128, 256);
+    TrainStep step(m.loss, m.params, {}, config, ExecOptions{.threads = 2, .backend = b ? "reference" : "cpu"}, 1,
+                   true);
+    EXPECT_GT(step.factored_gradients(), 0) << (b ? "reference" : "cpu");
+    for (int i = 0; i < 3; ++i) {
+      step.run();
+      norms[b].push_back(step.update(1e-2, 0.05));
+    }
+    for (const auto& [name, p] : m.params.list()) params[b].push_back(p.to_vector<float>());
+  }
+  for (size_t i = 0; i < norms[0].size(); ++i) EXPECT_NEAR(norms[1][i], norms[0][i], 1e-5 * norms[0][i]);
+  for (size_t i = 0; i < params[0].size(); ++i) {
+    double worst = 0;
+    for (size_t j = 0; j < params[0][i].size(); ++j) {
+      worst = std::max(worst, double(std::abs(params[1][i][j] - params[0][i][j])));
+    }
+    EXPECT_LE(worst, 1e-3 * 1e-2) << "parameter " << i;
+  }
+}
