@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <string>
+#include <initializer_list>
 #include <vector>
 
 #include "core/node.h"
@@ -161,6 +162,9 @@ void require_same_dtype(const char* op, const Tensor& a, const Tensor& b);
 // be f64 <expected>, got ...", a DTypeError for another dtype, else a
 // ShapeError where !shape_ok.
 void require_f64(const char* op, const Tensor& t, const char* what, const char* expected, bool shape_ok);
+// An update op's state: in[0], in[1], ... (named `names`) f32 of in[0]'s
+// shape, else "op: name must be f32, got ..." or "op: name is [..], p is [..]".
+void require_f32_like_first(const char* op, const std::vector<Tensor>& in, std::initializer_list<const char*> names);
 
 // Calls fn.template operator()<T>() with T = float or double per dtype.
 template <class F>

@@ -335,6 +335,20 @@ void require_f64(const char* op, const Tensor& t, const char* what, const char* 
   }
 }
 
+void require_f32_like_first(const char* op, const std::vector<Tensor>& in, std::initializer_list<const char*> names) {
+  size_t i = 0;
+  for (const char* name : names) {
+    const Tensor& t = in[i++];
+    if (t.dtype() != DType::f32) {
+      throw DTypeError(std::string(op) + ": " + name + " must be f32, got " + dtype_name(t.dtype()));
+    }
+    if (t.shape() != in[0].shape()) {
+      throw ShapeError(std::string(op) + ": " + name + " is " + to_string(t.shape()) + ", " + *names.begin() +
+                       " is " + to_string(in[0].shape()));
+    }
+  }
+}
+
 void require_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype()) {
     throw DTypeError(std::string(op) + ": operand dtypes differ: " + dtype_name(a.dtype()) + " and " +

@@ -25,16 +25,7 @@ namespace ops {
 namespace {
 
 Meta adamw_update_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
-  const char* names[] = {"p", "g", "m", "v"};
-  for (size_t i = 0; i < 4; ++i) {
-    if (in[i].dtype() != DType::f32) {
-      throw DTypeError(std::string("adamw_update: ") + names[i] + " must be f32, got " + dtype_name(in[i].dtype()));
-    }
-    if (in[i].shape() != in[0].shape()) {
-      throw ShapeError(std::string("adamw_update: ") + names[i] + " is " + to_string(in[i].shape()) + ", p is " +
-                       to_string(in[0].shape()));
-    }
-  }
+  require_f32_like_first("adamw_update", in, {"p", "g", "m", "v"});
   require_f64("adamw_update", in[4], "hyper", "[3] {lr, step, weight_decay}", in[4].shape() == Shape{3});
   require_f64("adamw_update", in[5], "grad_scale", "with one element", in[5].numel() == 1);
   check_adamw_settings("adamw_update", attrs);

@@ -28,17 +28,8 @@ namespace {
 constexpr size_t kFirstFactor = 5;  // p, m, v, hyper, grad_scale, then the factors
 
 Meta adamw_update_factored_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
-  const char* names[] = {"p", "m", "v"};
-  for (size_t i = 0; i < 3; ++i) {
-    if (in[i].dtype() != DType::f32) {
-      throw DTypeError(std::string("adamw_update_factored: ") + names[i] + " must be f32, got " +
-                       dtype_name(in[i].dtype()));
-    }
-    if (in[i].rank() != 2 || in[i].shape() != in[0].shape()) {
-      throw ShapeError(std::string("adamw_update_factored: ") + names[i] + " must be [R, C] as p (" +
-                       to_string(in[0].shape()) + "), got " + to_string(in[i].shape()));
-    }
-  }
+  require_f32_like_first("adamw_update_factored", in, {"p", "m", "v"});
+  if (in[0].rank() != 2) throw ShapeError("adamw_update_factored: p must be [R, C], got " + to_string(in[0].shape()));
   require_f64("adamw_update_factored", in[3], "hyper", "[3] {lr, step, weight_decay}", in[3].shape() == Shape{3});
   require_f64("adamw_update_factored", in[4], "grad_scale", "with one element", in[4].numel() == 1);
   check_adamw_settings("adamw_update_factored", attrs);

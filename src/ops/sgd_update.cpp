@@ -20,16 +20,7 @@ namespace ops {
 namespace {
 
 Meta sgd_update_infer(const std::vector<Tensor>& in, const Attrs&) {
-  const char* names[] = {"p", "g", "buf"};
-  for (size_t i = 0; i < 3; ++i) {
-    if (in[i].dtype() != DType::f32) {
-      throw DTypeError(std::string("sgd_update: ") + names[i] + " must be f32, got " + dtype_name(in[i].dtype()));
-    }
-    if (in[i].shape() != in[0].shape()) {
-      throw ShapeError(std::string("sgd_update: ") + names[i] + " is " + to_string(in[i].shape()) + ", p is " +
-                       to_string(in[0].shape()));
-    }
-  }
+  require_f32_like_first("sgd_update", in, {"p", "g", "buf"});
   require_f64("sgd_update", in[3], "hyper", "[3] {lr, momentum, weight_decay}", in[3].shape() == Shape{3});
   require_f64("sgd_update", in[4], "grad_scale", "with one element", in[4].numel() == 1);
   return {DType::f32, {0}};

@@ -21,6 +21,7 @@
 #include "ops/internal_ops.h"
 #include "optim/update.h"
 #include "train/factored_gradient.h"
+#include "tied_model.h"
 
 using namespace nabla;
 
@@ -30,40 +31,10 @@ extern const OpDef op_contiguous;
 
 namespace {
 
-Tensor ramp(Shape shape, double scale) {
-  Tensor t = Tensor::zeros(DType::f32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = float(std::sin(scale * double(i + 1)));
-  return t;
-}
+using testing_models::ramp;
+using testing_models::TiedModel;
 
 Tensor copy_of(const Tensor& t) { return Tensor::from_vector<float>(t.shape(), t.to_vector<float>()); }
-
-// tests/core/trainer_test.cpp's TiedModel: wte [V, D] looked up and tied to
-// the output head (its gradient: a product plus the lookup's rows, repeated
-// tokens adding up), fc [H, D] a plain linear weight, proj [H, D] a
-// Conv1D-style one and qkv [D, 3D] a fused one read a column block at a time.
-struct TiedModel {
-  nn::Params params;
-  Tensor tokens, targets, loss;
-  TiedModel(int64_t batch, int64_t seq, int64_t vocab, int64_t dim, int64_t hidden) {
-    Tensor wte = params.add("wte.weight", ramp({vocab, dim}, 0.37));
-    Tensor w_in = params.add("fc.weight", ramp({hidden, dim}, 0.23));
-    Tensor w_out = params.add("proj.weight", ramp({hidden, dim}, 0.71));
-    Tensor bias = params.add("fc.bias", ramp({hidden}, 0.13));
-    Tensor w_qkv = params.add("qkv.weight", ramp({dim, 3 * dim}, 0.19));
-    tokens = Tensor::zeros(DType::i32, {batch, seq});
-    targets = Tensor::zeros(DType::i32, {batch, seq});
-    for (int64_t i = 0; i < batch * seq; ++i) {
-      tokens.data_as<int32_t>()[i] = int32_t((7 * i + 3) % vocab);
-      targets.data_as<int32_t>()[i] = int32_t((5 * i + 1) % vocab);
-    }
-    Tensor x = get_rows(wte, tokens);                                         // [B, T, D]
-    Tensor h = gelu(matmul_add(x, transpose(w_in), bias));                    // [B, T, H]
-    auto block = [&](int64_t i) { return matmul(x, slice(w_qkv, 1, i * dim, (i + 1) * dim)); };
-    Tensor y = x + matmul(h, w_out) + block(0) * sigmoid(block(1)) + block(2);  // [B, T, D]
-    loss = cross_entropy(matmul(y, transpose(wte)), targets);                 // tied head
-  }
-};
 
 // The model's factored gradients in one graph: stage 0 the loss and the
 // factors (copies in memory of their own, as TrainStep keeps them), stage 1
@@ -286,7 +257,7 @@ TEST(FactoredUpdate, WrongOperandsNameTheOpAndWhatItExpected) {
   };
   EXPECT_EQ(update_error(p, Tensor::zeros(DType::f64, {4, 6}), hyper), "adamw_update_factored: m must be f32, got f64");
   EXPECT_EQ(update_error(p, Tensor::zeros(DType::f32, {4, 5}), hyper),
-            "adamw_update_factored: m must be [R, C] as p ([4, 6]), got [4, 5]");
+            "adamw_update_factored: m is [4, 5], p is [4, 6]");
   EXPECT_EQ(update_error(p, m, Tensor::zeros(DType::f64, {2})),
             "adamw_update_factored: hyper must be f64 [3] {lr, step, weight_decay}, got f64[2] (leaf)");
   // p of 3 rows, the factors' left of 4.
