@@ -64,12 +64,7 @@ namespace {
 void adamw_update_forward(const KernelArgs& a) {
   const optim::AdamWConstants k = adamw_node_constants("adamw_update", a.in[4], a.in[5], *a.attrs);
   std::vector<float> gathered;
-  const float* g = a.in[1].ptr<float>();
-  if (!a.in[1].contiguous) {
-    gathered.resize(size_t(a.in[1].numel()));
-    copy_to_contiguous(a, a.in[1], gathered.data());
-    g = gathered.data();
-  }
+  const float* g = contiguous_f32(a, a.in[1], gathered);
   float *p = a.in[0].ptr<float>(), *m = a.in[2].ptr<float>(), *v = a.in[3].ptr<float>();
   // Every element's arithmetic is lane-wise: chunks may start anywhere.
   a.parallel_for(a.in[0].numel(), int64_t{1} << 15, [&](int64_t b, int64_t e) {

@@ -52,6 +52,13 @@ std::vector<GradCase> contiguous_cases() {
 
 }  // namespace
 
+const float* contiguous_f32(const KernelArgs& a, const TensorView& x, std::vector<float>& scratch) {
+  if (x.contiguous) return x.ptr<float>();
+  scratch.resize(size_t(x.numel()));
+  copy_to_contiguous(a, x, scratch.data());
+  return scratch.data();
+}
+
 void copy_to_contiguous(const KernelArgs& a, const TensorView& x, void* out) {
   copy_into(a, x, out, contiguous_strides(x.shape));
 }

@@ -37,12 +37,7 @@ void sgd_update_forward(const KernelArgs& a) {
   }
   const optim::SgdConstants k = optim::sgd_constants(lr, momentum, weight_decay, a.in[4].ptr<double>()[0]);
   std::vector<float> gathered;
-  const float* g = a.in[1].ptr<float>();
-  if (!a.in[1].contiguous) {
-    gathered.resize(size_t(a.in[1].numel()));
-    copy_to_contiguous(a, a.in[1], gathered.data());
-    g = gathered.data();
-  }
+  const float* g = contiguous_f32(a, a.in[1], gathered);
   float *p = a.in[0].ptr<float>(), *buf = a.in[2].ptr<float>();
   // Every element's arithmetic is its own: chunks may start anywhere.
   a.parallel_for(a.in[0].numel(), int64_t{1} << 15,

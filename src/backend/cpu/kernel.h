@@ -8,6 +8,8 @@
 // it fails to compile, naming the op (src/core/executor.cpp).
 #pragma once
 
+#include <vector>
+
 #include <cstdint>
 
 #include "backend/cpu/thread_pool.h"
@@ -42,6 +44,9 @@ namespace ops {
 // a's threads. The contiguous op's kernel; ops that start from a copy of an
 // input they could not take over in place use it too.
 void copy_to_contiguous(const KernelArgs& a, const TensorView& x, void* out);
+// x's f32 elements in row-major order: in place where x is contiguous, else
+// gathered into `scratch` (an update op's gradient, which may be strided).
+const float* contiguous_f32(const KernelArgs& a, const TensorView& x, std::vector<float>& scratch);
 // The same into memory laid out by out_strides (e.g. concat's band of its output).
 void copy_into(const KernelArgs& a, const TensorView& x, void* out, const Strides& out_strides);
 }  // namespace ops
