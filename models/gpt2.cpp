@@ -147,7 +147,7 @@ Gpt2::Gpt2(const Gpt2Config& config, uint64_t seed) : config_(config) {
   block.fc1 = "mlp.c_fc";
   block.fc2 = "mlp.c_proj";
   for (int64_t i = 0; i < c.n_layer; ++i) blocks_.emplace_back(params_, "h." + std::to_string(i), block, init);
-  ln_f_ = nn::LayerNorm(params_, "ln_f", D, c.layer_norm_epsilon, init);
+  ln_f_ = nn::Norm(params_, "ln_f", D, c.layer_norm_epsilon, init);
 }
 
 Tensor Gpt2::forward(const Tensor& tokens, bool train) const {

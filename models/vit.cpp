@@ -162,7 +162,7 @@ Vit::Vit(const VitConfig& config, uint64_t seed) : config_(config) {
   block.dropout = c.drop_rate;
   block.dropout_seed = dropout_seed;
   for (int64_t i = 0; i < c.depth; ++i) blocks_.emplace_back(params_, "blocks." + std::to_string(i), block, init);
-  norm_ = nn::LayerNorm(params_, "norm", D, c.norm_eps, init);
+  norm_ = nn::Norm(params_, "norm", D, c.norm_eps, init);
   head_ = nn::Linear(params_, "head", D, c.num_classes, true, init);
 }
 

@@ -71,13 +71,18 @@ struct Linear {
   Linear outputs(int64_t begin, int64_t end) const;
 };
 
-// Over the last axis, with weight (ones) and bias (zeros).
-struct LayerNorm {
-  Tensor weight, bias;
+// Over the last axis: LayerNorm with weight (ones) and bias (zeros), or
+// RMSNorm (Llama's) with weight alone.
+enum class NormKind { layer, rms };
+struct Norm {
+  Tensor weight, bias;  // bias undefined for RMSNorm
   double eps = 1e-5;
-  LayerNorm() = default;
-  LayerNorm(Params& p, const std::string& prefix, int64_t dim, double eps, Init& init);
-  Tensor operator()(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+  NormKind kind = NormKind::layer;
+  Norm() = default;
+  Norm(Params& p, const std::string& prefix, int64_t dim, double eps, Init& init, NormKind kind = NormKind::layer);
+  Tensor operator()(const Tensor& x) const {
+    return kind == NormKind::rms ? rms_norm(x, weight, eps) : layer_norm(x, weight, bias, eps);
+  }
 };
 
 // Rows of weight [vocab, dim] by i32 index.
@@ -96,12 +101,20 @@ struct Dropout {
   Tensor operator()(const Tensor& x, bool train, int64_t salt) const;
 };
 
-// What a pre-LN transformer block is made of; each model fills it from
+// What a pre-norm transformer block is made of; each model fills it from
 // its own config. Parameter names are relative to the block's prefix.
+// ViT's and GPT-2's: LayerNorm, one fused qkv projection, a GELU MLP.
+// Llama's: RMSNorm, q, k and v projections of their own with kv_heads
+// key/value heads shared by groups of query heads (grouped-query attention),
+// rotary positions, and a SwiGLU MLP (gate set).
 struct BlockConfig {
   int64_t dim = 0, heads = 1, mlp_hidden = 0;
+  int64_t kv_heads = 0;  // 0: heads
+  int64_t head_dim = 0;  // 0: dim / heads
   double norm_eps = 1e-5;
+  NormKind norm = NormKind::layer;
   Gelu gelu = Gelu::erf;
+  double rope_theta = 0;  // rotary positions (Hugging Face's rotate-half) with this base; 0: none
   bool causal = false;
   bool qkv_bias = true;  // the q/k/v projections' biases
   bool bias = true;      // the other projections' biases
@@ -112,24 +125,34 @@ struct BlockConfig {
   Tensor dropout_seed;
   std::string norm1 = "norm1", qkv = "attn.qkv", proj = "attn.proj", norm2 = "norm2", fc1 = "mlp.fc1",
               fc2 = "mlp.fc2";  // timm's names
+  // Separate q, k, v projections where qkv is empty (Llama's q_proj, ...).
+  std::string q, k, v;
+  // SwiGLU where set: fc2(silu(gate(x)) * fc1(x)), fc1 being Llama's up_proj.
+  std::string gate;
+
+  int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t head_size() const { return head_dim > 0 ? head_dim : dim / heads; }
 };
 
 // Keys and values of the positions decoded so far, for one block's
 // attention to take one new token at a time (TransformerBlock::decode).
 struct KvCache {
-  Tensor keys, values;          // leaves [N, H, Tmax, hd], filled by the caller from new_keys / new_values
+  Tensor keys, values;          // leaves [N, kv heads, Tmax, hd], filled by the caller from new_keys / new_values
   Tensor mask;                  // [N or 1, Tmax + 1]: 0 where a position is written (and at Tmax, the new
                                 // token itself), -inf elsewhere; one mask may serve every block
-  Tensor new_keys, new_values;  // outputs [N, H, 1, hd]: the new token's, set by decode
+  Tensor new_keys, new_values;  // outputs [N, kv heads, 1, hd]: the new token's, set by decode
+  Tensor position;              // i32 [1]: the new token's position, for rotary positions
 };
 
 // Multi-head self-attention with one fused qkv projection (timm's Attention,
-// GPT-2's c_attn). x [N, T, D] -> [N, T, D]; with queries > 0, only the first
-// `queries` tokens' outputs, [N, queries, D] (all T tokens are keys and
-// values; not causal).
+// GPT-2's c_attn) or three (Llama's), kv_heads <= heads key/value heads,
+// optionally rotary positions. x [N, T, D] -> [N, T, D]; with queries > 0,
+// only the first `queries` tokens' outputs, [N, queries, D] (all T tokens
+// are keys and values; not causal).
 struct Attention {
-  Linear qkv, proj;
-  int64_t heads = 1;
+  Linear qkv, q, k, v, proj;  // qkv, or q, k and v
+  int64_t heads = 1, kv_heads = 1, head_dim = 0;
+  double rope_theta = 0;
   bool causal = false;
   Attention() = default;
   Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
@@ -138,16 +161,20 @@ struct Attention {
   Tensor decode(const Tensor& x, KvCache& cache) const;
 
  private:
-  Tensor project(int64_t i, const Tensor& x) const;  // q, k or v: [N, T, heads, hd]
+  Tensor project(int64_t i, const Tensor& x) const;  // q, k or v: [N, T, heads (kv_heads), hd]
+  Tensor rotary(const Tensor& t, int64_t offset) const;
+  Tensor per_query_head(const Tensor& t) const;  // [N, T, kv_heads, hd] -> [N, T, heads, hd]
 };
 
-// fc1 -> GELU -> fc2.
+// fc1 -> GELU -> fc2, or SwiGLU: fc2(silu(gate(x)) * fc1(x)).
 struct Mlp {
-  Linear fc1, fc2;
+  Linear fc1, fc2, gate;  // gate: SwiGLU's, when defined
   Gelu gelu = Gelu::erf;
   Mlp() = default;
   Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
-  Tensor operator()(const Tensor& x) const { return fc2(apply_gelu(gelu, fc1(x))); }
+  Tensor operator()(const Tensor& x) const {
+    return gate.weight.defined() ? fc2(silu(gate(x)) * fc1(x)) : fc2(apply_gelu(gelu, fc1(x)));
+  }
 };
 
 // Pre-LN transformer block: x + attn(norm1(x)), then + mlp(norm2(.)): ViT's
@@ -157,7 +184,7 @@ struct Mlp {
 // rows (the same values and gradients as the whole block sliced, without
 // dropout; dropout then draws its masks over the smaller tensor).
 struct TransformerBlock {
-  LayerNorm norm1, norm2;
+  Norm norm1, norm2;
   Attention attn;
   Mlp mlp;
   Dropout drop;

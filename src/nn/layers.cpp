@@ -104,9 +104,10 @@ Linear Linear::outputs(int64_t begin, int64_t end) const {
   return part;
 }
 
-LayerNorm::LayerNorm(Params& p, const std::string& prefix, int64_t dim, double eps_, Init& init) : eps(eps_) {
+Norm::Norm(Params& p, const std::string& prefix, int64_t dim, double eps_, Init& init, NormKind kind_)
+    : eps(eps_), kind(kind_) {
   weight = p.add(prefix + ".weight", init.ones({dim}));
-  bias = p.add(prefix + ".bias", init.zeros({dim}));
+  if (kind == NormKind::layer) bias = p.add(prefix + ".bias", init.zeros({dim}));
 }
 
 Embedding::Embedding(Params& p, const std::string& name, int64_t vocab, int64_t dim, Init& init, double std) {
@@ -120,22 +121,66 @@ Tensor Dropout::operator()(const Tensor& x, bool train, int64_t salt) const {
 }
 
 Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init)
-    : heads(c.heads), causal(c.causal) {
-  if (c.heads <= 0 || c.dim % c.heads != 0) {
-    throw UsageError("attention: width " + std::to_string(c.dim) + " is not divisible by " + std::to_string(c.heads) +
+    : heads(c.heads), kv_heads(c.kv_head_count()), head_dim(c.head_size()), rope_theta(c.rope_theta),
+      causal(c.causal) {
+  const std::string what = "attention: ";
+  if (c.heads <= 0 || (c.head_dim <= 0 && c.dim % c.heads != 0)) {
+    throw UsageError(what + "width " + std::to_string(c.dim) + " is not divisible by " + std::to_string(c.heads) +
                      " heads");
   }
-  qkv = Linear(p, join(prefix, c.qkv), c.dim, 3 * c.dim, c.qkv_bias, init, c.init_std, c.layout);
-  proj = Linear(p, join(prefix, c.proj), c.dim, c.dim, c.bias, init, c.resid_std, c.layout);
+  if (kv_heads <= 0 || heads % kv_heads != 0) {
+    throw UsageError(what + std::to_string(heads) + " query heads are not a multiple of " + std::to_string(kv_heads) +
+                     " key/value heads");
+  }
+  if (rope_theta < 0 || (rope_theta > 0 && head_dim % 2 != 0)) {
+    throw UsageError(what + "rotary positions need a base > 0 and an even head size, got " +
+                     std::to_string(head_dim));
+  }
+  const int64_t inner = heads * head_dim;
+  if (!c.qkv.empty()) {
+    if (kv_heads != heads || inner != c.dim) {
+      throw UsageError(what + "a fused qkv projection needs as many key/value heads as query heads and heads x "
+                       "head size = width");
+    }
+    qkv = Linear(p, join(prefix, c.qkv), c.dim, 3 * c.dim, c.qkv_bias, init, c.init_std, c.layout);
+  } else {
+    q = Linear(p, join(prefix, c.q), c.dim, inner, c.qkv_bias, init, c.init_std, c.layout);
+    k = Linear(p, join(prefix, c.k), c.dim, kv_heads * head_dim, c.qkv_bias, init, c.init_std, c.layout);
+    v = Linear(p, join(prefix, c.v), c.dim, kv_heads * head_dim, c.qkv_bias, init, c.init_std, c.layout);
+  }
+  proj = Linear(p, join(prefix, c.proj), inner, c.dim, c.bias, init, c.resid_std, c.layout);
 }
 
 // x [N, T, D] -> [N, T, heads, hd] (a reshape, no copy) of projection i (q,
-// k, v), from that third of the fused weight: the same maths as slicing the
-// fused output, but the backward adds into the small weight instead of
-// zero-filling and summing three activation-sized gradients.
+// k, v; kv_heads heads for k and v). A fused projection is read a third of
+// the weight at a time: the same maths as slicing the fused output, but the
+// backward adds into the small weight instead of zero-filling and summing
+// three activation-sized gradients.
 Tensor Attention::project(int64_t i, const Tensor& x) const {
-  const int64_t D = x.dim(2);
-  return reshape(qkv.outputs(i * D, (i + 1) * D)(x), {x.dim(0), x.dim(1), heads, D / heads});
+  const int64_t h = i == 0 ? heads : kv_heads;
+  if (qkv.weight.defined()) {
+    const int64_t D = x.dim(2);
+    return reshape(qkv.outputs(i * D, (i + 1) * D)(x), {x.dim(0), x.dim(1), h, head_dim});
+  }
+  const Linear& l = i == 0 ? q : i == 1 ? k : v;
+  return reshape(l(x), {x.dim(0), x.dim(1), h, head_dim});
+}
+
+// Rotary positions on t [N, T, h, hd] from position `offset` (rotate-half
+// pairs, Hugging Face's Llama), through a heads-first view.
+Tensor Attention::rotary(const Tensor& t, int64_t offset) const {
+  if (rope_theta <= 0) return t;
+  const std::vector<int64_t> swap{0, 2, 1, 3};
+  return permute(rope(permute(t, swap), offset, rope_theta, RopeMode::neox), swap);
+}
+
+// Each key/value head of t [N, T, kv_heads, hd] repeated for its group of
+// query heads: [N, T, heads, hd].
+Tensor Attention::per_query_head(const Tensor& t) const {
+  if (kv_heads == heads) return t;
+  const int64_t N = t.dim(0), T = t.dim(1), g = heads / kv_heads;
+  return reshape(expand(reshape(t, {N, T, kv_heads, 1, head_dim}), {N, T, kv_heads, g, head_dim}),
+                 {N, T, heads, head_dim});
 }
 
 // With queries, only the first `queries` tokens ask (q and the output
@@ -145,56 +190,69 @@ Tensor Attention::project(int64_t i, const Tensor& x) const {
 // probabilities for the backward instead of recomputing the scores, from
 // attention_probs past 64 tokens and composed below (docs/performance.md).
 Tensor Attention::operator()(const Tensor& x, int64_t queries) const {
-  const int64_t N = x.dim(0), T = x.dim(1), D = x.dim(2), hd = D / heads;
+  const int64_t N = x.dim(0), T = x.dim(1), hd = head_dim, inner = heads * head_dim;
   if (queries < 0 || queries > T) {
     throw UsageError("attention: queries must be in [0, " + std::to_string(T) + "] (0: every token), got " +
                      std::to_string(queries));
   }
   const int64_t Tq = queries > 0 ? queries : T;
   if (causal && Tq != T) throw UsageError("attention: causal attention takes every token as a query");
-  const Tensor q = project(0, Tq == T ? x : slice(x, 1, 0, Tq)), k = project(1, x), v = project(2, x);
-  if (causal || T > 256) return proj(reshape(attention(q, k, v, causal), {N, Tq, D}));
+  const Tensor q = rotary(project(0, Tq == T ? x : slice(x, 1, 0, Tq)), 0);
+  const Tensor k = per_query_head(rotary(project(1, x), 0)), v = per_query_head(project(2, x));
+  if (causal || T > 256) return proj(reshape(attention(q, k, v, causal), {N, Tq, inner}));
   // Composed on heads-first views of the token-major projections; the
   // values' product writes its output token-major (matmul_heads), and the
   // backward products write dq, dk and dv so too: no head copies either way.
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
   Tensor p = T > 64 ? attention_probs(q, k)
                     : softmax(matmul(heads_first(q), transpose(heads_first(k))), 1.0 / std::sqrt(double(hd)));
-  return proj(reshape(matmul_heads(p, heads_first(v)), {N, Tq, D}));
+  return proj(reshape(matmul_heads(p, heads_first(v)), {N, Tq, inner}));
 }
 
 // Scores against the Tmax cached keys and the new key side by side, one
 // softmax under the cache's mask, then the probabilities' two parts
 // against the cached values and the new value.
+// Query heads in groups per key/value head, q as [N, kv_heads, g, hd]: the
+// cached keys and values are read once per group, never repeated.
 Tensor Attention::decode(const Tensor& x, KvCache& cache) const {
-  const int64_t N = x.dim(0), D = x.dim(2), hd = D / heads;
+  const int64_t N = x.dim(0), hd = head_dim, g = heads / kv_heads;
   if (x.rank() != 3 || x.dim(1) != 1) throw ShapeError("attention: decode takes one token per row, got " + to_string(x));
-  const Shape cache_shape = {N, heads, cache.keys.defined() ? cache.keys.dim(2) : 0, hd};
+  const Shape cache_shape = {N, kv_heads, cache.keys.defined() ? cache.keys.dim(2) : 0, hd};
   if (!cache.keys.defined() || cache.keys.shape() != cache_shape || !cache.values.defined() ||
       cache.values.shape() != cache_shape) {
-    throw ShapeError("attention: the key/value cache must be two [N, H, Tmax, hd] = " + to_string(cache_shape) +
+    throw ShapeError("attention: the key/value cache must be two [N, kv heads, Tmax, hd] = " + to_string(cache_shape) +
                      " tensors");
+  }
+  if (rope_theta > 0 && (!cache.position.defined() || cache.position.dtype() != DType::i32 ||
+                         cache.position.shape() != Shape{1})) {
+    throw ShapeError("attention: rotary positions need the new token's position, an i32 [1] in the cache");
   }
   const int64_t Tm = cache_shape[2];
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
-  const Tensor q = heads_first(project(0, x)), k = heads_first(project(1, x)), v = heads_first(project(2, x));
-  cache.new_keys = k;  // [N, H, 1, hd]
+  auto at_position = [&](const Tensor& t) {
+    return rope_theta > 0 ? rope(t, cache.position, rope_theta, RopeMode::neox) : t;
+  };
+  const Tensor q_heads = at_position(heads_first(project(0, x)));  // [N, heads, 1, hd]
+  const Tensor q = g == 1 ? q_heads : reshape(q_heads, {N, kv_heads, g, hd});
+  const Tensor k = at_position(heads_first(project(1, x))), v = heads_first(project(2, x));
+  cache.new_keys = k;  // [N, kv_heads, 1, hd]
   cache.new_values = v;
-  Tensor scores = concat({matmul(q, transpose(cache.keys)), sum(q * k, {-1}, true)}, -1);  // [N, H, 1, Tm + 1]
+  Tensor scores = concat({matmul(q, transpose(cache.keys)), sum(q * k, {-1}, true)}, -1);  // [N, kvh, g, Tm + 1]
   Tensor p = softmax(scores, 1.0 / std::sqrt(double(hd)), cache.mask);
-  Tensor o = matmul(slice(p, -1, 0, Tm), cache.values) + slice(p, -1, Tm, Tm + 1) * v;  // [N, H, 1, hd]
-  return proj(reshape(heads_first(o), {N, 1, D}));
+  Tensor o = matmul(slice(p, -1, 0, Tm), cache.values) + slice(p, -1, Tm, Tm + 1) * v;  // [N, kvh, g, hd]
+  return proj(reshape(o, {N, 1, heads * hd}));
 }
 
 Mlp::Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init) : gelu(c.gelu) {
+  if (!c.gate.empty()) gate = Linear(p, join(prefix, c.gate), c.dim, c.mlp_hidden, c.bias, init, c.init_std, c.layout);
   fc1 = Linear(p, join(prefix, c.fc1), c.dim, c.mlp_hidden, c.bias, init, c.init_std, c.layout);
   fc2 = Linear(p, join(prefix, c.fc2), c.mlp_hidden, c.dim, c.bias, init, c.resid_std, c.layout);
 }
 
 TransformerBlock::TransformerBlock(Params& p, const std::string& prefix, const BlockConfig& c, Init& init) {
-  norm1 = LayerNorm(p, join(prefix, c.norm1), c.dim, c.norm_eps, init);
+  norm1 = Norm(p, join(prefix, c.norm1), c.dim, c.norm_eps, init, c.norm);
   attn = Attention(p, prefix, c, init);
-  norm2 = LayerNorm(p, join(prefix, c.norm2), c.dim, c.norm_eps, init);
+  norm2 = Norm(p, join(prefix, c.norm2), c.dim, c.norm_eps, init, c.norm);
   mlp = Mlp(p, prefix, c, init);
   drop = Dropout{c.dropout, c.dropout_seed};
 }

@@ -76,7 +76,7 @@ class Gpt2 {
   nn::Params params_;
   nn::Embedding wte_, wpe_;
   std::vector<nn::TransformerBlock> blocks_;
-  nn::LayerNorm ln_f_;
+  nn::Norm ln_f_;
   nn::Dropout drop_;
 };
 

@@ -69,7 +69,7 @@ class Vit {
   Tensor cls_token_, pos_embed_;
   nn::PatchEmbed patch_embed_;
   std::vector<nn::TransformerBlock> blocks_;
-  nn::LayerNorm norm_;
+  nn::Norm norm_;
   nn::Linear head_;
 };
 
