@@ -25,7 +25,9 @@ class ConfigFields {
   ConfigFields& required(const char* key, int64_t& value, int64_t min = INT64_MIN);
   ConfigFields& required(const char* key, uint64_t& value);
   ConfigFields& required(const char* key, double& value);
-  // A field that keeps its current value when the JSON does not hold it.
+  // A field that keeps its current value when the JSON does not hold it (or,
+  // for an integer, holds null, as Hugging Face writes an unset head_dim).
+  ConfigFields& optional(const char* key, int64_t& value, int64_t min = INT64_MIN);
   ConfigFields& optional(const char* key, double& value);
   ConfigFields& optional(const char* key, bool& value);
   ConfigFields& optional(const char* key, std::string& value);

@@ -56,6 +56,9 @@ ConfigFields& ConfigFields::required(const char* key, int64_t& value, int64_t mi
 }
 ConfigFields& ConfigFields::required(const char* key, uint64_t& value) { return add({key, &value, true}); }
 ConfigFields& ConfigFields::required(const char* key, double& value) { return add({key, &value, true}); }
+ConfigFields& ConfigFields::optional(const char* key, int64_t& value, int64_t min) {
+  return add({key, &value, false, min});
+}
 ConfigFields& ConfigFields::optional(const char* key, double& value) { return add({key, &value, false}); }
 ConfigFields& ConfigFields::optional(const char* key, bool& value) { return add({key, &value, false}); }
 ConfigFields& ConfigFields::optional(const char* key, std::string& value) { return add({key, &value, false}); }
@@ -87,7 +90,8 @@ void ConfigFields::from_json(const std::string& text) {
   try {
     for (const Field& f : fields_) {
       auto it = j.find(f.key);
-      if (it == j.end()) {
+      const bool unset_int = it != j.end() && it->is_null() && !f.required && std::holds_alternative<int64_t*>(f.value);
+      if (it == j.end() || unset_int) {
         if (f.required) throw IoError("missing " + quoted(f.key));
         continue;
       }

@@ -1,0 +1,82 @@
+// The Llama family (Llama 2/3, SmolLM2, TinyLlama, Qwen2), laid out as
+// Hugging Face's LlamaForCausalLM / Qwen2ForCausalLM so that parameter names
+// and shapes match their checkpoints: RMSNorm, grouped-query attention with
+// rotary positions (rotate-half), a SwiGLU MLP, an untied or tied head.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nabla/nn.h"
+
+namespace nabla {
+struct Checkpoint;
+}
+
+namespace nabla::models {
+
+// Hugging Face's config.json keys.
+struct LlamaConfig {
+  std::string preset;
+  std::string model_type = "llama";  // or "qwen2" (q/k/v biases)
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 11008;
+  int64_t num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  int64_t num_key_value_heads = 0;  // 0: num_attention_heads
+  int64_t head_dim = 0;             // 0: hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  double initializer_range = 0.02;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q, k and v biases (Qwen2's; set by model_type "qwen2")
+  std::string tokenizer = "byte";
+
+  int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
+  int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  void validate() const;
+  // Elements in the parameters Llama builds from this (valid) config
+  // (saturates at INT64_MAX); known before anything is allocated.
+  int64_t parameter_count() const;
+  // Hugging Face's config.json (model_type, architectures) with nabla's
+  // "architecture": "llama" beside it.
+  std::string to_json() const;
+  // A config.json of model_type "llama" or "qwen2" (keys it does not use
+  // are ignored), or a nabla checkpoint's config. IoError naming the problem.
+  static LlamaConfig from_json(const std::string& json);
+};
+
+// "smollm2-135m" (SmolLM2-135M's shape), "llama-tiny-byte" (a byte-vocabulary
+// model that trains on the built-in text in minutes on 2 cores).
+LlamaConfig llama_preset(const std::string& name);
+
+class Llama {
+ public:
+  Llama(const LlamaConfig& config, uint64_t seed);
+
+  // input_ids i32 [B, T] -> logits [B, T, V]. T may exceed
+  // max_position_embeddings only as far as the positions' rotation allows
+  // (no learned positions): it is refused beyond it, as Hugging Face warns.
+  Tensor forward(const Tensor& input_ids) const;
+
+  // Hugging Face's causal-LM loss: position t predicts labels[t + 1]
+  // (labels i32 [B, T], -100 ignored), the mean over counted positions.
+  Tensor loss(const Tensor& input_ids, const Tensor& labels) const;
+
+  const LlamaConfig& config() const { return config_; }
+  nn::Params& params() { return params_; }
+  const nn::Params& params() const { return params_; }
+
+ private:
+  LlamaConfig config_;
+  nn::Params params_;
+  nn::Embedding embed_;
+  std::vector<nn::TransformerBlock> layers_;
+  nn::Norm norm_;
+  Tensor lm_head_;  // [V, D]: embed_'s weight when tied
+};
+
+}  // namespace nabla::models

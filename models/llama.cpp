@@ -1,0 +1,223 @@
+// The Llama family, Hugging Face layout.
+//
+// Dimensions:
+//   B  batch            T  tokens per row
+//   V  vocab_size       D  hidden_size      L  num_hidden_layers
+//   H  query heads      Hkv key/value heads (H a multiple)   hd  head_dim
+//   F  intermediate_size
+//
+// Parameters (Hugging Face names; nn.Linear weights are [out, in]):
+//   model.embed_tokens.weight                    [V, D]
+//   model.layers.i.input_layernorm.weight        [D]
+//   model.layers.i.self_attn.q_proj.weight       [H hd, D]     (.bias [H hd] with attention_bias)
+//   model.layers.i.self_attn.k_proj.weight       [Hkv hd, D]   (.bias [Hkv hd])
+//   model.layers.i.self_attn.v_proj.weight       [Hkv hd, D]   (.bias [Hkv hd])
+//   model.layers.i.self_attn.o_proj.weight       [D, H hd]
+//   model.layers.i.post_attention_layernorm.weight [D]
+//   model.layers.i.mlp.gate_proj.weight          [F, D]
+//   model.layers.i.mlp.up_proj.weight            [F, D]
+//   model.layers.i.mlp.down_proj.weight          [D, F]
+//   model.norm.weight                            [D]
+//   lm_head.weight                               [V, D]        (absent when tied)
+#include "nabla/models/llama.h"
+
+#include <cmath>
+#include <limits>
+
+#include "nabla/config.h"
+#include "nabla/error.h"
+
+namespace nabla::models {
+
+void LlamaConfig::validate() const {
+  auto fail = [](const std::string& m) { throw UsageError("llama config: " + m); };
+  if (model_type != "llama" && model_type != "qwen2") {
+    fail("model_type must be \"llama\" or \"qwen2\", got \"" + model_type + "\"");
+  }
+  if (vocab_size <= 0 || hidden_size <= 0 || intermediate_size <= 0 || num_hidden_layers < 0 ||
+      num_attention_heads <= 0 || num_key_value_heads < 0 || head_dim < 0 || max_position_embeddings <= 0) {
+    fail("sizes must be positive");
+  }
+  // Token ids and positions are i32; the bound also keeps sizes from overflowing.
+  constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
+  if (vocab_size > kMaxSize || max_position_embeddings > kMaxSize || num_hidden_layers > kMaxSize ||
+      hidden_size > kMaxSize / 4 || intermediate_size > kMaxSize || num_attention_heads * head_size() > kMaxSize) {
+    fail("sizes must be at most 2^31 - 1");
+  }
+  if (head_dim == 0 && hidden_size % num_attention_heads != 0) {
+    fail("hidden_size " + std::to_string(hidden_size) + " is not divisible by num_attention_heads " +
+         std::to_string(num_attention_heads) + " (give head_dim)");
+  }
+  if (num_attention_heads % kv_heads() != 0) {
+    fail("num_attention_heads " + std::to_string(num_attention_heads) + " is not a multiple of num_key_value_heads " +
+         std::to_string(kv_heads()));
+  }
+  if (head_size() % 2 != 0) fail("the head size must be even for rotary positions, got " + std::to_string(head_size()));
+  if (!(rms_norm_eps >= 0 && rms_norm_eps < 1)) fail("rms_norm_eps must be in [0, 1)");
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail("rope_theta must be positive");
+  if (!(initializer_range > 0 && initializer_range < 1)) fail("initializer_range must be in (0, 1)");
+  if (tokenizer != "byte" && tokenizer != "gpt2") fail("tokenizer must be \"byte\" or \"gpt2\"");
+}
+
+namespace {
+
+ConfigFields fields_of(LlamaConfig& c) {
+  ConfigFields f("llama config");
+  f.optional("preset", c.preset)
+      .optional("model_type", c.model_type)
+      .required("vocab_size", c.vocab_size)
+      .required("hidden_size", c.hidden_size)
+      .required("intermediate_size", c.intermediate_size)
+      .required("num_hidden_layers", c.num_hidden_layers)
+      .required("num_attention_heads", c.num_attention_heads)
+      .optional("num_key_value_heads", c.num_key_value_heads, 0)
+      .optional("head_dim", c.head_dim, 0)
+      .optional("max_position_embeddings", c.max_position_embeddings)
+      .optional("rms_norm_eps", c.rms_norm_eps)
+      .optional("rope_theta", c.rope_theta)
+      .optional("initializer_range", c.initializer_range)
+      .optional("tie_word_embeddings", c.tie_word_embeddings)
+      .optional("attention_bias", c.attention_bias)
+      .optional("tokenizer", c.tokenizer);
+  return f;
+}
+
+}  // namespace
+
+std::string LlamaConfig::to_json() const {
+  LlamaConfig c = *this;
+  if (c.num_key_value_heads == 0) c.num_key_value_heads = kv_heads();
+  if (c.head_dim == 0) c.head_dim = head_size();
+  std::string fields = fields_of(c).to_json();  // {"preset": ..., ...}
+  const std::string arch = model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  return "{\"architecture\":\"llama\",\"architectures\":[\"" + arch + "\"]," + fields.substr(1);
+}
+
+LlamaConfig LlamaConfig::from_json(const std::string& text) {
+  LlamaConfig c;
+  // Qwen2's config has no attention_bias: its q, k and v always have biases.
+  {
+    std::string type;
+    ConfigFields probe("llama config");
+    probe.optional("model_type", type);
+    probe.from_json(text);
+    if (type == "qwen2") c.attention_bias = true;
+  }
+  fields_of(c).from_json(text);
+  c.validate();
+  return c;
+}
+
+int64_t LlamaConfig::parameter_count() const {
+  // Mirrors Llama::Llama (a test compares it with the built model), in double
+  // so that no config can overflow it.
+  const double D = double(hidden_size), F = double(intermediate_size), q = double(num_attention_heads * head_size()),
+               kv = double(kv_heads() * head_size()), b = attention_bias ? 1 : 0;
+  const double block = 2 * D + D * q + 2 * D * kv + b * (q + 2 * kv) + q * D + 3 * D * F;
+  const double head = tie_word_embeddings ? 0 : double(vocab_size) * D;
+  const double n = double(vocab_size) * D + double(num_hidden_layers) * block + D + head;
+  return n >= 9.2e18 ? INT64_MAX : int64_t(n);
+}
+
+LlamaConfig llama_preset(const std::string& name) {
+  LlamaConfig c;
+  c.preset = name;
+  if (name == "smollm2-135m") {
+    // HuggingFaceTB/SmolLM2-135M's config.json.
+    c.vocab_size = 49152;
+    c.hidden_size = 576;
+    c.intermediate_size = 1536;
+    c.num_hidden_layers = 30;
+    c.num_attention_heads = 9;
+    c.num_key_value_heads = 3;
+    c.max_position_embeddings = 8192;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 100000.0;
+    c.initializer_range = 0.041666666666666664;
+    c.tie_word_embeddings = true;
+    c.tokenizer = "gpt2";  // until tokenizer.json: the shape, not SmolLM2's vocabulary
+    return c;
+  }
+  if (name == "llama-tiny-byte") {
+    // Bytes as tokens, 4 layers of width 256 with 8 query and 2 key/value
+    // heads: SmolLM2's proportions, small enough to learn words from the
+    // fortunes in minutes on two cores.
+    c.vocab_size = 256;
+    c.hidden_size = 256;
+    c.intermediate_size = 768;
+    c.num_hidden_layers = 4;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 256;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 10000.0;
+    c.tie_word_embeddings = true;
+    c.tokenizer = "byte";
+    return c;
+  }
+  throw UsageError("llama: unknown preset '" + name + "' (presets: smollm2-135m, llama-tiny-byte)");
+}
+
+Llama::Llama(const LlamaConfig& config, uint64_t seed) : config_(config) {
+  config_.validate();
+  const LlamaConfig& c = config_;
+  nn::Init init(seed, nn::Init::Weights::normal);
+  const int64_t D = c.hidden_size;
+  embed_ = nn::Embedding(params_, "model.embed_tokens.weight", c.vocab_size, D, init, c.initializer_range);
+  nn::BlockConfig block;
+  block.dim = D;
+  block.heads = c.num_attention_heads;
+  block.kv_heads = c.kv_heads();
+  block.head_dim = c.head_size();
+  block.mlp_hidden = c.intermediate_size;
+  block.norm = nn::NormKind::rms;
+  block.norm_eps = c.rms_norm_eps;
+  block.rope_theta = c.rope_theta;
+  block.causal = true;
+  block.qkv_bias = c.attention_bias;
+  block.bias = false;
+  block.init_std = block.resid_std = c.initializer_range;  // Hugging Face's _init_weights
+  block.norm1 = "input_layernorm";
+  block.qkv = "";
+  block.q = "self_attn.q_proj";
+  block.k = "self_attn.k_proj";
+  block.v = "self_attn.v_proj";
+  block.proj = "self_attn.o_proj";
+  block.norm2 = "post_attention_layernorm";
+  block.gate = "mlp.gate_proj";
+  block.fc1 = "mlp.up_proj";
+  block.fc2 = "mlp.down_proj";
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers_.emplace_back(params_, "model.layers." + std::to_string(i), block, init);
+  }
+  norm_ = nn::Norm(params_, "model.norm", D, c.rms_norm_eps, init, nn::NormKind::rms);
+  lm_head_ = c.tie_word_embeddings ? embed_.weight
+                                   : params_.add("lm_head.weight", init.normal({c.vocab_size, D}, c.initializer_range));
+}
+
+Tensor Llama::forward(const Tensor& input_ids) const {
+  const LlamaConfig& c = config_;
+  if (input_ids.rank() != 2 || input_ids.dtype() != DType::i32) {
+    throw ShapeError("llama: input_ids must be i32 [B, T], got " + to_string(input_ids));
+  }
+  if (input_ids.dim(1) > c.max_position_embeddings) {
+    throw ShapeError("llama: " + std::to_string(input_ids.dim(1)) + " tokens exceed max_position_embeddings " +
+                     std::to_string(c.max_position_embeddings));
+  }
+  Tensor x = embed_(input_ids);  // [B, T, D]
+  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i](x, /*train=*/false, int64_t(2 * i));
+  return matmul(norm_(x), transpose(lm_head_));  // [B, T, V]
+}
+
+Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels) const {
+  if (labels.dtype() != DType::i32 || labels.shape() != input_ids.shape() || input_ids.rank() != 2 ||
+      input_ids.dim(1) < 2) {
+    throw ShapeError("llama: loss needs input_ids and labels i32 [B, T] with T >= 2, got " + to_string(input_ids) +
+                     " and " + to_string(labels));
+  }
+  const int64_t T = input_ids.dim(1);
+  const Tensor logits = forward(input_ids);
+  return cross_entropy(slice(logits, 1, 0, T - 1), slice(labels, 1, 1, T), -100);
+}
+
+}  // namespace nabla::models

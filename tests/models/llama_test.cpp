@@ -1,0 +1,204 @@
+// The Llama family's model: Hugging Face's names and shapes, its config.json
+// keys, grouped-query attention equal to attention over repeated key/value
+// heads, and training through the shared step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "nabla/models/llama.h"
+#include "nabla/nabla.hpp"
+#include "nabla/trainer.h"
+
+using namespace nabla;
+using models::Llama;
+using models::LlamaConfig;
+
+namespace {
+
+// GQA 3 (6 query heads, 2 key/value heads), a head size that is not
+// hidden / heads, q/k/v biases, an untied head.
+LlamaConfig small_config() {
+  LlamaConfig c;
+  c.vocab_size = 37;
+  c.hidden_size = 24;
+  c.intermediate_size = 40;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 2;
+  c.head_dim = 6;
+  c.max_position_embeddings = 32;
+  c.rope_theta = 500.0;
+  c.attention_bias = true;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+Tensor tokens(int64_t B, int64_t T, int64_t vocab, int64_t seed) {
+  std::vector<int32_t> ids(size_t(B * T));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((7 * i + 3 * seed + i * i) % vocab);
+  return Tensor::from_vector<int32_t>({B, T}, ids);
+}
+
+}  // namespace
+
+TEST(Llama, HasHuggingFacesNamesAndShapes) {
+  const LlamaConfig c = small_config();
+  Llama m(c, 1);
+  EXPECT_EQ(m.params().count(), c.parameter_count());
+  const auto& p = m.params();
+  EXPECT_EQ(p.get("model.embed_tokens.weight").shape(), (Shape{37, 24}));
+  EXPECT_EQ(p.get("model.layers.1.self_attn.q_proj.weight").shape(), (Shape{36, 24}));
+  EXPECT_EQ(p.get("model.layers.1.self_attn.q_proj.bias").shape(), (Shape{36}));
+  EXPECT_EQ(p.get("model.layers.1.self_attn.k_proj.weight").shape(), (Shape{12, 24}));
+  EXPECT_EQ(p.get("model.layers.1.self_attn.v_proj.bias").shape(), (Shape{12}));
+  EXPECT_EQ(p.get("model.layers.1.self_attn.o_proj.weight").shape(), (Shape{24, 36}));
+  EXPECT_EQ(p.get("model.layers.0.mlp.gate_proj.weight").shape(), (Shape{40, 24}));
+  EXPECT_EQ(p.get("model.layers.0.mlp.up_proj.weight").shape(), (Shape{40, 24}));
+  EXPECT_EQ(p.get("model.layers.0.mlp.down_proj.weight").shape(), (Shape{24, 40}));
+  EXPECT_EQ(p.get("model.layers.0.input_layernorm.weight").shape(), (Shape{24}));
+  EXPECT_EQ(p.get("model.layers.0.post_attention_layernorm.weight").shape(), (Shape{24}));
+  EXPECT_EQ(p.get("model.norm.weight").shape(), (Shape{24}));
+  EXPECT_EQ(p.get("lm_head.weight").shape(), (Shape{37, 24}));
+  EXPECT_THROW(p.get("model.layers.0.self_attn.o_proj.bias"), UsageError);
+  EXPECT_EQ(p.list().size(), 1 + 2 * 12 + 1 + 1u);  // 12 a layer: 2 norms, 4 + 3 weights, 3 biases
+
+  LlamaConfig tied = c;
+  tied.tie_word_embeddings = true;
+  tied.attention_bias = false;
+  Llama t(tied, 1);
+  EXPECT_EQ(t.params().count(), tied.parameter_count());
+  EXPECT_THROW(t.params().get("lm_head.weight"), UsageError);
+  // SmolLM2-135M's shape, counted without building it.
+  EXPECT_EQ(models::llama_preset("smollm2-135m").parameter_count(), 134515008);
+}
+
+TEST(Llama, ReadsConfigJsonKeys) {
+  // As Hugging Face writes them: unused keys, a null head_dim, Qwen2's
+  // implicit q/k/v biases.
+  const std::string hf = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 49152,
+    "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+    "num_key_value_heads": 3, "head_dim": null, "rms_norm_eps": 1e-05, "rope_theta": 100000,
+    "max_position_embeddings": 8192, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "hidden_act": "silu", "bos_token_id": 0})";
+  const LlamaConfig c = LlamaConfig::from_json(hf);
+  EXPECT_EQ(c.kv_heads(), 3);
+  EXPECT_EQ(c.head_size(), 64);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.parameter_count(), models::llama_preset("smollm2-135m").parameter_count());
+  const LlamaConfig back = LlamaConfig::from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_NE(c.to_json().find("\"architectures\":[\"LlamaForCausalLM\"]"), std::string::npos) << c.to_json();
+
+  const std::string qwen = R"({"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2})";
+  EXPECT_TRUE(LlamaConfig::from_json(qwen).attention_bias);
+  EXPECT_THROW(LlamaConfig::from_json(R"({"model_type": "llama", "vocab_size": 100})"), IoError);
+  EXPECT_THROW(LlamaConfig::from_json(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 30,
+    "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4})"), UsageError);  // 30 / 4
+  EXPECT_THROW(LlamaConfig::from_json(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 3})"),
+               UsageError);
+}
+
+// A key/value head serves its group of query heads: the model with 2
+// key/value heads gives the logits of one with 6 whose k and v weights are
+// the 2 heads' repeated for each group.
+TEST(Llama, GroupedQueryAttentionIsRepeatedKeyValueHeads) {
+  const LlamaConfig grouped = small_config();
+  LlamaConfig full = grouped;
+  full.num_key_value_heads = 6;
+  Llama a(grouped, 3), b(full, 4);
+  const int64_t hd = grouped.head_size(), g = 3;
+  for (const auto& [name, t] : a.params().list()) {
+    Tensor dst = b.params().get(name);
+    const std::vector<float> src = t.to_vector<float>();
+    const bool kv = name.find("k_proj") != std::string::npos || name.find("v_proj") != std::string::npos;
+    if (!kv) {
+      dst.assign<float>(src);
+      continue;
+    }
+    // Rows of head h of the full model: key/value head h / g's.
+    const int64_t row = t.rank() == 2 ? t.dim(1) : 1;
+    std::vector<float> out;
+    for (int64_t h = 0; h < 6; ++h) {
+      const int64_t from = (h / g) * hd * row;
+      out.insert(out.end(), src.begin() + from, src.begin() + from + hd * row);
+    }
+    dst.assign<float>(out);
+  }
+  const Tensor ids = tokens(2, 11, grouped.vocab_size, 1);
+  const std::vector<float> la = eval(a.forward(ids)).to_vector<float>(), lb = eval(b.forward(ids)).to_vector<float>();
+  ASSERT_EQ(la.size(), lb.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    worst = std::max(worst, double(std::abs(la[i] - lb[i])));
+    scale = std::max(scale, double(std::abs(lb[i])));
+  }
+  EXPECT_LE(worst, 1e-6 * scale);
+  EXPECT_GT(scale, 0.0);
+}
+
+// Later tokens do not change earlier logits (causal), and positions matter
+// (rotary): the same token at two positions gives two outputs.
+TEST(Llama, IsCausalAndPositional) {
+  const LlamaConfig c = small_config();
+  Llama m(c, 5);
+  Tensor ids = tokens(1, 8, c.vocab_size, 2);
+  const std::vector<float> before = eval(m.forward(ids)).to_vector<float>();
+  std::vector<int32_t> changed = ids.to_vector<int32_t>();
+  changed[7] = (changed[7] + 1) % int32_t(c.vocab_size);
+  const std::vector<float> after =
+      eval(m.forward(Tensor::from_vector<int32_t>({1, 8}, changed))).to_vector<float>();
+  const size_t V = size_t(c.vocab_size);
+  for (size_t i = 0; i < 7 * V; ++i) ASSERT_EQ(before[i], after[i]) << i;
+  bool differs = false;
+  for (size_t i = 7 * V; i < 8 * V; ++i) differs = differs || before[i] != after[i];
+  EXPECT_TRUE(differs);
+  const std::vector<float> same =
+      eval(m.forward(Tensor::from_vector<int32_t>({1, 2}, {5, 5}))).to_vector<float>();
+  bool position_matters = false;
+  for (size_t i = 0; i < V; ++i) position_matters = position_matters || same[i] != same[V + i];
+  EXPECT_TRUE(position_matters);
+}
+
+// Hugging Face's labels: -100 positions count for nothing, and the loss is
+// the mean over the counted ones; the model trains through TrainStep.
+TEST(Llama, LossFollowsLabelsAndTrains) {
+  const LlamaConfig c = small_config();
+  Llama m(c, 7);
+  const Tensor ids = tokens(2, 9, c.vocab_size, 3);
+  std::vector<int32_t> lab = ids.to_vector<int32_t>();
+  for (size_t i = 0; i < lab.size(); i += 3) lab[i] = -100;
+  const Tensor labels = Tensor::from_vector<int32_t>({2, 9}, lab);
+  // By hand: log-softmax of the logits at t against labels[t + 1].
+  const std::vector<float> logits = eval(m.forward(ids)).to_vector<float>();
+  const size_t V = size_t(c.vocab_size);
+  double total = 0;
+  int counted = 0;
+  for (size_t b = 0; b < 2; ++b) {
+    for (size_t t = 0; t + 1 < 9; ++t) {
+      const int32_t y = lab[b * 9 + t + 1];
+      if (y < 0) continue;
+      const float* row = &logits[(b * 9 + t) * V];
+      double mx = row[0], z = 0;
+      for (size_t k = 0; k < V; ++k) mx = std::max(mx, double(row[k]));
+      for (size_t k = 0; k < V; ++k) z += std::exp(double(row[k]) - mx);
+      total += mx + std::log(z) - row[y];
+      ++counted;
+    }
+  }
+  const Tensor loss = m.loss(ids, labels);
+  EXPECT_NEAR(eval(loss).item(), total / counted, 1e-5 * total / counted);
+  EXPECT_THROW(m.loss(ids, slice(labels, 1, 0, 8)), ShapeError);
+
+  TrainStep step(loss, m.params(), {}, optim::AdamWConfig{}, ExecOptions{.threads = 2});
+  float first = 0, last = 0;
+  for (int i = 0; i < 30; ++i) {
+    step.run();
+    (i == 0 ? first : last) = step.loss();
+    step.update(3e-3, 1.0);
+  }
+  EXPECT_LT(last, 0.5f * first);
+}
