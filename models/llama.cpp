@@ -24,6 +24,7 @@
 #include <cmath>
 #include <limits>
 
+#include "nabla/checkpoint.h"
 #include "nabla/config.h"
 #include "nabla/error.h"
 
@@ -97,11 +98,15 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
   LlamaConfig c;
   // Qwen2's config has no attention_bias: its q, k and v always have biases.
   {
-    std::string type;
+    std::string type, architecture;
     ConfigFields probe("llama config");
-    probe.optional("model_type", type);
+    probe.optional("model_type", type).optional("architecture", architecture);
     probe.from_json(text);
     if (type == "qwen2") c.attention_bias = true;
+    // nabla's checkpoints name their architecture; Hugging Face's config.json does not.
+    if (!architecture.empty() && architecture != "llama") {
+      throw IoError("llama config: architecture is \"" + architecture + "\", expected \"llama\"");
+    }
   }
   fields_of(c).from_json(text);
   c.validate();
@@ -117,6 +122,17 @@ int64_t LlamaConfig::parameter_count() const {
   const double head = tie_word_embeddings ? 0 : double(vocab_size) * D;
   const double n = double(vocab_size) * D + double(num_hidden_layers) * block + D + head;
   return n >= 9.2e18 ? INT64_MAX : int64_t(n);
+}
+
+LlamaConfig llama_config_from_checkpoint(const Checkpoint& ckpt) {
+  LlamaConfig c;
+  try {
+    c = LlamaConfig::from_json(ckpt.config_json);
+  } catch (const Error& e) {
+    throw IoError(ckpt.path + ": " + e.what());
+  }
+  check_holds_parameters(ckpt, c.parameter_count());
+  return c;
 }
 
 LlamaConfig llama_preset(const std::string& name) {
@@ -218,6 +234,14 @@ Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels) const {
   const int64_t T = input_ids.dim(1);
   const Tensor logits = forward(input_ids);
   return cross_entropy(slice(logits, 1, 0, T - 1), slice(labels, 1, 1, T), -100);
+}
+
+Tensor Llama::next_token_loss(const Tensor& tokens, bool) const {
+  if (tokens.rank() != 2 || tokens.dim(1) < 2) {
+    throw ShapeError("llama: next-token loss needs tokens [B, T + 1] with T >= 1, got " + to_string(tokens));
+  }
+  const int64_t T = tokens.dim(1) - 1;
+  return cross_entropy(forward(slice(tokens, 1, 0, T)), slice(tokens, 1, 1, T + 1));
 }
 
 }  // namespace nabla::models

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nabla/optim.h"
@@ -75,29 +76,35 @@ struct TrainVitArgs : TrainLoopArgs {
 };
 int run_train_vit(const TrainVitArgs& opt);
 
-struct TrainGpt2Args : TrainLoopArgs {
-  TrainGpt2Args() {
+// `nabla train gpt2` and `nabla train llama`: next-token language models on
+// text, one command with the model's architecture chosen.
+struct TrainLmArgs : TrainLoopArgs {
+  explicit TrainLmArgs(std::string arch) : architecture(std::move(arch)) {
     lr = 1e-3;
     weight_decay = 0.1;
     warmup = 100;
     eval_every = 250;
     log_every = 25;
+    preset = architecture == "llama" ? "llama-tiny-byte" : "gpt2-small-byte";
   }
-  std::string preset = "gpt2-small-byte";
+  std::string architecture;  // gpt2 or llama
+  std::string preset;
   std::string text;       // file or folder; "" = Debian's fortunes
   std::string tokenizer;  // "" = the preset's
   std::string vocab;      // GPT-2 vocabulary folder (encoder.json, vocab.bpe)
   int64_t steps = 2000;   // the schedule's length
   int batch = 8;
-  int context = 0;  // 0: min(n_positions, 256)
-  double dropout = -1;
-  // Overrides of the preset's shape (0: keep).
-  int n_layer = 0, n_head = 0, n_embd = 0, n_positions = 0;
+  int context = 0;  // 0: min(positions, 256)
+  double dropout = -1;  // GPT-2's; < 0: the preset's
+  // Overrides of the preset's shape (0: keep): n_layer / num_hidden_layers,
+  // n_head / num_attention_heads, num_key_value_heads (Llama), n_embd /
+  // hidden_size, n_positions / max_position_embeddings.
+  int n_layer = 0, n_head = 0, kv_heads = 0, n_embd = 0, n_positions = 0;
   int eval_batches = 16;
   bool low_memory = false;       // keep small-factored weight gradients factored (TrainStep's low_memory)
   bool whole_gradients = false;  // --no-low-memory; neither: default_low_memory
 };
-int run_train_gpt2(const TrainGpt2Args& opt);
+int run_train_lm(const TrainLmArgs& opt);
 
 struct SampleArgs {
   std::string checkpoint, prompt, vocab;

@@ -131,6 +131,50 @@ void add_training_options(CLI::App* cmd, TrainLoopArgs& a, const std::string& se
       ->capture_default_str();
 }
 
+// `nabla train gpt2` and `nabla train llama`: the same command for either
+// architecture (TrainLmArgs).
+CLI::App* add_language_model_command(CLI::App* train_cmd, TrainLmArgs& a, const std::string& what,
+                                     const std::vector<std::string>& presets) {
+  const bool llama = a.architecture == "llama";
+  CLI::App* cmd = train_cmd->add_subcommand(a.architecture, what + " from scratch on real text (Debian's fortunes by default)");
+  std::string names;
+  for (const std::string& p : presets) names += (names.empty() ? "" : ", ") + p;
+  cmd->add_option("--preset", a.preset, "Model preset: " + names)->check(CLI::IsMember(presets))->capture_default_str();
+  cmd->add_option("--text", a.text, "Text file or folder (default: the installed fortunes)");
+  cmd->add_option("--tokenizer", a.tokenizer, "byte or gpt2 (default: the preset's)")
+      ->check(CLI::IsMember({"byte", "gpt2"}));
+  cmd->add_option("--vocab", a.vocab, "Folder with GPT-2's encoder.json and vocab.bpe");
+  cmd->add_option("--steps", a.steps, "Optimizer steps: the schedule's length (0: save the initial model)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  add_int(cmd, "--batch", a.batch, "Sequences per step", 1, 100'000);
+  add_int(cmd, "--context", a.context, "Tokens per sequence (0: the preset's, at most 256)", 0, 1'000'000);
+  if (!llama) {
+    cmd->add_option("--dropout", a.dropout, "Dropout rate (default: the preset's)")->check(CLI::Range(0.0, 0.99));
+  }
+  add_int(cmd, "--layers", a.n_layer,
+          llama ? "Override the preset's number of blocks (num_hidden_layers)" : "Override the preset's number of blocks (n_layer)",
+          0, 1024);
+  add_int(cmd, "--heads", a.n_head,
+          llama ? "Override the preset's query heads (num_attention_heads)" : "Override the preset's attention heads (n_head)",
+          0, 1024);
+  if (llama) add_int(cmd, "--kv-heads", a.kv_heads, "Override the preset's key/value heads (num_key_value_heads)", 0, 1024);
+  add_int(cmd, "--width", a.n_embd,
+          llama ? "Override the preset's width (hidden_size; the MLP keeps its proportion)" : "Override the preset's width (n_embd)",
+          0, 65536);
+  add_int(cmd, "--positions", a.n_positions,
+          llama ? "Override the preset's context length (max_position_embeddings)" : "Override the preset's context length (n_positions)",
+          0, 1'000'000);
+  add_int(cmd, "--eval-batches", a.eval_batches, "Validation batches", 1, 100'000);
+  add_training_options(cmd, a, llama ? "Seed for weights and batches" : "Seed for weights, batches and dropout");
+  auto* low_memory = cmd->add_flag(
+      "--low-memory", a.low_memory,
+      "Keep weight gradients as their smaller factors and multiply them out in the optimizer step (same results; "
+      "less memory at small batches, a little more time; the default for models of more than 50M parameters)");
+  cmd->add_flag("--no-low-memory", a.whole_gradients, "Hold every weight gradient whole")->excludes(low_memory);
+  return cmd;
+}
+
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,31 +255,10 @@ int main(int argc, char** argv) {
   add_int(vit_cmd, "--eval-batch", vit.eval_batch, "Evaluation batch size", 1, 1'000'000);
   add_training_options(vit_cmd, vit, "Seed for weights, data order, augmentation, dropout");
 
-  TrainGpt2Args gpt;
-  CLI::App* gpt_cmd = train_cmd->add_subcommand("gpt2", "GPT-2 from scratch on real text (Debian's fortunes by default)");
-  gpt_cmd->add_option("--preset", gpt.preset, "Model preset: gpt2-small-byte, gpt2")
-      ->check(CLI::IsMember({"gpt2-small-byte", "gpt2"}))
-      ->capture_default_str();
-  gpt_cmd->add_option("--text", gpt.text, "Text file or folder (default: the installed fortunes)");
-  gpt_cmd->add_option("--tokenizer", gpt.tokenizer, "byte or gpt2 (default: the preset's)")
-      ->check(CLI::IsMember({"byte", "gpt2"}));
-  gpt_cmd->add_option("--vocab", gpt.vocab, "Folder with GPT-2's encoder.json and vocab.bpe");
-  gpt_cmd->add_option("--steps", gpt.steps, "Optimizer steps: the schedule's length (0: save the initial model)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  add_int(gpt_cmd, "--batch", gpt.batch, "Sequences per step", 1, 100'000);
-  add_int(gpt_cmd, "--context", gpt.context, "Tokens per sequence (0: the preset's, at most 256)", 0, 1'000'000);
-  gpt_cmd->add_option("--dropout", gpt.dropout, "Dropout rate (default: the preset's)")->check(CLI::Range(0.0, 0.99));
-  add_int(gpt_cmd, "--layers", gpt.n_layer, "Override the preset's number of blocks (n_layer)", 0, 1024);
-  add_int(gpt_cmd, "--heads", gpt.n_head, "Override the preset's attention heads (n_head)", 0, 1024);
-  add_int(gpt_cmd, "--width", gpt.n_embd, "Override the preset's width (n_embd)", 0, 65536);
-  add_int(gpt_cmd, "--positions", gpt.n_positions, "Override the preset's context length (n_positions)", 0, 1'000'000);
-  add_int(gpt_cmd, "--eval-batches", gpt.eval_batches, "Validation batches", 1, 100'000);
-  add_training_options(gpt_cmd, gpt, "Seed for weights, batches and dropout");
-  auto* low_memory = gpt_cmd->add_flag(
-      "--low-memory", gpt.low_memory,
-      "Keep weight gradients as their smaller factors and multiply them out in the optimizer step (same results; "
-      "less memory at small batches, a little more time; the default for models of more than 50M parameters)");
-  gpt_cmd->add_flag("--no-low-memory", gpt.whole_gradients, "Hold every weight gradient whole")->excludes(low_memory);
+  TrainLmArgs gpt("gpt2"), llama("llama");
+  CLI::App* gpt_cmd = add_language_model_command(train_cmd, gpt, "GPT-2", {"gpt2-small-byte", "gpt2"});
+  CLI::App* llama_cmd = add_language_model_command(train_cmd, llama, "A Llama-family model (GQA, RoPE, SwiGLU)",
+                                                   {"llama-tiny-byte", "smollm2-135m"});
 
   SampleArgs sample;
   CLI::App* sample_cmd = app.add_subcommand("sample", "Generate text from a GPT-2 checkpoint (key/value cache)");
@@ -347,7 +370,8 @@ int main(int argc, char** argv) {
     if (grad_cmd->parsed()) return run_gradcheck(grad);
     if (mlp_cmd->parsed()) return run_train_mlp(mlp);
     if (vit_cmd->parsed()) return run_train_vit(vit);
-    if (gpt_cmd->parsed()) return run_train_gpt2(gpt);
+    if (gpt_cmd->parsed()) return run_train_lm(gpt);
+    if (llama_cmd->parsed()) return run_train_lm(llama);
     if (eval_cmd->parsed()) return run_eval(eval);
     if (gradient_cmd->parsed()) return run_grad(gradargs);
     if (gguf_cmd->parsed()) return run_export_gguf(exportargs);

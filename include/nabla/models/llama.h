@@ -49,6 +49,11 @@ struct LlamaConfig {
   static LlamaConfig from_json(const std::string& json);
 };
 
+// The config of a Llama checkpoint. IoError naming the file when it holds
+// another architecture, a bad config, or fewer values than the config's
+// parameters need.
+LlamaConfig llama_config_from_checkpoint(const Checkpoint& ckpt);
+
 // "smollm2-135m" (SmolLM2-135M's shape), "llama-tiny-byte" (a byte-vocabulary
 // model that trains on the built-in text in minutes on 2 cores).
 LlamaConfig llama_preset(const std::string& name);
@@ -65,6 +70,9 @@ class Llama {
   // Hugging Face's causal-LM loss: position t predicts labels[t + 1]
   // (labels i32 [B, T], -100 ignored), the mean over counted positions.
   Tensor loss(const Tensor& input_ids, const Tensor& labels) const;
+  // Mean next-token cross-entropy over all B * T positions of tokens i32
+  // [B, T + 1] (GPT-2's training loss; no dropout, so `train` changes nothing).
+  Tensor next_token_loss(const Tensor& tokens, bool train) const;
 
   const LlamaConfig& config() const { return config_; }
   nn::Params& params() { return params_; }
