@@ -2,7 +2,9 @@
 // written as safetensors (grad.<name>, loss): for debugging and for checking
 // nabla against other frameworks on identical weights and data. The model is
 // the checkpoint's architecture: a ViT reads `images` and `labels`, GPT-2
-// reads `tokens` [B, T + 1] (next-token loss). With --adamw-steps N it then
+// reads `tokens` [B, T + 1] (next-token loss), Llama reads `input_ids` and
+// `labels` [B, T] in Hugging Face's convention (position t predicts
+// labels[t + 1], -100 ignored) or `tokens` as GPT-2. With --adamw-steps N it then
 // trains N AdamW steps on that same batch through the fused optimizer and
 // writes the loss before each step as `losses` [N] (llm.c's test_gpt2 check).
 #include <fmt/format.h>
@@ -12,6 +14,7 @@
 
 #include "commands.h"
 #include "nabla/models/gpt2.h"
+#include "nabla/models/llama.h"
 #include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
@@ -26,8 +29,9 @@ namespace {
 struct ModelLoss {
   std::unique_ptr<models::Vit> vit;
   std::unique_ptr<models::Gpt2> gpt2;
+  std::unique_ptr<models::Llama> llama;
   Tensor loss;
-  const nn::Params& params() const { return vit ? vit->params() : gpt2->params(); }
+  const nn::Params& params() const { return vit ? vit->params() : gpt2 ? gpt2->params() : llama->params(); }
 };
 
 std::string architecture(const Checkpoint& ckpt) {
@@ -35,7 +39,7 @@ std::string architecture(const Checkpoint& ckpt) {
   auto arch = j.is_object() ? j.find("architecture") : j.end();
   if (!j.is_object() || arch == j.end() || !arch->is_string()) {
     throw IoError(ckpt.path +
-                  ": \"nabla.config\" names no architecture (expected \"vit\" or \"gpt2\")");
+                  ": \"nabla.config\" names no architecture (expected \"vit\", \"gpt2\" or \"llama\")");
   }
   return arch->get<std::string>();
 }
@@ -112,6 +116,56 @@ ModelLoss gpt2_loss(const Checkpoint& ckpt, const Safetensors& batch, const std:
   return m;
 }
 
+// Hugging Face's causal-LM batch (input_ids, labels [B, T]), or GPT-2's
+// tokens [B, T + 1].
+ModelLoss llama_loss(const Checkpoint& ckpt, const Safetensors& batch, const std::string& path) {
+  models::LlamaConfig cfg = models::llama_config_from_checkpoint(ckpt);
+  ModelLoss m;
+  m.llama = std::make_unique<models::Llama>(cfg, 0);
+  load_params(ckpt, m.llama->params());
+  auto integers = [&](const Tensor& t, const std::string& name) {
+    if (t.dtype() != DType::i32) {
+      throw DTypeError(path + ": " + name + " must be integers (I64 or I32), got " + dtype_name(t.dtype()));
+    }
+  };
+  if (!batch.find("input_ids") && batch.find("tokens")) {
+    const Tensor& tokens = *batch.find("tokens");
+    integers(tokens, "tokens");
+    if (tokens.rank() != 2 || tokens.dim(0) < 1 || tokens.dim(1) < 2) {
+      throw ShapeError(path + ": expected tokens [B, T + 1] with B >= 1 and T >= 1, got " + to_string(tokens.shape()));
+    }
+    if (tokens.dim(1) - 1 > cfg.max_position_embeddings) {
+      throw ShapeError(fmt::format("{}: tokens [B, T + 1] with T = {} exceed the model's {} positions", path,
+                                   tokens.dim(1) - 1, cfg.max_position_embeddings));
+    }
+    check_ids(tokens, cfg.vocab_size, path + ": tokens");
+    m.loss = m.llama->next_token_loss(tokens, /*train=*/false);
+    return m;
+  }
+  const Tensor& ids = batch_tensor(batch, path, "input_ids", "integer input_ids [B, T] (or tokens [B, T + 1])");
+  const Tensor& labels = batch_tensor(batch, path, "labels", "integer labels [B, T], -100 where not counted");
+  integers(ids, "input_ids");
+  integers(labels, "labels");
+  if (ids.rank() != 2 || ids.dim(0) < 1 || ids.dim(1) < 2 || labels.shape() != ids.shape()) {
+    throw ShapeError(path + ": expected input_ids and labels [B, T] with B >= 1 and T >= 2, got " +
+                     to_string(ids.shape()) + " and " + to_string(labels.shape()));
+  }
+  if (ids.dim(1) > cfg.max_position_embeddings) {
+    throw ShapeError(fmt::format("{}: {} tokens exceed the model's {} positions", path, ids.dim(1),
+                                 cfg.max_position_embeddings));
+  }
+  check_ids(ids, cfg.vocab_size, path + ": input_ids");
+  const int32_t* l = static_cast<const int32_t*>(labels.data());
+  for (int64_t i = 0; i < labels.numel(); ++i) {
+    if (l[i] != -100 && (l[i] < 0 || l[i] >= cfg.vocab_size)) {
+      throw ShapeError(fmt::format("{}: labels[{}, {}] is {}, expected ids in [0, {}) or -100", path,
+                                   i / labels.dim(1), i % labels.dim(1), l[i], cfg.vocab_size));
+    }
+  }
+  m.loss = m.llama->loss(ids, labels);
+  return m;
+}
+
 }  // namespace
 
 int run_grad(const GradArgs& a) {
@@ -123,9 +177,11 @@ int run_grad(const GradArgs& a) {
     m = vit_loss(ckpt, batch, a.batch);
   } else if (arch == "gpt2") {
     m = gpt2_loss(ckpt, batch, a.batch);
+  } else if (arch == "llama") {
+    m = llama_loss(ckpt, batch, a.batch);
   } else {
     throw IoError(a.weights + ": architecture \"" + arch +
-                  "\" is not supported (expected \"vit\" or \"gpt2\")");
+                  "\" is not supported (expected \"vit\", \"gpt2\" or \"llama\")");
   }
 
   // One compiled step: the first run gives the gradients; each further run

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Cross-checks nabla's Llama against an independent PyTorch implementation.
+
+Usage: llama_oracle.py NABLA_BIN [--keep DIR]
+
+A Llama written here in plain PyTorch, to Hugging Face's LlamaForCausalLM
+semantics and parameter names (transformers itself is not imported): RMSNorm,
+q/k/v/o projections with grouped-query attention (key/value heads repeated
+for their query heads), rotate-half rotary positions, SwiGLU, a tied or
+untied head, the causal-LM loss with labels shifted inside and -100 ignored.
+It gets random weights; nabla reads them from a safetensors file, runs
+`nabla grad` on a random batch (input_ids, labels), and the loss and every
+parameter gradient must equal torch's; then `nabla grad --adamw-steps 3`,
+whose loss before each step must equal torch.optim.AdamW's. Configs: GQA
+ratios 1 and 3, a head size that is neither a multiple of 8 nor hidden /
+heads, tied and untied heads, q/k/v biases (Qwen2), -100 labels.
+
+Gradient tolerance, per tensor: max|nabla - torch| <= RTOL * max(|torch|) +
+ATOL, both in f32 (grad_compare.py). Exits 1 on any mismatch.
+
+Run with Debian's /usr/bin/python3 (python3-torch); a missing torch is a
+failure, not a skip.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:
+    sys.exit(f"llama_oracle: PyTorch is required ({e}); install Debian's python3-torch (scripts/install-deps) "
+             f"and run with /usr/bin/python3")
+
+import grad_compare
+from grad_compare import Report, nabla_grad
+from safetensors_io import write_safetensors
+
+# As gpt2_oracle.py: f32 rounding in either framework is about 1e-6 of a
+# tensor's largest entry; RTOL leaves room over that. A wrong RoPE pairing,
+# head grouping, RMSNorm eps or label shift is off by orders of magnitude.
+RTOL = 1e-5
+ATOL = 1e-7
+LOSS_RTOL = 1e-6
+ADAMW_LOSS_RTOL = 2e-6
+ADAMW = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.5}
+
+
+class RmsNorm(nn.Module):
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):  # LlamaRMSNorm
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope(x, theta):  # x [B, H, T, hd]: LlamaRotaryEmbedding + apply_rotary_pos_emb
+    hd, t = x.shape[-1], x.shape[-2]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    freqs = torch.outer(torch.arange(t, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        d, self.h, self.kv, self.hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        self.theta = c["rope_theta"]
+        b = c["attention_bias"]
+        self.q_proj = nn.Linear(d, self.h * self.hd, bias=b)
+        self.k_proj = nn.Linear(d, self.kv * self.hd, bias=b)
+        self.v_proj = nn.Linear(d, self.kv * self.hd, bias=b)
+        self.o_proj = nn.Linear(self.h * self.hd, d, bias=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        heads = lambda y, n: y.view(b, t, n, self.hd).transpose(1, 2)  # [B, n, T, hd]
+        q = rope(heads(self.q_proj(x), self.h), self.theta)
+        k = rope(heads(self.k_proj(x), self.kv), self.theta)
+        v = heads(self.v_proj(x), self.kv)
+        g = self.h // self.kv
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # repeat_kv
+        w = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd)
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        w = w.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        return self.o_proj((w @ v).transpose(1, 2).reshape(b, t, self.h * self.hd))
+
+
+class Mlp(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        d, f = c["hidden_size"], c["intermediate_size"]
+        self.gate_proj = nn.Linear(d, f, bias=False)
+        self.up_proj = nn.Linear(d, f, bias=False)
+        self.down_proj = nn.Linear(f, d, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        d, eps = c["hidden_size"], c["rms_norm_eps"]
+        self.input_layernorm = RmsNorm(d, eps)
+        self.self_attn = Attention(c)
+        self.post_attention_layernorm = RmsNorm(d, eps)
+        self.mlp = Mlp(c)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Body(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
+        self.layers = nn.ModuleList([Layer(c) for _ in range(c["num_hidden_layers"])])
+        self.norm = RmsNorm(c["hidden_size"], c["rms_norm_eps"])
+
+
+class Llama(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.config = c
+        self.model = Body(c)
+        if not c["tie_word_embeddings"]:
+            self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
+
+    def forward(self, ids):
+        x = self.model.embed_tokens(ids)
+        for layer in self.model.layers:
+            x = layer(x)
+        head = self.model.embed_tokens.weight if self.config["tie_word_embeddings"] else self.lm_head.weight
+        return self.model.norm(x) @ head.t()
+
+    def loss(self, ids, labels):  # LlamaForCausalLM: shift inside, -100 ignored, mean over the counted
+        logits = self(ids)[:, :-1]
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+
+
+def randomize(model, gen):
+    """Weights at scales where every path matters: projections N(0, 1/in),
+    biases N(0, 0.1), norm gains 1 + N(0, 0.2), the embedding N(0, 4/D)."""
+    d = model.config["hidden_size"]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=gen, dtype=torch.float64)
+            if name == "model.embed_tokens.weight":
+                v = 2 * r / math.sqrt(d)
+            elif "norm" in name:
+                v = 1 + 0.2 * r
+            elif name.endswith(".bias"):
+                v = 0.1 * r
+            else:
+                v = r / math.sqrt(p.shape[1])
+            p.copy_(v.to(p.dtype))
+
+
+def copy_of(model, dtype):
+    m = Llama(model.config).to(dtype)
+    m.load_state_dict(model.state_dict())
+    return m
+
+
+def torch_grads(model, ids, labels, dtype):
+    m = copy_of(model, dtype)
+    loss = m.loss(ids, labels)
+    loss.backward()
+    return loss.detach(), {n: p.grad.detach() for n, p in m.named_parameters()}
+
+
+def torch_adamw_losses(model, ids, labels, steps, dtype):
+    """nabla's decay rule: tensors of rank >= 2 (the embedding and projections)."""
+    m = copy_of(model, dtype)
+    decay = [p for p in m.parameters() if p.dim() >= 2]
+    rest = [p for p in m.parameters() if p.dim() < 2]
+    o = torch.optim.AdamW([{"params": decay, "weight_decay": ADAMW["weight_decay"]},
+                           {"params": rest, "weight_decay": 0.0}],
+                          lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]), eps=ADAMW["eps"])
+    losses = []
+    for _ in range(steps):
+        o.zero_grad()
+        loss = m.loss(ids, labels)
+        loss.backward()
+        losses.append(loss.item())
+        o.step()
+    return losses
+
+
+def nabla_config(c):
+    """nabla's checkpoint config: config.json's keys plus its architecture."""
+    return json.dumps({"architecture": "llama", "model_type": c["model_type"], **{
+        k: c[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+                          "rms_norm_eps", "rope_theta", "tie_word_embeddings", "attention_bias")}})
+
+
+def check(nabla, work, report, title, c, n, t, seed, steps=3):
+    gen = torch.Generator().manual_seed(seed)
+    model = Llama(c)
+    randomize(model, gen)
+    ids = torch.randint(0, c["vocab_size"], (n, t), generator=gen)
+    labels = ids.clone()
+    labels[torch.rand((n, t), generator=gen) < 0.3] = -100  # prompt tokens, padding
+    tag = title.split(":")[0].replace(" ", "_")
+    w, b, o = (os.path.join(work, f"{tag}.{s}.safetensors") for s in ("weights", "batch", "grads"))
+    write_safetensors(w, model.state_dict(), {"format": "pt", "nabla.config": nabla_config(c)})
+    write_safetensors(b, {"input_ids": ids, "labels": labels})
+    extra = ["--adamw-steps", str(steps), "--lr", repr(ADAMW["lr"]), "--weight-decay", repr(ADAMW["weight_decay"]),
+             "--beta1", repr(ADAMW["beta1"]), "--beta2", repr(ADAMW["beta2"]), "--eps", repr(ADAMW["eps"])]
+    got = nabla_grad(nabla, w, b, o, extra)
+    title = f"{title} (input_ids {list(ids.shape)}, {int((labels[:, 1:] >= 0).sum())} counted)"
+    grad_compare.compare(title, report, got, torch_grads(model, ids, labels, torch.float32),
+                         torch_grads(model, ids, labels, torch.float64), RTOL, ATOL, LOSS_RTOL,
+                         outputs=("loss", "losses"))
+    nl = got["losses"].double().tolist()
+    t32 = torch_adamw_losses(model, ids, labels, steps, torch.float32)
+    for i in range(steps):
+        rel = abs(nl[i] - t32[i]) / abs(t32[i])
+        print(f"AdamW step {i + 1}: nabla {nl[i]:.7f} torch {t32[i]:.7f} rel {rel:.2e}")
+        if not rel <= ADAMW_LOSS_RTOL:
+            report.fail(f"{title}: loss before AdamW step {i + 1}: nabla {nl[i]!r} torch {t32[i]!r}")
+    if not t32[-1] < t32[0]:
+        report.fail(f"{title}: torch's loss did not fall over {steps} AdamW steps: the check proves little")
+
+
+def config(**over):
+    c = {"model_type": "llama", "vocab_size": 53, "hidden_size": 48, "intermediate_size": 80,
+         "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 10,
+         "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+         "tie_word_embeddings": False, "attention_bias": False}
+    c.update(over)
+    return c
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("nabla")
+    ap.add_argument("--keep", help="keep the files here")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    report = Report()
+    work = args.keep or tempfile.mkdtemp(prefix="llama_oracle.")
+    os.makedirs(work, exist_ok=True)
+    check(args.nabla, work, report, "gqa 3: head size 10, untied", config(), 2, 13, 1)
+    check(args.nabla, work, report, "gqa 1: head size hidden / heads, tied",
+          config(num_key_value_heads=6, head_dim=8, tie_word_embeddings=True, rope_theta=500.0), 3, 9, 2)
+    check(args.nabla, work, report, "qwen2: q/k/v biases, gqa 2",
+          config(model_type="qwen2", attention_bias=True, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=12, rope_theta=1e6), 2, 11, 3)
+    if report.failures:
+        print(f"\n{len(report.failures)} failure(s)")
+        return 1
+    print("\nall Llama checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
