@@ -87,16 +87,7 @@ int64_t Gpt2Config::parameter_count() const {
   return n >= 9.2e18 ? INT64_MAX : int64_t(n);
 }
 
-Gpt2Config gpt2_config_from_checkpoint(const Checkpoint& ckpt) {
-  Gpt2Config c;
-  try {
-    c = Gpt2Config::from_json(ckpt.config_json);
-  } catch (const Error& e) {
-    throw IoError(ckpt.path + ": " + e.what());
-  }
-  check_holds_parameters(ckpt, c.parameter_count());
-  return c;
-}
+Gpt2Config gpt2_config_from_checkpoint(const Checkpoint& ckpt) { return config_from_checkpoint<Gpt2Config>(ckpt); }
 
 Gpt2Config gpt2_preset(const std::string& name) {
   Gpt2Config c;

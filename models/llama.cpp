@@ -124,16 +124,7 @@ int64_t LlamaConfig::parameter_count() const {
   return n >= 9.2e18 ? INT64_MAX : int64_t(n);
 }
 
-LlamaConfig llama_config_from_checkpoint(const Checkpoint& ckpt) {
-  LlamaConfig c;
-  try {
-    c = LlamaConfig::from_json(ckpt.config_json);
-  } catch (const Error& e) {
-    throw IoError(ckpt.path + ": " + e.what());
-  }
-  check_holds_parameters(ckpt, c.parameter_count());
-  return c;
-}
+LlamaConfig llama_config_from_checkpoint(const Checkpoint& ckpt) { return config_from_checkpoint<LlamaConfig>(ckpt); }
 
 LlamaConfig llama_preset(const std::string& name) {
   LlamaConfig c;

@@ -103,16 +103,7 @@ int64_t VitConfig::parameter_count() const {
   return n >= 9.2e18 ? INT64_MAX : int64_t(n);
 }
 
-VitConfig vit_config_from_checkpoint(const Checkpoint& ckpt) {
-  VitConfig c;
-  try {
-    c = VitConfig::from_json(ckpt.config_json);
-  } catch (const Error& e) {
-    throw IoError(ckpt.path + ": " + e.what());
-  }
-  check_holds_parameters(ckpt, c.parameter_count());
-  return c;
-}
+VitConfig vit_config_from_checkpoint(const Checkpoint& ckpt) { return config_from_checkpoint<VitConfig>(ckpt); }
 
 VitConfig vit_preset(const std::string& name) {
   VitConfig c;

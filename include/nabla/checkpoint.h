@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "nabla/error.h"
 #include "nabla/io.h"
 #include "nabla/nn.h"
 #include "nabla/optim.h"
@@ -52,5 +53,19 @@ void load_optimizer_state(const Checkpoint& ckpt, optim::AdamW& optimizer);
 // `parameters` elements needs. Checked before building the model a config
 // describes, so a damaged config cannot make it allocate without bound.
 void check_holds_parameters(const Checkpoint& ckpt, int64_t parameters);
+
+// A model's config read from its checkpoint (Config::from_json, then
+// check_holds_parameters): any error becomes an IoError naming the file.
+template <class Config>
+Config config_from_checkpoint(const Checkpoint& ckpt) {
+  Config c;
+  try {
+    c = Config::from_json(ckpt.config_json);
+  } catch (const Error& e) {
+    throw IoError(ckpt.path + ": " + e.what());
+  }
+  check_holds_parameters(ckpt, c.parameter_count());
+  return c;
+}
 
 }  // namespace nabla

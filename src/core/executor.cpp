@@ -46,6 +46,7 @@ struct Executor::Impl {
   };
   std::vector<Step> steps;
   std::vector<std::vector<size_t>> stage_steps;  // each stage's steps, in order
+  std::vector<size_t> all_steps;                 // 0, 1, ...: run() runs them as one
   std::unique_ptr<Program> program;
   ExecOptions options;
   std::vector<double> step_seconds;  // profiling: total per step
@@ -308,6 +309,7 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
     c.operands.out = m.view(t);
     c.operands.attrs = &n->attrs;
     m.stage_steps[size_t(stage[i])].push_back(m.steps.size());
+    m.all_steps.push_back(m.steps.size());
     m.steps.push_back({n->op, c.operands.out, static_cast<int64_t>(i)});
     calls.push_back(std::move(c));
   }
@@ -318,11 +320,7 @@ Executor::~Executor() = default;
 Executor::Executor(Executor&&) noexcept = default;
 Executor& Executor::operator=(Executor&&) noexcept = default;
 
-void Executor::run() {
-  std::vector<size_t> all(impl_->steps.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  impl_->run_steps(all, true);
-}
+void Executor::run() { impl_->run_steps(impl_->all_steps, true); }
 
 void Executor::run(int stage) {
   if (stage < 0 || size_t(stage) >= impl_->stage_steps.size()) {

@@ -12,16 +12,7 @@ out=$("$nabla" train gpt2 --layers 2 --heads 4 --width 64 --positions 64 --conte
       --warmup 20 --lr 3e-3 --log-every 25 --eval-every 100 --eval-batches 8 --threads 2 \
       --save "$dir/gpt2.safetensors" 2>&1) || { echo "$out"; echo "nabla train gpt2 failed"; exit 1; }
 echo "$out"
-# "step 25/300 loss 4.4441 ..." (training, mean over 25 steps); "step 300: validation loss 2.7937, ..."
-echo "$out" | awk '
-  $1 == "step" && $3 == "loss" { if (first == "") first = $4; last = $4 }
-  $1 == "step" && $3 == "validation" { val = $5; sub(",", "", val) }
-  END {
-    if (first == "" || val == "") { print "no training or validation loss was reported"; exit 1 }
-    if (last + 0 >= 0.7 * first) { printf "training loss did not fall enough: first %s, last %s\n", first, last; exit 1 }
-    if (val + 0 >= 3.0) { printf "final validation loss %s is not below 3.0\n", val; exit 1 }
-    printf "training loss fell from %s to %s; final validation loss %s\n", first, last, val
-  }' || exit 1
+echo "$out" | awk -f "$(dirname "$0")/lm_losses.awk" || exit 1
 for f in gpt2.safetensors gpt2.csv gpt2.svg; do
   [ -s "$dir/$f" ] || { echo "missing $dir/$f"; exit 1; }
 done

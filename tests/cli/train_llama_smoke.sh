@@ -19,15 +19,7 @@ else
   out=$("$nabla" train llama $shape --steps 300 --warmup 20 --lr 3e-3 --log-every 25 --eval-every 100 \
         --eval-batches 8 --save "$dir/llama.safetensors" 2>&1) || { echo "$out"; echo "nabla train llama failed"; exit 1; }
   echo "$out"
-  echo "$out" | awk '
-    $1 == "step" && $3 == "loss" { if (first == "") first = $4; last = $4 }
-    $1 == "step" && $3 == "validation" { val = $5; sub(",", "", val) }
-    END {
-      if (first == "" || val == "") { print "no training or validation loss was reported"; exit 1 }
-      if (last + 0 >= 0.7 * first) { printf "training loss did not fall enough: first %s, last %s\n", first, last; exit 1 }
-      if (val + 0 >= 3.0) { printf "final validation loss %s is not below 3.0\n", val; exit 1 }
-      printf "training loss fell from %s to %s; final validation loss %s\n", first, last, val
-    }' || exit 1
+  echo "$out" | awk -f "$(dirname "$0")/lm_losses.awk" || exit 1
 fi
 # shellcheck disable=SC2086
 "$nabla" train llama $shape --steps $steps --eval-every $half --eval-batches 2 --save "$dir/straight.safetensors" \
