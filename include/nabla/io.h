@@ -43,6 +43,9 @@ struct IdxArray {
 };
 IdxArray read_idx(const std::string& path);
 
+// A whole file's bytes (IoError naming the file when it cannot be read).
+std::string read_file(const std::string& path);
+
 // Writes a file atomically: to a temporary beside it, fsync, rename. Stale
 // temporaries of `path` left by writers that were killed are removed first.
 void write_file_atomic(const std::string& path, const std::string& bytes);

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "nabla/error.h"
 #include "nabla/io.h"
@@ -41,6 +43,14 @@ void remove_stale_temporaries(const std::string& path) {
 }
 
 }  // namespace
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw IoError(path + ": read failed");
+  return bytes;
+}
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   remove_stale_temporaries(path);

@@ -109,15 +109,16 @@ Safetensors load_safetensors(const std::string& path) {
     throw IoError(path + ": header is not valid JSON: " + e.what());
   }
   if (!header.is_object()) throw IoError(path + ": header is not a JSON object");
-  uint64_t data_size = size - 8 - hlen;
-  std::vector<char> data(data_size);
-  in.read(data.data(), static_cast<std::streamsize>(data_size));
-  if (!in) throw IoError(path + ": truncated data");
+  const uint64_t data_start = 8 + hlen, data_size = size - data_start;
 
+  // The whole header is checked before any tensor is allocated or read, so a
+  // damaged file costs no memory; then each tensor is read straight into its
+  // own storage (a shard of several GiB is not held twice).
   Safetensors st;
   struct Entry {
-    std::string name;
-    uint64_t begin, end;
+    std::string name, dtype;
+    Shape shape;
+    uint64_t count, begin, end;
   };
   std::vector<Entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -179,27 +180,50 @@ Safetensors load_safetensors(const std::string& path) {
       throw bad("holds " + std::to_string(end - begin) + " bytes, shape " + to_string(shape) +
                 " of " + dt + " needs " + std::to_string(count * elem));
     }
-    entries.push_back({name, begin, end});
-    const char* p = data.data() + begin;
-    Tensor t;
-    if (dt == "F32") {
-      t = Tensor::from_data(DType::f32, shape, p);
-    } else if (dt == "F64") {
-      t = Tensor::from_data(DType::f64, shape, p);
-    } else if (dt == "I32") {
-      t = Tensor::from_data(DType::i32, shape, p);
-    } else if (dt == "F16" || dt == "BF16") {
-      t = Tensor::zeros(DType::f32, shape);
+    entries.push_back({name, dt, shape, count, begin, end});
+  }
+  // Tensors may not overlap: a corrupt file could otherwise alias them. Empty
+  // tensors occupy nothing; the furthest end so far catches an overlap with
+  // any earlier tensor, not only the previous one. File order is data order:
+  // sorted by offset so that writers and readers agree.
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  const Entry* furthest = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin == e.end) continue;
+    if (furthest && e.begin < furthest->end) {
+      throw IoError(path + ": tensors '" + furthest->name + "' and '" + e.name + "' overlap");
+    }
+    if (!furthest || e.end > furthest->end) furthest = &e;
+  }
+
+  std::vector<char> staging;  // bytes of a tensor stored in another dtype than it loads as
+  st.tensors.reserve(entries.size());
+  for (const Entry& e : entries) {
+    const std::string& dt = e.dtype;
+    const uint64_t bytes = e.end - e.begin;
+    const bool native = dt == "F32" || dt == "F64" || dt == "I32";
+    Tensor t = Tensor::zeros(dt == "F64" ? DType::f64 : dt == "F32" || dt == "F16" || dt == "BF16" ? DType::f32 : DType::i32,
+                             e.shape);
+    char* dst = native ? static_cast<char*>(t.data()) : (staging.resize(bytes), staging.data());
+    in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+    in.read(dst, static_cast<std::streamsize>(bytes));
+    if (!in) throw IoError(path + ": tensor '" + e.name + "': the file ends inside its data");
+    if (native) {
+      st.tensors.emplace_back(e.name, t);
+      continue;
+    }
+    const char* p = staging.data();
+    if (dt == "F16" || dt == "BF16") {
       float* o = t.data_as<float>();
-      for (uint64_t i = 0; i < count; ++i) {
+      for (uint64_t i = 0; i < e.count; ++i) {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
         o[i] = dt == "F16" ? io::f16_to_f32(h) : io::bf16_to_f32(h);
       }
     } else {
-      t = Tensor::zeros(DType::i32, shape);
       int32_t* o = t.data_as<int32_t>();
-      for (uint64_t i = 0; i < count; ++i) {
+      for (uint64_t i = 0; i < e.count; ++i) {
         int64_t x = 0;
         if (dt == "I64") {
           std::memcpy(&x, p + 8 * i, 8);
@@ -213,36 +237,14 @@ Safetensors load_safetensors(const std::string& path) {
           x = static_cast<uint8_t>(p[i]);
         }
         if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
-          throw bad("value " + std::to_string(x) + " at " + std::to_string(i) +
-                    " does not fit i32");
+          throw IoError(path + ": tensor '" + e.name + "': value " + std::to_string(x) + " at " +
+                        std::to_string(i) + " does not fit i32");
         }
         o[i] = static_cast<int32_t>(x);
       }
     }
-    st.tensors.emplace_back(name, t);
+    st.tensors.emplace_back(e.name, t);
   }
-  // Tensors may not overlap: a corrupt file could otherwise alias them. Empty
-  // tensors occupy nothing; the furthest end so far catches an overlap with
-  // any earlier tensor, not only the previous one.
-  std::vector<size_t> order(entries.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return entries[a].begin < entries[b].begin; });
-  size_t furthest = entries.size();  // entry with the largest end so far
-  for (size_t i : order) {
-    const Entry& e = entries[i];
-    if (e.begin == e.end) continue;
-    if (furthest != entries.size() && e.begin < entries[furthest].end) {
-      throw IoError(path + ": tensors '" + entries[furthest].name + "' and '" + e.name +
-                    "' overlap");
-    }
-    if (furthest == entries.size() || e.end > entries[furthest].end) furthest = i;
-  }
-  // File order is data order: sort by offset so writers and readers agree.
-  std::vector<std::pair<std::string, Tensor>> sorted;
-  sorted.reserve(order.size());
-  for (size_t i : order) sorted.push_back(std::move(st.tensors[i]));
-  st.tensors = std::move(sorted);
   return st;
 }
 

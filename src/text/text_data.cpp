@@ -49,14 +49,6 @@ struct Fnv64 {
   }
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw IoError(path + ": read failed");
-  return bytes;
-}
-
 bool only_space(std::string_view s) {
   return std::all_of(s.begin(), s.end(),
                      [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); });

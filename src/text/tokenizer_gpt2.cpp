@@ -8,7 +8,6 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <shared_mutex>
@@ -16,6 +15,7 @@
 #include <unordered_map>
 
 #include "nabla/error.h"
+#include "nabla/io.h"
 #include "nabla/tokenizer.h"
 #include "text/unicode.h"
 
@@ -36,14 +36,6 @@ std::array<uint32_t, 256> byte_to_unicode() {
     table[b] = printable ? b : next++;
   }
   return table;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw IoError(path + ": read failed");
-  return bytes;
 }
 
 std::string show(std::string_view s) {
