@@ -115,6 +115,7 @@ struct BlockConfig {
   NormKind norm = NormKind::layer;
   Gelu gelu = Gelu::erf;
   double rope_theta = 0;  // rotary positions (Hugging Face's rotate-half) with this base; 0: none
+  std::vector<double> rope_freq_factors;  // head_dim / 2 divisors of the rotary frequencies (Llama 3); empty: none
   bool causal = false;
   bool qkv_bias = true;  // the q/k/v projections' biases
   bool bias = true;      // the other projections' biases
@@ -153,6 +154,7 @@ struct Attention {
   Linear qkv, q, k, v, proj;  // qkv, or q, k and v
   int64_t heads = 1, kv_heads = 1, head_dim = 0;
   double rope_theta = 0;
+  std::vector<double> rope_freq_factors;
   bool causal = false;
   Attention() = default;
   Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);

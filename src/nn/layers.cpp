@@ -122,7 +122,7 @@ Tensor Dropout::operator()(const Tensor& x, bool train, int64_t salt) const {
 
 Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init)
     : heads(c.heads), kv_heads(c.kv_head_count()), head_dim(c.head_size()), rope_theta(c.rope_theta),
-      causal(c.causal) {
+      rope_freq_factors(c.rope_freq_factors), causal(c.causal) {
   const std::string what = "attention: ";
   if (c.heads <= 0 || (c.head_dim <= 0 && c.dim % c.heads != 0)) {
     throw UsageError(what + "width " + std::to_string(c.dim) + " is not divisible by " + std::to_string(c.heads) +
@@ -171,7 +171,7 @@ Tensor Attention::project(int64_t i, const Tensor& x) const {
 Tensor Attention::rotary(const Tensor& t, int64_t offset) const {
   if (rope_theta <= 0) return t;
   const std::vector<int64_t> swap{0, 2, 1, 3};
-  return permute(rope(permute(t, swap), offset, rope_theta, RopeMode::neox), swap);
+  return permute(rope(permute(t, swap), offset, rope_theta, RopeMode::neox, rope_freq_factors), swap);
 }
 
 // Each key/value head of t [N, T, kv_heads, hd] repeated for its group of
@@ -230,7 +230,7 @@ Tensor Attention::decode(const Tensor& x, KvCache& cache) const {
   const int64_t Tm = cache_shape[2];
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
   auto at_position = [&](const Tensor& t) {
-    return rope_theta > 0 ? rope(t, cache.position, rope_theta, RopeMode::neox) : t;
+    return rope_theta > 0 ? rope(t, cache.position, rope_theta, RopeMode::neox, rope_freq_factors) : t;
   };
   const Tensor q_heads = at_position(heads_first(project(0, x)));  // [N, heads, 1, hd]
   const Tensor q = g == 1 ? q_heads : reshape(q_heads, {N, kv_heads, g, hd});

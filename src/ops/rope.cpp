@@ -1,10 +1,11 @@
 // rope: rotary position embedding. x [..., T, D], positions i32 [T].
 // Pair i (0 <= i < D/2) of the row at position pos turns by
-// theta = pos * base^(-2i/D):
+// theta = pos * base^(-2i/D) / factor_i:
 //   (a, b) -> (a cos - b sin, a sin + b cos)
 // original (GPT-J, Meta "interleaved"): the pair is (x[2i], x[2i+1]);
 // neox (GPT-NeoX, Hugging Face Llama):  the pair is (x[i], x[i + D/2]).
-// attrs: ints {mode, inverse}, reals {base}; inverse turns by -theta.
+// attrs: ints {mode, inverse}, reals {base, factor_0, ..., factor_{D/2-1}}
+// (no factors: all 1); inverse turns by -theta.
 #include <cmath>
 
 #include "backend/cpu/kernel.h"
@@ -17,7 +18,7 @@ extern const OpDef op_rope;
 
 namespace {
 
-Meta rope_infer(const std::vector<Tensor>& in, const Attrs&) {
+Meta rope_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   const Tensor &x = in[0], &pos = in[1];
   require_floating("rope", x, "x");
   if (pos.dtype() != DType::i32) {
@@ -30,6 +31,11 @@ Meta rope_infer(const std::vector<Tensor>& in, const Attrs&) {
     throw ShapeError("rope: positions must be [T] = [" + std::to_string(x.dim(-2)) + "] for x " +
                      to_string(x.shape()) + ", got " + to_string(pos.shape()));
   }
+  const size_t factors = attrs.reals.size() - 1;
+  if (factors != 0 && int64_t(factors) != x.dim(-1) / 2) {
+    throw ShapeError("rope: " + std::to_string(factors) + " frequency factors for x " + to_string(x.shape()) +
+                     ", expected none or D/2 = " + std::to_string(x.dim(-1) / 2));
+  }
   return {x.dtype(), x.shape()};
 }
 
@@ -38,7 +44,9 @@ void rope_kernel(const KernelArgs& a) {
   const TensorView &x = a.in[0], &pv = a.in[1];
   bool neox = a.attrs->ints[0] == static_cast<int64_t>(RopeMode::neox);
   double sign = a.attrs->ints[1] ? -1.0 : 1.0;
-  double base = a.attrs->reals[0];
+  const std::vector<double>& reals = a.attrs->reals;
+  const double base = reals[0];
+  const bool scaled = reals.size() > 1;
   const Shape& shape = a.out.shape;
   int64_t t_len = shape[shape.size() - 2], d = shape.back(), half = d / 2;
   std::vector<int32_t> pos(static_cast<size_t>(t_len));
@@ -48,6 +56,7 @@ void rope_kernel(const KernelArgs& a) {
   for (int64_t t = 0; t < t_len; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       double theta = double(pos[t]) * std::pow(base, -2.0 * double(i) / double(d));
+      if (scaled) theta /= reals[1 + i];
       cs[t * half + i] = std::cos(theta);
       sn[t * half + i] = sign * std::sin(theta);
     }
@@ -77,15 +86,14 @@ void rope_forward(const KernelArgs& a) {
   dispatch_floating(a.out.dtype, "rope", [&]<class T>() { rope_kernel<T>(a); });
 }
 
-Tensor rope_apply(const Tensor& x, const Tensor& positions, int64_t mode, bool inverse,
-                  double base) {
-  return apply(op_rope, {x, positions}, Attrs{{mode, inverse ? 1 : 0}, {base}});
+Tensor rope_apply(const Tensor& x, const Tensor& positions, int64_t mode, bool inverse, std::vector<double> reals) {
+  return apply(op_rope, {x, positions}, Attrs{{mode, inverse ? 1 : 0}, std::move(reals)});
 }
 
 // A rotation's transpose is the rotation by the opposite angle: dx = R(-theta) dy.
 Grads rope_backward(const BackwardArgs& g) {
   const auto& a = g.attrs;
-  return {rope_apply(g.dout, g.inputs[1], a.ints[0], a.ints[1] == 0, a.reals[0]), Tensor()};
+  return {rope_apply(g.dout, g.inputs[1], a.ints[0], a.ints[1] == 0, a.reals), Tensor()};
 }
 
 std::vector<GradCase> rope_cases() {
@@ -104,6 +112,9 @@ std::vector<GradCase> rope_cases() {
       {"offset",
        {normal({4, 2})},
        [](X x) { return rope(x[0], int64_t{7}, 10.0, RopeMode::original); }},
+      {"heads_neox_freq_factors",
+       {normal({1, 2, 3, 6}), integers({3}, 0, 50)},
+       [](X x) { return rope(x[0], x[1], 100.0, RopeMode::neox, {1.0, 2.5, 8.0}); }},
   };
 }
 
@@ -111,7 +122,7 @@ std::vector<GradCase> rope_cases() {
 
 extern const OpDef op_rope{
     .name = "rope",
-    .summary = "rotary position embedding of [..., T, D] at i32 positions [T]; neox or original",
+    .summary = "rotary position embedding of [..., T, D] at i32 positions [T]; neox or original; optional frequency factors",
     .inputs = {{"x", Diff::yes}, {"positions", Diff::no}},
     .infer = rope_infer,
     .backward = rope_backward,
@@ -121,19 +132,25 @@ NABLA_CPU_KERNEL(op_rope, rope_forward);
 
 }  // namespace ops
 
-Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeMode mode) {
+Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeMode mode,
+            const std::vector<double>& freq_factors) {
   if (!(base > 0)) throw UsageError("rope: base must be positive, got " + std::to_string(base));
-  return ops::rope_apply(x, positions, static_cast<int64_t>(mode), false, base);
+  std::vector<double> reals{base};
+  for (double f : freq_factors) {
+    if (!(f > 0) || !std::isfinite(f)) throw UsageError("rope: frequency factors must be positive, got " + std::to_string(f));
+    reals.push_back(f);
+  }
+  return ops::rope_apply(x, positions, static_cast<int64_t>(mode), false, std::move(reals));
 }
 
-Tensor rope(const Tensor& x, int64_t offset, double base, RopeMode mode) {
+Tensor rope(const Tensor& x, int64_t offset, double base, RopeMode mode, const std::vector<double>& freq_factors) {
   if (!x.defined()) throw UsageError("rope: x is an undefined tensor");
   if (x.rank() < 2)
     throw ShapeError("rope: x must be [..., T, D] with D even, got " + to_string(x.shape()));
   std::vector<int32_t> pos(static_cast<size_t>(x.dim(-2)));
   for (size_t t = 0; t < pos.size(); ++t)
     pos[t] = static_cast<int32_t>(offset + static_cast<int64_t>(t));
-  return rope(x, Tensor::from_vector<int32_t>({x.dim(-2)}, pos), base, mode);
+  return rope(x, Tensor::from_vector<int32_t>({x.dim(-2)}, pos), base, mode, freq_factors);
 }
 
 }  // namespace nabla

@@ -39,6 +39,27 @@ TEST(Rope, OffsetMeansConsecutivePositions) {
   EXPECT_EQ(a, b);
 }
 
+// Llama 3's scaled frequencies: pair i turns by pos * base^(-2i/D) / factor_i.
+TEST(Rope, FrequencyFactorsDivideTheAngles) {
+  const std::vector<double> x = {1, 2, 3, 4, -1, 0.5, 2, -3}, factors = {2.0, 8.0};
+  const std::vector<int32_t> pos = {3, 7};
+  const std::vector<double> got =
+      eval(rope(Tensor::from_vector<double>({2, 4}, x), Tensor::from_vector<int32_t>({2}, pos), 100.0,
+                RopeMode::neox, factors))
+          .to_vector<double>();
+  for (int t = 0; t < 2; ++t) {
+    for (int i = 0; i < 2; ++i) {
+      const double th = pos[t] * std::pow(100.0, -2.0 * i / 4.0) / factors[i];
+      const double xa = x[t * 4 + i], xb = x[t * 4 + i + 2];
+      EXPECT_NEAR(got[t * 4 + i], xa * std::cos(th) - xb * std::sin(th), 1e-12);
+      EXPECT_NEAR(got[t * 4 + i + 2], xa * std::sin(th) + xb * std::cos(th), 1e-12);
+    }
+  }
+  Tensor x4 = Tensor::zeros(DType::f32, {2, 4});
+  EXPECT_THROW(rope(x4, int64_t{0}, 100.0, RopeMode::neox, {1.0, 2.0, 3.0}), ShapeError);
+  EXPECT_THROW(rope(x4, int64_t{0}, 100.0, RopeMode::neox, {1.0, 0.0}), UsageError);
+}
+
 TEST(Rope, RejectsBadShapes) {
   EXPECT_THROW(rope(Tensor::zeros(DType::f32, {2, 3}), int64_t{0}), ShapeError);
   EXPECT_THROW(

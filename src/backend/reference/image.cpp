@@ -151,8 +151,9 @@ void max_pool_2d_back_kernel(const Operands& a) {
 }
 
 // rope(x [..., T, D], positions [T]); attrs.ints = {mode, inverse}, reals =
-// {base}. Pair i of the row at position pos turns by theta = pos *
-// base^(-2i/D) (by -theta when inverse): (a, b) -> (a cos - b sin, a sin + b cos).
+// {base, factor_0, ...} (no factors: all 1). Pair i of the row at position pos
+// turns by theta = pos * base^(-2i/D) / factor_i (by -theta when inverse):
+// (a, b) -> (a cos - b sin, a sin + b cos).
 // The pair is (x[i], x[i + D/2]) in neox mode, (x[2i], x[2i+1]) in original.
 void rope_kernel(const Operands& a) {
   const TensorView &x = a.in[0], &positions = a.in[1];
@@ -166,7 +167,8 @@ void rope_kernel(const Operands& a) {
     const int64_t pair = neox ? j % half : j / 2;
     const bool first = neox ? j < half : j % 2 == 0;
     const int64_t partner = neox ? (first ? j + half : j - half) : (first ? j + 1 : j - 1);
-    const double theta = get(positions, {o[r - 2]}) * std::pow(base, -2.0 * double(pair) / double(D));
+    const double factor = a.attrs->reals.size() > 1 ? a.attrs->reals[1 + size_t(pair)] : 1.0;
+    const double theta = get(positions, {o[r - 2]}) * std::pow(base, -2.0 * double(pair) / double(D)) / factor;
     const double cs = std::cos(theta), sn = sign * std::sin(theta);
     Index ip = o;
     ip[r - 1] = partner;
