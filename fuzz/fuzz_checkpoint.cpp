@@ -1,12 +1,13 @@
 // The checkpoint reader as `nabla eval`, `sample` and `--resume` use it:
 // load_checkpoint (include/nabla/checkpoint.h), the model config it carries,
 // then the weights and optimizer moments copied into a model built from that
-// config (include/nabla/checkpoint.h, models/vit.h, models/gpt2.h).
+// config (include/nabla/checkpoint.h, models/vit.h, models/gpt2.h, models/llama.h).
 #include <optional>
 #include <vector>
 
 #include "fuzz_util.h"
 #include "nabla/models/gpt2.h"
+#include "nabla/models/llama.h"
 #include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
 #include "nabla/optim.h"
@@ -19,9 +20,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     nn::Params* params = nullptr;
     std::optional<models::Vit> vit;
     std::optional<models::Gpt2> gpt2;
-    if (ckpt.config_json.find("\"vit\"") != std::string::npos) {
+    std::optional<models::Llama> llama;
+    if (ckpt.architecture == "vit") {
       vit.emplace(models::vit_config_from_checkpoint(ckpt), 0);
       params = &vit->params();
+    } else if (ckpt.architecture == "llama") {
+      llama.emplace(models::llama_config_from_checkpoint(ckpt), 0);
+      params = &llama->params();
     } else {
       gpt2.emplace(models::gpt2_config_from_checkpoint(ckpt), 0);
       params = &gpt2->params();

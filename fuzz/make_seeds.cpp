@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nabla/models/gpt2.h"
+#include "nabla/models/llama.h"
 #include "nabla/models/vit.h"
 #include "nabla.h"
 #include "nabla/checkpoint.h"
@@ -177,6 +178,31 @@ void checkpoint_seeds() {
   gc.n_embd = 8;
   models::Gpt2 gpt2(gc, 1);
   save_checkpoint(seed_path("checkpoint", "gpt2_weights"), gc.to_json(), gpt2.params());
+
+  models::LlamaConfig lc = models::llama_preset("llama-tiny-byte");
+  lc.hidden_size = 8;
+  lc.intermediate_size = 8;
+  lc.num_hidden_layers = 1;
+  lc.num_attention_heads = 2;
+  lc.num_key_value_heads = 1;
+  lc.attention_bias = true;
+  models::Llama llama(lc, 1);
+  save_checkpoint(seed_path("checkpoint", "llama_weights"), lc.to_json(), llama.params());
+  write_bytes(seed_path("config", "smollm2_135m"), models::llama_preset("smollm2-135m").to_json());
+
+  // fuzz_hf_folder's index over its two shards (a.safetensors holds the first 3 tensors).
+  lc = models::llama_preset("llama-tiny-byte");
+  lc.vocab_size = 8;
+  lc.hidden_size = 8;
+  lc.intermediate_size = 8;
+  lc.num_hidden_layers = 1;
+  lc.num_attention_heads = 2;
+  lc.num_key_value_heads = 1;
+  models::Llama hf(lc, 1);
+  nlohmann::json map = nlohmann::json::object();
+  int i = 0;
+  for (const auto& [name, t] : hf.params().list()) map[name] = i++ < 3 ? "a.safetensors" : "b.safetensors";
+  write_bytes(seed_path("hf_folder", "two_shards"), nlohmann::json{{"metadata", {{"total_size", 1}}}, {"weight_map", map}}.dump());
 
   write_bytes(seed_path("config", "vit_fmnist"), models::vit_preset("fmnist").to_json());
   write_bytes(seed_path("config", "vit_tiny"), models::vit_preset("vit-tiny").to_json());

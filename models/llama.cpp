@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "nabla/checkpoint.h"
 #include "nabla/config.h"
@@ -58,6 +59,41 @@ void LlamaConfig::validate() const {
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail("rope_theta must be positive");
   if (!(initializer_range > 0 && initializer_range < 1)) fail("initializer_range must be in (0, 1)");
   if (tokenizer != "byte" && tokenizer != "gpt2") fail("tokenizer must be \"byte\" or \"gpt2\"");
+  const RopeScaling& s = rope_scaling;
+  if (!s.type.empty()) {
+    if (s.type != "linear" && s.type != "llama3") {
+      fail("rope_scaling type \"" + s.type + "\" is not supported (linear, llama3)");
+    }
+    if (!(s.factor > 0) || !std::isfinite(s.factor)) fail("rope_scaling factor must be positive");
+    if (s.type == "llama3" && !(s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
+                                std::isfinite(s.high_freq_factor) && s.original_max_position_embeddings > 0)) {
+      fail("rope_scaling llama3 needs 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0");
+    }
+  }
+}
+
+std::vector<double> LlamaConfig::rope_freq_factors() const {
+  const RopeScaling& s = rope_scaling;
+  if (s.type.empty()) return {};
+  const int64_t hd = head_size();
+  std::vector<double> f(size_t(hd / 2), s.factor);
+  if (s.type == "linear") return f;
+  // transformers' _compute_llama3_parameters: wavelengths above
+  // original / low_freq_factor are divided by factor, those below
+  // original / high_freq_factor kept, and the ones between blended.
+  const double old = double(s.original_max_position_embeddings);
+  const double low_wavelen = old / s.low_freq_factor, high_wavelen = old / s.high_freq_factor;
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    const double inv_freq = std::pow(rope_theta, -2.0 * double(i) / double(hd));
+    const double wavelen = 2 * M_PI / inv_freq;
+    if (wavelen < high_wavelen) {
+      f[size_t(i)] = 1;
+    } else if (wavelen <= low_wavelen) {
+      const double smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      f[size_t(i)] = 1 / ((1 - smooth) / s.factor + smooth);
+    }
+  }
+  return f;
 }
 
 namespace {
@@ -83,6 +119,17 @@ ConfigFields fields_of(LlamaConfig& c) {
   return f;
 }
 
+ConfigFields rope_scaling_fields(LlamaConfig::RopeScaling& s) {
+  ConfigFields f("llama config: rope_scaling");
+  f.required("factor", s.factor);
+  if (s.type == "llama3") {
+    f.required("low_freq_factor", s.low_freq_factor)
+        .required("high_freq_factor", s.high_freq_factor)
+        .required("original_max_position_embeddings", s.original_max_position_embeddings, 1);
+  }
+  return f;
+}
+
 }  // namespace
 
 std::string LlamaConfig::to_json() const {
@@ -90,22 +137,56 @@ std::string LlamaConfig::to_json() const {
   if (c.num_key_value_heads == 0) c.num_key_value_heads = kv_heads();
   if (c.head_dim == 0) c.head_dim = head_size();
   std::string fields = fields_of(c).to_json();  // {"preset": ..., ...}
+  std::string scaling = "null";
+  if (!c.rope_scaling.type.empty()) {
+    // Hugging Face's key for the type is "rope_type" ("type" in older configs).
+    scaling = "{\"rope_type\":\"" + c.rope_scaling.type + "\"," + rope_scaling_fields(c.rope_scaling).to_json().substr(1);
+  }
   const std::string arch = model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
-  return "{\"architecture\":\"llama\",\"architectures\":[\"" + arch + "\"]," + fields.substr(1);
+  return "{\"architecture\":\"llama\",\"architectures\":[\"" + arch + "\"],\"hidden_act\":\"silu\"," +
+         fields.substr(1, fields.size() - 2) + ",\"rope_scaling\":" + scaling + "}";
 }
 
 LlamaConfig LlamaConfig::from_json(const std::string& text) {
   LlamaConfig c;
   // Qwen2's config has no attention_bias: its q, k and v always have biases.
   {
-    std::string type, architecture;
+    std::string type, architecture, hidden_act = "silu";
+    bool mlp_bias = false, sliding_window = false;
     ConfigFields probe("llama config");
-    probe.optional("model_type", type).optional("architecture", architecture);
+    probe.optional("model_type", type)
+        .optional("architecture", architecture)
+        .optional("hidden_act", hidden_act)
+        .optional("mlp_bias", mlp_bias)
+        .optional("use_sliding_window", sliding_window);
     probe.from_json(text);
     if (type == "qwen2") c.attention_bias = true;
     // nabla's checkpoints name their architecture; Hugging Face's config.json does not.
     if (!architecture.empty() && architecture != "llama") {
       throw IoError("llama config: architecture is \"" + architecture + "\", expected \"llama\"");
+    }
+    // Variants this model does not compute are refused, not approximated.
+    if (hidden_act != "silu") throw IoError("llama config: hidden_act \"" + hidden_act + "\" is not supported (silu)");
+    if (mlp_bias) throw IoError("llama config: mlp_bias is not supported");
+    if (sliding_window) throw IoError("llama config: use_sliding_window is not supported");
+    const nlohmann::json j = nlohmann::json::parse(text);
+    auto scaling = j.find("rope_scaling");
+    if (scaling != j.end() && !scaling->is_null()) {
+      const auto type = scaling->is_object() ? scaling->value("rope_type", scaling->value("type", nlohmann::json()))
+                                             : nlohmann::json();
+      if (!type.is_string()) {
+        throw IoError("llama config: rope_scaling must be null or an object with a string \"rope_type\", got " +
+                      scaling->dump());
+      }
+      // "default" is Hugging Face's name for no scaling.
+      if (type != "default") {
+        c.rope_scaling.type = type.get<std::string>();
+        if (c.rope_scaling.type != "linear" && c.rope_scaling.type != "llama3") {
+          throw IoError("llama config: rope_scaling type \"" + c.rope_scaling.type +
+                        "\" is not supported (linear, llama3)");
+        }
+        rope_scaling_fields(c.rope_scaling).from_json(scaling->dump());
+      }
     }
   }
   fields_of(c).from_json(text);
@@ -180,6 +261,7 @@ Llama::Llama(const LlamaConfig& config, uint64_t seed) : config_(config) {
   block.norm = nn::NormKind::rms;
   block.norm_eps = c.rms_norm_eps;
   block.rope_theta = c.rope_theta;
+  block.rope_freq_factors = c.rope_freq_factors();
   block.causal = true;
   block.qkv_bias = c.attention_bias;
   block.bias = false;

@@ -1,12 +1,12 @@
 // `nabla export gguf`: a checkpoint's weights as a GGUF file (ggml's
 // format). The mapping of each architecture (tensor names, transposes,
 // metadata keys, GPT-2's tokenizer) lives in models/gguf_export.h.
+// `nabla export hf`: a Llama checkpoint as a Hugging Face model folder.
 #include <fmt/format.h>
-
-#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "nabla/models/gguf_export.h"
+#include "nabla/models/llama.h"
 #include "nabla/checkpoint.h"
 
 namespace nabla::cli {
@@ -15,9 +15,24 @@ int run_export_gguf(const ExportArgs& a) {
   Checkpoint ckpt = load_checkpoint(a.checkpoint);
   GgufWriter w = models::gguf_from_checkpoint(ckpt, {.vocab_dir = a.vocab});
   w.write(a.out);
-  // gguf_from_checkpoint accepted the config, so it is an object naming its architecture.
-  std::string arch = nlohmann::json::parse(ckpt.config_json).at("architecture").get<std::string>();
-  fmt::print("wrote {} ({} architecture)\n", a.out, arch);
+  fmt::print("wrote {} ({} architecture)\n", a.out, ckpt.architecture);
+  return kExitOk;
+}
+
+int run_export_hf(const ExportArgs& a) {
+  Checkpoint ckpt = load_checkpoint(a.checkpoint);
+  if (ckpt.architecture != "llama") {
+    throw UsageError(a.checkpoint + ": Hugging Face folders are written for llama checkpoints, this one is \"" +
+                     ckpt.architecture + "\"");
+  }
+  // Built from its config, so that only the model's parameters (not the
+  // optimizer moments a training checkpoint holds) are written, checked.
+  models::LlamaConfig cfg = models::llama_config_from_checkpoint(ckpt);
+  models::Llama model(cfg, 0);
+  load_params(ckpt, model.params());
+  save_hf_folder(a.out, cfg.to_json(), model.params());
+  fmt::print("wrote {}/config.json and {}/model.safetensors ({} parameters)\n", a.out, a.out,
+             model.params().count());
   return kExitOk;
 }
 

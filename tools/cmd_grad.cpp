@@ -1,7 +1,7 @@
 // `nabla grad`: the loss and every parameter's gradient for one given batch,
 // written as safetensors (grad.<name>, loss): for debugging and for checking
 // nabla against other frameworks on identical weights and data. The model is
-// the checkpoint's architecture: a ViT reads `images` and `labels`, GPT-2
+// the checkpoint's architecture (a nabla checkpoint or a Hugging Face folder): a ViT reads `images` and `labels`, GPT-2
 // reads `tokens` [B, T + 1] (next-token loss), Llama reads `input_ids` and
 // `labels` [B, T] in Hugging Face's convention (position t predicts
 // labels[t + 1], -100 ignored) or `tokens` as GPT-2. With --adamw-steps N it then
@@ -33,16 +33,6 @@ struct ModelLoss {
   Tensor loss;
   const nn::Params& params() const { return vit ? vit->params() : gpt2 ? gpt2->params() : llama->params(); }
 };
-
-std::string architecture(const Checkpoint& ckpt) {
-  nlohmann::json j = nlohmann::json::parse(ckpt.config_json, nullptr, /*allow_exceptions=*/false);
-  auto arch = j.is_object() ? j.find("architecture") : j.end();
-  if (!j.is_object() || arch == j.end() || !arch->is_string()) {
-    throw IoError(ckpt.path +
-                  ": \"nabla.config\" names no architecture (expected \"vit\", \"gpt2\" or \"llama\")");
-  }
-  return arch->get<std::string>();
-}
 
 const Tensor& batch_tensor(const Safetensors& batch, const std::string& path,
                            const std::string& name, const std::string& expected) {
@@ -171,7 +161,7 @@ ModelLoss llama_loss(const Checkpoint& ckpt, const Safetensors& batch, const std
 int run_grad(const GradArgs& a) {
   Checkpoint ckpt = load_checkpoint(a.weights);
   Safetensors batch = load_safetensors(a.batch);
-  std::string arch = architecture(ckpt);
+  const std::string& arch = ckpt.architecture;
   ModelLoss m;
   if (arch == "vit") {
     m = vit_loss(ckpt, batch, a.batch);
@@ -180,8 +170,8 @@ int run_grad(const GradArgs& a) {
   } else if (arch == "llama") {
     m = llama_loss(ckpt, batch, a.batch);
   } else {
-    throw IoError(a.weights + ": architecture \"" + arch +
-                  "\" is not supported (expected \"vit\", \"gpt2\" or \"llama\")");
+    throw IoError(a.weights + ": " + (arch.empty() ? "its config names no architecture" : "architecture \"" + arch + "\" is not supported") +
+                  " (expected \"vit\", \"gpt2\" or \"llama\")");
   }
 
   // One compiled step: the first run gives the gradients; each further run

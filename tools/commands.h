@@ -143,5 +143,6 @@ struct ExportArgs {
   std::string vocab;  // GPT-2 vocabulary folder for gpt2-tokenizer checkpoints ("" = found)
 };
 int run_export_gguf(const ExportArgs& opt);
+int run_export_hf(const ExportArgs& opt);
 
 }  // namespace nabla::cli

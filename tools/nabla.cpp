@@ -305,7 +305,9 @@ int main(int argc, char** argv) {
   GradArgs gradargs;
   CLI::App* gradient_cmd =
       app.add_subcommand("grad", "Loss and every parameter's gradient for one batch, written as safetensors");
-  gradient_cmd->add_option("--weights", gradargs.weights, "Model checkpoint")->required()->check(CLI::ExistingFile);
+  gradient_cmd->add_option("--weights", gradargs.weights, "Model checkpoint, or a Hugging Face model folder")
+      ->required()
+      ->check(CLI::ExistingPath);
   gradient_cmd->add_option("--batch", gradargs.batch, "Batch file (safetensors: images and labels, or tokens)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -337,13 +339,21 @@ int main(int argc, char** argv) {
   CLI::App* export_cmd = app.add_subcommand("export", "Write a checkpoint in another format");
   export_cmd->require_subcommand(0, 1);
   CLI::App* gguf_cmd = export_cmd->add_subcommand("gguf", "GGUF (ggml, llama.cpp) with the hyperparameters as metadata");
-  gguf_cmd->add_option("checkpoint", exportargs.checkpoint, "Checkpoint (safetensors)")
+  gguf_cmd->add_option("checkpoint", exportargs.checkpoint, "Checkpoint (safetensors), or a Hugging Face model folder")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingPath);
   gguf_cmd->add_option("-o,--out", exportargs.out, "Output .gguf path")->required();
   gguf_cmd->add_option("--vocab", exportargs.vocab,
                        "GPT-2 checkpoints with the gpt2 tokenizer: folder with encoder.json and vocab.bpe (default: found)")
       ->check(CLI::ExistingDirectory);
+
+  CLI::App* hf_cmd =
+      export_cmd->add_subcommand("hf", "A Hugging Face model folder (config.json, model.safetensors): Llama checkpoints");
+  hf_cmd->add_option("checkpoint", exportargs.checkpoint, "Checkpoint (safetensors)")
+      ->required()
+      ->check(CLI::ExistingPath);
+  hf_cmd->add_option("-o,--out", exportargs.out, "Output folder (created; its config.json and model.safetensors replaced)")
+      ->required();
 
   try {
     app.parse(argc, argv);
@@ -375,6 +385,7 @@ int main(int argc, char** argv) {
     if (eval_cmd->parsed()) return run_eval(eval);
     if (gradient_cmd->parsed()) return run_grad(gradargs);
     if (gguf_cmd->parsed()) return run_export_gguf(exportargs);
+    if (hf_cmd->parsed()) return run_export_hf(exportargs);
     if (sample_cmd->parsed()) return run_sample(sample);
     if (tokenize_cmd->parsed()) return run_tokenize(tokenize);
   } catch (const nabla::Error& e) {

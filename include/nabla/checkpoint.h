@@ -3,6 +3,10 @@
 // there; the metadata holds the model config as JSON under "nabla.config"
 // and, for training checkpoints, the optimizer moments as tensors plus the
 // training position under "nabla.train".
+//
+// A Hugging Face model folder reads as a checkpoint too: config.json is its
+// config, its weights come from model.safetensors or from the shards that
+// model.safetensors.index.json lists.
 #pragma once
 
 #include <cstdint>
@@ -33,12 +37,22 @@ void save_checkpoint(const std::string& path, const std::string& config_json, co
 struct Checkpoint {
   std::string path;
   std::string config_json;
-  Safetensors file;
+  // "vit", "gpt2", "llama", ...: the config's "architecture", or for a
+  // Hugging Face folder the one its model_type maps to ("" when neither).
+  std::string architecture;
+  Safetensors file;  // a folder's shards merged
   bool has_position = false;
   TrainPosition position;
 };
-// IoError naming the file when it is not a nabla checkpoint.
+// A nabla checkpoint file, or a Hugging Face model folder of model_type
+// "llama" or "qwen2" (tensors F32, F16 or BF16, loaded as f32). IoError
+// naming the file when it is neither, or is damaged.
 Checkpoint load_checkpoint(const std::string& path);
+
+// Writes a Hugging Face model folder: `config_json` (an object) as
+// config.json and `params` as model.safetensors, each written atomically;
+// the folder is created when missing. Tensors are stored as they are (f32).
+void save_hf_folder(const std::string& dir, const std::string& config_json, const nn::Params& params);
 
 // Copies the checkpoint's tensors into `params` by name; every parameter
 // must be present with its shape and dtype (IoError naming the first

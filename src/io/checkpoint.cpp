@@ -1,11 +1,91 @@
 #include "nabla/checkpoint.h"
 
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
 #include "nabla/config.h"
 #include "nabla/error.h"
 
 namespace nabla {
 
 namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string architecture_of(const std::string& config_json) {
+  json j = json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+  auto it = j.is_object() ? j.find("architecture") : j.end();
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// The tensors a model.safetensors.index.json lists, read shard by shard:
+// the index is the authority on which tensor lives where.
+Safetensors load_shards(const std::string& dir, const std::string& index_path) {
+  json index = json::parse(read_file(index_path), nullptr, /*allow_exceptions=*/false);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    throw IoError(index_path + ": expected a JSON object with a \"weight_map\" of tensor name -> shard file");
+  }
+  std::map<std::string, std::vector<std::string>> names_by_shard;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    const std::string shard = it.value().is_string() ? it.value().get<std::string>() : "";
+    // A plain file name: an index must not reach outside its folder.
+    if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos) {
+      throw IoError(index_path + ": weight_map[\"" + it.key() + "\"] is " + it.value().dump() +
+                    ", expected a file name in the folder");
+    }
+    names_by_shard[shard].push_back(it.key());
+  }
+  if (names_by_shard.empty()) throw IoError(index_path + ": the weight_map lists no tensors");
+  Safetensors merged;
+  for (const auto& [shard, names] : names_by_shard) {
+    const std::string path = dir + "/" + shard;
+    Safetensors s = load_safetensors(path);
+    if (merged.metadata.empty()) merged.metadata = s.metadata;
+    for (const std::string& name : names) {
+      const Tensor* t = s.find(name);
+      if (!t) throw IoError(path + ": no tensor '" + name + "', which " + index_path + " places there");
+      merged.tensors.emplace_back(name, *t);
+    }
+  }
+  return merged;
+}
+
+// config.json's model_type -> the nabla architecture that reads it.
+std::string hf_architecture(const std::string& config_path, const std::string& config_json) {
+  json j = json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) throw IoError(config_path + ": not a JSON object");
+  auto type = j.find("model_type");
+  if (type == j.end() || !type->is_string()) {
+    throw IoError(config_path + ": no string \"model_type\" (nabla reads \"llama\" and \"qwen2\" models)");
+  }
+  const std::string t = type->get<std::string>();
+  if (t == "llama" || t == "qwen2") return "llama";
+  throw IoError(config_path + ": model_type \"" + t + "\" is not supported (nabla reads \"llama\" and \"qwen2\" models)");
+}
+
+Checkpoint load_hf_folder(const std::string& dir) {
+  Checkpoint c;
+  c.path = dir;
+  const std::string config_path = dir + "/config.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(config_path, ec)) {
+    throw IoError(dir + ": not a Hugging Face model folder: it has no config.json");
+  }
+  c.config_json = read_file(config_path);
+  c.architecture = hf_architecture(config_path, c.config_json);
+  const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
+  // Hugging Face's loader looks for the single file first, so does this.
+  if (fs::exists(single, ec)) {
+    c.file = load_safetensors(single);
+  } else if (fs::exists(index, ec)) {
+    c.file = load_shards(dir, index);
+  } else {
+    throw IoError(dir + ": a Hugging Face model folder needs model.safetensors or model.safetensors.index.json");
+  }
+  return c;
+}
 
 ConfigFields position_fields(TrainPosition& p, const std::string& what) {
   ConfigFields f(what);
@@ -40,20 +120,34 @@ void save_checkpoint(const std::string& path, const std::string& config_json, co
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return load_hf_folder(path);
   Checkpoint c;
   c.path = path;
   c.file = load_safetensors(path);
   auto it = c.file.metadata.find("nabla.config");
   if (it == c.file.metadata.end()) {
-    throw IoError(path + ": not a nabla checkpoint: no \"nabla.config\" in the safetensors metadata");
+    throw IoError(path + ": not a nabla checkpoint: no \"nabla.config\" in the safetensors metadata "
+                  "(for a Hugging Face model, give its folder)");
   }
   c.config_json = it->second;
+  c.architecture = architecture_of(c.config_json);
   auto pos = c.file.metadata.find("nabla.train");
   if (pos != c.file.metadata.end()) {
     c.has_position = true;
     c.position = TrainPosition::from_json(pos->second, path);
   }
   return c;
+}
+
+void save_hf_folder(const std::string& dir, const std::string& config_json, const nn::Params& params) {
+  json config = json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) throw UsageError(dir + ": the config.json to write is not a JSON object");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError(dir + ": cannot create the folder: " + ec.message());
+  save_safetensors(dir + "/model.safetensors", params.list(), {{"format", "pt"}});
+  write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
 }
 
 void load_params(const Checkpoint& ckpt, nn::Params& params) {

@@ -112,6 +112,15 @@ case $case in
     vit_checkpoint "$dir/v.safetensors"
     head -c 2000 "$dir/v.safetensors" >"$dir/cut.safetensors"
     expect_error "$dir/cut.safetensors: " "$nabla" eval "$dir/cut.safetensors" ;;
+  hf_folder_without_weights)
+    mkdir -p "$dir/hf" && echo '{"model_type": "llama"}' >"$dir/hf/config.json"
+    : >"$dir/batch.safetensors"
+    expect_error "$dir/hf: a Hugging Face model folder needs model.safetensors or model.safetensors.index.json" \
+        "$nabla" grad --weights "$dir/hf" --batch "$dir/batch.safetensors" --out "$dir/g.safetensors" ;;
+  export_hf_gpt2)
+    gpt2_checkpoint "$dir/g.safetensors"
+    expect_error "$dir/g.safetensors: Hugging Face folders are written for llama checkpoints, this one is \"gpt2\"" \
+        "$nabla" export hf "$dir/g.safetensors" -o "$dir/hf" ;;
   *)
     echo "bad_input.sh: unknown case '$case'"; exit 1 ;;
 esac

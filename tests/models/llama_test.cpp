@@ -102,6 +102,44 @@ TEST(Llama, ReadsConfigJsonKeys) {
                UsageError);
 }
 
+// Llama 3.2's rope_scaling: low frequencies divided by factor, high ones
+// kept, those between blended (transformers' _compute_llama3_parameters).
+TEST(Llama, ReadsRopeScaling) {
+  const std::string llama32 = R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 128,
+    "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}})";
+  const LlamaConfig c = LlamaConfig::from_json(llama32);
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  const std::vector<double> f = c.rope_freq_factors();
+  ASSERT_EQ(f.size(), 32u);
+  // Wavelength 2 pi 500000^(i/32): below 8192 / 4 up to i = 14, above 8192 from i = 18.
+  for (int i = 0; i <= 14; ++i) EXPECT_EQ(f[i], 1.0) << i;
+  for (int i = 18; i < 32; ++i) EXPECT_EQ(f[i], 32.0) << i;
+  for (int i = 15; i <= 17; ++i) {
+    const double wavelen = 2 * M_PI * std::pow(500000.0, i / 32.0), smooth = (8192 / wavelen - 1) / 3;
+    EXPECT_NEAR(f[i], 1 / ((1 - smooth) / 32 + smooth), 1e-12) << i;
+    EXPECT_GT(f[i], 1.0);
+    EXPECT_LT(f[i], 32.0);
+  }
+  EXPECT_EQ(LlamaConfig::from_json(c.to_json()).to_json(), c.to_json());
+  EXPECT_NE(c.to_json().find("\"rope_type\":\"llama3\""), std::string::npos) << c.to_json();
+
+  auto with = [&](const std::string& scaling) {
+    std::string s = llama32;
+    const size_t at = s.find("{\"factor\"");
+    return s.substr(0, at) + scaling + "}";
+  };
+  EXPECT_EQ(LlamaConfig::from_json(with(R"({"type": "linear", "factor": 4})")).rope_freq_factors(),
+            std::vector<double>(32, 4.0));
+  EXPECT_TRUE(LlamaConfig::from_json(with(R"({"rope_type": "default"})")).rope_freq_factors().empty());
+  EXPECT_TRUE(LlamaConfig::from_json(with("null")).rope_freq_factors().empty());
+  EXPECT_THROW(LlamaConfig::from_json(with(R"({"rope_type": "yarn", "factor": 4})")), IoError);
+  EXPECT_THROW(LlamaConfig::from_json(with(R"({"rope_type": "llama3", "factor": 4})")), IoError);  // no low/high
+  EXPECT_THROW(LlamaConfig::from_json(with(R"({"rope_type": "linear", "factor": -1})")), UsageError);
+  EXPECT_THROW(LlamaConfig::from_json(with("[4]")), IoError);
+}
+
 // A key/value head serves its group of query heads: the model with 2
 // key/value heads gives the logits of one with 6 whose k and v weights are
 // the 2 heads' repeated for each group.

@@ -8,12 +8,19 @@ semantics and parameter names (transformers itself is not imported): RMSNorm,
 q/k/v/o projections with grouped-query attention (key/value heads repeated
 for their query heads), rotate-half rotary positions, SwiGLU, a tied or
 untied head, the causal-LM loss with labels shifted inside and -100 ignored.
-It gets random weights; nabla reads them from a safetensors file, runs
-`nabla grad` on a random batch (input_ids, labels), and the loss and every
-parameter gradient must equal torch's; then `nabla grad --adamw-steps 3`,
-whose loss before each step must equal torch.optim.AdamW's. Configs: GQA
-ratios 1 and 3, a head size that is neither a multiple of 8 nor hidden /
-heads, tied and untied heads, q/k/v biases (Qwen2), -100 labels.
+It gets random weights; nabla reads them, runs `nabla grad` on a random
+batch (input_ids, labels), and the loss and every parameter gradient must
+equal torch's; then `nabla grad --adamw-steps 3`, whose loss before each step
+must equal torch.optim.AdamW's. Configs: GQA ratios 1 and 3, a head size that
+is neither a multiple of 8 nor hidden / heads, tied and untied heads, q/k/v
+biases (Qwen2), Llama 3's rope_scaling, -100 labels.
+
+The weights reach nabla as Hugging Face writes them: a folder of config.json
+and BF16 shards with model.safetensors.index.json, a folder of F16
+model.safetensors (weights rounded to those dtypes first, so both sides
+compute on the same values), and a nabla checkpoint. That checkpoint, written
+back out by `nabla export hf`, must load into the torch model with strict
+names and give the same loss bit for bit.
 
 Gradient tolerance, per tensor: max|nabla - torch| <= RTOL * max(|torch|) +
 ATOL, both in f32 (grad_compare.py). Exits 1 on any mismatch.
@@ -25,6 +32,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -38,7 +46,7 @@ except ImportError as e:
 
 import grad_compare
 from grad_compare import Report, nabla_grad
-from safetensors_io import write_safetensors
+from safetensors_io import read_safetensors, write_safetensors
 
 # As gpt2_oracle.py: f32 rounding in either framework is about 1e-6 of a
 # tensor's largest entry; RTOL leaves room over that. A wrong RoPE pairing,
@@ -65,9 +73,22 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def rope(x, theta):  # x [B, H, T, hd]: LlamaRotaryEmbedding + apply_rotary_pos_emb
+def llama3_inv_freq(inv_freq, s):  # transformers' _compute_llama3_parameters
+    old = s["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / s["low_freq_factor"], old / s["high_freq_factor"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / s["factor"], inv_freq)
+    smooth = (old / wavelen - s["low_freq_factor"]) / (s["high_freq_factor"] - s["low_freq_factor"])
+    smoothed = (1 - smooth) * scaled / s["factor"] + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope(x, theta, scaling=None):  # x [B, H, T, hd]: LlamaRotaryEmbedding + apply_rotary_pos_emb
     hd, t = x.shape[-1], x.shape[-2]
     inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    if scaling:
+        inv_freq = llama3_inv_freq(inv_freq, scaling)
     freqs = torch.outer(torch.arange(t, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)
@@ -77,7 +98,7 @@ class Attention(nn.Module):
     def __init__(self, c):
         super().__init__()
         d, self.h, self.kv, self.hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-        self.theta = c["rope_theta"]
+        self.theta, self.scaling = c["rope_theta"], c.get("rope_scaling")
         b = c["attention_bias"]
         self.q_proj = nn.Linear(d, self.h * self.hd, bias=b)
         self.k_proj = nn.Linear(d, self.kv * self.hd, bias=b)
@@ -87,8 +108,8 @@ class Attention(nn.Module):
     def forward(self, x):
         b, t, _ = x.shape
         heads = lambda y, n: y.view(b, t, n, self.hd).transpose(1, 2)  # [B, n, T, hd]
-        q = rope(heads(self.q_proj(x), self.h), self.theta)
-        k = rope(heads(self.k_proj(x), self.kv), self.theta)
+        q = rope(heads(self.q_proj(x), self.h), self.theta, self.scaling)
+        k = rope(heads(self.k_proj(x), self.kv), self.theta, self.scaling)
         v = heads(self.v_proj(x), self.kv)
         g = self.h // self.kv
         k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # repeat_kv
@@ -206,10 +227,61 @@ def nabla_config(c):
     return json.dumps({"architecture": "llama", "model_type": c["model_type"], **{
         k: c[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                           "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
-                          "rms_norm_eps", "rope_theta", "tie_word_embeddings", "attention_bias")}})
+                          "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings", "attention_bias")}})
 
 
-def check(nabla, work, report, title, c, n, t, seed, steps=3):
+def hf_config(c):
+    """config.json as transformers writes it (no nabla keys)."""
+    arch = "Qwen2ForCausalLM" if c["model_type"] == "qwen2" else "LlamaForCausalLM"
+    return {"architectures": [arch], "hidden_act": "silu", "torch_dtype": "bfloat16", "use_cache": True, **{k: v for k, v in c.items() if not (c["model_type"] == "qwen2" and k == "attention_bias")}}
+
+
+def write_hf_folder(path, model, dtype, shards):
+    """A Hugging Face model folder in `dtype`: model.safetensors, or `shards`
+    files listed by model.safetensors.index.json."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(hf_config(model.config), f, indent=2)
+    state = {k: v.to(dtype) for k, v in model.state_dict().items()}
+    if shards == 1:
+        write_safetensors(os.path.join(path, "model.safetensors"), state, {"format": "pt"})
+        return
+    names, weight_map = list(state), {}
+    for i in range(shards):
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = names[i * len(names) // shards:(i + 1) * len(names) // shards]
+        write_safetensors(os.path.join(path, file), {n: state[n] for n in part}, {"format": "pt"})
+        weight_map.update({n: file for n in part})
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(t.numel() * t.element_size() for t in state.values())},
+                   "weight_map": weight_map}, f)
+
+
+def check_export(nabla, weights, model, ids, labels, folder, report, title):
+    """`nabla export hf`: the folder loads into a torch Llama built from its
+    config.json with strict names, and computes the same loss."""
+    r = subprocess.run([nabla, "export", "hf", weights, "-o", folder], capture_output=True, text=True)
+    if r.returncode != 0:
+        report.fail(f"{title}: nabla export hf exited {r.returncode}: {r.stdout}{r.stderr}")
+        return
+    with open(os.path.join(folder, "config.json")) as f:
+        c = json.load(f)
+    loaded = Llama(c)
+    state, meta = read_safetensors(os.path.join(folder, "model.safetensors"))
+    try:
+        loaded.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        report.fail(f"{title}: the exported folder does not load with strict names: {e}")
+        return
+    a, b = model.loss(ids, labels).item(), loaded.loss(ids, labels).item()
+    print(f"export hf: {folder} loads with strict names; loss {b:.7f} (original {a:.7f})")
+    if a != b or meta.get("format") != "pt":
+        report.fail(f"{title}: the exported folder's loss {b!r} is not the original's {a!r}, or format {meta}")
+
+
+def check(nabla, work, report, title, c, n, t, seed, source, steps=3):
+    """source: "checkpoint" (a nabla safetensors file, then exported back as a
+    Hugging Face folder), or ("hf", dtype, shards)."""
     gen = torch.Generator().manual_seed(seed)
     model = Llama(c)
     randomize(model, gen)
@@ -218,7 +290,17 @@ def check(nabla, work, report, title, c, n, t, seed, steps=3):
     labels[torch.rand((n, t), generator=gen) < 0.3] = -100  # prompt tokens, padding
     tag = title.split(":")[0].replace(" ", "_")
     w, b, o = (os.path.join(work, f"{tag}.{s}.safetensors") for s in ("weights", "batch", "grads"))
-    write_safetensors(w, model.state_dict(), {"format": "pt", "nabla.config": nabla_config(c)})
+    if source == "checkpoint":
+        write_safetensors(w, model.state_dict(), {"format": "pt", "nabla.config": nabla_config(c)})
+        check_export(nabla, w, model, ids, labels, os.path.join(work, f"{tag}.exported"), report, title)
+    else:
+        _, dtype, shards = source
+        with torch.no_grad():  # both sides compute on the values the folder holds
+            for p in model.parameters():
+                p.copy_(p.to(dtype).float())
+        w = os.path.join(work, f"{tag}.hf")
+        write_hf_folder(w, model, dtype, shards)
+        title = f"{title}, {str(dtype).split('.')[-1]} Hugging Face folder" + (f" in {shards} shards" if shards > 1 else "")
     write_safetensors(b, {"input_ids": ids, "labels": labels})
     extra = ["--adamw-steps", str(steps), "--lr", repr(ADAMW["lr"]), "--weight-decay", repr(ADAMW["weight_decay"]),
              "--beta1", repr(ADAMW["beta1"]), "--beta2", repr(ADAMW["beta2"]), "--eps", repr(ADAMW["eps"])]
@@ -242,7 +324,7 @@ def config(**over):
     c = {"model_type": "llama", "vocab_size": 53, "hidden_size": 48, "intermediate_size": 80,
          "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 10,
          "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-         "tie_word_embeddings": False, "attention_bias": False}
+         "tie_word_embeddings": False, "attention_bias": False, "rope_scaling": None}
     c.update(over)
     return c
 
@@ -256,12 +338,18 @@ def main():
     report = Report()
     work = args.keep or tempfile.mkdtemp(prefix="llama_oracle.")
     os.makedirs(work, exist_ok=True)
-    check(args.nabla, work, report, "gqa 3: head size 10, untied", config(), 2, 13, 1)
+    # Llama 3's rope_scaling, with original_max_position_embeddings small
+    # enough that head size 10's five frequencies fall in all three bands.
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 64}
+    check(args.nabla, work, report, "gqa 3: head size 10, untied, llama3 rope scaling", config(rope_scaling=llama3),
+          2, 13, 1, ("hf", torch.bfloat16, 2))
     check(args.nabla, work, report, "gqa 1: head size hidden / heads, tied",
-          config(num_key_value_heads=6, head_dim=8, tie_word_embeddings=True, rope_theta=500.0), 3, 9, 2)
+          config(num_key_value_heads=6, head_dim=8, tie_word_embeddings=True, rope_theta=500.0), 3, 9, 2,
+          ("hf", torch.float16, 1))
     check(args.nabla, work, report, "qwen2: q/k/v biases, gqa 2",
           config(model_type="qwen2", attention_bias=True, num_attention_heads=4, num_key_value_heads=2,
-                 head_dim=12, rope_theta=1e6), 2, 11, 3)
+                 head_dim=12, rope_theta=1e6), 2, 11, 3, "checkpoint")
     if report.failures:
         print(f"\n{len(report.failures)} failure(s)")
         return 1

@@ -8,7 +8,8 @@ import sys
 import torch
 
 assert sys.byteorder == "little"
-DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "I32": torch.int32}
+DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "I32": torch.int32,
+          "F16": torch.float16, "BF16": torch.bfloat16}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
@@ -17,7 +18,8 @@ def write_safetensors(path, tensors, metadata=None):
     header, blobs, offset = {}, [], 0
     for name, t in tensors.items():
         t = t.detach().contiguous().cpu()
-        data = t.numpy().tobytes()
+        # numpy has no bfloat16: 16-bit floats go out as their bits.
+        data = (t.view(torch.int16) if t.element_size() == 2 and t.is_floating_point() else t).numpy().tobytes()
         header[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)

@@ -34,9 +34,20 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q, k and v biases (Qwen2's; set by model_type "qwen2")
   std::string tokenizer = "byte";
+  // config.json's rope_scaling: none (type ""), "linear" (every frequency
+  // divided by factor) or "llama3" (Llama 3.1/3.2: low frequencies divided
+  // by factor, high ones kept, a smooth blend between).
+  struct RopeScaling {
+    std::string type;
+    double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+    int64_t original_max_position_embeddings = 8192;
+  } rope_scaling;
 
   int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  // The divisor of each of the head_size() / 2 rotary frequencies that
+  // rope_scaling gives, as Hugging Face computes them (empty: none).
+  std::vector<double> rope_freq_factors() const;
   void validate() const;
   // Elements in the parameters Llama builds from this (valid) config
   // (saturates at INT64_MAX); known before anything is allocated.
