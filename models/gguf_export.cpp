@@ -1,5 +1,6 @@
-// Checkpoints as GGUF. The GPT-2 mapping follows llama.cpp's gpt2
-// architecture so that llama.cpp loads and runs the file:
+// Checkpoints as GGUF. The Llama mapping (add_llama) follows llama.cpp's
+// llama and qwen2 architectures, the GPT-2 mapping its gpt2 architecture, so
+// that llama.cpp loads and runs the file:
 //
 //   nabla (Hugging Face)        GGUF (llama.cpp)          NumPy shape -> ggml ne
 //   wte.weight      [V, D]      token_embd.weight         {D, V}
@@ -22,17 +23,19 @@
 // convert_hf_to_gguf.py does for c_attn, c_proj and c_fc.
 #include "nabla/models/gguf_export.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "nabla/models/gpt2.h"
+#include "nabla/models/llama.h"
 #include "nabla/models/vit.h"
 #include "nabla/error.h"
+#include "nabla/io.h"
 #include "nabla/tokenizer.h"
 
 namespace nabla::models {
@@ -90,12 +93,6 @@ std::array<std::string, 256> byte_alphabet() {
   return chars;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 struct Vocab {
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
@@ -144,13 +141,13 @@ Vocab gpt2_vocab(const Checkpoint& ckpt, const std::string& vocab_dir) {
   Vocab v;
   v.tokens.resize(size_t(tok.vocab_size()));
   v.types.assign(v.tokens.size(), kTokenNormal);
-  nlohmann::json encoder = nlohmann::json::parse(read_text(dir + "encoder.json"));
+  nlohmann::json encoder = nlohmann::json::parse(read_file(dir + "encoder.json"));
   for (const auto& [token, id] : encoder.items()) v.tokens[id.get<size_t>()] = token;
   if (tok.eot_id() >= 0) {
     v.types[size_t(tok.eot_id())] = kTokenControl;
     v.bos = v.eos = tok.eot_id();
   }
-  std::string bpe = read_text(dir + "vocab.bpe");
+  std::string bpe = read_file(dir + "vocab.bpe");
   size_t line_no = 0;
   for (size_t pos = 0; pos < bpe.size();) {
     size_t nl = bpe.find('\n', pos);
@@ -163,6 +160,34 @@ Vocab gpt2_vocab(const Checkpoint& ckpt, const std::string& vocab_dir) {
     v.merges.push_back(std::move(line));
   }
   return v;
+}
+
+// The tokenizer ("byte" or "gpt2") as tokenizer.ggml.*: a byte-level BPE
+// with GPT-2's pre-tokenizer. llama.cpp takes the vocabulary size from the
+// token list and requires token_embd to match it, so a padded embedding gets
+// padding tokens.
+void add_vocab(const Checkpoint& ckpt, const std::string& tokenizer, int64_t vocab_size,
+               const GgufExportOptions& options, GgufWriter& w) {
+  Vocab v = tokenizer == "gpt2" ? gpt2_vocab(ckpt, options.vocab_dir) : byte_vocab();
+  if (int64_t(v.tokens.size()) > vocab_size) {
+    throw IoError(ckpt.path + ": vocab_size is " + std::to_string(vocab_size) + ", smaller than the " + tokenizer +
+                  " tokenizer's " + std::to_string(v.tokens.size()) + " tokens");
+  }
+  for (int64_t id = int64_t(v.tokens.size()); id < vocab_size; ++id) {
+    v.tokens.push_back("[PAD" + std::to_string(id) + "]");
+    v.types.push_back(kTokenUnused);
+  }
+  w.set("tokenizer.ggml.model", "gpt2");
+  w.set("tokenizer.ggml.pre", "gpt-2");
+  w.set("tokenizer.ggml.tokens", v.tokens);
+  w.set("tokenizer.ggml.token_type", v.types);
+  w.set("tokenizer.ggml.merges", v.merges);
+  if (v.bos >= 0) w.set("tokenizer.ggml.bos_token_id", uint32_t(v.bos));
+  if (v.eos >= 0) w.set("tokenizer.ggml.eos_token_id", uint32_t(v.eos));
+  // llama.cpp ends generation at EOT and EOS; it finds GPT-2's EOT by its
+  // text, the byte vocabulary's only from this key.
+  if (v.eos >= 0) w.set("tokenizer.ggml.eot_token_id", uint32_t(v.eos));
+  w.set("tokenizer.ggml.add_bos_token", false);
 }
 
 void add_gpt2(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWriter& w) {
@@ -182,29 +207,7 @@ void add_gpt2(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWrit
   w.set("gpt2.attention.head_count", uint32_t(c.n_head));
   w.set("gpt2.attention.layer_norm_epsilon", float(c.layer_norm_epsilon));
 
-  // llama.cpp takes the vocabulary size from the token list and requires
-  // token_embd to match it, so a padded embedding gets padding tokens.
-  Vocab v = c.tokenizer == "gpt2" ? gpt2_vocab(ckpt, options.vocab_dir) : byte_vocab();
-  if (int64_t(v.tokens.size()) > c.vocab_size) {
-    throw IoError(ckpt.path + ": vocab_size is " + std::to_string(c.vocab_size) +
-                  ", smaller than the " + c.tokenizer + " tokenizer's " +
-                  std::to_string(v.tokens.size()) + " tokens");
-  }
-  for (int64_t id = int64_t(v.tokens.size()); id < c.vocab_size; ++id) {
-    v.tokens.push_back("[PAD" + std::to_string(id) + "]");
-    v.types.push_back(kTokenUnused);
-  }
-  w.set("tokenizer.ggml.model", "gpt2");
-  w.set("tokenizer.ggml.pre", "gpt-2");
-  w.set("tokenizer.ggml.tokens", v.tokens);
-  w.set("tokenizer.ggml.token_type", v.types);
-  w.set("tokenizer.ggml.merges", v.merges);
-  if (v.bos >= 0) w.set("tokenizer.ggml.bos_token_id", uint32_t(v.bos));
-  if (v.eos >= 0) w.set("tokenizer.ggml.eos_token_id", uint32_t(v.eos));
-  // llama.cpp ends generation at EOT and EOS; it finds GPT-2's EOT by its
-  // text, the byte vocabulary's only from this key.
-  if (v.eos >= 0) w.set("tokenizer.ggml.eot_token_id", uint32_t(v.eos));
-  w.set("tokenizer.ggml.add_bos_token", false);
+  add_vocab(ckpt, c.tokenizer, c.vocab_size, options, w);
 
   Gpt2 model(c, 0);
   load_params(ckpt, model.params());
@@ -235,17 +238,98 @@ void add_gpt2(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWrit
   w.add_tensor("output_norm.bias", p.get("ln_f.bias"));
 }
 
+// Hugging Face's q_proj / k_proj rows for llama.cpp's llama graph, which
+// rotates interleaved pairs (x[2j], x[2j+1]) where Hugging Face rotates
+// halves (x[j], x[j + hd/2]): within each head, row s * hd/2 + j moves to
+// 2j + s (convert_hf_to_gguf.py's permute). Biases move with their rows.
+Tensor interleave_heads(const Tensor& t, int64_t heads) {
+  const int64_t rows = t.dim(0), hd = rows / heads, half = hd / 2, cols = t.rank() == 2 ? t.dim(1) : 1;
+  std::vector<float> src = t.to_vector<float>(), dst(src.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t s = 0; s < 2; ++s)
+      for (int64_t j = 0; j < half; ++j)
+        std::copy_n(src.data() + (h * hd + s * half + j) * cols, cols, dst.data() + (h * hd + 2 * j + s) * cols);
+  return Tensor::from_vector<float>(t.shape(), dst);
+}
+
+// llama.cpp's llama architecture (llama, SmolLM2, TinyLlama, Llama 3) and
+// qwen2 (q/k/v biases, rotate-half rope: no interleaving):
+//   model.embed_tokens.weight                 token_embd.weight
+//   model.layers.i.input_layernorm.weight     blk.i.attn_norm.weight
+//   model.layers.i.self_attn.{q,k}_proj.*     blk.i.attn_{q,k}.*  (llama: rows interleaved)
+//   model.layers.i.self_attn.v_proj.*         blk.i.attn_v.*
+//   model.layers.i.self_attn.o_proj.weight    blk.i.attn_output.weight
+//   model.layers.i.post_attention_layernorm   blk.i.ffn_norm.weight
+//   model.layers.i.mlp.{gate,up,down}_proj    blk.i.ffn_{gate,up,down}.weight
+//   model.norm.weight                         output_norm.weight
+//   lm_head.weight (untied)                   output.weight
+//   rope_scaling llama3                       rope_freqs.weight [hd / 2], the frequency divisors
+void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWriter& w) {
+  const LlamaConfig c = llama_config_from_checkpoint(ckpt);
+  const bool qwen2 = c.model_type == "qwen2";
+  const std::string a = qwen2 ? "qwen2." : "llama.";
+  const int64_t hd = c.head_size();
+  if (qwen2 && c.rope_scaling.type == "llama3") {
+    throw UsageError(ckpt.path + ": llama.cpp's qwen2 architecture has no llama3 rope scaling");
+  }
+  w.set("general.architecture", qwen2 ? "qwen2" : "llama");
+  w.set(a + "context_length", uint32_t(c.max_position_embeddings));
+  w.set(a + "embedding_length", uint32_t(c.hidden_size));
+  w.set(a + "feed_forward_length", uint32_t(c.intermediate_size));
+  w.set(a + "block_count", uint32_t(c.num_hidden_layers));
+  w.set(a + "attention.head_count", uint32_t(c.num_attention_heads));
+  w.set(a + "attention.head_count_kv", uint32_t(c.kv_heads()));
+  w.set(a + "attention.key_length", uint32_t(hd));
+  w.set(a + "attention.value_length", uint32_t(hd));
+  w.set(a + "rope.dimension_count", uint32_t(hd));
+  w.set(a + "rope.freq_base", float(c.rope_theta));
+  w.set(a + "attention.layer_norm_rms_epsilon", float(c.rms_norm_eps));
+  w.set(a + "vocab_size", uint32_t(c.vocab_size));
+  if (c.rope_scaling.type == "linear") {
+    w.set(a + "rope.scaling.type", "linear");
+    w.set(a + "rope.scaling.factor", float(c.rope_scaling.factor));
+  }
+  add_vocab(ckpt, c.tokenizer, c.vocab_size, options, w);
+
+  Llama model(c, 0);
+  load_params(ckpt, model.params());
+  const nn::Params& p = model.params();
+  auto rows = [&](const Tensor& t, int64_t heads) { return qwen2 ? t : interleave_heads(t, heads); };
+  w.add_tensor("token_embd.weight", p.get("model.embed_tokens.weight"));
+  if (c.rope_scaling.type == "llama3") {
+    const std::vector<double> f = c.rope_freq_factors();
+    w.add_tensor("rope_freqs.weight", Tensor::from_vector<float>({int64_t(f.size())}, std::vector<float>(f.begin(), f.end())));
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string h = "model.layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
+    w.add_tensor(blk + "attn_norm.weight", p.get(h + "input_layernorm.weight"));
+    w.add_tensor(blk + "attn_q.weight", rows(p.get(h + "self_attn.q_proj.weight"), c.num_attention_heads));
+    w.add_tensor(blk + "attn_k.weight", rows(p.get(h + "self_attn.k_proj.weight"), c.kv_heads()));
+    w.add_tensor(blk + "attn_v.weight", p.get(h + "self_attn.v_proj.weight"));
+    if (c.attention_bias) {
+      w.add_tensor(blk + "attn_q.bias", rows(p.get(h + "self_attn.q_proj.bias"), c.num_attention_heads));
+      w.add_tensor(blk + "attn_k.bias", rows(p.get(h + "self_attn.k_proj.bias"), c.kv_heads()));
+      w.add_tensor(blk + "attn_v.bias", p.get(h + "self_attn.v_proj.bias"));
+    }
+    w.add_tensor(blk + "attn_output.weight", p.get(h + "self_attn.o_proj.weight"));
+    w.add_tensor(blk + "ffn_norm.weight", p.get(h + "post_attention_layernorm.weight"));
+    w.add_tensor(blk + "ffn_gate.weight", p.get(h + "mlp.gate_proj.weight"));
+    w.add_tensor(blk + "ffn_up.weight", p.get(h + "mlp.up_proj.weight"));
+    w.add_tensor(blk + "ffn_down.weight", p.get(h + "mlp.down_proj.weight"));
+  }
+  w.add_tensor("output_norm.weight", p.get("model.norm.weight"));
+  if (!c.tie_word_embeddings) w.add_tensor("output.weight", p.get("lm_head.weight"));
+}
+
 }  // namespace
 
 GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions& options) {
   nlohmann::json cfg = nlohmann::json::parse(ckpt.config_json, nullptr, /*allow_exceptions=*/false);
   if (!cfg.is_object()) throw IoError(ckpt.path + ": nabla.config is not a JSON object");
-  nlohmann::json arch_value = cfg.value("architecture", nlohmann::json());
-  std::string arch = arch_value.is_string() ? arch_value.get<std::string>() : "";
-  if (arch != "vit" && arch != "gpt2") {
-    throw UsageError(ckpt.path +
-                     ": GGUF export supports the architectures \"vit\" and \"gpt2\", got " +
-                     (arch_value.is_null() ? std::string("none") : arch_value.dump()));
+  const std::string& arch = ckpt.architecture;
+  if (arch != "vit" && arch != "gpt2" && arch != "llama") {
+    throw UsageError(ckpt.path + ": GGUF export supports the architectures \"vit\", \"gpt2\" and \"llama\", got " +
+                     (arch.empty() ? std::string("none") : "\"" + arch + "\""));
   }
   nlohmann::json preset = cfg.value("preset", nlohmann::json());
   std::string name =
@@ -256,8 +340,10 @@ GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions&
   w.set("general.file_type", uint32_t(0));  // all tensors F32 (ggml's LLAMA_FTYPE_ALL_F32)
   if (arch == "vit") {
     add_vit(ckpt, w);
-  } else {
+  } else if (arch == "gpt2") {
     add_gpt2(ckpt, options, w);
+  } else {
+    add_llama(ckpt, options, w);  // general.architecture "llama" or "qwen2"
   }
   return w;
 }

@@ -35,7 +35,7 @@ printf 'not a checkpoint at all' >"$dir/garbage.safetensors"
 expect_error "corrupt checkpoint" "$dir/garbage.safetensors" "$dir/garbage.safetensors"
 head -c 300 "$dir/gpt2_byte.safetensors" >"$dir/cut.safetensors"
 expect_error "truncated checkpoint" "$dir/cut.safetensors" "$dir/cut.safetensors"
-expect_error "unsupported architecture" "$dir/mlp.safetensors: GGUF export supports the architectures \"vit\" and \"gpt2\", got \"mlp\"" \
+expect_error "unsupported architecture" "$dir/mlp.safetensors: GGUF export supports the architectures \"vit\", \"gpt2\" and \"llama\", got \"mlp\"" \
   "$dir/mlp.safetensors"
 expect_error "erf GELU" "$dir/gpt2_erf.safetensors: llama.cpp's gpt2 architecture uses the tanh GELU" \
   "$dir/gpt2_erf.safetensors"

@@ -754,7 +754,7 @@ TEST(GgufExport, BadCheckpointsAreErrorsNamingTheFile) {
   nn::Params p;
   p.add("w", Tensor::zeros(DType::f32, {2}));
   save_checkpoint(dir.file("mlp.safetensors"), R"({"architecture": "mlp"})", p);
-  expect_usage("mlp.safetensors", R"(supports the architectures "vit" and "gpt2", got "mlp")");
+  expect_usage("mlp.safetensors", R"(supports the architectures "vit", "gpt2" and "llama", got "mlp")");
   save_checkpoint(dir.file("none.safetensors"), R"({"preset": "x"})", p);
   expect_usage("none.safetensors", "got none");
   save_checkpoint(dir.file("json.safetensors"), "{not json", p);

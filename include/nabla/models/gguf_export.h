@@ -6,6 +6,11 @@
 //         convert_hf_to_gguf.py GPT2Model): llama.cpp tensor names, the
 //         Conv1D weights transposed to Linear layout, gpt2.* keys, and the
 //         tokenizer as tokenizer.ggml.* (model "gpt2", pre-tokenizer "gpt-2").
+//   Llama general.architecture "llama" (or "qwen2" for model_type qwen2), as
+//         llama.cpp's loaders expect: llama.cpp tensor names, q/k rows
+//         interleaved per head for llama's rope (convert_hf_to_gguf.py's
+//         permute), Llama 3's rope scaling as rope_freqs.weight, the
+//         tokenizer as for GPT-2.
 #pragma once
 
 #include <string>

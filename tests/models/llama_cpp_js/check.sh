@@ -1,0 +1,38 @@
+#!/bin/sh
+# llama.cpp runs nabla's GGUF Llama-family exports: node-llama-cpp (pinned in
+# package-lock.json, its prebuilt CPU binary for linux-x64, installed here
+# into node_modules on first use) loads each file `nabla export gguf` wrote
+# from the fixture checkpoints, and its next-token log-probabilities must
+# match nabla's (check_llama_cpp.mjs).
+# Usage: check.sh FIXTURE_PROGRAM WORK_DIR NABLA
+# Fails, never skips, when Node.js, npm or the npm registry is missing.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+fixtures=$1
+work=$2
+nabla=$3
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+command -v node >/dev/null 2>&1 || fail "node is not installed (scripts/install-deps installs nodejs and npm)"
+command -v npm >/dev/null 2>&1 || fail "npm is not installed (scripts/install-deps installs nodejs and npm)"
+if [ ! -f "$here/node_modules/.package-lock.json" ] || [ "$here/package-lock.json" -nt "$here/node_modules/.package-lock.json" ]; then
+  echo "installing node-llama-cpp into $here/node_modules"
+  # Without the optional GPU builds (85 MB instead of 725 MB), and without
+  # install scripts: the prebuilt binary is used as it is, nothing is built.
+  # `npm install --no-save` rather than `npm ci`: the lock file lacks the
+  # other platforms' optional builds, which npm ci would demand.
+  (cd "$here" && npm install --omit=optional --ignore-scripts --no-audit --no-fund --no-save) ||
+    fail "npm ci could not install node-llama-cpp: is the npm registry reachable?"
+fi
+
+rm -rf "$work"
+mkdir -p "$work"
+"$fixtures" "$work" || fail "$fixtures could not write the fixture checkpoints"
+for ckpt in "$work"/*.safetensors; do
+  "$nabla" export gguf "$ckpt" -o "${ckpt%.safetensors}.gguf" >/dev/null || fail "nabla export gguf could not export $ckpt"
+done
+node "$here/check_llama_cpp.mjs" "$work" || fail "llama.cpp's next-token log-probabilities differ from nabla's"

@@ -1,0 +1,132 @@
+// Writes what the ctest llama_cpp_runs_nabla_gguf hands to llama.cpp
+// (check.sh): small Llama-family checkpoints with random weights at scales
+// where every path matters, and expected.json: for each model, prompts of
+// token ids and, at every position, nabla's 10 most likely next tokens with
+// their log-probabilities (log-softmax of Llama::forward's f32 logits).
+//   OUT_DIR/<name>.safetensors, OUT_DIR/expected.json
+// Models: "llama_gqa3" (GQA 3, head size 16 != hidden / heads, untied, Llama 3
+// rope_scaling), "llama_tied" (GQA 1, tied), "qwen2" (q/k/v biases, GQA 2).
+// Usage: nabla_llama_fixtures OUT_DIR
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nabla/checkpoint.h"
+#include "nabla/io.h"
+#include "nabla/models/llama.h"
+#include "nabla/nabla.hpp"
+
+using namespace nabla;
+using json = nlohmann::json;
+
+namespace {
+
+models::LlamaConfig base() {
+  models::LlamaConfig c;
+  c.vocab_size = 256;  // the byte tokenizer
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 4;
+  c.max_position_embeddings = 64;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000;
+  c.tokenizer = "byte";
+  return c;
+}
+
+// Projections N(0, 1/in), biases N(0, 0.1), norm gains 1 + N(0, 0.2), the
+// embedding N(0, 4/D): logits spread over several nats, so the top tokens
+// are well apart.
+void randomize(models::Llama& m, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  const double D = double(m.config().hidden_size);
+  for (auto [name, t] : m.params().list()) {
+    float* v = t.data_as<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double r = normal(rng);
+      v[i] = float(name == "model.embed_tokens.weight" ? 2 * r / std::sqrt(D)
+                   : name.find("norm") != std::string::npos ? 1 + 0.2 * r
+                   : name.ends_with(".bias")                ? 0.1 * r
+                                                            : r / std::sqrt(double(t.dim(1))));
+    }
+  }
+}
+
+json top_tokens(const models::Llama& m, const std::vector<int32_t>& ids) {
+  const int64_t T = int64_t(ids.size()), V = m.config().vocab_size;
+  const std::vector<float> logits =
+      eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  json positions = json::array();
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = logits.data() + t * V;
+    double top = row[0], sum = 0;
+    for (int64_t v = 0; v < V; ++v) top = std::max(top, double(row[v]));
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - top);
+    std::vector<std::pair<double, int64_t>> lp;
+    for (int64_t v = 0; v < V; ++v) lp.emplace_back(double(row[v]) - top - std::log(sum), v);
+    std::partial_sort(lp.begin(), lp.begin() + 10, lp.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    json best = json::array();
+    for (int k = 0; k < 10; ++k) best.push_back({lp[size_t(k)].second, lp[size_t(k)].first});
+    positions.push_back(best);
+  }
+  return positions;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  try {
+    const std::string dir = argv[1];
+    std::vector<std::pair<std::string, models::LlamaConfig>> configs;
+    models::LlamaConfig gqa3 = base();
+    gqa3.num_attention_heads = 6;
+    gqa3.num_key_value_heads = 2;
+    gqa3.head_dim = 16;
+    gqa3.rope_scaling = {.type = "llama3", .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                         .original_max_position_embeddings = 16};
+    configs.emplace_back("llama_gqa3", gqa3);
+    models::LlamaConfig tied = base();
+    tied.tie_word_embeddings = true;
+    tied.rope_theta = 500;
+    configs.emplace_back("llama_tied", tied);
+    models::LlamaConfig qwen2 = base();
+    qwen2.model_type = "qwen2";
+    qwen2.attention_bias = true;
+    qwen2.num_key_value_heads = 2;
+    qwen2.rope_theta = 1e6;
+    configs.emplace_back("qwen2", qwen2);
+
+    std::mt19937_64 rng(7);
+    json expected = json::object();
+    uint64_t seed = 1;
+    for (auto& [name, c] : configs) {
+      c.preset = "fixture-" + name;
+      models::Llama m(c, seed);
+      randomize(m, seed++);
+      save_checkpoint(dir + "/" + name + ".safetensors", c.to_json(), m.params());
+      json prompts = json::array();
+      for (int64_t len : {1, 7, 40}) {
+        std::vector<int32_t> ids(static_cast<size_t>(len));
+        for (int32_t& id : ids) id = int32_t(rng() % uint64_t(c.vocab_size));
+        prompts.push_back({{"tokens", ids}, {"top", top_tokens(m, ids)}});
+      }
+      expected[name] = prompts;
+    }
+    write_file_atomic(dir + "/expected.json", expected.dump());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nabla_llama_fixtures: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
