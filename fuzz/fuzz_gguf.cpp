@@ -1,6 +1,12 @@
-// read_gguf (include/nabla/gguf.h) on arbitrary bytes.
+// read_gguf (include/nabla/gguf.h) on arbitrary bytes, block formats
+// included, then a Llama checkpoint from it (checkpoint_from_gguf,
+// include/nabla/models/gguf.h) and the model that checkpoint loads into.
+#include <optional>
+
 #include "fuzz_util.h"
 #include "nabla/gguf.h"
+#include "nabla/models/gguf.h"
+#include "nabla/models/llama.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nabla;
@@ -15,6 +21,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& [key, value] : f.metadata) sink ^= static_cast<unsigned char>(value.type());
     volatile unsigned char keep = sink;
     (void)keep;
+  });
+  fuzz::expect_clean(path, [&] {
+    Checkpoint ckpt = models::checkpoint_from_gguf(path);
+    models::Llama m(models::llama_config_from_checkpoint(ckpt), 0);
+    load_params(ckpt, m.params());
   });
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "nabla/models/gguf.h"
 #include "nabla/models/gpt2.h"
 #include "nabla/models/llama.h"
 #include "nabla/models/vit.h"
@@ -89,6 +90,36 @@ void gguf_seeds() {
   GgufWriter empty;
   empty.set("general.name", "no tensors");
   empty.write(seed_path("gguf", "metadata_only"));
+  GgufWriter quants;
+  for (GgmlType t : {GgmlType::f16, GgmlType::bf16, GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
+    quants.add_tensor(std::string("w.") + ggml_type_name(t), ramp(DType::f32, {1, 256}), t);
+  }
+  quants.write(seed_path("gguf", "block_formats"));
+
+  // Llama-family files as `nabla export gguf` writes them, small enough to
+  // mutate quickly: llama with Llama 3 rope scaling and Q4_0 matrices, qwen2
+  // with biases and Q8_0.
+  for (const char* type : {"llama", "qwen2"}) {
+    models::LlamaConfig c = models::llama_preset("llama-tiny-byte");
+    c.model_type = type;
+    c.attention_bias = c.model_type == "qwen2";
+    c.hidden_size = 32;
+    c.intermediate_size = 64;
+    c.num_hidden_layers = 1;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 16;
+    if (c.model_type == "llama") {
+      c.rope_scaling = {.type = "llama3", .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                        .original_max_position_embeddings = 64};
+    }
+    models::Llama m(c, 1);
+    const std::string ckpt = seed_path("gguf", std::string(type) + ".safetensors");
+    save_checkpoint(ckpt, c.to_json(), m.params());
+    models::gguf_from_checkpoint(load_checkpoint(ckpt), {.matrix_type = c.model_type == "llama" ? GgmlType::q4_0 : GgmlType::q8_0})
+        .write(seed_path("gguf", type));
+    fs::remove(ckpt);
+  }
 }
 
 std::string idx_bytes(const std::vector<uint32_t>& dims, int64_t count) {

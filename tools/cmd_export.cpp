@@ -2,25 +2,26 @@
 // format). The mapping of each architecture (tensor names, transposes,
 // metadata keys, GPT-2's tokenizer) lives in models/gguf_export.h.
 // `nabla export hf`: a Llama checkpoint as a Hugging Face model folder.
+// Both read nabla checkpoints, Hugging Face folders and llama.cpp GGUF files.
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "nabla/models/gguf_export.h"
+#include "nabla/models/gguf.h"
 #include "nabla/models/llama.h"
 #include "nabla/checkpoint.h"
 
 namespace nabla::cli {
 
 int run_export_gguf(const ExportArgs& a) {
-  Checkpoint ckpt = load_checkpoint(a.checkpoint);
-  GgufWriter w = models::gguf_from_checkpoint(ckpt, {.vocab_dir = a.vocab});
+  Checkpoint ckpt = models::load_any_checkpoint(a.checkpoint);
+  GgufWriter w = models::gguf_from_checkpoint(ckpt, {.vocab_dir = a.vocab, .matrix_type = a.type});
   w.write(a.out);
   fmt::print("wrote {} ({} architecture)\n", a.out, ckpt.architecture);
   return kExitOk;
 }
 
 int run_export_hf(const ExportArgs& a) {
-  Checkpoint ckpt = load_checkpoint(a.checkpoint);
+  Checkpoint ckpt = models::load_any_checkpoint(a.checkpoint);
   if (ckpt.architecture != "llama") {
     throw UsageError(a.checkpoint + ": Hugging Face folders are written for llama checkpoints, this one is \"" +
                      ckpt.architecture + "\"");

@@ -1,7 +1,8 @@
 // `nabla grad`: the loss and every parameter's gradient for one given batch,
 // written as safetensors (grad.<name>, loss): for debugging and for checking
 // nabla against other frameworks on identical weights and data. The model is
-// the checkpoint's architecture (a nabla checkpoint or a Hugging Face folder): a ViT reads `images` and `labels`, GPT-2
+// the checkpoint's architecture (a nabla checkpoint, a Hugging Face folder or a
+// llama.cpp GGUF): a ViT reads `images` and `labels`, GPT-2
 // reads `tokens` [B, T + 1] (next-token loss), Llama reads `input_ids` and
 // `labels` [B, T] in Hugging Face's convention (position t predicts
 // labels[t + 1], -100 ignored) or `tokens` as GPT-2. With --adamw-steps N it then
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "nabla/models/gguf.h"
 #include "nabla/models/gpt2.h"
 #include "nabla/models/llama.h"
 #include "nabla/models/vit.h"
@@ -159,7 +161,7 @@ ModelLoss llama_loss(const Checkpoint& ckpt, const Safetensors& batch, const std
 }  // namespace
 
 int run_grad(const GradArgs& a) {
-  Checkpoint ckpt = load_checkpoint(a.weights);
+  Checkpoint ckpt = models::load_any_checkpoint(a.weights);
   Safetensors batch = load_safetensors(a.batch);
   const std::string& arch = ckpt.architecture;
   ModelLoss m;

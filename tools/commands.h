@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "nabla/gguf.h"
 #include "nabla/optim.h"
 #include "train_loop.h"
 
@@ -141,6 +142,7 @@ int run_grad(const GradArgs& opt);
 struct ExportArgs {
   std::string checkpoint, out;
   std::string vocab;  // GPT-2 vocabulary folder for gpt2-tokenizer checkpoints ("" = found)
+  GgmlType type = GgmlType::f32;  // GGUF: Llama's weight matrices
 };
 int run_export_gguf(const ExportArgs& opt);
 int run_export_hf(const ExportArgs& opt);

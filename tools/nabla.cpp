@@ -1,6 +1,7 @@
 // The `nabla` command-line tool: parses arguments with CLI11 and runs one
 // subcommand (commands.h). Bad command lines exit with status 2 and a
 // one-line message, and so do errors in data, files or options.
+#include <map>
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -343,6 +344,13 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingPath);
   gguf_cmd->add_option("-o,--out", exportargs.out, "Output .gguf path")->required();
+  const std::map<std::string, nabla::GgmlType> gguf_types{
+      {"f32", nabla::GgmlType::f32},   {"f16", nabla::GgmlType::f16},   {"bf16", nabla::GgmlType::bf16},
+      {"q8_0", nabla::GgmlType::q8_0}, {"q4_0", nabla::GgmlType::q4_0}, {"q4_k", nabla::GgmlType::q4_k},
+      {"q6_k", nabla::GgmlType::q6_k}};
+  gguf_cmd->add_option("--type", exportargs.type,
+                       "Llama: how weight matrices are stored (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k); norms stay f32")
+      ->transform(CLI::CheckedTransformer(gguf_types, CLI::ignore_case));
   gguf_cmd->add_option("--vocab", exportargs.vocab,
                        "GPT-2 checkpoints with the gpt2 tokenizer: folder with encoder.json and vocab.bpe (default: found)")
       ->check(CLI::ExistingDirectory);

@@ -52,8 +52,24 @@ enum class GgufType : uint32_t {
 };
 const char* gguf_type_name(GgufType t);  // "u32", "string", ...
 
-// Tensor element types (ggml_type), only those nabla reads or writes.
-enum class GgmlType : uint32_t { f32 = 0, f16 = 1, i32 = 26, f64 = 28, bf16 = 30 };
+// Tensor element types (ggml_type), only those nabla reads or writes: the
+// block formats Q8_0, Q4_0, Q4_K and Q6_K are src/io/ggml_quants.h's.
+enum class GgmlType : uint32_t {
+  f32 = 0,
+  f16 = 1,
+  q4_0 = 2,
+  q8_0 = 8,
+  q4_k = 12,
+  q6_k = 14,
+  i32 = 26,
+  f64 = 28,
+  bf16 = 30
+};
+// "F32", "Q4_K", ... as ggml names them.
+const char* ggml_type_name(GgmlType t);
+// Elements per block: 32 for Q8_0 and Q4_0, 256 for Q4_K and Q6_K, 1 for
+// the others. A row of a tensor holds a whole number of blocks.
+int64_t ggml_block_elements(GgmlType t);
 
 struct GgufValue;
 
@@ -148,6 +164,9 @@ class GgufWriter {
   // written as dims {1}. The data is copied now. Names are unique, at most 63
   // bytes (ggml keeps them in a 64-byte buffer with a terminator).
   void add_tensor(const std::string& name, const Tensor& leaf);
+  // An f32 leaf stored as `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K):
+  // its last dimension must be a multiple of the type's block (ShapeError).
+  void add_tensor(const std::string& name, const Tensor& leaf, GgmlType type);
   // Writes the file atomically (write_file_atomic).
   void write(const std::string& path) const;
 
@@ -170,7 +189,7 @@ struct GgufTensor {
   Shape shape;      // NumPy order: the file's dims reversed
   GgmlType type;    // as stored in the file
   uint64_t offset;  // relative to the start of the data section
-  Tensor tensor;    // leaf of `shape`: F32/F16/BF16 as f32, F64 as f64, I32 as i32
+  Tensor tensor;    // leaf of `shape`: F32, F16, BF16 and the block formats as f32, F64 as f64, I32 as i32
 };
 
 struct GgufFile {
@@ -192,8 +211,9 @@ struct GgufFile {
 // hold, unknown value or tensor types, invalid bools, duplicate keys or
 // tensor names, a bad general.alignment, more than 4 dimensions, offsets that
 // are misaligned or outside the data section, and overlapping tensors.
-// Tensor types other than F32, F16, BF16, F64 and I32 (quantized blocks) are
-// an IoError too: nabla cannot hold them.
+// F16, BF16 and the block formats Q8_0, Q4_0, Q4_K and Q6_K (rows a whole
+// number of blocks) are dequantized to f32; other tensor types are an
+// IoError naming the tensor and its type.
 GgufFile read_gguf(const std::string& path);
 
 }  // namespace nabla

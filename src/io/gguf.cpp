@@ -2,6 +2,7 @@
 // include/nabla/gguf.h; the spec is ggml's docs/gguf.md.
 #include "nabla/gguf.h"
 
+#include "io/ggml_quants.h"
 #include "io/half.h"
 
 #include <algorithm>
@@ -69,7 +70,7 @@ uint64_t min_value_bytes(GgufType t) {
   return 1;
 }
 
-const char* ggml_type_name(uint32_t t) {
+const char* type_name_of(uint32_t t) {
   // ggml_type numbering; gaps are types ggml removed.
   static const char* const names[] = {
       "F32",   "F16",        "Q4_0",       "Q4_1",       "Q4_2",     "Q4_3",     "Q5_0",
@@ -81,19 +82,7 @@ const char* ggml_type_name(uint32_t t) {
   return t < std::size(names) ? names[t] : nullptr;
 }
 
-size_t ggml_type_size(GgmlType t) {
-  switch (t) {
-    case GgmlType::f32:
-    case GgmlType::i32:
-      return 4;
-    case GgmlType::f64:
-      return 8;
-    case GgmlType::f16:
-    case GgmlType::bf16:
-      return 2;
-  }
-  return 0;
-}
+bool nabla_reads(uint32_t t) { return io::ggml_block(static_cast<GgmlType>(t)).elements > 0; }
 
 // ---- writing
 
@@ -339,6 +328,28 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
   metadata_.emplace_back(key, std::move(value));
 }
 
+const char* ggml_type_name(GgmlType t) { return type_name_of(uint32_t(t)); }
+int64_t ggml_block_elements(GgmlType t) { return std::max<int64_t>(io::ggml_block(t).elements, 1); }
+
+void GgufWriter::add_tensor(const std::string& name, const Tensor& leaf, GgmlType type) {
+  if (!leaf.defined() || !leaf.is_leaf() || leaf.dtype() != DType::f32) {
+    throw UsageError("gguf: tensor '" + name + "' must be an f32 leaf with data to be stored as " +
+                     ggml_type_name(type));
+  }
+  const io::GgmlBlock block = io::ggml_block(type);
+  if (block.elements == 0 || type == GgmlType::f64 || type == GgmlType::i32) {
+    throw UsageError("gguf: tensor '" + name + "': f32 data cannot be stored as " + ggml_type_name(type));
+  }
+  const int64_t row = leaf.rank() == 0 ? 1 : leaf.dim(-1);
+  if (row % block.elements != 0) {
+    throw ShapeError("gguf: tensor '" + name + "' has rows of " + std::to_string(row) + " elements; " +
+                     ggml_type_name(type) + " needs a multiple of " + std::to_string(block.elements));
+  }
+  add_tensor(name, leaf);  // the checks on name and shape
+  tensors_.back().type = type;
+  tensors_.back().bytes = io::quantize(type, static_cast<const float*>(leaf.data()), leaf.numel());
+}
+
 void GgufWriter::add_tensor(const std::string& name, const Tensor& leaf) {
   // NOTE: ggml stores names in char[GGML_MAX_NAME = 64] with a terminator, so
   // it rejects 64-byte names that the spec allows.
@@ -516,15 +527,18 @@ GgufFile read_gguf(const std::string& path) {
     }
     t.shape.assign(ggml_dims.rbegin(), ggml_dims.rend());  // ggml order -> NumPy order
     uint32_t type = r.scalar<uint32_t>(what + " type");
-    const char* type_name = ggml_type_name(type);
+    const char* type_name = type_name_of(type);
     if (!type_name) throw r.error(what + " has unknown ggml type " + std::to_string(type));
-    if (type != uint32_t(GgmlType::f32) && type != uint32_t(GgmlType::f16) &&
-        type != uint32_t(GgmlType::bf16) && type != uint32_t(GgmlType::f64) &&
-        type != uint32_t(GgmlType::i32)) {
+    if (!nabla_reads(type)) {
       throw r.error(what + " has ggml type " + type_name + " (" + std::to_string(type) +
-                    "), nabla reads F32, F16, BF16, F64 and I32");
+                    "), nabla reads F32, F16, BF16, F64, I32, Q8_0, Q4_0, Q4_K and Q6_K");
     }
     t.type = static_cast<GgmlType>(type);
+    const io::GgmlBlock block = io::ggml_block(t.type);
+    if (!ggml_dims.empty() && ggml_dims[0] % block.elements != 0) {
+      throw r.error(what + " is " + type_name + " with rows of " + std::to_string(ggml_dims[0]) +
+                    " elements, not a whole number of its " + std::to_string(block.elements) + "-element blocks");
+    }
     t.offset = r.scalar<uint64_t>(what + " offset");
     if (t.offset % file.alignment != 0) {
       throw r.error(what + " offset " + std::to_string(t.offset) +
@@ -547,7 +561,8 @@ GgufFile read_gguf(const std::string& path) {
   };
   std::vector<Span> spans;
   for (const GgufTensor& t : file.tensors) {
-    uint64_t bytes = uint64_t(numel(t.shape)) * ggml_type_size(t.type);
+    const io::GgmlBlock block = io::ggml_block(t.type);
+    uint64_t bytes = uint64_t(numel(t.shape)) / uint64_t(block.elements) * block.bytes;
     if (t.offset > data_size || bytes > data_size - t.offset) {
       throw r.error("tensor '" + t.name + "' at offset " + std::to_string(t.offset) + " with " +
                     std::to_string(bytes) + " bytes lies outside the data section of " +
@@ -555,24 +570,29 @@ GgufFile read_gguf(const std::string& path) {
     }
     spans.push_back({t.offset, t.offset + bytes, &t.name});
   }
+  // The furthest end so far catches an overlap with any earlier tensor, not
+  // only the previous one; empty tensors occupy nothing.
   std::sort(spans.begin(), spans.end(),
             [](const Span& a, const Span& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < spans.size(); ++i) {
-    if (spans[i].begin < spans[i - 1].end && spans[i].begin != spans[i].end) {
-      throw r.error("tensors '" + *spans[i - 1].name + "' and '" + *spans[i].name + "' overlap");
+  const Span* furthest = nullptr;
+  for (const Span& s : spans) {
+    if (s.begin == s.end) continue;
+    if (furthest && s.begin < furthest->end) {
+      throw r.error("tensors '" + *furthest->name + "' and '" + *s.name + "' overlap");
     }
+    if (!furthest || s.end > furthest->end) furthest = &s;
   }
+  std::vector<uint8_t> stored;
   for (GgufTensor& t : file.tensors) {
     r.seek(file.data_offset + t.offset);
     std::string what = "tensor '" + t.name + "' data";
-    if (t.type == GgmlType::f16 || t.type == GgmlType::bf16) {
-      std::vector<uint16_t> half(size_t(numel(t.shape)));
-      r.read(half.data(), half.size() * 2, what);
+    if (t.type != GgmlType::f32 && t.type != GgmlType::f64 && t.type != GgmlType::i32) {
+      const io::GgmlBlock block = io::ggml_block(t.type);
+      const int64_t n = numel(t.shape);
+      stored.resize(size_t(n / block.elements) * block.bytes);
+      r.read(stored.data(), stored.size(), what);
       t.tensor = Tensor::zeros(DType::f32, t.shape);
-      float* o = t.tensor.data_as<float>();
-      for (size_t i = 0; i < half.size(); ++i) {
-        o[i] = t.type == GgmlType::f16 ? io::f16_to_f32(half[i]) : io::bf16_to_f32(half[i]);
-      }
+      io::dequantize(t.type, stored.data(), n, t.tensor.data_as<float>());
     } else {
       DType dt = t.type == GgmlType::f32   ? DType::f32
                  : t.type == GgmlType::f64 ? DType::f64

@@ -36,4 +36,36 @@ inline float bf16_to_f32(uint16_t b) {
   return f;
 }
 
+// f32 -> bfloat16, rounded to nearest even (NaN stays a quiet NaN).
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1);
+  return uint16_t(bits >> 16);
+}
+
+// f32 -> binary16, rounded to nearest even: overflow to infinity, subnormals
+// below 2^-14, NaN kept quiet.
+inline uint16_t f32_to_f16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint16_t sign = uint16_t((bits >> 16) & 0x8000);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00;                 // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00;                // rounds to >= 65520: infinity
+  if (abs < 0x38800000u) {                                     // below 2^-14: subnormal or zero
+    if (abs < 0x33000000u) return sign;                        // below 2^-25: rounds to zero
+    const uint32_t exp = abs >> 23, mant = (abs & 0x7fffff) | 0x800000;
+    const uint32_t shift = 126 - exp;                          // 14..24 (value = mant * 2^(exp-150))
+    uint32_t q = mant >> shift;
+    const uint32_t rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (q & 1))) ++q;
+    return sign | uint16_t(q);
+  }
+  uint32_t r = abs - 0x38000000u;  // rebias the exponent by 127 - 15
+  r += 0xfffu + ((r >> 13) & 1);
+  return sign | uint16_t(r >> 13);
+}
+
 }  // namespace nabla::io

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <functional>
 
-#include "nabla/models/gguf_export.h"
+#include "nabla/models/gguf.h"
 #include "nabla/models/gpt2.h"
 #include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
@@ -405,8 +405,11 @@ TEST(Gguf, RejectsBadTensorInfos) {
       },
       "tensor 'w' is too large");
   check(
-      "quant.gguf", [](Bytes& b) { b.str("w").u32(1).u64(32).u32(2).u64(0); },
-      "ggml type Q4_0 (2)");
+      "quant.gguf", [](Bytes& b) { b.str("w").u32(1).u64(256).u32(13).u64(0); },
+      "ggml type Q5_K (13), nabla reads");
+  check(
+      "blocks.gguf", [](Bytes& b) { b.str("w").u32(2).u64(100).u64(2).u32(12).u64(0); },
+      "Q4_K with rows of 100 elements, not a whole number of its 256-element blocks");
   check(
       "unknown.gguf", [](Bytes& b) { b.str("w").u32(1).u64(4).u32(99).u64(0); },
       "unknown ggml type 99");

@@ -6,9 +6,13 @@
 #include <cmath>
 #include <string>
 
+#include "nabla/checkpoint.h"
+#include "nabla/models/gguf.h"
 #include "nabla/models/llama.h"
 #include "nabla/nabla.hpp"
 #include "nabla/trainer.h"
+
+#include "temp_dir.h"
 
 using namespace nabla;
 using models::Llama;
@@ -239,4 +243,60 @@ TEST(Llama, LossFollowsLabelsAndTrains) {
     step.update(3e-3, 1.0);
   }
   EXPECT_LT(last, 0.5f * first);
+}
+
+// nabla's GGUF export read back: the same config and, from F32, the same
+// parameters bit for bit (q/k rows interleaved on the way out, back on the
+// way in; Llama 3's rope_scaling through rope_freqs.weight).
+TEST(Llama, GgufRoundTrip) {
+  nabla::testing_support::TempDir dir;
+  LlamaConfig llama3 = small_config();
+  llama3.attention_bias = false;
+  llama3.rope_scaling = {.type = "llama3", .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                         .original_max_position_embeddings = 16};
+  LlamaConfig qwen2 = small_config();
+  qwen2.model_type = "qwen2";
+  qwen2.tie_word_embeddings = true;
+  LlamaConfig linear = small_config();
+  linear.attention_bias = false;
+  linear.num_key_value_heads = 6;
+  linear.rope_scaling = {.type = "linear", .factor = 2};
+  int i = 0;
+  for (LlamaConfig c : {llama3, qwen2, linear}) {
+    c.preset = "round-trip-" + std::to_string(i);
+    c.vocab_size = 256;  // the byte tokenizer's, which the GGUF carries
+    const std::string ckpt = dir.file("m" + std::to_string(i) + ".safetensors"),
+                      gguf = dir.file("m" + std::to_string(i++) + ".gguf");
+    Llama a(c, 5);
+    save_checkpoint(ckpt, c.to_json(), a.params());
+    models::gguf_from_checkpoint(load_checkpoint(ckpt)).write(gguf);
+    Checkpoint back = models::load_any_checkpoint(gguf);
+    EXPECT_EQ(back.architecture, "llama");
+    const LlamaConfig got = models::llama_config_from_checkpoint(back);
+    EXPECT_EQ(got.to_json(), c.to_json());
+    Llama b(got, 6);
+    load_params(back, b.params());
+    for (size_t k = 0; k < a.params().list().size(); ++k) {
+      EXPECT_EQ(a.params().list()[k].second.to_vector<float>(), b.params().list()[k].second.to_vector<float>())
+          << a.params().list()[k].first;
+    }
+  }
+  // Another architecture, a missing tensor: errors naming the file.
+  GgufWriter w;
+  w.set("general.architecture", "gpt2");
+  w.write(dir.file("gpt2.gguf"));
+  EXPECT_THROW(models::checkpoint_from_gguf(dir.file("gpt2.gguf")), IoError);
+  try {
+    GgufFile f = read_gguf(dir.file("m0.gguf"));
+    GgufWriter cut;
+    for (const auto& [k, v] : f.metadata) cut.set(k, v);
+    for (const GgufTensor& t : f.tensors)
+      if (t.name != "blk.1.ffn_up.weight") cut.add_tensor(t.name, t.tensor);
+    cut.write(dir.file("cut.gguf"));
+    models::checkpoint_from_gguf(dir.file("cut.gguf"));
+    ADD_FAILURE() << "no error for a missing tensor";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.file("cut.gguf") + ": no tensor 'blk.1.ffn_up.weight'"), std::string::npos)
+        << e.what();
+  }
 }

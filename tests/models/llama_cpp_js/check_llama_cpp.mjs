@@ -12,13 +12,17 @@ import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { getLlama } from "node-llama-cpp";
 
-// Both sides compute in f32 (F32 weights and key/value cache): the
-// differences are rounding, 6e-6 nats at most here.
-const TOLERANCE = 1e-4;
+// F32: both sides compute in f32 (an F32 key/value cache too): the
+// differences are rounding, 1.1e-5 nats at most here. Block formats: llama.cpp
+// multiplies them with activations rounded to 8 bits (Q8_0 / Q8_K), nabla
+// with f32 activations and the same dequantized weights; on these random
+// weights that moves log-probabilities by up to 0.18 nats (any of the four
+// types), and a misread block (a scale or nibble out of place) by whole nats.
+const TOLERANCE = { f32: 1e-4, q8_0: 0.4, q4_0: 0.4, q4_k: 0.4, q6_k: 0.4 };
 const dir = resolve(process.argv[2]);
 const expected = JSON.parse(readFileSync(join(dir, "expected.json"), "utf8"));
 const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
-let failures = 0, compared = 0, worst = 0;
+let failures = 0, compared = 0;
 const fail = (what) => {
   failures++;
   if (failures <= 20) console.log(`FAIL: ${what}`);
@@ -33,6 +37,7 @@ for (const [name, prompts] of Object.entries(expected)) {
     experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
   });
   const sequence = context.getSequence();
+  const tolerance = TOLERANCE[name.split(".")[1]];
   let modelWorst = 0;
   for (const [p, prompt] of prompts.entries()) {
     await sequence.clearHistory();
@@ -58,14 +63,13 @@ for (const [name, prompts] of Object.entries(expected)) {
         const v = lp.get(tok);
         const d = v === undefined ? Infinity : Math.abs(n - v);
         modelWorst = Math.max(modelWorst, d);
-        if (!(d <= TOLERANCE)) fail(`${name} prompt ${p} position ${t}: token ${tok}: nabla ${n.toFixed(5)}, llama.cpp ${v?.toFixed(5)}`);
+        if (!(d <= tolerance)) fail(`${name} prompt ${p} position ${t}: token ${tok}: nabla ${n.toFixed(5)}, llama.cpp ${v?.toFixed(5)}`);
       }
       compared++;
     }
   }
   sequence.dispose();
-  console.log(`${name}: ${prompts.length} prompts, top-5 log-probabilities within ${modelWorst.toExponential(2)} of nabla's`);
-  worst = Math.max(worst, modelWorst);
+  console.log(`${name}: ${prompts.length} prompts, top-5 log-probabilities within ${modelWorst.toExponential(2)} of nabla's (tolerance ${tolerance})`);
   await context.dispose();
   await model.dispose();
 }
@@ -73,4 +77,4 @@ if (failures > 0) {
   console.log(`${failures} failure(s)`);
   process.exit(1);
 }
-console.log(`ok: ${compared} positions, same top-5 next tokens, log-probabilities within ${worst.toExponential(2)} (tolerance ${TOLERANCE})`);
+console.log(`ok: ${compared} positions of ${Object.keys(expected).length} files, the same top-5 next tokens`);

@@ -1,15 +1,21 @@
-// Writes what the ctest llama_cpp_runs_nabla_gguf hands to llama.cpp
-// (check.sh): small Llama-family checkpoints with random weights at scales
-// where every path matters, and expected.json: for each model, prompts of
-// token ids and, at every position, nabla's 10 most likely next tokens with
-// their log-probabilities (log-softmax of Llama::forward's f32 logits).
-//   OUT_DIR/<name>.safetensors, OUT_DIR/expected.json
+// What the ctest llama_cpp_runs_nabla_gguf hands to llama.cpp (check.sh).
+//   nabla_llama_fixtures write DIR: small Llama-family checkpoints with
+//     random weights at scales where every path matters (DIR/<model>.safetensors)
+//     and prompts of token ids for each (DIR/prompts.json).
+//   nabla_llama_fixtures expect DIR: for every DIR/<model>.<type>.gguf (as
+//     `nabla export gguf --type` wrote it), read back by nabla (checkpoint_from_gguf,
+//     quantized tensors dequantized), nabla's 10 most likely next tokens with
+//     their log-probabilities at every position of the model's prompts
+//     (DIR/expected.json, keyed by the file's stem).
 // Models: "llama_gqa3" (GQA 3, head size 16 != hidden / heads, untied, Llama 3
-// rope_scaling), "llama_tied" (GQA 1, tied), "qwen2" (q/k/v biases, GQA 2).
-// Usage: nabla_llama_fixtures OUT_DIR
+// rope_scaling), "llama_tied" (GQA 1, tied), "qwen2" (q/k/v biases, GQA 2);
+// hidden 256 and intermediate 512, so that the block formats quantize most
+// matrices (rows of 256).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -17,6 +23,7 @@
 
 #include "nabla/checkpoint.h"
 #include "nabla/io.h"
+#include "nabla/models/gguf.h"
 #include "nabla/models/llama.h"
 #include "nabla/nabla.hpp"
 
@@ -28,8 +35,8 @@ namespace {
 models::LlamaConfig base() {
   models::LlamaConfig c;
   c.vocab_size = 256;  // the byte tokenizer
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
   c.num_hidden_layers = 2;
   c.num_attention_heads = 4;
   c.num_key_value_heads = 4;
@@ -79,51 +86,73 @@ json top_tokens(const models::Llama& m, const std::vector<int32_t>& ids) {
   return positions;
 }
 
+void write(const std::string& dir) {
+  std::vector<std::pair<std::string, models::LlamaConfig>> configs;
+  models::LlamaConfig gqa3 = base();
+  gqa3.num_attention_heads = 6;
+  gqa3.num_key_value_heads = 2;
+  gqa3.head_dim = 16;
+  gqa3.rope_scaling = {.type = "llama3", .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                       .original_max_position_embeddings = 16};
+  configs.emplace_back("llama_gqa3", gqa3);
+  models::LlamaConfig tied = base();
+  tied.tie_word_embeddings = true;
+  tied.rope_theta = 500;
+  configs.emplace_back("llama_tied", tied);
+  models::LlamaConfig qwen2 = base();
+  qwen2.model_type = "qwen2";
+  qwen2.attention_bias = true;
+  qwen2.num_key_value_heads = 2;
+  qwen2.rope_theta = 1e6;
+  configs.emplace_back("qwen2", qwen2);
+
+  std::mt19937_64 rng(7);
+  json prompts = json::object();
+  uint64_t seed = 1;
+  for (auto& [name, c] : configs) {
+    c.preset = "fixture-" + name;
+    models::Llama m(c, seed);
+    randomize(m, seed++);
+    save_checkpoint(dir + "/" + name + ".safetensors", c.to_json(), m.params());
+    json list = json::array();
+    for (int64_t len : {1, 7, 40}) {
+      std::vector<int32_t> ids(static_cast<size_t>(len));
+      for (int32_t& id : ids) id = int32_t(rng() % uint64_t(c.vocab_size));
+      list.push_back(ids);
+    }
+    prompts[name] = list;
+  }
+  write_file_atomic(dir + "/prompts.json", prompts.dump());
+}
+
+void expect(const std::string& dir) {
+  const json prompts = json::parse(read_file(dir + "/prompts.json"));
+  json expected = json::object();
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".gguf") continue;
+    const std::string stem = entry.path().stem().string();  // <model>.<type>
+    Checkpoint ckpt = models::checkpoint_from_gguf(entry.path().string());
+    models::Llama m(models::llama_config_from_checkpoint(ckpt), 0);
+    load_params(ckpt, m.params());
+    json list = json::array();
+    for (const auto& ids : prompts.at(stem.substr(0, stem.find('.')))) {
+      list.push_back({{"tokens", ids}, {"top", top_tokens(m, ids.get<std::vector<int32_t>>())}});
+    }
+    expected[stem] = list;
+  }
+  write_file_atomic(dir + "/expected.json", expected.dump());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+  const std::string mode = argc == 3 ? argv[1] : "";
+  if (mode != "write" && mode != "expect") {
+    std::fprintf(stderr, "usage: %s write|expect DIR\n", argv[0]);
     return 2;
   }
   try {
-    const std::string dir = argv[1];
-    std::vector<std::pair<std::string, models::LlamaConfig>> configs;
-    models::LlamaConfig gqa3 = base();
-    gqa3.num_attention_heads = 6;
-    gqa3.num_key_value_heads = 2;
-    gqa3.head_dim = 16;
-    gqa3.rope_scaling = {.type = "llama3", .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
-                         .original_max_position_embeddings = 16};
-    configs.emplace_back("llama_gqa3", gqa3);
-    models::LlamaConfig tied = base();
-    tied.tie_word_embeddings = true;
-    tied.rope_theta = 500;
-    configs.emplace_back("llama_tied", tied);
-    models::LlamaConfig qwen2 = base();
-    qwen2.model_type = "qwen2";
-    qwen2.attention_bias = true;
-    qwen2.num_key_value_heads = 2;
-    qwen2.rope_theta = 1e6;
-    configs.emplace_back("qwen2", qwen2);
-
-    std::mt19937_64 rng(7);
-    json expected = json::object();
-    uint64_t seed = 1;
-    for (auto& [name, c] : configs) {
-      c.preset = "fixture-" + name;
-      models::Llama m(c, seed);
-      randomize(m, seed++);
-      save_checkpoint(dir + "/" + name + ".safetensors", c.to_json(), m.params());
-      json prompts = json::array();
-      for (int64_t len : {1, 7, 40}) {
-        std::vector<int32_t> ids(static_cast<size_t>(len));
-        for (int32_t& id : ids) id = int32_t(rng() % uint64_t(c.vocab_size));
-        prompts.push_back({{"tokens", ids}, {"top", top_tokens(m, ids)}});
-      }
-      expected[name] = prompts;
-    }
-    write_file_atomic(dir + "/expected.json", expected.dump());
+    mode == "write" ? write(argv[2]) : expect(argv[2]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nabla_llama_fixtures: %s\n", e.what());
     return 1;

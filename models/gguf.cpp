@@ -21,13 +21,16 @@
 // Conv1D keeps weights [in, out]; ggml's mul_mat wants a Linear weight
 // [out, in] (ne {in, out}), so those four are transposed, as
 // convert_hf_to_gguf.py does for c_attn, c_proj and c_fc.
-#include "nabla/models/gguf_export.h"
+#include "nabla/models/gguf.h"
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -242,14 +245,39 @@ void add_gpt2(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWrit
 // rotates interleaved pairs (x[2j], x[2j+1]) where Hugging Face rotates
 // halves (x[j], x[j + hd/2]): within each head, row s * hd/2 + j moves to
 // 2j + s (convert_hf_to_gguf.py's permute). Biases move with their rows.
-Tensor interleave_heads(const Tensor& t, int64_t heads) {
+// `back` undoes it (reading a GGUF).
+Tensor interleave_heads(const Tensor& t, int64_t heads, bool back = false) {
   const int64_t rows = t.dim(0), hd = rows / heads, half = hd / 2, cols = t.rank() == 2 ? t.dim(1) : 1;
   std::vector<float> src = t.to_vector<float>(), dst(src.size());
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t s = 0; s < 2; ++s)
-      for (int64_t j = 0; j < half; ++j)
-        std::copy_n(src.data() + (h * hd + s * half + j) * cols, cols, dst.data() + (h * hd + 2 * j + s) * cols);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t s = 0; s < 2; ++s) {
+      for (int64_t j = 0; j < half; ++j) {
+        const int64_t halves = h * hd + s * half + j, pairs = h * hd + 2 * j + s;
+        std::copy_n(src.data() + (back ? pairs : halves) * cols, cols, dst.data() + (back ? halves : pairs) * cols);
+      }
+    }
+  }
   return Tensor::from_vector<float>(t.shape(), dst);
+}
+
+// llama.cpp's ftype for a file whose matrices are `t` (general.file_type).
+uint32_t file_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::f16:
+      return 1;
+    case GgmlType::q4_0:
+      return 2;
+    case GgmlType::q8_0:
+      return 7;
+    case GgmlType::q4_k:
+      return 15;  // Q4_K_M's number; all matrices Q4_K here
+    case GgmlType::q6_k:
+      return 18;
+    case GgmlType::bf16:
+      return 32;
+    default:
+      return 0;
+  }
 }
 
 // llama.cpp's llama architecture (llama, SmolLM2, TinyLlama, Llama 3) and
@@ -295,7 +323,17 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
   load_params(ckpt, model.params());
   const nn::Params& p = model.params();
   auto rows = [&](const Tensor& t, int64_t heads) { return qwen2 ? t : interleave_heads(t, heads); };
-  w.add_tensor("token_embd.weight", p.get("model.embed_tokens.weight"));
+  const GgmlType type = options.matrix_type;
+  w.set("general.file_type", file_type(type));
+  // Weight matrices in the chosen type where their rows are whole blocks.
+  auto add = [&](const std::string& name, const Tensor& t) {
+    if (t.rank() == 2 && t.dim(1) % ggml_block_elements(type) == 0) {
+      w.add_tensor(name, t, type);
+    } else {
+      w.add_tensor(name, t);
+    }
+  };
+  add("token_embd.weight", p.get("model.embed_tokens.weight"));
   if (c.rope_scaling.type == "llama3") {
     const std::vector<double> f = c.rope_freq_factors();
     w.add_tensor("rope_freqs.weight", Tensor::from_vector<float>({int64_t(f.size())}, std::vector<float>(f.begin(), f.end())));
@@ -303,25 +341,193 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
     w.add_tensor(blk + "attn_norm.weight", p.get(h + "input_layernorm.weight"));
-    w.add_tensor(blk + "attn_q.weight", rows(p.get(h + "self_attn.q_proj.weight"), c.num_attention_heads));
-    w.add_tensor(blk + "attn_k.weight", rows(p.get(h + "self_attn.k_proj.weight"), c.kv_heads()));
-    w.add_tensor(blk + "attn_v.weight", p.get(h + "self_attn.v_proj.weight"));
+    add(blk + "attn_q.weight", rows(p.get(h + "self_attn.q_proj.weight"), c.num_attention_heads));
+    add(blk + "attn_k.weight", rows(p.get(h + "self_attn.k_proj.weight"), c.kv_heads()));
+    add(blk + "attn_v.weight", p.get(h + "self_attn.v_proj.weight"));
     if (c.attention_bias) {
       w.add_tensor(blk + "attn_q.bias", rows(p.get(h + "self_attn.q_proj.bias"), c.num_attention_heads));
       w.add_tensor(blk + "attn_k.bias", rows(p.get(h + "self_attn.k_proj.bias"), c.kv_heads()));
       w.add_tensor(blk + "attn_v.bias", p.get(h + "self_attn.v_proj.bias"));
     }
-    w.add_tensor(blk + "attn_output.weight", p.get(h + "self_attn.o_proj.weight"));
+    add(blk + "attn_output.weight", p.get(h + "self_attn.o_proj.weight"));
     w.add_tensor(blk + "ffn_norm.weight", p.get(h + "post_attention_layernorm.weight"));
-    w.add_tensor(blk + "ffn_gate.weight", p.get(h + "mlp.gate_proj.weight"));
-    w.add_tensor(blk + "ffn_up.weight", p.get(h + "mlp.up_proj.weight"));
-    w.add_tensor(blk + "ffn_down.weight", p.get(h + "mlp.down_proj.weight"));
+    add(blk + "ffn_gate.weight", p.get(h + "mlp.gate_proj.weight"));
+    add(blk + "ffn_up.weight", p.get(h + "mlp.up_proj.weight"));
+    add(blk + "ffn_down.weight", p.get(h + "mlp.down_proj.weight"));
   }
   w.add_tensor("output_norm.weight", p.get("model.norm.weight"));
-  if (!c.tie_word_embeddings) w.add_tensor("output.weight", p.get("lm_head.weight"));
+  if (!c.tie_word_embeddings) add("output.weight", p.get("lm_head.weight"));
+}
+
+// The double with the shortest decimal form that rounds to f: what a config
+// held (1e-06) before it was stored as an f32 key (9.99999997e-07).
+double shortest_decimal(float f) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, double(f));
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  return std::strtod(buf, nullptr);
+}
+
+// Llama 3's rope_scaling from llama.cpp's rope_freqs.weight (the divisor of
+// each frequency). Only the ratios of original_max_position_embeddings,
+// low_freq_factor and high_freq_factor show in the divisors, so the last two
+// are taken as every Llama 3.x release has them (1 and 4) and the first is
+// solved from a blended frequency; the result must give every divisor back.
+LlamaConfig::RopeScaling llama3_from_factors(const std::string& path, const std::vector<float>& f, double theta) {
+  LlamaConfig::RopeScaling s{.type = "llama3", .factor = *std::max_element(f.begin(), f.end()), .low_freq_factor = 1,
+                             .high_freq_factor = 4, .original_max_position_embeddings = 8192};
+  const int64_t hd = int64_t(f.size()) * 2;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] > 1.0001 && f[i] < s.factor * 0.9999) {
+      const double blend = (1 / double(f[i]) - 1 / s.factor) / (1 - 1 / s.factor);
+      const double wavelen = 2 * M_PI * std::pow(theta, 2.0 * double(i) / double(hd));
+      s.original_max_position_embeddings = std::llround(wavelen * (blend * 3 + 1));
+      break;
+    }
+  }
+  LlamaConfig probe;
+  probe.hidden_size = hd;
+  probe.num_attention_heads = 1;
+  probe.rope_theta = theta;
+  probe.rope_scaling = s;
+  const std::vector<double> back = probe.rope_freq_factors();
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (std::fabs(back[i] - f[i]) > 1e-3 * f[i]) {
+      throw IoError(path + ": rope_freqs.weight is not Llama 3's scaling with low_freq_factor 1 and "
+                    "high_freq_factor 4 (divisor " + std::to_string(i) + " is " + std::to_string(f[i]) + ")");
+    }
+  }
+  return s;
 }
 
 }  // namespace
+
+Checkpoint checkpoint_from_gguf(const std::string& path) {
+  const GgufFile file = read_gguf(path);
+  auto fail = [&](const std::string& what) { return IoError(path + ": " + what); };
+  const GgufValue* arch_value = file.find_value("general.architecture");
+  const std::string arch =
+      arch_value && arch_value->type() == GgufType::string ? arch_value->get<std::string>() : "";
+  if (arch != "llama" && arch != "qwen2") {
+    throw fail("general.architecture is " + (arch.empty() ? std::string("missing") : "\"" + arch + "\"") +
+               ", nabla reads \"llama\" and \"qwen2\" GGUF files");
+  }
+  // Integer keys as any unsigned or signed type the writer chose.
+  auto integer = [&](const std::string& key, std::optional<int64_t> fallback = {}) -> int64_t {
+    const GgufValue* v = file.find_value(arch + "." + key);
+    if (!v) {
+      if (fallback) return *fallback;
+      throw fail("no metadata key '" + arch + "." + key + "'");
+    }
+    return std::visit(
+        [&](const auto& x) -> int64_t {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+            if (std::is_unsigned_v<T> && uint64_t(x) > uint64_t(INT64_MAX)) throw fail(arch + "." + key + " is too large");
+            return int64_t(x);
+          }
+          throw fail(arch + "." + key + " is " + gguf_type_name(v->type()) + ", expected an integer");
+        },
+        v->value);
+  };
+  auto real = [&](const std::string& key, double fallback) -> double {
+    const GgufValue* v = file.find_value(arch + "." + key);
+    if (!v) return fallback;
+    if (v->type() == GgufType::f32) return shortest_decimal(v->get<float>());
+    if (v->type() == GgufType::f64) return v->get<double>();
+    throw fail(arch + "." + key + " is " + gguf_type_name(v->type()) + ", expected a float");
+  };
+  auto tensor = [&](const std::string& name) -> const Tensor& {
+    const GgufTensor* t = file.find(name);
+    if (!t) throw fail("no tensor '" + name + "'");
+    return t->tensor;
+  };
+
+  LlamaConfig c;
+  c.model_type = arch;
+  if (const GgufValue* name = file.find_value("general.name"); name && name->type() == GgufType::string) {
+    c.preset = name->get<std::string>();
+  }
+  c.attention_bias = file.find("blk.0.attn_q.bias") != nullptr;
+  c.hidden_size = integer("embedding_length");
+  c.intermediate_size = integer("feed_forward_length");
+  c.num_hidden_layers = integer("block_count");
+  c.num_attention_heads = integer("attention.head_count");
+  c.num_key_value_heads = integer("attention.head_count_kv", c.num_attention_heads);
+  c.max_position_embeddings = integer("context_length");
+  const Tensor& embed = tensor("token_embd.weight");
+  if (embed.rank() != 2) throw fail("token_embd.weight is " + to_string(embed.shape()) + ", expected [vocab, hidden]");
+  c.vocab_size = integer("vocab_size", embed.dim(0));
+  c.head_dim = integer("attention.key_length", c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  if (integer("attention.value_length", c.head_dim) != c.head_dim || integer("rope.dimension_count", c.head_dim) != c.head_dim) {
+    throw fail("key, value and rotary sizes differ; nabla's Llama rotates the whole head");
+  }
+  c.rms_norm_eps = real("attention.layer_norm_rms_epsilon", 1e-5);
+  c.rope_theta = real("rope.freq_base", 10000.0);
+  c.tie_word_embeddings = file.find("output.weight") == nullptr;
+  if (const GgufValue* type = file.find_value(arch + ".rope.scaling.type")) {
+    const std::string t = type->type() == GgufType::string ? type->get<std::string>() : "";
+    if (t == "linear") {
+      c.rope_scaling = {.type = "linear", .factor = real("rope.scaling.factor", 1.0)};
+    } else if (t != "none") {
+      throw fail(arch + ".rope.scaling.type \"" + t + "\" is not supported (linear, or rope_freqs.weight)");
+    }
+  }
+  if (const GgufTensor* freqs = file.find("rope_freqs.weight")) {
+    c.rope_scaling = llama3_from_factors(path, freqs->tensor.to_vector<float>(), c.rope_theta);
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw fail(e.what());
+  }
+
+  Checkpoint ckpt;
+  ckpt.path = path;
+  ckpt.architecture = "llama";
+  ckpt.config_json = c.to_json();
+  auto& out = ckpt.file.tensors;
+  const bool qwen2 = arch == "qwen2";
+  auto rows = [&](const Tensor& t, int64_t heads) {
+    if (qwen2) return t;
+    if (t.rank() < 1 || t.dim(0) != heads * c.head_size()) {
+      throw fail("a q/k tensor is " + to_string(t.shape()) + ", expected " + std::to_string(heads * c.head_size()) + " rows");
+    }
+    return interleave_heads(t, heads, /*back=*/true);
+  };
+  out.emplace_back("model.embed_tokens.weight", embed);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string h = "model.layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
+    out.emplace_back(h + "input_layernorm.weight", tensor(blk + "attn_norm.weight"));
+    out.emplace_back(h + "self_attn.q_proj.weight", rows(tensor(blk + "attn_q.weight"), c.num_attention_heads));
+    out.emplace_back(h + "self_attn.k_proj.weight", rows(tensor(blk + "attn_k.weight"), c.kv_heads()));
+    out.emplace_back(h + "self_attn.v_proj.weight", tensor(blk + "attn_v.weight"));
+    if (c.attention_bias) {
+      out.emplace_back(h + "self_attn.q_proj.bias", rows(tensor(blk + "attn_q.bias"), c.num_attention_heads));
+      out.emplace_back(h + "self_attn.k_proj.bias", rows(tensor(blk + "attn_k.bias"), c.kv_heads()));
+      out.emplace_back(h + "self_attn.v_proj.bias", tensor(blk + "attn_v.bias"));
+    }
+    out.emplace_back(h + "self_attn.o_proj.weight", tensor(blk + "attn_output.weight"));
+    out.emplace_back(h + "post_attention_layernorm.weight", tensor(blk + "ffn_norm.weight"));
+    out.emplace_back(h + "mlp.gate_proj.weight", tensor(blk + "ffn_gate.weight"));
+    out.emplace_back(h + "mlp.up_proj.weight", tensor(blk + "ffn_up.weight"));
+    out.emplace_back(h + "mlp.down_proj.weight", tensor(blk + "ffn_down.weight"));
+  }
+  out.emplace_back("model.norm.weight", tensor("output_norm.weight"));
+  if (!c.tie_word_embeddings) out.emplace_back("lm_head.weight", tensor("output.weight"));
+  check_holds_parameters(ckpt, c.parameter_count());  // a model is built from it next
+  return ckpt;
+}
+
+Checkpoint load_any_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  if (in && in.read(magic, 4) && std::string(magic, 4) == "GGUF") return checkpoint_from_gguf(path);
+  return load_checkpoint(path);
+}
+
 
 GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions& options) {
   nlohmann::json cfg = nlohmann::json::parse(ckpt.config_json, nullptr, /*allow_exceptions=*/false);

@@ -1,4 +1,5 @@
-// nabla checkpoints as GGUF files (ggml's format; see docs/formats.md).
+// nabla checkpoints as GGUF files and llama.cpp's Llama-family GGUF files as
+// checkpoints (ggml's format; see docs/formats.md).
 //
 //   ViT   general.architecture "vit": timm tensor names, nabla's own vit.* keys.
 //   GPT-2 general.architecture "gpt2", laid out as llama.cpp's gpt2 loader
@@ -24,6 +25,10 @@ struct GgufExportOptions {
   // GPT-2 checkpoints with the "gpt2" tokenizer: the folder holding
   // encoder.json and vocab.bpe; "" = find_gpt2_vocab().
   std::string vocab_dir;
+  // How Llama's weight matrices (embedding, projections, head) are stored:
+  // F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K; a matrix whose rows are not a
+  // whole number of the type's blocks stays F32, as do norms and biases.
+  GgmlType matrix_type = GgmlType::f32;
 };
 
 // The metadata and tensors of `ckpt` as a GGUF writer, ready to write().
@@ -32,5 +37,17 @@ struct GgufExportOptions {
 // other than the tanh approximation); IoError for a missing or inconsistent
 // GPT-2 vocabulary.
 GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions& options = {});
+
+// A llama.cpp GGUF of architecture "llama" or "qwen2" as a Llama checkpoint
+// (architecture "llama", Hugging Face names): the config from its llama.* /
+// qwen2.* keys, llama's q/k rows back in rotate-half order, rope_freqs.weight
+// as Llama 3's rope_scaling, every tensor dequantized to f32. IoError naming
+// the file for another architecture, missing keys or tensors, or scaling it
+// cannot express.
+Checkpoint checkpoint_from_gguf(const std::string& path);
+
+// load_checkpoint, or checkpoint_from_gguf for a file that starts with
+// GGUF's magic: what the `nabla` commands read.
+Checkpoint load_any_checkpoint(const std::string& path);
 
 }  // namespace nabla::models
