@@ -21,6 +21,7 @@
 #include "nabla/gguf.h"
 #include "nabla/io.h"
 #include "nabla/optim.h"
+#include "nabla/tokenizer.h"
 
 using namespace nabla;
 namespace fs = std::filesystem;
@@ -183,6 +184,12 @@ void gpt2_vocab_seeds() {
   }
   enc["<|endoftext|>"] = id++;
   write_bytes(seed_path("gpt2_vocab", "small"), enc.dump() + std::string(1, '\0') + bpe);
+
+  // tokenizer.json as nabla writes it, one per pre-tokenizer.
+  const std::string text = "the cat sat on the mat; THE CAT'S 1234 mats!\n\n  \t東京 🙂 <|endoftext|>";
+  for (PreTokenizer p : {PreTokenizer::gpt2, PreTokenizer::llama3, PreTokenizer::qwen2, PreTokenizer::digits}) {
+    BpeTokenizer::train(text + text, 280, p)->save_json(seed_path("tokenizer_json", pre_tokenizer_name(p)));
+  }
 }
 
 void checkpoint_seeds() {

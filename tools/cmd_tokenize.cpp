@@ -1,6 +1,7 @@
 // `nabla tokenize`: encodes stdin with a tokenizer, or decodes ids.
 #include "cmd_tokenize.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <iostream>
@@ -96,6 +97,32 @@ int run_tokenize(const TokenizeArgs& opt) {
   write(out);
   if (std::cin.bad()) throw IoError("tokenize: cannot read stdin");
   return std::fflush(stdout) == 0 ? kExitOk : kExitFailed;
+}
+
+int run_tokenizer_train(const TokenizerArgs& opt) {
+  const std::string path = opt.text.empty() ? find_fortunes() : opt.text;
+  if (path.empty()) throw IoError("tokenizer train: no --text given and Debian's fortunes are not installed");
+  std::string corpus;
+  for (const std::string& doc : read_text_documents(path)) {
+    corpus += doc;
+    corpus += '\n';
+  }
+  std::unique_ptr<BpeTokenizer> tok = BpeTokenizer::train(corpus, opt.vocab_size, parse_pre_tokenizer(opt.pattern));
+  tok->save_json(opt.out);
+  const size_t ids = tok->encode(corpus).size();
+  std::printf("%s: %d tokens (%s pattern); the corpus's %zu bytes are %zu tokens (%.2f bytes per token)\n",
+              opt.out.c_str(), tok->vocab_size(), opt.pattern.c_str(), corpus.size(), ids,
+              double(corpus.size()) / double(std::max<size_t>(ids, 1)));
+  return kExitOk;
+}
+
+int run_tokenizer_convert(const TokenizerArgs& opt) {
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(opt.tokenizer, opt.vocab);
+  const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
+  if (!bpe) throw UsageError("tokenizer convert: the " + tok->name() + " tokenizer is not a byte-level BPE");
+  bpe->save_json(opt.out);
+  std::printf("%s: %d tokens\n", opt.out.c_str(), bpe->vocab_size());
+  return kExitOk;
 }
 
 }  // namespace nabla::cli

@@ -1,4 +1,5 @@
 // `nabla tokenize`: text on stdin to token ids on stdout, or back.
+// `nabla tokenizer train|convert`: a byte-level BPE as tokenizer.json.
 #pragma once
 
 #include <string>
@@ -8,7 +9,7 @@
 namespace nabla::cli {
 
 struct TokenizeArgs {
-  std::string tokenizer = "byte";  // byte or gpt2
+  std::string tokenizer = "byte";  // byte, gpt2 or a tokenizer.json
   std::string vocab;               // GPT-2 vocabulary folder; "" = find_gpt2_vocab()
   bool decode = false;             // ids to text
   bool whole = false;              // encode all of stdin as one text (one output line)
@@ -24,5 +25,18 @@ struct TokenizeArgs {
 // load_text_dataset makes them for `nabla train gpt2`, so another framework
 // can train on exactly the same data.
 int run_tokenize(const TokenizeArgs& opt);
+
+struct TokenizerArgs {
+  std::string text;              // train: corpus file or folder; "" = fortunes
+  int vocab_size = 4096;         // train
+  std::string pattern = "gpt2";  // train: the pre-tokenizer
+  std::string tokenizer;         // convert: byte is not BPE; gpt2 or a tokenizer.json
+  std::string vocab;             // convert: GPT-2's folder
+  std::string out;               // the tokenizer.json to write
+};
+// Trains a byte-level BPE on the corpus's documents and writes it.
+int run_tokenizer_train(const TokenizerArgs& opt);
+// Writes a BPE tokenizer nabla reads (GPT-2's files) as tokenizer.json.
+int run_tokenizer_convert(const TokenizerArgs& opt);
 
 }  // namespace nabla::cli

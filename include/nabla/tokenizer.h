@@ -1,12 +1,21 @@
 // Tokenizers: text to token ids and back.
 //
-// ByteTokenizer maps each byte to its value (vocabulary 256). Gpt2Tokenizer is
-// GPT-2's byte-level BPE, read from the files OpenAI published (encoder.json
-// and vocab.bpe; scripts/fetch-gpt2-vocab installs them), and encodes exactly
-// as GPT-2's encoder.py does: split the text with the pattern
-//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// then merge each piece's bytes by rank. The pattern is matched by hand;
-// letters and numbers are Unicode's categories L* and N* (Unicode 14.0.0,
+// ByteTokenizer maps each byte to its value (vocabulary 256). BpeTokenizer is
+// byte-level BPE as GPT-2, Llama 3, Qwen2 and SmolLM2 use it: split the text
+// at added (special) tokens, cut the rest into pieces with a
+// pre-tokenisation pattern, then merge each piece's bytes by rank. It reads
+// Hugging Face's tokenizer.json, trains on a text, and writes tokenizer.json.
+// Gpt2Tokenizer is the one read from the files OpenAI published (encoder.json
+// and vocab.bpe; scripts/fetch-gpt2-vocab installs them), which encodes
+// exactly as GPT-2's encoder.py does.
+//
+// The patterns are matched by hand (src/text/pretokenize.cpp):
+//   gpt2    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//   llama3  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//           \s*[\r\n]+|\s+(?!\S)|\s+
+//   qwen2   llama3's with \p{N} for \p{N}{1,3}
+//   digits  every \p{N} a piece of its own, then gpt2 (SmolLM2's Digits + ByteLevel)
+// Letters and numbers are Unicode's categories L* and N* (Unicode 14.0.0,
 // tools/gen_unicode_tables.py) and \s is the White_Space property.
 //
 // Every tokenizer is safe to use from several threads at once.
@@ -44,30 +53,64 @@ class ByteTokenizer final : public Tokenizer {
   std::string name() const override { return "byte"; }
 };
 
-class Gpt2Tokenizer final : public Tokenizer {
+enum class PreTokenizer { gpt2, llama3, qwen2, digits };
+// "gpt2", "llama3", "qwen2", "digits"; UsageError for another name.
+PreTokenizer parse_pre_tokenizer(const std::string& name);
+const char* pre_tokenizer_name(PreTokenizer p);
+// The pieces `p` cuts `text` into, in order; their concatenation is `text`.
+std::vector<std::string_view> pre_tokenize(std::string_view text, PreTokenizer p);
+
+class BpeTokenizer : public Tokenizer {
  public:
-  // Reads `vocab_dir`/encoder.json and `vocab_dir`/vocab.bpe. IoError naming
-  // the file when one is missing, unreadable or inconsistent.
-  explicit Gpt2Tokenizer(const std::string& vocab_dir);
-  ~Gpt2Tokenizer() override;
+  // Hugging Face's tokenizer.json: model BPE over GPT-2's byte alphabet
+  // (merges as "a b" strings or [a, b] pairs, ignore_merges honoured), no
+  // normalizer, a pre-tokenizer that is one of the patterns above (ByteLevel
+  // with use_regex; a Split of Llama 3's or Qwen2's regex, Isolated, then
+  // ByteLevel without; Digits with individual_digits, then ByteLevel), and
+  // added tokens (matched in the text first, leftmost-longest; lstrip and
+  // rstrip honoured). IoError naming the file and the part for anything else.
+  // The post-processor is not applied: encode() adds no BOS.
+  static std::unique_ptr<BpeTokenizer> from_json(const std::string& path);
+  // Byte-level BPE learned from `text`: 256 byte tokens, then merges of the
+  // most frequent adjacent pair within the pieces of `pre` (ties: the pair
+  // whose merged token sorts first) until `vocab_size` tokens, counting
+  // <|endoftext|> (an added special token, the last id). Pairs seen once are
+  // not merged, so the vocabulary may end smaller.
+  static std::unique_ptr<BpeTokenizer> train(std::string_view text, int32_t vocab_size, PreTokenizer pre);
+  ~BpeTokenizer() override;
+
+  // tokenizer.json that from_json, and Hugging Face's tokenizers, read back
+  // as this tokenizer (written atomically).
+  void save_json(const std::string& path) const;
 
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t vocab_size() const override;
-  std::string name() const override { return "gpt2"; }
+  std::string name() const override;  // "gpt2" for GPT-2's files, "bpe" otherwise
+  // <|endoftext|>, <|end_of_text|> or </s>, whichever is an added token.
   int32_t eot_id() const override;
+  PreTokenizer pre_tokenizer() const;
 
-  // The pieces the pre-tokenisation pattern cuts `text` into, in order; their
-  // concatenation is `text`.
-  static std::vector<std::string_view> split(std::string_view text);
-
- private:
   struct Impl;
+
+ protected:
+  explicit BpeTokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
-// "byte" or "gpt2" (which reads `vocab_dir`; "" means find_gpt2_vocab()).
-// UsageError for another name, IoError when the GPT-2 files are not found.
+class Gpt2Tokenizer final : public BpeTokenizer {
+ public:
+  // Reads `vocab_dir`/encoder.json and `vocab_dir`/vocab.bpe. IoError naming
+  // the file when one is missing, unreadable or inconsistent.
+  explicit Gpt2Tokenizer(const std::string& vocab_dir);
+
+  // The pieces GPT-2's pattern cuts `text` into (pre_tokenize with gpt2).
+  static std::vector<std::string_view> split(std::string_view text);
+};
+
+// "byte", "gpt2" (which reads `vocab_dir`; "" means find_gpt2_vocab()), or
+// the path of a tokenizer.json. UsageError for another name, IoError when
+// the files are not found or not valid.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,
                                           const std::string& vocab_dir = "");
 

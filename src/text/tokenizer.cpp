@@ -59,7 +59,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::st
     }
     return std::make_unique<Gpt2Tokenizer>(dir);
   }
-  throw UsageError("make_tokenizer: unknown tokenizer '" + name + "'; expected byte or gpt2");
+  if (name.ends_with(".json")) return BpeTokenizer::from_json(name);
+  throw UsageError("make_tokenizer: unknown tokenizer '" + name + "'; expected byte, gpt2 or a tokenizer.json");
 }
 
 }  // namespace nabla

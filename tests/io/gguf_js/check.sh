@@ -17,24 +17,13 @@ fixtures=$1
 work=$2
 nabla=$3
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-command -v node >/dev/null 2>&1 || fail "node is not installed (scripts/install-deps installs nodejs and npm)"
-command -v npm >/dev/null 2>&1 || fail "npm is not installed (scripts/install-deps installs nodejs and npm)"
+. "$here/../../node_check.sh"
 # The package declares node >= 20, but read.mjs runs the same on Debian 12's
 # Node.js 18.20 (npm only warns about the engine); older ones are untested.
 major=$(node -p 'process.versions.node.split(".")[0]')
 [ "$major" -ge 18 ] || fail "read.mjs needs Node.js 18 or newer, this is $(node --version)"
 
-# (Re)install when node_modules is missing or older than the lock file.
-if [ ! -f "$here/node_modules/.package-lock.json" ] || [ "$here/package-lock.json" -nt "$here/node_modules/.package-lock.json" ]; then
-  echo "installing @huggingface/gguf into $here/node_modules"
-  (cd "$here" && npm ci --no-audit --no-fund) ||
-    fail "npm ci could not install @huggingface/gguf: is the npm registry reachable?"
-fi
+npm_install "$here"
 
 rm -rf "$work"
 mkdir -p "$work"

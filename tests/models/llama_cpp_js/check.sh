@@ -13,22 +13,12 @@ fixtures=$1
 work=$2
 nabla=$3
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-command -v node >/dev/null 2>&1 || fail "node is not installed (scripts/install-deps installs nodejs and npm)"
-command -v npm >/dev/null 2>&1 || fail "npm is not installed (scripts/install-deps installs nodejs and npm)"
-if [ ! -f "$here/node_modules/.package-lock.json" ] || [ "$here/package-lock.json" -nt "$here/node_modules/.package-lock.json" ]; then
-  echo "installing node-llama-cpp into $here/node_modules"
-  # Without the optional GPU builds (85 MB instead of 725 MB), and without
-  # install scripts: the prebuilt binary is used as it is, nothing is built.
-  # `npm install --no-save` rather than `npm ci`: the lock file lacks the
-  # other platforms' optional builds, which npm ci would demand.
-  (cd "$here" && npm install --omit=optional --ignore-scripts --no-audit --no-fund --no-save) ||
-    fail "npm ci could not install node-llama-cpp: is the npm registry reachable?"
-fi
+. "$here/../../node_check.sh"
+# Without the optional GPU builds (85 MB instead of 725 MB), and without
+# install scripts: the prebuilt binary is used as it is, nothing is built.
+# `npm install --no-save` rather than `npm ci`: the lock file lacks the other
+# platforms' optional builds, which npm ci would demand.
+npm_install "$here" install --omit=optional --ignore-scripts --no-save
 
 rm -rf "$work"
 mkdir -p "$work"

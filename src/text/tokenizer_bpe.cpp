@@ -1,0 +1,664 @@
+// Byte-level BPE: vocabularies from GPT-2's files or Hugging Face's
+// tokenizer.json, added tokens, merges by rank, training, and tokenizer.json
+// out.
+//
+// The files spell every token in GPT-2's byte-to-unicode alphabet (each byte a
+// printable character, so ' ' is 'Ġ' and '\n' is 'Ċ'). Loading translates them
+// back to bytes; after that the tokenizer works on raw bytes and token ids,
+// and BPE merges pairs of ids. Added tokens are spelled as their text.
+#include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "nabla/error.h"
+#include "nabla/io.h"
+#include "nabla/tokenizer.h"
+#include "text/unicode.h"
+
+namespace nabla {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Hugging Face's spelling of the patterns in tokenizer.json.
+constexpr const char* kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+
+// GPT-2's bytes_to_unicode(): the printable bytes ! .. ~, ¡ .. ¬ and ® .. ÿ
+// stand for themselves; the other 68 bytes, in increasing order, become
+// U+0100, U+0101, ... Returns the code point that stands for each byte.
+std::array<uint32_t, 256> byte_to_unicode() {
+  std::array<uint32_t, 256> table{};
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    table[b] = printable ? b : next++;
+  }
+  return table;
+}
+
+// Bytes as their byte-alphabet characters, UTF-8 encoded.
+std::string to_alphabet(std::string_view bytes) {
+  static const std::array<uint32_t, 256> b2u = byte_to_unicode();
+  std::string token;
+  for (char c : bytes) {
+    const uint32_t cp = b2u[static_cast<uint8_t>(c)];
+    if (cp < 0x80) {
+      token += static_cast<char>(cp);
+    } else {  // every byte-alphabet character is below U+0800: two UTF-8 bytes
+      token += static_cast<char>(0xC0 | (cp >> 6));
+      token += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  return token;
+}
+
+// A token in the byte alphabet back to bytes; false when a character is
+// outside the alphabet.
+bool from_alphabet(std::string_view token, std::string& bytes) {
+  static const std::array<int32_t, 324> u2b = [] {
+    std::array<int32_t, 324> t;
+    t.fill(-1);
+    const std::array<uint32_t, 256> b2u = byte_to_unicode();
+    for (int b = 0; b < 256; ++b) t[b2u[b]] = b;
+    return t;
+  }();
+  bytes.clear();
+  for (size_t pos = 0; pos < token.size();) {
+    size_t len;
+    const uint32_t cp = text::decode_utf8(token, pos, len);
+    if (cp == text::kInvalid || cp >= u2b.size() || u2b[cp] < 0) return false;
+    bytes += static_cast<char>(u2b[cp]);
+    pos += len;
+  }
+  return true;
+}
+
+std::string show(std::string_view s) {
+  std::string out = "'";
+  for (char c : s) out += (static_cast<uint8_t>(c) < 0x20) ? '?' : c;
+  return out + "'";
+}
+
+uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
+
+bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+}  // namespace
+
+struct BpeTokenizer::Impl {
+  std::string name = "bpe";
+  PreTokenizer pre = PreTokenizer::gpt2;
+  bool ignore_merges = false;
+  std::vector<std::string> id_bytes;  // [vocab] each token's bytes ("" for unused ids)
+  std::array<int32_t, 256> byte_id{};
+  std::unordered_map<std::string, int32_t> bytes_id;  // model tokens by their bytes
+  struct Merge {
+    int32_t rank, id;
+  };
+  std::unordered_map<uint64_t, Merge> merges;  // pair_key(left, right) -> rank, merged id
+  std::vector<std::pair<int32_t, int32_t>> merge_list;  // by rank, for writing
+  struct Added {
+    std::string text;
+    int32_t id;
+    bool special, lstrip, rstrip;
+  };
+  std::vector<Added> added;  // longest first
+  std::array<std::vector<int32_t>, 256> added_by_first_byte;  // indices into `added`, longest first
+  int32_t eot = -1;
+
+  // Pieces already encoded. Python's encoder keeps every piece; this one
+  // starts over when it holds kCacheLimit, which bounds memory on large corpora.
+  static constexpr size_t kCacheLimit = 1 << 18;
+  mutable std::shared_mutex cache_mu;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
+
+  // Sets a model token; `where` names the source in errors.
+  void set_token(int32_t id, std::string bytes, const std::string& where);
+  void add_merge(int32_t a, int32_t b, const std::string& where);
+  void add_token(Added a);
+  void finish(const std::string& where);  // checks every byte has a token
+  std::vector<int32_t> bpe(std::string_view piece) const;
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
+};
+
+void BpeTokenizer::Impl::set_token(int32_t id, std::string bytes, const std::string& where) {
+  if (id < 0 || id >= (1 << 24)) throw IoError(where + ": token id " + std::to_string(id) + " is out of range");
+  if (size_t(id) >= id_bytes.size()) id_bytes.resize(size_t(id) + 1);
+  if (!bytes_id.emplace(bytes, id).second) {
+    throw IoError(where + ": token " + show(to_alphabet(bytes)) + " appears twice");
+  }
+  if (bytes.size() == 1) byte_id[static_cast<uint8_t>(bytes[0])] = id;
+  id_bytes[size_t(id)] = std::move(bytes);
+}
+
+void BpeTokenizer::Impl::add_merge(int32_t a, int32_t b, const std::string& where) {
+  auto it = bytes_id.find(id_bytes[size_t(a)] + id_bytes[size_t(b)]);
+  if (it == bytes_id.end()) {
+    throw IoError(where + ": the merge " + show(to_alphabet(id_bytes[size_t(a)])) + " + " +
+                  show(to_alphabet(id_bytes[size_t(b)])) + " makes a token the vocabulary lacks");
+  }
+  if (!merges.emplace(pair_key(a, b), Merge{int32_t(merge_list.size()), it->second}).second) {
+    throw IoError(where + ": the merge " + show(to_alphabet(id_bytes[size_t(a)])) + " " +
+                  show(to_alphabet(id_bytes[size_t(b)])) + " appears twice");
+  }
+  merge_list.emplace_back(a, b);
+}
+
+void BpeTokenizer::Impl::add_token(Added a) {
+  if (size_t(a.id) >= id_bytes.size()) id_bytes.resize(size_t(a.id) + 1);
+  id_bytes[size_t(a.id)] = a.text;
+  if (a.text == "<|endoftext|>" || a.text == "<|end_of_text|>" || a.text == "</s>") eot = a.id;
+  added.push_back(std::move(a));
+  std::stable_sort(added.begin(), added.end(), [](const Added& x, const Added& y) { return x.text.size() > y.text.size(); });
+  for (auto& bucket : added_by_first_byte) bucket.clear();
+  for (size_t k = 0; k < added.size(); ++k) added_by_first_byte[static_cast<uint8_t>(added[k].text[0])].push_back(int32_t(k));
+}
+
+void BpeTokenizer::Impl::finish(const std::string& where) {
+  for (int b = 0; b < 256; ++b) {
+    if (byte_id[b] < 0) throw IoError(where + ": no token for byte " + std::to_string(b) + " (every byte needs one)");
+  }
+}
+
+// GPT-2's bpe(): repeatedly merge the adjacent pair of lowest rank, every
+// occurrence left to right, until no adjacent pair has a rank.
+std::vector<int32_t> BpeTokenizer::Impl::bpe(std::string_view piece) const {
+  if (ignore_merges) {  // Llama 3: a piece that is a token stays whole
+    auto it = bytes_id.find(std::string(piece));
+    if (it != bytes_id.end()) return {it->second};
+  }
+  std::vector<int32_t> word(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i) word[i] = byte_id[static_cast<uint8_t>(piece[i])];
+  std::vector<int32_t> merged;
+  while (word.size() > 1) {
+    const Merge* best = nullptr;
+    int32_t first = -1, second = -1;
+    for (size_t i = 0; i + 1 < word.size(); ++i) {
+      auto it = merges.find(pair_key(word[i], word[i + 1]));
+      if (it != merges.end() && (!best || it->second.rank < best->rank)) {
+        best = &it->second;
+        first = word[i];
+        second = word[i + 1];
+      }
+    }
+    if (!best) break;
+    merged.clear();
+    for (size_t i = 0; i < word.size(); ++i) {
+      if (i + 1 < word.size() && word[i] == first && word[i + 1] == second) {
+        merged.push_back(best->id);
+        ++i;
+      } else {
+        merged.push_back(word[i]);
+      }
+    }
+    word.swap(merged);
+  }
+  return word;
+}
+
+void BpeTokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.size() == 1) {
+    out.push_back(byte_id[static_cast<uint8_t>(piece[0])]);
+    return;
+  }
+  std::string key(piece);
+  {
+    std::shared_lock lock(cache_mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<int32_t> ids = bpe(piece);
+  out.insert(out.end(), ids.begin(), ids.end());
+  std::unique_lock lock(cache_mu);
+  if (cache.size() >= kCacheLimit) cache.clear();
+  cache.emplace(std::move(key), std::move(ids));
+}
+
+void BpeTokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+  for (std::string_view piece : pre_tokenize(text, pre)) encode_piece(piece, out);
+}
+
+BpeTokenizer::BpeTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BpeTokenizer::~BpeTokenizer() = default;
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  if (impl_->added.empty()) {
+    impl_->encode_text(text, ids);
+    return ids;
+  }
+  // Added tokens first, leftmost-longest (each bucket is longest first); the
+  // text between them goes through the pre-tokenizer and the merges.
+  size_t from = 0, i = 0;
+  while (i < text.size()) {
+    const Impl::Added* hit = nullptr;
+    for (int32_t k : impl_->added_by_first_byte[static_cast<uint8_t>(text[i])]) {
+      const Impl::Added& a = impl_->added[size_t(k)];
+      if (text.compare(i, a.text.size(), a.text) == 0) {
+        hit = &a;
+        break;
+      }
+    }
+    if (!hit) {
+      ++i;
+      continue;
+    }
+    size_t before = i, after = i + hit->text.size();
+    if (hit->lstrip) {
+      while (before > from && is_space(text[before - 1])) --before;
+    }
+    if (hit->rstrip) {
+      while (after < text.size() && is_space(text[after])) ++after;
+    }
+    impl_->encode_text(text.substr(from, before - from), ids);
+    ids.push_back(hit->id);
+    from = i = after;
+  }
+  impl_->encode_text(text.substr(from), ids);
+  return ids;
+}
+
+std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
+  std::string text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size()) {
+      throw UsageError(impl_->name + " tokenizer: decode: id " + std::to_string(ids[i]) + " at position " +
+                       std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+    }
+    text += impl_->id_bytes[size_t(ids[i])];
+  }
+  return text;
+}
+
+int32_t BpeTokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_bytes.size()); }
+std::string BpeTokenizer::name() const { return impl_->name; }
+int32_t BpeTokenizer::eot_id() const { return impl_->eot; }
+PreTokenizer BpeTokenizer::pre_tokenizer() const { return impl_->pre; }
+
+// ---- tokenizer.json
+
+namespace {
+
+json byte_level(bool use_regex) {
+  return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
+}
+
+json pre_tokenizer_json(PreTokenizer p) {
+  auto split = [](const char* regex) {
+    return json{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}};
+  };
+  switch (p) {
+    case PreTokenizer::gpt2:
+      return byte_level(true);
+    case PreTokenizer::llama3:
+      return {{"type", "Sequence"}, {"pretokenizers", {split(kLlama3Regex), byte_level(false)}}};
+    case PreTokenizer::qwen2:
+      return {{"type", "Sequence"}, {"pretokenizers", {split(kQwen2Regex), byte_level(false)}}};
+    case PreTokenizer::digits:
+      return {{"type", "Sequence"},
+              {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
+  }
+  return nullptr;
+}
+
+// The pattern a tokenizer.json pre_tokenizer describes, or an IoError
+// naming what nabla does not implement.
+PreTokenizer parse_pre_tokenizer_json(const json& j, const std::string& path) {
+  auto fail = [&](const std::string& what) {
+    return IoError(path + ": pre_tokenizer " + what + " is not supported (nabla reads ByteLevel; Split of Llama 3's "
+                   "or Qwen2's pattern, then ByteLevel; Digits, then ByteLevel)");
+  };
+  auto is_byte_level = [](const json& b, bool use_regex) {
+    return b.is_object() && b.value("type", "") == "ByteLevel" && !b.value("add_prefix_space", false) &&
+           b.value("use_regex", true) == use_regex;
+  };
+  if (is_byte_level(j, true)) return PreTokenizer::gpt2;
+  if (j.is_object() && j.value("type", "") == "Sequence" && j.contains("pretokenizers") &&
+      j["pretokenizers"].is_array() && j["pretokenizers"].size() == 2) {
+    const json &first = j["pretokenizers"][0], &second = j["pretokenizers"][1];
+    if (first.is_object() && first.value("type", "") == "Split" && is_byte_level(second, false) &&
+        first.value("behavior", "") == "Isolated" && !first.value("invert", false) && first.contains("pattern") &&
+        first["pattern"].is_object() && first["pattern"].contains("Regex") && first["pattern"]["Regex"].is_string()) {
+      const std::string regex = first["pattern"]["Regex"].get<std::string>();
+      if (regex == kLlama3Regex) return PreTokenizer::llama3;
+      if (regex == kQwen2Regex) return PreTokenizer::qwen2;
+      throw fail("Split with the pattern " + json(regex).dump());
+    }
+    if (first.is_object() && first.value("type", "") == "Digits" && first.value("individual_digits", false) &&
+        is_byte_level(second, true)) {
+      return PreTokenizer::digits;
+    }
+  }
+  throw fail(j.dump().substr(0, 200));
+}
+
+}  // namespace
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
+  json j = json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) throw IoError(path + ": not a JSON object (expected Hugging Face's tokenizer.json)");
+  auto fail = [&](const std::string& what) { return IoError(path + ": " + what); };
+  const json model = j.value("model", json());
+  if (!model.is_object() || model.value("type", "") != "BPE") {
+    throw fail("model.type must be \"BPE\" (byte-level BPE), got " + (model.is_object() ? model.value("type", json()).dump() : model.dump()));
+  }
+  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+    throw fail("normalizer " + j["normalizer"].dump().substr(0, 100) + " is not supported (nabla reads none)");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->byte_id.fill(-1);
+  impl->pre = parse_pre_tokenizer_json(j.value("pre_tokenizer", json()), path);
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const json v = model.value(key, json());
+    if (!v.is_null() && v != "") throw fail("model." + std::string(key) + " " + v.dump() + " is not supported");
+  }
+  if (model.value("byte_fallback", false)) throw fail("model.byte_fallback is not supported (byte-level BPE has every byte)");
+  if (!model.value("dropout", json()).is_null()) throw fail("model.dropout is not supported");
+  impl->ignore_merges = model.value("ignore_merges", false);
+
+  const json vocab = model.value("vocab", json());
+  if (!vocab.is_object() || vocab.empty()) throw fail("model.vocab must be an object {token: id}");
+  const json added = j.value("added_tokens", json::array());
+  if (!added.is_array()) throw fail("added_tokens must be an array");
+  // Ids are dense: none beyond the number of tokens listed.
+  const int64_t tokens = int64_t(vocab.size() + added.size());
+  std::string bytes;
+  for (const auto& [token, id] : vocab.items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokens) {
+      throw fail("model.vocab[" + show(token) + "] is " + id.dump() + ", expected an id in [0, " +
+                 std::to_string(tokens) + ")");
+    }
+    if (!from_alphabet(token, bytes)) {
+      throw fail("model.vocab token " + show(token) + " has a character outside GPT-2's byte alphabet (not byte-level BPE)");
+    }
+    impl->set_token(id.get<int32_t>(), bytes, path + ": model.vocab");
+  }
+  impl->finish(path);
+  const json merges = model.value("merges", json());
+  if (!merges.is_array()) throw fail("model.merges must be an array");
+  for (size_t k = 0; k < merges.size(); ++k) {
+    const json& m = merges[k];
+    std::string left, right;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ');
+      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+        throw fail("model.merges[" + std::to_string(k) + "] is " + m.dump() + ", expected \"left right\"");
+      }
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    } else {
+      throw fail("model.merges[" + std::to_string(k) + "] is " + m.dump() + ", expected \"left right\" or [left, right]");
+    }
+    int32_t ids[2];
+    for (int s = 0; s < 2; ++s) {
+      const std::string& token = s == 0 ? left : right;
+      auto it = from_alphabet(token, bytes) ? impl->bytes_id.find(bytes) : impl->bytes_id.end();
+      if (it == impl->bytes_id.end()) {
+        throw fail("model.merges[" + std::to_string(k) + "]: " + show(token) + " is not in model.vocab");
+      }
+      ids[s] = it->second;
+    }
+    impl->add_merge(ids[0], ids[1], path + ": model.merges[" + std::to_string(k) + "]");
+  }
+  for (const json& a : added) {
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
+        !a["content"].is_string() || a["content"].get<std::string>().empty()) {
+      throw fail("added_tokens entry " + a.dump().substr(0, 100) + " needs an integer id and a non-empty content");
+    }
+    if (a.value("single_word", false)) throw fail("added token " + a["content"].dump() + ": single_word is not supported");
+    const int64_t id = a["id"].get<int64_t>();
+    const std::string content = a["content"].get<std::string>();
+    if (id < 0 || id >= tokens) {
+      throw fail("added token " + a["content"].dump() + " has id " + std::to_string(id) + ", expected one in [0, " +
+                 std::to_string(tokens) + ")");
+    }
+    if (size_t(id) < impl->id_bytes.size() && !impl->id_bytes[size_t(id)].empty() && impl->id_bytes[size_t(id)] != content) {
+      throw fail("added token " + a["content"].dump() + " has id " + std::to_string(id) + ", which model.vocab gives to " +
+                 show(to_alphabet(impl->id_bytes[size_t(id)])));
+    }
+    impl->add_token({content, int32_t(id), a.value("special", false), a.value("lstrip", false),
+                     a.value("rstrip", false)});
+  }
+  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(impl)));
+}
+
+void BpeTokenizer::save_json(const std::string& path) const {
+  const Impl& m = *impl_;
+  json vocab = json::object(), merges = json::array(), added = json::array();
+  for (const auto& [bytes, id] : m.bytes_id) vocab[to_alphabet(bytes)] = id;
+  for (const auto& [a, b] : m.merge_list) {
+    merges.push_back({to_alphabet(m.id_bytes[size_t(a)]), to_alphabet(m.id_bytes[size_t(b)])});
+  }
+  std::vector<Impl::Added> by_id = m.added;
+  // GPT-2's files keep <|endoftext|> in the vocabulary only; Hugging Face's
+  // GPT-2 tokenizer.json also lists it as a special added token.
+  if (m.eot >= 0 && std::none_of(by_id.begin(), by_id.end(), [&](const Impl::Added& a) { return a.id == m.eot; })) {
+    by_id.push_back({m.id_bytes[size_t(m.eot)], m.eot, true, false, false});
+  }
+  std::sort(by_id.begin(), by_id.end(), [](const Impl::Added& x, const Impl::Added& y) { return x.id < y.id; });
+  for (const Impl::Added& a : by_id) {
+    added.push_back({{"id", a.id}, {"content", a.text}, {"single_word", false}, {"lstrip", a.lstrip},
+                     {"rstrip", a.rstrip}, {"normalized", false}, {"special", a.special}});
+  }
+  const json j = {{"version", "1.0"},
+                  {"truncation", nullptr},
+                  {"padding", nullptr},
+                  {"added_tokens", added},
+                  {"normalizer", nullptr},
+                  {"pre_tokenizer", pre_tokenizer_json(m.pre)},
+                  {"post_processor", byte_level(false)},
+                  {"decoder", byte_level(true)},
+                  {"model",
+                   {{"type", "BPE"},
+                    {"dropout", nullptr},
+                    {"unk_token", nullptr},
+                    {"continuing_subword_prefix", nullptr},
+                    {"end_of_word_suffix", nullptr},
+                    {"fuse_unk", false},
+                    {"byte_fallback", false},
+                    {"ignore_merges", m.ignore_merges},
+                    {"vocab", vocab},
+                    {"merges", merges}}}};
+  write_file_atomic(path, j.dump(1) + "\n");
+}
+
+// ---- training
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::train(std::string_view text, int32_t vocab_size, PreTokenizer pre) {
+  if (vocab_size < 257 || vocab_size > (1 << 24)) {
+    throw UsageError("tokenizer train: vocab_size must be in [257, 2^24], got " + std::to_string(vocab_size));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->byte_id.fill(-1);
+  impl->pre = pre;
+  for (int b = 0; b < 256; ++b) impl->set_token(b, std::string(1, char(b)), "train");
+
+  // Distinct pieces with their counts, in first-seen order (deterministic).
+  std::unordered_map<std::string_view, int32_t> index;
+  struct Word {
+    std::vector<int32_t> ids;
+    int64_t count = 0;
+  };
+  std::vector<Word> words;
+  for (std::string_view piece : pre_tokenize(text, pre)) {
+    auto [it, fresh] = index.emplace(piece, int32_t(words.size()));
+    if (fresh) {
+      Word w;
+      for (char c : piece) w.ids.push_back(static_cast<uint8_t>(c));
+      words.push_back(std::move(w));
+    }
+    ++words[size_t(it->second)].count;
+  }
+
+  // Pair counts, the words holding each pair, and a max-heap of (count,
+  // pair) entries refreshed lazily: an entry is current when its count is.
+  std::unordered_map<uint64_t, int64_t> count;
+  std::unordered_map<uint64_t, std::vector<int32_t>> where;
+  for (size_t w = 0; w < words.size(); ++w) {
+    const auto& ids = words[w].ids;
+    for (size_t i = 0; i + 1 < ids.size(); ++i) {
+      const uint64_t p = pair_key(ids[i], ids[i + 1]);
+      count[p] += words[w].count;
+      auto& list = where[p];
+      if (list.empty() || list.back() != int32_t(w)) list.push_back(int32_t(w));
+    }
+  }
+  // Ties go to the pair whose merged token's bytes sort first.
+  auto merged_bytes = [&](uint64_t p) {
+    return impl->id_bytes[size_t(p >> 32)] + impl->id_bytes[size_t(uint32_t(p))];
+  };
+  struct Entry {
+    int64_t count;
+    std::string bytes;
+    uint64_t pair;
+    bool operator<(const Entry& o) const { return count != o.count ? count < o.count : bytes > o.bytes; }
+  };
+  std::priority_queue<Entry> heap;
+  for (const auto& [p, c] : count) heap.push({c, merged_bytes(p), p});
+
+  const int32_t merges_wanted = vocab_size - 257;  // 256 bytes and <|endoftext|>
+  while (int32_t(impl->merge_list.size()) < merges_wanted && !heap.empty()) {
+    const Entry top = heap.top();
+    heap.pop();
+    auto c = count.find(top.pair);
+    if (c == count.end() || c->second != top.count) continue;  // stale
+    if (top.count < 2) break;
+    const int32_t a = int32_t(top.pair >> 32), b = int32_t(uint32_t(top.pair)), ab = int32_t(impl->id_bytes.size());
+    impl->set_token(ab, top.bytes, "train");
+    impl->add_merge(a, b, "train");
+    std::unordered_map<uint64_t, int64_t> delta;
+    const std::vector<int32_t> holders = std::move(where[top.pair]);
+    where.erase(top.pair);
+    for (int32_t w : holders) {
+      auto& ids = words[size_t(w)].ids;
+      const int64_t n = words[size_t(w)].count;
+      bool holds = false;
+      for (size_t i = 0; i + 1 < ids.size(); ++i) holds = holds || (ids[i] == a && ids[i + 1] == b);
+      if (!holds) continue;  // merged away by an earlier pair
+      for (size_t i = 0; i + 1 < ids.size(); ++i) delta[pair_key(ids[i], ids[i + 1])] -= n;
+      std::vector<int32_t> out;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (i + 1 < ids.size() && ids[i] == a && ids[i + 1] == b) {
+          out.push_back(ab);
+          ++i;
+        } else {
+          out.push_back(ids[i]);
+        }
+      }
+      ids.swap(out);
+      for (size_t i = 0; i + 1 < ids.size(); ++i) {
+        const uint64_t p = pair_key(ids[i], ids[i + 1]);
+        delta[p] += n;
+        auto& list = where[p];
+        if (list.empty() || list.back() != w) list.push_back(w);
+      }
+    }
+    for (const auto& [p, d] : delta) {
+      if (d == 0) continue;
+      const int64_t now = (count[p] += d);
+      if (now > 0) heap.push({now, merged_bytes(p), p});
+    }
+    count.erase(top.pair);
+  }
+  impl->add_token({"<|endoftext|>", int32_t(impl->id_bytes.size()), true, false, false});
+  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(impl)));
+}
+
+// ---- GPT-2's files
+
+namespace {
+
+std::unique_ptr<BpeTokenizer::Impl> load_gpt2_files(const std::string& dir) {
+  auto impl = std::make_unique<BpeTokenizer::Impl>();
+  impl->name = "gpt2";
+  impl->byte_id.fill(-1);
+  const std::string encoder = dir + "encoder.json", vocab = dir + "vocab.bpe";
+  json j;
+  try {
+    j = json::parse(read_file(encoder));
+  } catch (const json::exception& e) {
+    throw IoError(encoder + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || j.empty()) throw IoError(encoder + ": expected a JSON object {token: id}");
+  const size_t n = j.size();
+  std::string bytes;
+  for (const auto& [token, value] : j.items()) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= int64_t(n)) {
+      throw IoError(encoder + ": token " + show(token) + " has id " + value.dump() + ", expected an integer in [0, " +
+                    std::to_string(n) + ")");
+    }
+    const int32_t id = value.get<int32_t>();
+    if (id < int32_t(impl->id_bytes.size()) && !impl->id_bytes[size_t(id)].empty()) {
+      throw IoError(encoder + ": id " + std::to_string(id) + " is given to two tokens");
+    }
+    if (!from_alphabet(token, bytes)) {
+      throw IoError(encoder + ": token " + show(token) + " has a character outside GPT-2's byte alphabet");
+    }
+    if (token == "<|endoftext|>") impl->eot = id;
+    impl->set_token(id, bytes, encoder);
+  }
+  impl->finish(encoder);
+
+  const std::string data = read_file(vocab);
+  size_t line_no = 0, pos = 0;
+  while (pos < data.size()) {
+    size_t nl = data.find('\n', pos);
+    if (nl == std::string::npos) nl = data.size();
+    std::string_view line(data.data() + pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+    const size_t space = line.find(' ');
+    const std::string where = vocab + ": line " + std::to_string(line_no);
+    if (space == std::string_view::npos || space == 0 || space + 1 == line.size() ||
+        line.find(' ', space + 1) != std::string_view::npos) {
+      throw IoError(where + ": expected two tokens separated by a space, got " + show(line));
+    }
+    int32_t ids[2];
+    for (int s = 0; s < 2; ++s) {
+      const std::string_view token = s == 0 ? line.substr(0, space) : line.substr(space + 1);
+      auto it = from_alphabet(token, bytes) ? impl->bytes_id.find(bytes) : impl->bytes_id.end();
+      if (it == impl->bytes_id.end()) throw IoError(where + ": " + show(token) + " is not in encoder.json");
+      ids[s] = it->second;
+    }
+    impl->add_merge(ids[0], ids[1], where);
+  }
+  if (impl->merges.empty()) throw IoError(vocab + ": no merges");
+  return impl;
+}
+
+}  // namespace
+
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_dir)
+    : BpeTokenizer(load_gpt2_files(vocab_dir.empty() || vocab_dir.back() == '/' ? vocab_dir : vocab_dir + "/")) {}
+
+std::vector<std::string_view> Gpt2Tokenizer::split(std::string_view text) {
+  return pre_tokenize(text, PreTokenizer::gpt2);
+}
+
+}  // namespace nabla

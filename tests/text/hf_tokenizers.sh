@@ -1,0 +1,54 @@
+#!/bin/sh
+# Checks nabla's tokenizer.json reader against an independent implementation,
+# the npm package @huggingface/tokenizers (Tokenizers.js, pinned in
+# package-lock.json, installed here into node_modules on first use), on the
+# texts of bpe_reference.js (hand-written lines, then a multi-line text) and
+# the first 1 MB of the fortunes, for these tokenizer.json files:
+#   gpt2            GPT-2's vocabulary as `nabla tokenizer convert` writes it
+#   gpt2_trained    `nabla tokenizer train` on the fortunes, GPT-2's pattern
+#   llama3_trained  the same with Llama 3's pattern; llama3_ignore_merges
+#                   that file with ignore_merges on, as Llama 3's has it
+#   qwen2_trained, digits_trained   Qwen2's pattern, SmolLM2's digit split
+# Every id must be the same, and decoding the ids must give the text back.
+# Usage: hf_tokenizers.sh NABLA_BIN WORK_DIR
+# Fails, never skips, when Node.js, npm or the registry is missing.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+nabla=$1
+work=$2
+fortunes=/usr/share/games/fortunes
+
+. "$here/../node_check.sh"
+npm_install "$here"
+vocab=$("$here/../../scripts/fetch-gpt2-vocab") || fail "scripts/fetch-gpt2-vocab could not install GPT-2's vocabulary"
+
+rm -rf "$work"
+mkdir -p "$work"
+"$nabla" tokenizer convert --tokenizer gpt2 --vocab "$vocab" -o "$work/gpt2.json" || fail "tokenizer convert failed"
+for pattern in gpt2 llama3 qwen2 digits; do
+  "$nabla" tokenizer train --pattern $pattern --vocab-size 3000 -o "$work/${pattern}_trained.json" ||
+    fail "tokenizer train --pattern $pattern failed"
+done
+node -e '
+const fs = require("fs");
+const j = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+j.model.ignore_merges = true;
+fs.writeFileSync(process.argv[2], JSON.stringify(j));
+' "$work/llama3_trained.json" "$work/llama3_ignore_merges.json"
+
+status=0
+for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained digits_trained; do
+  json="$work/$name.json" dir="$work/$name"
+  mkdir -p "$dir"
+  echo "== $name"
+  node "$here/bpe_reference.js" write "$json" "$dir" "$fortunes" 1000000 || fail "@huggingface/tokenizers could not encode with $json"
+  tokenize() { "$nabla" tokenize --tokenizer "$json" "$@"; }
+  tokenize <"$dir/lines.txt" >"$dir/lines.actual" || fail "nabla tokenize failed on $dir/lines.txt"
+  tokenize --whole <"$dir/whole.txt" >"$dir/whole.actual" || fail "nabla tokenize --whole failed on $dir/whole.txt"
+  node "$here/bpe_reference.js" compare "$dir/lines.ids" "$dir/lines.actual" "$dir/lines.txt" || status=1
+  node "$here/bpe_reference.js" compare "$dir/whole.ids" "$dir/whole.actual" || status=1
+  tokenize --decode <"$dir/lines.ids" >"$dir/lines.decoded" || fail "nabla tokenize --decode failed"
+  cmp -s "$dir/lines.txt" "$dir/lines.decoded" || { echo "decoding $dir/lines.ids does not give $dir/lines.txt back"; status=1; }
+done
+[ $status -eq 0 ] || fail "nabla's ids differ from @huggingface/tokenizers' (texts and ids in $work)"
+echo "ok: nabla encodes as @huggingface/tokenizers with all six tokenizer.json files, and decodes back to the text"
