@@ -172,23 +172,9 @@ Tensor Gpt2::next_token_loss(const Tensor& tokens, bool train) const {
 // One compiled graph serves every position.
 Gpt2::DecodeStep Gpt2::decode_step(int64_t max_tokens) const {
   const Gpt2Config& c = config_;
-  int64_t D = c.n_embd, H = c.n_head, hd = D / H, Tm = std::min(max_tokens, c.n_positions);
-  DecodeStep s;
-  s.token = Tensor::zeros(DType::i32, {1});
-  s.position = Tensor::zeros(DType::i32, {1});
-  s.mask = Tensor::full(DType::f32, {1, Tm + 1}, -std::numeric_limits<double>::infinity());
-  s.mask.data_as<float>()[Tm] = 0;  // the new token always sees itself
-  Tensor x = reshape(wte_(s.token) + wpe_(s.position), {1, 1, D});
-  for (const nn::TransformerBlock& b : blocks_) {
-    nn::KvCache cache{.keys = Tensor::zeros(DType::f32, {1, H, Tm, hd}),
-                      .values = Tensor::zeros(DType::f32, {1, H, Tm, hd}),
-                      .mask = s.mask};
-    x = b.decode(x, cache);
-    s.k_cache.push_back(cache.keys);
-    s.v_cache.push_back(cache.values);
-    s.k_new.push_back(cache.new_keys);
-    s.v_new.push_back(cache.new_values);
-  }
+  const int64_t D = c.n_embd;
+  DecodeStep s(std::min(max_tokens, c.n_positions));
+  const Tensor x = s.through(blocks_, reshape(wte_(s.token) + wpe_(s.position), {1, 1, D}), c.n_head, D / c.n_head);
   s.logits = reshape(matmul(ln_f_(x), transpose(wte_.weight)), {1, c.vocab_size});
   return s;
 }

@@ -309,6 +309,14 @@ Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels) const {
   return cross_entropy(slice(logits, 1, 0, T - 1), slice(labels, 1, 1, T), -100);
 }
 
+nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
+  const LlamaConfig& c = config_;
+  nn::DecodeStep s(std::min(max_tokens, c.max_position_embeddings));
+  const Tensor x = s.through(layers_, reshape(embed_(s.token), {1, 1, c.hidden_size}), c.kv_heads(), c.head_size());
+  s.logits = reshape(matmul(norm_(x), transpose(lm_head_)), {1, c.vocab_size});
+  return s;
+}
+
 Tensor Llama::next_token_loss(const Tensor& tokens, bool) const {
   if (tokens.rank() != 2 || tokens.dim(1) < 2) {
     throw ShapeError("llama: next-token loss needs tokens [B, T + 1] with T >= 1, got " + to_string(tokens));

@@ -1,4 +1,5 @@
-// `nabla sample`: text from a GPT-2 checkpoint. One compiled decoding step
+// `nabla sample`: text from a GPT-2 or Llama checkpoint (a nabla checkpoint,
+// a Hugging Face folder or a llama.cpp GGUF). One compiled decoding step
 // with a key/value cache: each new token costs one position's work, never
 // the whole prefix again.
 #include <fmt/format.h>
@@ -9,7 +10,9 @@
 #include <random>
 
 #include "commands.h"
+#include "nabla/models/gguf.h"
 #include "nabla/models/gpt2.h"
+#include "nabla/models/llama.h"
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
 #include "nabla/executor.h"
@@ -35,45 +38,42 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, int t
 }  // namespace
 
 int run_sample(const SampleArgs& a) {
-  Checkpoint ckpt = load_checkpoint(a.checkpoint);
-  models::Gpt2Config cfg = models::gpt2_config_from_checkpoint(ckpt);
-  models::Gpt2 model(cfg, 0);
-  load_params(ckpt, model.params());
-  std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg.tokenizer, a.vocab);
+  Checkpoint ckpt = models::load_any_checkpoint(a.checkpoint);
+  // The model, its tokenizer, context length and one decoding step.
+  std::unique_ptr<models::Gpt2> gpt2;
+  std::unique_ptr<models::Llama> llama;
+  std::string tokenizer;
+  int64_t context = 0;
+  if (ckpt.architecture == "llama") {
+    llama = std::make_unique<models::Llama>(models::llama_config_from_checkpoint(ckpt), 0);
+    load_params(ckpt, llama->params());
+    tokenizer = llama->config().tokenizer;
+    context = llama->config().max_position_embeddings;
+  } else {
+    gpt2 = std::make_unique<models::Gpt2>(models::gpt2_config_from_checkpoint(ckpt), 0);
+    load_params(ckpt, gpt2->params());
+    tokenizer = gpt2->config().tokenizer;
+    context = gpt2->config().n_positions;
+  }
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer, a.vocab);
 
   std::vector<int32_t> ids = tok->encode(a.prompt);
   if (ids.empty()) ids.push_back(tok->eot_id() >= 0 ? tok->eot_id() : int32_t('\n'));
-  int64_t max_len = std::min<int64_t>(cfg.n_positions, int64_t(ids.size()) + a.tokens);
+  int64_t max_len = std::min<int64_t>(context, int64_t(ids.size()) + a.tokens);
   if (int64_t(ids.size()) >= max_len) {
-    throw UsageError(fmt::format("sample: the prompt's {} tokens fill the context of {}", ids.size(), cfg.n_positions));
+    throw UsageError(fmt::format("sample: the prompt's {} tokens fill the context of {}", ids.size(), context));
   }
-  models::Gpt2::DecodeStep s = model.decode_step(max_len);
-  Graph g({s.logits});
-  for (size_t l = 0; l < s.k_new.size(); ++l) {
-    g.add_output(s.k_new[l]);
-    g.add_output(s.v_new[l]);
-  }
-  Executor ex(g, {.threads = a.threads});
-  const int64_t H = cfg.n_head, hd = cfg.n_embd / cfg.n_head;
+  nn::DecodeStep s = llama ? llama->decode_step(max_len) : gpt2->decode_step(max_len);
+  Executor ex(Graph(s.outputs()), {.threads = a.threads});
   std::mt19937_64 rng(a.seed);
 
   fmt::print("{}", a.prompt);
   std::fflush(stdout);
-  std::vector<float> kv(size_t(H * hd));
   for (int64_t p = 0; p + 1 < max_len; ++p) {
     s.token.data_as<int32_t>()[0] = ids[p];
     s.position.data_as<int32_t>()[0] = int32_t(p);
     ex.run();
-    // Append this position's keys and values to the caches.
-    for (size_t l = 0; l < s.k_new.size(); ++l) {
-      for (auto [fresh, cache] : {std::pair{s.k_new[l], s.k_cache[l]}, std::pair{s.v_new[l], s.v_cache[l]}}) {
-        ex.read(fresh, kv.data(), kv.size() * sizeof(float));
-        float* c = cache.data_as<float>();
-        int64_t Tm = cache.dim(2);
-        for (int64_t h = 0; h < H; ++h) std::copy_n(kv.data() + h * hd, hd, c + (h * Tm + p) * hd);
-      }
-    }
-    s.mask.data_as<float>()[p] = 0;  // later positions may attend to p
+    s.remember(ex, p);
     if (p + 1 < int64_t(ids.size())) continue;  // still reading the prompt
     int32_t next = sample_token(ex.read<float>(s.logits), a.temperature, a.top_k, rng);
     ids.push_back(next);

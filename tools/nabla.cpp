@@ -262,8 +262,13 @@ int main(int argc, char** argv) {
                                                    {"llama-tiny-byte", "smollm2-135m"});
 
   SampleArgs sample;
-  CLI::App* sample_cmd = app.add_subcommand("sample", "Generate text from a GPT-2 checkpoint (key/value cache)");
-  sample_cmd->add_option("--checkpoint", sample.checkpoint, "GPT-2 checkpoint")->required()->check(CLI::ExistingFile);
+  CLI::App* sample_cmd =
+      app.add_subcommand("sample", "Generate text from a GPT-2 or Llama checkpoint (key/value cache)");
+  sample_cmd
+      ->add_option("--checkpoint", sample.checkpoint,
+                   "GPT-2 or Llama checkpoint, Hugging Face folder or llama.cpp GGUF")
+      ->required()
+      ->check(CLI::ExistingPath);
   sample_cmd->add_option("--prompt", sample.prompt, "Text to continue");
   add_int(sample_cmd, "--tokens", sample.tokens, "Tokens to generate", 1, 1'000'000);
   sample_cmd->add_option("--temperature", sample.temperature, "Softmax temperature (0: greedy)")
@@ -277,8 +282,16 @@ int main(int argc, char** argv) {
   TokenizeArgs tokenize;
   CLI::App* tokenize_cmd =
       app.add_subcommand("tokenize", "Encode stdin as token ids, one line of ids per line of text (or decode ids)");
-  tokenize_cmd->add_option("--tokenizer", tokenize.tokenizer, "byte or gpt2")
-      ->check(CLI::IsMember({"byte", "gpt2"}))
+  // byte, gpt2, or the path of a tokenizer.json.
+  const CLI::Validator tokenizer_name(
+      [](std::string& s) -> std::string {
+        if (s == "byte" || s == "gpt2") return "";
+        if (s.ends_with(".json")) return CLI::ExistingFile(s);
+        return "expected byte, gpt2 or a tokenizer.json file, got '" + s + "'";
+      },
+      "byte|gpt2|FILE.json");
+  tokenize_cmd->add_option("--tokenizer", tokenize.tokenizer, "byte, gpt2, or a Hugging Face tokenizer.json")
+      ->check(tokenizer_name)
       ->capture_default_str();
   tokenize_cmd->add_option("--vocab", tokenize.vocab, "Folder holding GPT-2's encoder.json and vocab.bpe (default: found)")
       ->check(CLI::ExistingDirectory);
@@ -293,6 +306,24 @@ int main(int argc, char** argv) {
       ->excludes(decode_flag)
       ->excludes(whole_flag);
   tokenize_cmd->add_option("--text", tokenize.text, "Corpus for --dataset-out: file or folder (default: fortunes)");
+
+  TokenizerArgs tokenizer_args;
+  CLI::App* tokenizer_cmd = app.add_subcommand("tokenizer", "Byte-level BPE tokenizers as tokenizer.json");
+  tokenizer_cmd->require_subcommand(0, 1);
+  CLI::App* tok_train_cmd = tokenizer_cmd->add_subcommand("train", "Learn a byte-level BPE from a text");
+  tok_train_cmd->add_option("--text", tokenizer_args.text, "Text file or folder (default: the installed fortunes)");
+  add_int(tok_train_cmd, "--vocab-size", tokenizer_args.vocab_size, "Tokens, <|endoftext|> included", 257, 1 << 24);
+  tok_train_cmd->add_option("--pattern", tokenizer_args.pattern, "Pre-tokenizer: gpt2, llama3, qwen2 or digits")
+      ->check(CLI::IsMember({"gpt2", "llama3", "qwen2", "digits"}))
+      ->capture_default_str();
+  tok_train_cmd->add_option("-o,--out", tokenizer_args.out, "tokenizer.json to write")->required();
+  CLI::App* tok_convert_cmd = tokenizer_cmd->add_subcommand("convert", "Write a BPE tokenizer as tokenizer.json");
+  tok_convert_cmd->add_option("--tokenizer", tokenizer_args.tokenizer, "gpt2, or a tokenizer.json")
+      ->required()
+      ->check(tokenizer_name);
+  tok_convert_cmd->add_option("--vocab", tokenizer_args.vocab, "Folder holding GPT-2's encoder.json and vocab.bpe")
+      ->check(CLI::ExistingDirectory);
+  tok_convert_cmd->add_option("-o,--out", tokenizer_args.out, "tokenizer.json to write")->required();
 
   EvalArgs eval;
   CLI::App* eval_cmd = app.add_subcommand("eval", "Test accuracy of a ViT checkpoint");
@@ -376,7 +407,7 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   // A command that needs a subcommand and got none: its help, as a usage error.
-  for (CLI::App* cmd : {&app, train_cmd, export_cmd}) {
+  for (CLI::App* cmd : {&app, train_cmd, export_cmd, tokenizer_cmd}) {
     if (cmd->parsed() && cmd->get_subcommands().empty()) {
       fmt::print(stderr, "{}", cmd->help());
       return kExitUsage;
@@ -396,6 +427,8 @@ int main(int argc, char** argv) {
     if (hf_cmd->parsed()) return run_export_hf(exportargs);
     if (sample_cmd->parsed()) return run_sample(sample);
     if (tokenize_cmd->parsed()) return run_tokenize(tokenize);
+    if (tok_train_cmd->parsed()) return run_tokenizer_train(tokenizer_args);
+    if (tok_convert_cmd->parsed()) return run_tokenizer_convert(tokenizer_args);
   } catch (const nabla::Error& e) {
     // Bad data, files or options: a one-line message and the usage status.
     fmt::print(stderr, "nabla: error: {}\n", e.what());

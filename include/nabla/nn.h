@@ -12,6 +12,10 @@
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
 
+namespace nabla {
+class Executor;
+}
+
 namespace nabla::nn {
 
 // Parameters by name (timm / Hugging Face names), in creation order.
@@ -143,6 +147,28 @@ struct KvCache {
                                 // token itself), -inf elsewhere; one mask may serve every block
   Tensor new_keys, new_values;  // outputs [N, kv heads, 1, hd]: the new token's, set by decode
   Tensor position;              // i32 [1]: the new token's position, for rotary positions
+};
+
+struct TransformerBlock;
+
+// One step of a decoder with key/value caches (sampling): the new token and
+// its position in, its logits and every block's new keys and values out.
+// After running it (compiled with every k_new and v_new as outputs),
+// `remember` writes the new keys and values into the caches at the position
+// and opens the mask there for the steps after.
+struct DecodeStep {
+  Tensor token, position, mask;          // inputs: i32 [1], i32 [1], f32 [1, Tmax + 1] (0 or -inf)
+  std::vector<Tensor> k_cache, v_cache;  // per block [1, kv heads, Tmax, hd] leaves
+  std::vector<Tensor> k_new, v_new;      // per block [1, kv heads, 1, hd] outputs
+  Tensor logits;                         // [1, V]
+
+  std::vector<Tensor> outputs() const;  // logits, then each block's k_new and v_new
+  void remember(const Executor& ex, int64_t position);
+
+  // The inputs of a step over `max_tokens` positions, the mask all closed.
+  explicit DecodeStep(int64_t max_tokens);
+  // x [1, 1, D] through `blocks`, each with a cache of its own recorded here.
+  Tensor through(const std::vector<TransformerBlock>& blocks, Tensor x, int64_t kv_heads, int64_t head_dim);
 };
 
 // Multi-head self-attention with one fused qkv projection (timm's Attention,

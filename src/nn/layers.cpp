@@ -1,6 +1,9 @@
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "nabla/error.h"
+#include "nabla/executor.h"
 #include "nabla/nn.h"
 #include "ops/internal_ops.h"
 
@@ -241,6 +244,54 @@ Tensor Attention::decode(const Tensor& x, KvCache& cache) const {
   Tensor p = softmax(scores, 1.0 / std::sqrt(double(hd)), cache.mask);
   Tensor o = matmul(slice(p, -1, 0, Tm), cache.values) + slice(p, -1, Tm, Tm + 1) * v;  // [N, kvh, g, hd]
   return proj(reshape(o, {N, 1, heads * hd}));
+}
+
+DecodeStep::DecodeStep(int64_t max_tokens)
+    : token(Tensor::zeros(DType::i32, {1})),
+      position(Tensor::zeros(DType::i32, {1})),
+      mask(Tensor::full(DType::f32, {1, max_tokens + 1}, -std::numeric_limits<double>::infinity())) {
+  mask.data_as<float>()[max_tokens] = 0;  // the new token always sees itself
+}
+
+Tensor DecodeStep::through(const std::vector<TransformerBlock>& blocks, Tensor x, int64_t kv_heads, int64_t head_dim) {
+  const int64_t Tm = mask.dim(1) - 1;
+  for (const TransformerBlock& b : blocks) {
+    KvCache cache{.keys = Tensor::zeros(DType::f32, {1, kv_heads, Tm, head_dim}),
+                  .values = Tensor::zeros(DType::f32, {1, kv_heads, Tm, head_dim}),
+                  .mask = mask,
+                  .position = position};
+    x = b.decode(x, cache);
+    k_cache.push_back(cache.keys);
+    v_cache.push_back(cache.values);
+    k_new.push_back(cache.new_keys);
+    v_new.push_back(cache.new_values);
+  }
+  return x;
+}
+
+std::vector<Tensor> DecodeStep::outputs() const {
+  std::vector<Tensor> out{logits};
+  for (size_t l = 0; l < k_new.size(); ++l) {
+    out.push_back(k_new[l]);
+    out.push_back(v_new[l]);
+  }
+  return out;
+}
+
+void DecodeStep::remember(const Executor& ex, int64_t position) {
+  for (size_t l = 0; l < k_new.size(); ++l) {
+    for (auto [fresh, cache] : {std::pair{k_new[l], k_cache[l]}, std::pair{v_new[l], v_cache[l]}}) {
+      const int64_t heads = cache.dim(1), Tm = cache.dim(2), hd = cache.dim(3);
+      if (position < 0 || position >= Tm) {
+        throw UsageError("decode step: position " + std::to_string(position) + " is outside the cache of " +
+                         std::to_string(Tm));
+      }
+      const std::vector<float> kv = ex.read<float>(fresh);
+      float* c = cache.data_as<float>();
+      for (int64_t h = 0; h < heads; ++h) std::copy_n(kv.data() + h * hd, hd, c + (h * Tm + position) * hd);
+    }
+  }
+  mask.data_as<float>()[position] = 0;  // later positions may attend to this one
 }
 
 Mlp::Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init) : gelu(c.gelu) {

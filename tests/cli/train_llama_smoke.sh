@@ -5,7 +5,8 @@
 # text's byte unigram entropy (3.32). A run stopped at step 40 and resumed
 # ends with a checkpoint byte-identical to a straight one. With "resume-only"
 # (the sanitized build, where 300 steps take minutes) only the resume check
-# runs, on 20 steps.
+# runs, on 20 steps. Then greedy sampling from the checkpoint and from its
+# GGUF export must print the same text.
 # Usage: train_llama_smoke.sh PATH_TO_NABLA WORK_DIR [resume-only]
 set -u
 nabla=$1 dir=$2 mode=${3:-full}
@@ -33,3 +34,14 @@ fi
 cmp "$dir/straight.safetensors" "$dir/resumed.safetensors" ||
   { echo "resumed checkpoint differs from the uninterrupted run"; exit 1; }
 echo "resumed run is bit-identical to the uninterrupted one"
+# Sampling from the checkpoint, and from its GGUF export: the same greedy
+# text (one decoding step, key/value caches).
+"$nabla" export gguf "$dir/straight.safetensors" -o "$dir/straight.gguf" >/dev/null || { echo "export gguf failed"; exit 1; }
+for ckpt in straight.safetensors straight.gguf; do
+  "$nabla" sample --checkpoint "$dir/$ckpt" --prompt "The " --tokens 24 --temperature 0 >"$dir/$ckpt.txt" ||
+    { echo "nabla sample failed on $ckpt"; exit 1; }
+done
+[ "$(wc -c <"$dir/straight.safetensors.txt")" -gt 24 ] || { echo "sample printed too little"; exit 1; }
+cmp "$dir/straight.safetensors.txt" "$dir/straight.gguf.txt" ||
+  { echo "greedy samples differ between the checkpoint and its GGUF export"; exit 1; }
+echo "sampled: $(cat "$dir/straight.safetensors.txt")"

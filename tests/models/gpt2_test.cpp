@@ -7,6 +7,8 @@
 #include "nabla/models/gpt2.h"
 #include "nabla/nabla.hpp"
 
+#include "models/decoding_check.h"
+
 using namespace nabla;
 
 TEST(Gpt2, CachedDecodingMatchesTheFullForward) {
@@ -23,32 +25,7 @@ TEST(Gpt2, CachedDecodingMatchesTheFullForward) {
   Tensor tokens = Tensor::from_vector<int32_t>({1, T}, ids);
   std::vector<float> full = eval(model.forward(tokens, false)).to_vector<float>();  // [1, T, V]
 
-  models::Gpt2::DecodeStep s = model.decode_step(T);
-  Graph g({s.logits});
-  for (size_t l = 0; l < s.k_new.size(); ++l) {
-    g.add_output(s.k_new[l]);
-    g.add_output(s.v_new[l]);
-  }
-  Executor ex(g, {.threads = 2});
-  const int64_t H = c.n_head, hd = c.n_embd / c.n_head;
-  for (int64_t p = 0; p < T; ++p) {
-    s.token.data_as<int32_t>()[0] = ids[p];
-    s.position.data_as<int32_t>()[0] = int32_t(p);
-    ex.run();
-    std::vector<float> logits = ex.read<float>(s.logits);
-    for (int64_t v = 0; v < c.vocab_size; ++v) {
-      EXPECT_NEAR(logits[v], full[p * c.vocab_size + v], 1e-5) << "position " << p << " token " << v;
-    }
-    for (size_t l = 0; l < s.k_new.size(); ++l) {
-      for (auto [fresh, cache] : {std::pair{s.k_new[l], s.k_cache[l]}, std::pair{s.v_new[l], s.v_cache[l]}}) {
-        std::vector<float> kv = ex.read<float>(fresh);
-        for (int64_t h = 0; h < H; ++h) {
-          std::copy_n(kv.data() + h * hd, hd, cache.data_as<float>() + (h * T + p) * hd);
-        }
-      }
-    }
-    s.mask.data_as<float>()[p] = 0;
-  }
+  expect_decoding_matches(model.decode_step(T), ids, full, c.vocab_size);
 }
 
 TEST(Gpt2, ConfigRoundTripsAndRejectsOtherArchitectures) {

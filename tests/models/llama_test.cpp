@@ -12,6 +12,7 @@
 #include "nabla/nabla.hpp"
 #include "nabla/trainer.h"
 
+#include "models/decoding_check.h"
 #include "temp_dir.h"
 
 using namespace nabla;
@@ -104,6 +105,19 @@ TEST(Llama, ReadsConfigJsonKeys) {
   EXPECT_THROW(LlamaConfig::from_json(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 32,
     "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 3})"),
                UsageError);
+}
+
+// The key/value-cache step (grouped query heads, rotary positions with Llama
+// 3's scaling, q/k/v biases) gives the full forward pass's logits.
+TEST(Llama, CachedDecodingMatchesTheFullForward) {
+  LlamaConfig c = small_config();
+  c.rope_scaling = {.type = "llama3", .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                    .original_max_position_embeddings = 4};
+  Llama m(c, 7);
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+  const int64_t T = int64_t(ids.size());
+  const std::vector<float> full = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  expect_decoding_matches(m.decode_step(T), ids, full, c.vocab_size);
 }
 
 // Llama 3.2's rope_scaling: low frequencies divided by factor, high ones

@@ -58,12 +58,7 @@ class Gpt2 {
 
   // One decoding step with a key/value cache (see gpt2.cpp): built once,
   // run once per generated token.
-  struct DecodeStep {
-    Tensor token, position, mask;   // inputs: i32 [1], i32 [1], f32 [1, Tmax + 1] (0 or -inf)
-    std::vector<Tensor> k_cache, v_cache;  // per layer [1, H, Tmax, hd] leaves
-    std::vector<Tensor> k_new, v_new;      // per layer [1, H, 1, hd] outputs
-    Tensor logits;                          // [1, V]
-  };
+  using DecodeStep = nn::DecodeStep;
   DecodeStep decode_step(int64_t max_tokens) const;
 
   const Gpt2Config& config() const { return config_; }

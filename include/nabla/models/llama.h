@@ -84,6 +84,8 @@ class Llama {
   // Mean next-token cross-entropy over all B * T positions of tokens i32
   // [B, T + 1] (GPT-2's training loss; no dropout, so `train` changes nothing).
   Tensor next_token_loss(const Tensor& tokens, bool train) const;
+  // A decoding step over at most max_tokens positions (sampling).
+  nn::DecodeStep decode_step(int64_t max_tokens) const;
 
   const LlamaConfig& config() const { return config_; }
   nn::Params& params() { return params_; }
