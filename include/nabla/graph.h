@@ -3,6 +3,7 @@
 #pragma once
 
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "nabla/tensor.h"
@@ -27,7 +28,14 @@ class Graph {
   // gradients (stage 0), in one graph and one arena, with the learning rate
   // written in between. An output added twice keeps its earlier stage.
   void add_output(const Tensor& t, int stage = 0);
+  // An output `compiled` that stands for `original`, which a rewrite done
+  // before compiling (TrainStep's, over the forward and the gradients
+  // together) replaced: an executor answers reads of either with its values,
+  // and `original`'s graph is never computed beside it.
+  void add_output(const Tensor& compiled, const Tensor& original, int stage);
   const std::vector<Tensor>& outputs() const { return outputs_; }
+  // (original, compiled) of each output added for an original.
+  const std::vector<std::pair<Tensor, Tensor>>& originals() const { return originals_; }
   const std::vector<int>& stages() const { return stages_; }  // one per output
 
   // Appends the gradients of `loss` with respect to every parameter that
@@ -45,6 +53,7 @@ class Graph {
  private:
   std::vector<Tensor> outputs_;
   std::vector<int> stages_;
+  std::vector<std::pair<Tensor, Tensor>> originals_;
   std::vector<Tensor> parameters_;
   std::unordered_map<const Node*, Tensor> grads_;
 };

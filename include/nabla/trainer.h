@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "nabla/executor.h"
@@ -84,7 +85,8 @@ class TrainStep {
 
  private:
   void check_replica(int replica) const;  // UsageError outside [0, replicas())
-  Tensor loss_;
+  Tensor loss_;  // as compiled (rewritten with the gradients)
+  std::unordered_map<const Node*, Tensor> rewritten_extras_;  // an extra as given -> as compiled
   std::vector<Tensor> grads_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<optim::AdamW> optimizer_;

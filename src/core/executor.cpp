@@ -30,6 +30,7 @@ struct Executor::Impl {
   // The graph as given, held so that the nodes `replaced` is keyed by stay
   // alive (a freed node's address could name another tensor).
   std::vector<Tensor> given;
+  std::vector<Tensor> originals;  // Graph::originals()' originals, kept alive for the same reason
   GradMap replaced;  // a node the backend's rewrite or a composite replaced -> its replacement
   std::unordered_map<const Node*, int64_t> pos;
   MemoryPlan plan;
@@ -251,6 +252,10 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
   const char* prof = std::getenv("NABLA_PROFILE");
   m.options.profile = m.options.profile || (prof && *prof && std::strcmp(prof, "0") != 0);
   m.given = graph.outputs();
+  for (const auto& [original, compiled] : graph.originals()) {
+    m.originals.push_back(original);
+    m.replaced.emplace(original.node(), compiled);
+  }
   m.outputs = backend.rewrite(m.given, &m.replaced);
   m.outputs = lower_to_kernels(m.outputs, backend, &m.replaced);
   m.order = order_updates_last(locality_order(topo_order(m.outputs)));

@@ -246,6 +246,12 @@ void Graph::add_output(const Tensor& t, int stage) {
   stages_.push_back(stage);
 }
 
+void Graph::add_output(const Tensor& compiled, const Tensor& original, int stage) {
+  if (!original.defined()) throw UsageError("graph: an output's original is an undefined tensor");
+  add_output(compiled, stage);
+  if (!original.same(compiled)) originals_.emplace_back(original, compiled);
+}
+
 void Graph::backward(const Tensor& loss, const std::vector<Tensor>& wrt) {
   add_output(loss);
   std::vector<Tensor> targets = find_parameters({loss});

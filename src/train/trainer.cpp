@@ -91,12 +91,26 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
     sizes_.push_back(p.numel());
   }
   optimizer_ = std::make_unique<optim::AdamW>(std::move(slots), adamw, threads_);
-  Graph graph({loss});
-  for (const Tensor& t : extras) graph.add_output(t);
-  std::vector<std::optional<train::FactoredGradient>> factors;
   // Factoring reads the gradients as the CPU rewrite fuses them (a weight's
-  // product placed by add_slice, a tied embedding's add_rows).
-  for (const Tensor& g : backend.rewrite(grad(loss, wrt), nullptr)) {
+  // product placed by add_slice, a tied embedding's add_rows). The loss and
+  // the extras are rewritten with them, in one pass: a rewrite that touched
+  // the forward (a residual add fused into its matmul) would otherwise leave
+  // the gradients on a second copy of the forward pass.
+  std::vector<Tensor> stage0{loss};
+  stage0.insert(stage0.end(), extras.begin(), extras.end());
+  const size_t n_forward = stage0.size();
+  for (const Tensor& g : grad(loss, wrt)) stage0.push_back(g);
+  stage0 = backend.rewrite(stage0, nullptr);
+  loss_ = stage0[0];
+  Graph graph;
+  graph.add_output(loss_, loss, 0);
+  for (size_t i = 0; i < extras.size(); ++i) {
+    graph.add_output(stage0[1 + i], extras[i], 0);
+    rewritten_extras_.emplace(extras[i].node(), stage0[1 + i]);
+  }
+  std::vector<std::optional<train::FactoredGradient>> factors;
+  for (size_t i = n_forward; i < stage0.size(); ++i) {
+    const Tensor& g = stage0[i];
     factors.push_back(low_memory ? train::factor_gradient(g) : std::nullopt);
     if (auto& f = factors.back()) {
       // The factors instead of the product: it is never computed.
@@ -167,8 +181,7 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   if (replicas > 1) {
     NodeSet shared;
     for (const Tensor& p : wrt) shared.insert(p.node());
-    std::vector<Tensor> outputs{loss};
-    outputs.insert(outputs.end(), extras.begin(), extras.end());
+    std::vector<Tensor> outputs(stage0.begin(), stage0.begin() + std::ptrdiff_t(n_forward));
     outputs.insert(outputs.end(), grads_.begin(), grads_.end());
     copies_.resize(size_t(replicas - 1));
     for (Replica& r : copies_) {
@@ -237,7 +250,8 @@ Tensor TrainStep::in_replica(int replica, const Tensor& t) const {
   if (!t.defined()) throw UsageError("train step: in_replica of an undefined tensor");
   if (replica == 0) return t;
   const GradMap& copies = copies_[size_t(replica - 1)].copies;
-  auto it = copies.find(t.node());
+  const auto extra = rewritten_extras_.find(t.node());
+  auto it = copies.find(extra != rewritten_extras_.end() ? extra->second.node() : t.node());
   if (it == copies.end()) throw UsageError("train step: " + to_string(t) + " is not in the step's graph");
   return it->second;
 }
