@@ -143,8 +143,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& mask = Tensor(), bool causal = false,
                                     std::optional<double> scale = std::nullopt);
 // The same per (batch, head) on token-major operands, fused: q [B, Tq, H, D],
-// k [B, Tk, H, D], v [B, Tk, H, Dv] -> [B, Tq, H, Dv], the layout of a qkv
-// projection reshaped to heads (no permutes or copies). Scores stay in a
+// k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] -> [B, Tq, H, Dv], the layout of a qkv
+// projection reshaped to heads (no permutes or copies). Hk < H is
+// grouped-query attention: Hk divides H, and query head h reads key/value
+// head h / (H / Hk) where it lies, never a per-head copy. Scores stay in a
 // per-thread scratch; the backward recomputes them. Causal needs Tq <= Tk.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
                  std::optional<double> scale = std::nullopt);

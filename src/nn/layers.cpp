@@ -201,8 +201,11 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries) const {
   const int64_t Tq = queries > 0 ? queries : T;
   if (causal && Tq != T) throw UsageError("attention: causal attention takes every token as a query");
   const Tensor q = rotary(project(0, Tq == T ? x : slice(x, 1, 0, Tq)), 0);
-  const Tensor k = per_query_head(rotary(project(1, x), 0)), v = per_query_head(project(2, x));
+  Tensor k = rotary(project(1, x), 0), v = project(2, x);
+  // The fused op reads a group's key/value head in place.
   if (causal || T > 256) return proj(reshape(attention(q, k, v, causal), {N, Tq, inner}));
+  k = per_query_head(k);
+  v = per_query_head(v);
   // Composed on heads-first views of the token-major projections; the
   // values' product writes its output token-major (matmul_heads), and the
   // backward products write dq, dk and dv so too: no head copies either way.

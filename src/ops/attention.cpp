@@ -1,7 +1,9 @@
 // attention: softmax(scale q k^T, causal) v per (batch, head), fused, on
-// token-major operands q [B, Tq, H, D], k [B, Tk, H, D], v [B, Tk, H, Dv]:
+// token-major operands q [B, Tq, H, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv]:
 // the layout a qkv projection's output has once reshaped to heads, so no
-// permute or copy happens on the way in or out. Per (batch, head) and block
+// permute or copy happens on the way in or out. Grouped-query attention
+// (Hk dividing H): query head h reads key/value head h / (H / Hk) in place,
+// and the backward sums a group's dk and dv in one task, in head order. Per (batch, head) and block
 // of queries, the scores live in a per-thread scratch and never in
 // the arena; the backward recomputes them from q and k (flash attention's
 // trade of FLOPs for memory) instead of keeping every layer's T x T
@@ -83,17 +85,20 @@ int64_t query_block(int64_t tq, int64_t tk, bool causal) {
   return (tq + blocks - 1) / blocks;
 }
 
-// q [B, Tq, H, D] and k [B, Tk, H, D] of one dtype; causal needs Tq <= Tk.
-void check_qk(const char* op, const Tensor& q, const Tensor& k, bool causal) {
+// q [B, Tq, H, D] and k [B, Tk, Hk, D] of one dtype, Hk dividing H (Hk = H
+// unless grouped); causal needs Tq <= Tk.
+void check_qk(const char* op, const Tensor& q, const Tensor& k, bool causal, bool grouped = false) {
   require_floating(op, q, "q");
   require_same_dtype(op, q, k);
   if (q.rank() != 4 || k.rank() != 4) {
     throw ShapeError(std::string(op) + ": q, k must be [B, T, H, D], got q " + to_string(q.shape()) + ", k " +
                      to_string(k.shape()));
   }
-  if (q.dim(0) != k.dim(0) || q.dim(2) != k.dim(2) || q.dim(3) != k.dim(3)) {
-    throw ShapeError(std::string(op) + ": need q [B, Tq, H, D], k [B, Tk, H, D], got q " + to_string(q.shape()) +
-                     ", k " + to_string(k.shape()));
+  const bool heads_fit = grouped ? k.dim(2) > 0 && q.dim(2) % k.dim(2) == 0 : q.dim(2) == k.dim(2);
+  if (q.dim(0) != k.dim(0) || !heads_fit || q.dim(3) != k.dim(3)) {
+    throw ShapeError(std::string(op) + ": need q [B, Tq, H, D], k [B, Tk, " +
+                     (grouped ? "Hk, D] with Hk dividing H" : "H, D]") + ", got q " + to_string(q.shape()) + ", k " +
+                     to_string(k.shape()));
   }
   if (causal && q.dim(1) > k.dim(1)) {
     throw ShapeError(std::string(op) + ": causal with more queries (" + std::to_string(q.dim(1)) + ") than keys (" +
@@ -101,18 +106,19 @@ void check_qk(const char* op, const Tensor& q, const Tensor& k, bool causal) {
   }
 }
 
-void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
-  check_qk(op, q, k, causal);
+void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, bool grouped = false) {
+  check_qk(op, q, k, causal, grouped);
   require_same_dtype(op, q, v);
   if (v.rank() != 4 || v.dim(0) != k.dim(0) || v.dim(1) != k.dim(1) || v.dim(2) != k.dim(2)) {
-    throw ShapeError(std::string(op) + ": need q [B, Tq, H, D], k [B, Tk, H, D], v [B, Tk, H, Dv], got q " +
-                     to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape()));
+    throw ShapeError(std::string(op) + ": need q [B, Tq, H, D], k [B, Tk, " + (grouped ? "Hk" : "H") +
+                     ", D], v [B, Tk, " + (grouped ? "Hk" : "H") + ", Dv], got q " + to_string(q.shape()) + ", k " +
+                     to_string(k.shape()) + ", v " + to_string(v.shape()));
   }
 }
 
 Meta attention_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];
-  check_qkv("attention", q, k, v, causal_of(attrs));
+  check_qkv("attention", q, k, v, causal_of(attrs), /*grouped=*/true);
   return {q.dtype(), {q.dim(0), q.dim(1), q.dim(2), v.dim(3)}};
 }
 
@@ -128,7 +134,7 @@ void check_output_gradient(const char* op, const Tensor& q, const Tensor& v, con
 
 Meta attention_back_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   const Tensor &q = in[0], &k = in[1], &v = in[2], &dout = in[3];
-  check_qkv("attention_back", q, k, v, causal_of(attrs));
+  check_qkv("attention_back", q, k, v, causal_of(attrs), /*grouped=*/true);
   check_output_gradient("attention_back", q, v, dout);
   return {q.dtype(), {q.numel() + k.numel() + v.numel()}};
 }
@@ -309,12 +315,13 @@ void score_gradient_row(const T* p, int64_t ps, const T* dp, int64_t dps, T* ds,
   }
 }
 
+// Hk: key/value heads (H / Hk query heads to each).
 struct Dims {
-  int64_t B, Tq, Tk, H, D, Dv;
+  int64_t B, Tq, Tk, H, D, Dv, Hk;
 };
 
 Dims dims_of(const TensorView& q, const TensorView& v) {
-  return {q.shape[0], q.shape[1], v.shape[1], q.shape[2], q.shape[3], v.shape[3]};
+  return {q.shape[0], q.shape[1], v.shape[1], q.shape[2], q.shape[3], v.shape[3], v.shape[2]};
 }
 
 // (batch, head) pairs per parallel chunk: about 2^17 multiply-adds each.
@@ -350,8 +357,8 @@ void attention_kernel(const KernelArgs& a) {
   a.parallel_for(d.B * d.H, head_grain(d), [&](int64_t t0, int64_t t1) {
     Scratch<T>& s = scratch<T>();
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / d.H, h = t % d.H;
-      const HeadRows<T> K = head_rows(k, b, h, 0, d.Tk, s.k), V = head_rows(v, b, h, 0, d.Tk, s.v);
+      const int64_t b = t / d.H, h = t % d.H, kh = h / (d.H / d.Hk);
+      const HeadRows<T> K = head_rows(k, b, kh, 0, d.Tk, s.k), V = head_rows(v, b, kh, 0, d.Tk, s.v);
       // op(B) = K^T for the scores: K stored [Tk, D] is B transposed.
       const HeadOperand<T> Kt = head_operand(!K.trans, K, d.D, d.Tk, share, s.k_t);
       const HeadOperand<T> Vn = head_operand(V.trans, V, d.Tk, d.Dv, share, s.v_n);
@@ -368,58 +375,65 @@ void attention_kernel(const KernelArgs& a) {
 }
 
 // dS = P (dP - rowsum(P dP)) scale, with dP = dO V^T; then dQ = dS K,
-// dK += dS^T Q, dV += P^T dO, query block by query block in order, so each
-// head's sums run in a fixed order whatever the threads.
+// dK += dS^T Q, dV += P^T dO, query block by query block in order, and a
+// group's query heads in order, so each key/value head's sums run in a
+// fixed order whatever the threads.
 template <class T>
 void attention_back_kernel(const KernelArgs& a) {
   const TensorView &q = a.in[0], &k = a.in[1], &v = a.in[2], &dout = a.in[3];
   const Dims d = dims_of(q, v);
+  const int64_t group = d.H / d.Hk;
   const bool causal = causal_of(*a.attrs);
   const double scale = scale_of(*a.attrs);
   const bool bf16 = a.bf16_matmul;
   T* dq = a.out.ptr<T>();
   T* dk = dq + d.B * d.Tq * d.H * d.D;
-  T* dv = dk + d.B * d.Tk * d.H * d.D;
+  T* dv = dk + d.B * d.Tk * d.Hk * d.D;
   const int64_t block = query_block(d.Tq, d.Tk, causal);
   const bool share = !bf16 && block < d.Tq;
-  a.parallel_for(d.B * d.H, head_grain(d), [&](int64_t t0, int64_t t1) {
+  const int64_t grain = std::max<int64_t>(1, head_grain(d) / group);
+  a.parallel_for(d.B * d.Hk, grain, [&](int64_t t0, int64_t t1) {
     Scratch<T>& s = scratch<T>();
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / d.H, h = t % d.H;
-      T* dk_h = dk + (b * d.Tk * d.H + h) * d.D;
-      T* dv_h = dv + (b * d.Tk * d.H + h) * d.Dv;
-      // Keys [0, written) of dk and dv hold sums; the blocks' kv never shrinks.
+      const int64_t b = t / d.Hk, kh = t % d.Hk;
+      T* dk_h = dk + (b * d.Tk * d.Hk + kh) * d.D;
+      T* dv_h = dv + (b * d.Tk * d.Hk + kh) * d.Dv;
+      // Keys [0, written) of dk and dv hold sums; the blocks' kv never
+      // shrinks, and after the group's first head every key holds one.
       int64_t written = 0;
-      const HeadRows<T> K = head_rows(k, b, h, 0, d.Tk, s.k), V = head_rows(v, b, h, 0, d.Tk, s.v);
+      const HeadRows<T> K = head_rows(k, b, kh, 0, d.Tk, s.k), V = head_rows(v, b, kh, 0, d.Tk, s.v);
       const HeadOperand<T> Kt = head_operand(!K.trans, K, d.D, d.Tk, share, s.k_t);
       const HeadOperand<T> Vt = head_operand(!V.trans, V, d.Dv, d.Tk, share, s.v_t);
       const HeadOperand<T> Kn = head_operand(K.trans, K, d.Tk, d.D, share, s.k_n);
-      for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
-        const int64_t rows = std::min(block, d.Tq - i0);
-        HeadRows<T> Q{};
-        const int64_t kv = block_probabilities(q, b, h, i0, rows, Kt, d, causal, scale, bf16, s, Q);
-        const HeadRows<T> dO = head_rows(dout, b, h, i0, rows, s.dout);
-        T* P = s.p.data();
-        T* dS = uninitialized(s.dp, rows * kv);
-        Vt.multiply(bf16, dO.trans, rows, kv, d.Dv, dO.p, dO.ld, dS, kv);
-        for (int64_t r = 0; r < rows; ++r) score_gradient_row(P + r * kv, 1, dS + r * kv, 1, dS + r * kv, kv, scale);
-        T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
-        Kn.multiply(bf16, false, rows, d.D, kv, dS, kv, dq_rows, d.H * d.D);
-        // dK += dS^T Q and dV += P^T dO over the keys written before, and
-        // written (no pass zeroing them first) over the keys new to this block.
-        for (const bool add : {true, false}) {
-          const int64_t j0 = add ? 0 : written, j1 = add ? written : kv;
-          if (j1 <= j0) continue;
-          cpu::product<T>(bf16, true, Q.trans, j1 - j0, d.D, rows, dS + j0, kv, Q.p, Q.ld, dk_h + j0 * d.H * d.D,
-                          d.H * d.D, add);
-          cpu::product<T>(bf16, true, dO.trans, j1 - j0, d.Dv, rows, P + j0, kv, dO.p, dO.ld,
-                          dv_h + j0 * d.H * d.Dv, d.H * d.Dv, add);
+      for (int64_t h = kh * group; h < (kh + 1) * group; ++h) {
+        for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
+          const int64_t rows = std::min(block, d.Tq - i0);
+          HeadRows<T> Q{};
+          const int64_t kv = block_probabilities(q, b, h, i0, rows, Kt, d, causal, scale, bf16, s, Q);
+          const HeadRows<T> dO = head_rows(dout, b, h, i0, rows, s.dout);
+          T* P = s.p.data();
+          T* dS = uninitialized(s.dp, rows * kv);
+          Vt.multiply(bf16, dO.trans, rows, kv, d.Dv, dO.p, dO.ld, dS, kv);
+          for (int64_t r = 0; r < rows; ++r) score_gradient_row(P + r * kv, 1, dS + r * kv, 1, dS + r * kv, kv, scale);
+          T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
+          Kn.multiply(bf16, false, rows, d.D, kv, dS, kv, dq_rows, d.H * d.D);
+          // dK += dS^T Q and dV += P^T dO over the keys written before, and
+          // written (no pass zeroing them first) over the keys new to this block.
+          for (const bool add : {true, false}) {
+            const int64_t j0 = add ? 0 : written, j1 = add ? std::min(written, kv) : kv;
+            if (j1 <= j0) continue;
+            cpu::product<T>(bf16, true, Q.trans, j1 - j0, d.D, rows, dS + j0, kv, Q.p, Q.ld, dk_h + j0 * d.Hk * d.D,
+                            d.Hk * d.D, add);
+            cpu::product<T>(bf16, true, dO.trans, j1 - j0, d.Dv, rows, P + j0, kv, dO.p, dO.ld,
+                            dv_h + j0 * d.Hk * d.Dv, d.Hk * d.Dv, add);
+          }
+          written = std::max(written, kv);
         }
-        written = std::max(written, kv);
-      }
-      for (int64_t j = written; j < d.Tk; ++j) {  // keys no query sees
-        std::fill(dk_h + j * d.H * d.D, dk_h + j * d.H * d.D + d.D, T(0));
-        std::fill(dv_h + j * d.H * d.Dv, dv_h + j * d.H * d.Dv + d.Dv, T(0));
+        for (int64_t j = written; j < d.Tk; ++j) {  // keys no query of the head sees
+          std::fill(dk_h + j * d.Hk * d.D, dk_h + j * d.Hk * d.D + d.D, T(0));
+          std::fill(dv_h + j * d.Hk * d.Dv, dv_h + j * d.Hk * d.Dv + d.Dv, T(0));
+        }
+        written = d.Tk;
       }
     }
   });
@@ -463,7 +477,7 @@ void request_ahead(int64_t t, int64_t t0, int64_t t1, F&& request) {
 template <class T>
 void attention_probs_kernel(const KernelArgs& a) {
   const TensorView &q = a.in[0], &k = a.in[1];
-  const Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], 0};
+  const Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], 0, q.shape[2]};
   const bool causal = causal_of(*a.attrs);
   const double scale = scale_of(*a.attrs);
   T* out = a.out.ptr<T>();
@@ -507,7 +521,7 @@ void attention_probs_back_kernel(const KernelArgs& a, bool values) {
   const TensorView& dp = a.in[3];  // without values
   const TensorView& v = a.in[3];   // with values, and dO:
   const TensorView* dout = values ? &a.in[4] : nullptr;
-  const Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], values ? v.shape[3] : 0};
+  const Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], values ? v.shape[3] : 0, q.shape[2]};
   const double scale = scale_of(*a.attrs);
   const bool bf16 = a.bf16_matmul;
   T* dq = a.out.ptr<T>();
@@ -598,9 +612,19 @@ void attention_probs_values_back_forward(const KernelArgs& a) {
 // [B, T, H, C] <-> [B, H, T, C].
 Tensor heads_first(const Tensor& x) { return permute(x, {0, 2, 1, 3}); }
 
+// Each of x's Hk heads [B, T, Hk, C] repeated for its group of `heads`
+// query heads: [B, T, heads, C].
+Tensor per_query_head(const Tensor& x, int64_t heads) {
+  const int64_t B = x.dim(0), T = x.dim(1), Hk = x.dim(2), C = x.dim(3);
+  if (Hk == heads) return x;
+  return reshape(expand(reshape(x, {B, T, Hk, 1, C}), {B, T, Hk, heads / Hk, C}), {B, T, heads, C});
+}
+
 Tensor attention_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
-  Tensor o = scaled_dot_product_attention(heads_first(in[0]), heads_first(in[1]), heads_first(in[2]), Tensor(),
-                                          causal_of(attrs), scale_of(attrs));
+  const int64_t H = in[0].dim(2);
+  Tensor o = scaled_dot_product_attention(heads_first(in[0]), heads_first(per_query_head(in[1], H)),
+                                          heads_first(per_query_head(in[2], H)), Tensor(), causal_of(attrs),
+                                          scale_of(attrs));
   return heads_first(o);
 }
 
@@ -635,6 +659,11 @@ std::vector<GradCase> attention_cases() {
       // Two query blocks, causal: the second sees keys the first does not.
       {"causal_two_blocks", {normal({1, 67, 1, 2}), normal({1, 67, 1, 2}), normal({1, 67, 1, 3})},
        [](const V& x) { return attention(x[0], x[1], x[2], true); }},
+      // Grouped-query: 6 query heads on 2 key/value heads, 3 to each.
+      {"grouped_causal", {normal({2, 4, 6, 3}), normal({2, 4, 2, 3}), normal({2, 4, 2, 2})},
+       [](const V& x) { return attention(x[0], x[1], x[2], true); }},
+      {"grouped_fewer_keys", {normal({1, 3, 4, 2}), normal({1, 2, 1, 2}), normal({1, 2, 1, 3})},
+       [](const V& x) { return attention(x[0], x[1], x[2], false, 0.8); }},
   };
 }
 
@@ -649,6 +678,10 @@ std::vector<GradCase> attention_back_cases() {
       // from the attention's output: still a constant to the backward.
       {"dout_from_q", {normal({1, 3, 2, 2}), normal({1, 3, 2, 2}), normal({1, 3, 2, 2}), normal({1, 3, 2, 2})},
        [](const V& x) { return attention_back(x[0], x[1], x[2], x[3] * tanh(x[0]), true, 0.7); }},
+      // Grouped-query, causal with more keys: a group's dk and dv summed
+      // over its heads, and keys no query sees.
+      {"grouped", {normal({1, 2, 4, 2}), normal({1, 3, 2, 2}), normal({1, 3, 2, 3}), normal({1, 2, 4, 3})},
+       [](const V& x) { return attention_back(x[0], x[1], x[2], x[3], true, 0.6); }},
   };
 }
 
@@ -722,7 +755,8 @@ std::vector<GradCase> attention_probs_values_back_cases() {
 
 extern const OpDef op_attention{
     .name = "attention",
-    .summary = "softmax(scale q k^T, causal) v over [B, T, H, D] heads; fused, scores recomputed in the backward",
+    .summary = "softmax(scale q k^T, causal) v over [B, T, H, D] heads (k, v: H or fewer, grouped); fused, scores "
+               "recomputed in the backward",
     .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"v", Diff::yes}},
     .fused = true,
     .infer = attention_infer,
