@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Whole training steps, nabla against PyTorch on the same machine in the same
 # run: ViT-Tiny 224/16 batch 8, the Fashion-MNIST ViT preset at batch 128, the
-# small GPT-2 preset at 8 x 256 and GPT-2 124M at 4 x 64. Runs are interleaved
+# small GPT-2 preset at 8 x 256, GPT-2 124M at 4 x 64 and SmolLM2-135M's
+# shape at 4 x 256. Runs are interleaved
 # (every configuration and framework once per round, REPS rounds) and each is
 # its own process, so peak resident memory is its own. PyTorch runs under both
 # of its good thread settings here and keeps the faster; nabla also runs on one
@@ -28,10 +29,10 @@ py=/usr/bin/python3
 out=$(mktemp -d)
 results=$out/results.jsonl
 
-declare -A batch=([vit-tiny]=8 [fmnist]=128 [gpt2-small-byte]=8 [gpt2]=4)
-declare -A context=([vit-tiny]=0 [fmnist]=0 [gpt2-small-byte]=256 [gpt2]=64)
-declare -A steps=([vit-tiny]=10 [fmnist]=10 [gpt2-small-byte]=10 [gpt2]=6)
-configs=${CONFIGS:-vit-tiny fmnist gpt2-small-byte gpt2}
+declare -A batch=([vit-tiny]=8 [fmnist]=128 [gpt2-small-byte]=8 [gpt2]=4 [smollm2-135m]=4)
+declare -A context=([vit-tiny]=0 [fmnist]=0 [gpt2-small-byte]=256 [gpt2]=64 [smollm2-135m]=256)
+declare -A steps=([vit-tiny]=10 [fmnist]=10 [gpt2-small-byte]=10 [gpt2]=6 [smollm2-135m]=3)
+configs=${CONFIGS:-vit-tiny fmnist gpt2-small-byte gpt2 smollm2-135m}
 
 # Three times each, the best kept: in some processes here OpenBLAS called from
 # two threads at once ran at one thread's rate throughout.

@@ -4,11 +4,12 @@
 // it interleaved with the PyTorch peer (bench/peers/train_step.py) and makes
 // the table.
 //
-//   nabla_bench_train --model vit-tiny|fmnist|gpt2-small-byte|gpt2 --batch B
+//   nabla_bench_train --model vit-tiny|fmnist|gpt2-small-byte|gpt2|smollm2-135m --batch B
 //                     [--context T] [--steps N] [--warmup W] [--threads N] [--bf16-matmul]
 //                     [--low-memory | --no-low-memory] [--replicas R]
 //   nabla_bench_train --machine [--threads N]   FMA peak, OpenBLAS sgemm and nabla gemm rates
 //   nabla_bench_train --model M --config          the model's config JSON
+//   nabla_bench_train --model M --save CKPT       its initial weights as a checkpoint (bench/sample.sh)
 #include <fmt/format.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -27,7 +28,9 @@
 #include "backend/cpu/thread_pool.h"
 #include "core/node.h"
 #include "core/op.h"
+#include "nabla/checkpoint.h"
 #include "nabla/models/gpt2.h"
+#include "nabla/models/llama.h"
 #include "nabla/models/vit.h"
 #include "nabla/error.h"
 #include "nabla/graph.h"
@@ -105,16 +108,23 @@ struct Result {
   float first_loss = 0, last_loss = 0;
 };
 
+// The training loss of a model on its (per-replica) input leaves: images
+// and labels, or tokens [N, T + 1] predicting their next.
+Tensor training_loss(const models::Vit& model, const Tensor& images, const Tensor& labels) {
+  return cross_entropy(model.forward(images, /*train=*/true), labels);
+}
+Tensor training_loss(const models::Gpt2& model, const Tensor& tokens, const Tensor&) {
+  const int64_t T = tokens.dim(1) - 1;
+  return cross_entropy(model.forward(slice(tokens, 1, 0, T), true), slice(tokens, 1, 1, T + 1));
+}
+Tensor training_loss(const models::Llama& model, const Tensor& tokens, const Tensor&) {
+  return model.next_token_loss(tokens, true);
+}
+
 template <class Model>
 Result run_model(Model& model, const Tensor& input, const Tensor& target, int64_t classes, int64_t items,
                  int steps, int warmup, int threads, bool bf16_matmul, bool low_memory, int replicas) {
-  Tensor loss;
-  if constexpr (std::is_same_v<Model, models::Vit>) {
-    loss = cross_entropy(model.forward(input, /*train=*/true), target);
-  } else {
-    int64_t T = input.dim(1) - 1;
-    loss = cross_entropy(model.forward(slice(input, 1, 0, T), true), slice(input, 1, 1, T + 1));
-  }
+  const Tensor loss = training_loss(model, input, target);
   Result r;
   r.gflop_per_step = matmul_flops(loss, model.params()) * 1e-9;
   r.params = double(model.params().count());
@@ -242,9 +252,9 @@ int main(int argc, char** argv) {
   int steps = 10, warmup = 2, threads = 2, replicas = 0;
   bool machine = false, config_only = false, bf16_matmul = false, low_memory = false;
   bool low_memory_on = false, low_memory_off = false;
-  app.add_option("--model", model_name, "vit-tiny, fmnist, gpt2-small-byte or gpt2");
+  app.add_option("--model", model_name, "vit-tiny, fmnist, gpt2-small-byte, gpt2 or smollm2-135m");
   app.add_option("--batch", batch, "Batch size (default: the configuration's)");
-  app.add_option("--context", context, "GPT-2 context length");
+  app.add_option("--context", context, "Tokens per sequence (GPT-2, Llama)");
   app.add_option("--steps", steps, "Timed steps")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::Range(0, 100000));
   app.add_option("--threads", threads, "Threads")->check(CLI::Range(1, 256));
@@ -256,6 +266,8 @@ int main(int argc, char** argv) {
                           "default_low_memory, as the trainers)");
   app.add_flag("--no-low-memory", low_memory_off, "Hold every weight gradient whole")->excludes(on);
   app.add_flag("--config", config_only, "Print the model's config JSON (for the PyTorch peer) and exit");
+  std::string save;
+  app.add_option("--save", save, "Llama presets: write the initial weights to this checkpoint and exit");
   app.add_flag("--machine", machine, "Measure the FMA peak, OpenBLAS sgemm and nabla gemm rates instead");
   CLI11_PARSE(app, argc, argv);
   const bool replicas_given = replicas > 0, low_memory_given = low_memory_on || low_memory_off;
@@ -300,9 +312,21 @@ int main(int argc, char** argv) {
       r = run_model(model, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads, bf16_matmul,
                     low_memory, replicas);
       unit = "tokens";
+    } else if (model_name == "smollm2-135m" || model_name == "llama-tiny-byte") {
+      models::LlamaConfig c = models::llama_preset(model_name);
+      if (batch == 0) batch = 4;
+      if (context == 0) context = 256;
+      if (config_only) return fmt::print("{}\n", c.to_json()), 0;
+      models::Llama model(c, 1);
+      if (!save.empty()) return save_checkpoint(save, c.to_json(), model.params()), 0;
+      choose_defaults(model.params().count());
+      Tensor tokens = Tensor::zeros(DType::i32, {batch / replicas, context + 1});
+      r = run_model(model, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads, bf16_matmul,
+                    low_memory, replicas);
+      unit = "tokens";
     } else {
       throw UsageError("nabla_bench_train: unknown --model '" + model_name +
-                       "' (vit-tiny, fmnist, gpt2-small-byte, gpt2)");
+                       "' (vit-tiny, fmnist, gpt2-small-byte, gpt2, smollm2-135m)");
     }
     fmt::print(
         "{{\"framework\": \"nabla\", \"model\": \"{}\", \"bf16_matmul\": {}, \"low_memory\": {}, \"low_memory_given\": {}, \"factored\": {}, \"replicas\": {}, \"replicas_given\": {}, \"batch\": {}, \"context\": {}, \"threads\": {}, "

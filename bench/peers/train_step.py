@@ -35,8 +35,27 @@ def build(config):
     if config["architecture"] == "vit":
         from vit_oracle import VisionTransformer
         return VisionTransformer(config)
+    if config["architecture"] == "llama":
+        from llama_oracle import Llama
+        model = Llama(llama_config(config))
+        for m in model.modules():  # Hugging Face's _init_weights
+            if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+                torch.nn.init.normal_(m.weight, std=config["initializer_range"])
+            if isinstance(m, torch.nn.Linear) and m.bias is not None:
+                torch.nn.init.zeros_(m.bias)
+        return model
     from gpt2_oracle import Gpt2
     return Gpt2(config)
+
+
+def llama_config(c):
+    """nabla's Llama config.json with the keys Hugging Face leaves implied
+    written out, as the oracle's Llama reads them."""
+    c = dict(c)
+    c.setdefault("num_key_value_heads", c["num_attention_heads"])
+    c.setdefault("head_dim", c["hidden_size"] // c["num_attention_heads"])
+    c.setdefault("attention_bias", c.get("model_type") == "qwen2")
+    return c
 
 
 def class_token_last_block(model):
