@@ -28,6 +28,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -46,9 +47,7 @@ namespace nabla::models {
 namespace {
 
 // gguf-py's TokenType values, which llama.cpp maps to token attributes.
-constexpr int32_t kTokenNormal = 1;
-constexpr int32_t kTokenControl = 3;
-constexpr int32_t kTokenUnused = 5;
+constexpr int32_t kTokenUnused = 5;  // GGUF's token type
 
 void add_vit(const Checkpoint& ckpt, GgufWriter& w) {
   VitConfig c = vit_config_from_checkpoint(ckpt);
@@ -78,102 +77,32 @@ Tensor transposed(const Tensor& w) {
   return Tensor::from_vector<float>({out, in}, dst);
 }
 
-// GPT-2's bytes_to_unicode(): printable bytes (! .. ~, ¡ .. ¬, ® .. ÿ) stand
-// for themselves, the other 68 take U+0100, U+0101, ... in byte order. Byte
-// b's character, UTF-8 encoded.
-std::array<std::string, 256> byte_alphabet() {
-  std::array<std::string, 256> chars;
-  uint32_t next = 256;
-  for (uint32_t b = 0; b < 256; ++b) {
-    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    uint32_t cp = printable ? b : next++;
-    if (cp < 0x80) {
-      chars[b] = std::string(1, char(cp));
-    } else {  // all below U+0800: two bytes
-      chars[b] = {char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};
-    }
-  }
-  return chars;
-}
-
-struct Vocab {
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  std::vector<std::string> merges;  // "left right", by rank
-  int32_t bos = -1, eos = -1;
-};
-
-// The byte tokenizer as a GPT-2-style vocabulary without merges: token b is
-// byte b in GPT-2's byte alphabet, so llama.cpp's BPE (which splits words
-// into those characters and merges nothing) yields exactly the byte ids.
-// There is no end-of-text token; nabla separates documents with '\n' (10),
-// so that is BOS, EOS and EOT.
-Vocab byte_vocab() {
-  Vocab v;
-  for (const std::string& c : byte_alphabet()) {
-    v.tokens.push_back(c);
-    v.types.push_back(kTokenNormal);
-  }
-  v.bos = v.eos = '\n';
-  return v;
-}
-
-// GPT-2's BPE from the files the tokenizer reads: encoder.json's tokens by
-// id (already in the byte alphabet, as GGUF stores them) and vocab.bpe's
-// merges in rank order. <|endoftext|> is a control token, BOS, EOS and EOT,
-// as convert_hf_to_gguf.py writes GPT-2 (which leaves EOT to llama.cpp's
-// detection by text).
-Vocab gpt2_vocab(const Checkpoint& ckpt, const std::string& vocab_dir) {
-  std::string dir = vocab_dir.empty() ? find_gpt2_vocab() : vocab_dir;
-  if (dir.empty()) {
-    throw IoError(ckpt.path +
-                  ": the checkpoint's tokenizer is gpt2, whose vocabulary (encoder.json, "
-                  "vocab.bpe) is not installed: run scripts/fetch-gpt2-vocab, or give its "
-                  "folder with --vocab DIR (or NABLA_GPT2_VOCAB)");
-  }
-  if (dir.back() != '/') dir += '/';
-  // The tokenizer validates both files (ids, alphabet, merges) with errors
-  // naming them; what follows only reads them in order.
-  std::unique_ptr<Gpt2Tokenizer> loaded;
+// The tokenizer `name` (as make_tokenizer takes it) as tokenizer.ggml.*:
+// byte-level BPE. "byte" is a vocabulary of the 256 bytes without merges, so
+// llama.cpp's BPE yields exactly the byte ids; it has no end-of-text token
+// (nabla separates documents with '\n', so that is BOS, EOS and EOT).
+// Otherwise the end-of-text token is BOS, EOS and EOT, as
+// convert_hf_to_gguf.py writes GPT-2. llama.cpp takes the vocabulary size
+// from the token list and requires token_embd to match it, so a padded
+// embedding gets padding tokens.
+void add_vocab(const Checkpoint& ckpt, const std::string& name, int64_t vocab_size, const GgufExportOptions& options,
+               GgufWriter& w) {
+  GgufVocabulary v;
   try {
-    loaded = std::make_unique<Gpt2Tokenizer>(dir);
-  } catch (const IoError& e) {
-    throw IoError(ckpt.path + ": its gpt2 tokenizer: " + e.what());
+    if (name == "byte") {
+      v = BpeTokenizer::bytes_only()->gguf_vocabulary();
+      v.eot = '\n';
+    } else {
+      std::unique_ptr<Tokenizer> tok = make_tokenizer(name, options.vocab_dir);
+      const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
+      if (!bpe) throw UsageError("tokenizer " + name + " is not byte-level BPE");
+      v = bpe->gguf_vocabulary();
+    }
+  } catch (const Error& e) {
+    throw IoError(ckpt.path + ": its tokenizer: " + e.what());
   }
-  const Gpt2Tokenizer& tok = *loaded;
-  Vocab v;
-  v.tokens.resize(size_t(tok.vocab_size()));
-  v.types.assign(v.tokens.size(), kTokenNormal);
-  nlohmann::json encoder = nlohmann::json::parse(read_file(dir + "encoder.json"));
-  for (const auto& [token, id] : encoder.items()) v.tokens[id.get<size_t>()] = token;
-  if (tok.eot_id() >= 0) {
-    v.types[size_t(tok.eot_id())] = kTokenControl;
-    v.bos = v.eos = tok.eot_id();
-  }
-  std::string bpe = read_file(dir + "vocab.bpe");
-  size_t line_no = 0;
-  for (size_t pos = 0; pos < bpe.size();) {
-    size_t nl = bpe.find('\n', pos);
-    if (nl == std::string::npos) nl = bpe.size();
-    std::string line = bpe.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
-    v.merges.push_back(std::move(line));
-  }
-  return v;
-}
-
-// The tokenizer ("byte" or "gpt2") as tokenizer.ggml.*: a byte-level BPE
-// with GPT-2's pre-tokenizer. llama.cpp takes the vocabulary size from the
-// token list and requires token_embd to match it, so a padded embedding gets
-// padding tokens.
-void add_vocab(const Checkpoint& ckpt, const std::string& tokenizer, int64_t vocab_size,
-               const GgufExportOptions& options, GgufWriter& w) {
-  Vocab v = tokenizer == "gpt2" ? gpt2_vocab(ckpt, options.vocab_dir) : byte_vocab();
   if (int64_t(v.tokens.size()) > vocab_size) {
-    throw IoError(ckpt.path + ": vocab_size is " + std::to_string(vocab_size) + ", smaller than the " + tokenizer +
+    throw IoError(ckpt.path + ": vocab_size is " + std::to_string(vocab_size) + ", smaller than the " + name +
                   " tokenizer's " + std::to_string(v.tokens.size()) + " tokens");
   }
   for (int64_t id = int64_t(v.tokens.size()); id < vocab_size; ++id) {
@@ -181,15 +110,17 @@ void add_vocab(const Checkpoint& ckpt, const std::string& tokenizer, int64_t voc
     v.types.push_back(kTokenUnused);
   }
   w.set("tokenizer.ggml.model", "gpt2");
-  w.set("tokenizer.ggml.pre", "gpt-2");
+  w.set("tokenizer.ggml.pre", v.pre);
   w.set("tokenizer.ggml.tokens", v.tokens);
   w.set("tokenizer.ggml.token_type", v.types);
   w.set("tokenizer.ggml.merges", v.merges);
-  if (v.bos >= 0) w.set("tokenizer.ggml.bos_token_id", uint32_t(v.bos));
-  if (v.eos >= 0) w.set("tokenizer.ggml.eos_token_id", uint32_t(v.eos));
-  // llama.cpp ends generation at EOT and EOS; it finds GPT-2's EOT by its
-  // text, the byte vocabulary's only from this key.
-  if (v.eos >= 0) w.set("tokenizer.ggml.eot_token_id", uint32_t(v.eos));
+  if (v.eot >= 0) {
+    // llama.cpp ends generation at EOT and EOS; it finds GPT-2's EOT by its
+    // text, the byte vocabulary's only from this key.
+    for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
+      w.set(key, uint32_t(v.eot));
+    }
+  }
   w.set("tokenizer.ggml.add_bos_token", false);
 }
 
@@ -210,7 +141,8 @@ void add_gpt2(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWrit
   w.set("gpt2.attention.head_count", uint32_t(c.n_head));
   w.set("gpt2.attention.layer_norm_epsilon", float(c.layer_norm_epsilon));
 
-  add_vocab(ckpt, c.tokenizer, c.vocab_size, options, w);
+  add_vocab(ckpt, options.tokenizer.empty() ? checkpoint_tokenizer(ckpt.path, c.tokenizer) : options.tokenizer,
+            c.vocab_size, options, w);
 
   Gpt2 model(c, 0);
   load_params(ckpt, model.params());
@@ -317,7 +249,8 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
     w.set(a + "rope.scaling.type", "linear");
     w.set(a + "rope.scaling.factor", float(c.rope_scaling.factor));
   }
-  add_vocab(ckpt, c.tokenizer, c.vocab_size, options, w);
+  add_vocab(ckpt, options.tokenizer.empty() ? checkpoint_tokenizer(ckpt.path, c.tokenizer) : options.tokenizer,
+            c.vocab_size, options, w);
 
   Llama model(c, 0);
   load_params(ckpt, model.params());
@@ -522,12 +455,18 @@ Checkpoint checkpoint_from_gguf(const std::string& path) {
 }
 
 Checkpoint load_any_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  if (in && in.read(magic, 4) && std::string(magic, 4) == "GGUF") return checkpoint_from_gguf(path);
-  return load_checkpoint(path);
+  return is_gguf_file(path) ? checkpoint_from_gguf(path) : load_checkpoint(path);
 }
 
+std::string checkpoint_tokenizer(const std::string& path, const std::string& configured) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::string json = (std::filesystem::path(path) / "tokenizer.json").string();
+    return std::filesystem::is_regular_file(json, ec) ? json : configured;
+  }
+  if (is_gguf_file(path) && read_gguf_metadata(path).find_value("tokenizer.ggml.model")) return path;
+  return configured;
+}
 
 GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions& options) {
   nlohmann::json cfg = nlohmann::json::parse(ckpt.config_json, nullptr, /*allow_exceptions=*/false);

@@ -317,6 +317,19 @@ nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
   return s;
 }
 
+nn::DecodeStep::Prompt Llama::prompt(int64_t tokens) const {
+  const LlamaConfig& c = config_;
+  if (tokens < 1 || tokens > c.max_position_embeddings) {
+    throw UsageError("llama: a prompt of " + std::to_string(tokens) + " tokens (1 to max_position_embeddings " +
+                     std::to_string(c.max_position_embeddings) + ")");
+  }
+  nn::DecodeStep::Prompt p;
+  p.tokens = Tensor::zeros(DType::i32, {1, tokens});
+  const Tensor x = nn::DecodeStep::prompt_through(layers_, embed_(p.tokens), p);
+  p.logits = reshape(matmul(norm_(slice(x, 1, tokens - 1, tokens)), transpose(lm_head_)), {1, c.vocab_size});
+  return p;
+}
+
 Tensor Llama::next_token_loss(const Tensor& tokens, bool) const {
   if (tokens.rank() != 2 || tokens.dim(1) < 2) {
     throw ShapeError("llama: next-token loss needs tokens [B, T + 1] with T >= 1, got " + to_string(tokens));

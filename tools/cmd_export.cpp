@@ -9,12 +9,14 @@
 #include "nabla/models/gguf.h"
 #include "nabla/models/llama.h"
 #include "nabla/checkpoint.h"
+#include "nabla/tokenizer.h"
 
 namespace nabla::cli {
 
 int run_export_gguf(const ExportArgs& a) {
   Checkpoint ckpt = models::load_any_checkpoint(a.checkpoint);
-  GgufWriter w = models::gguf_from_checkpoint(ckpt, {.vocab_dir = a.vocab, .matrix_type = a.type});
+  GgufWriter w = models::gguf_from_checkpoint(
+      ckpt, {.vocab_dir = a.vocab, .matrix_type = a.type, .tokenizer = a.tokenizer});
   w.write(a.out);
   fmt::print("wrote {} ({} architecture)\n", a.out, ckpt.architecture);
   return kExitOk;
@@ -31,9 +33,24 @@ int run_export_hf(const ExportArgs& a) {
   models::LlamaConfig cfg = models::llama_config_from_checkpoint(ckpt);
   models::Llama model(cfg, 0);
   load_params(ckpt, model.params());
+  // The tokenizer beside the weights, where it is byte-level BPE (byte
+  // checkpoints get none: Hugging Face has no byte tokenizer.json).
+  const std::string tokenizer =
+      a.tokenizer.empty() ? models::checkpoint_tokenizer(a.checkpoint, cfg.tokenizer) : a.tokenizer;
+  std::unique_ptr<BpeTokenizer> bpe;
+  if (tokenizer != "byte") {
+    std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer, a.vocab);
+    if (auto* b = dynamic_cast<BpeTokenizer*>(tok.get())) {
+      tok.release();
+      bpe.reset(b);
+    } else {
+      throw UsageError("export hf: tokenizer " + tokenizer + " is not byte-level BPE");
+    }
+  }
   save_hf_folder(a.out, cfg.to_json(), model.params());
-  fmt::print("wrote {}/config.json and {}/model.safetensors ({} parameters)\n", a.out, a.out,
-             model.params().count());
+  if (bpe) bpe->save_json(a.out + "/tokenizer.json");
+  fmt::print("wrote {}/config.json, model.safetensors{} ({} parameters)\n", a.out,
+             bpe ? " and tokenizer.json" : "", model.params().count());
   return kExitOk;
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -55,7 +56,8 @@ int run_sample(const SampleArgs& a) {
     tokenizer = gpt2->config().tokenizer;
     context = gpt2->config().n_positions;
   }
-  std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer, a.vocab);
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(
+      a.tokenizer.empty() ? models::checkpoint_tokenizer(a.checkpoint, tokenizer) : a.tokenizer, a.vocab);
 
   std::vector<int32_t> ids = tok->encode(a.prompt);
   if (ids.empty()) ids.push_back(tok->eot_id() >= 0 ? tok->eot_id() : int32_t('\n'));
@@ -66,21 +68,52 @@ int run_sample(const SampleArgs& a) {
   nn::DecodeStep s = llama ? llama->decode_step(max_len) : gpt2->decode_step(max_len);
   Executor ex(Graph(s.outputs()), {.threads = a.threads});
   std::mt19937_64 rng(a.seed);
-
-  fmt::print("{}", a.prompt);
-  std::fflush(stdout);
-  for (int64_t p = 0; p + 1 < max_len; ++p) {
-    s.token.data_as<int32_t>()[0] = ids[p];
+  const auto step = [&](int64_t p) {  // token ids[p] at position p
+    s.token.data_as<int32_t>()[0] = ids[size_t(p)];
     s.position.data_as<int32_t>()[0] = int32_t(p);
     ex.run();
     s.remember(ex, p);
-    if (p + 1 < int64_t(ids.size())) continue;  // still reading the prompt
-    int32_t next = sample_token(ex.read<float>(s.logits), a.temperature, a.top_k, rng);
-    ids.push_back(next);
+    return ex.read<float>(s.logits);
+  };
+
+  fmt::print("{}", a.prompt);
+  std::fflush(stdout);
+  // The prompt: Llama's in one pass (matrix products), GPT-2's a token at a
+  // time. Its compilation counts as prompt time.
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const int64_t n = int64_t(ids.size());
+  std::vector<float> logits;
+  if (llama) {
+    nn::DecodeStep::Prompt prompt = llama->prompt(n);
+    Executor pass(Graph(prompt.outputs()), {.threads = a.threads});
+    std::copy(ids.begin(), ids.end(), prompt.tokens.data_as<int32_t>());
+    pass.run();
+    s.remember_prompt(pass, prompt);
+    logits = pass.read<float>(prompt.logits);
+  } else {
+    for (int64_t p = 0; p < n; ++p) logits = step(p);
+  }
+  const auto t1 = Clock::now();
+  while (true) {
+    ids.push_back(sample_token(logits, a.temperature, a.top_k, rng));
     fmt::print("{}", tok->decode(std::span<const int32_t>(&ids.back(), 1)));
     std::fflush(stdout);
+    if (int64_t(ids.size()) >= max_len) break;
+    logits = step(int64_t(ids.size()) - 1);
   }
+  const auto t2 = Clock::now();
   fmt::print("\n");
+  if (a.timings) {
+    const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
+    const double gen_s = std::chrono::duration<double>(t2 - t1).count();
+    const int64_t generated = int64_t(ids.size()) - n;
+    fmt::print(stderr, "prompt: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", n, prompt_s, double(n) / prompt_s);
+    // The first new token comes from the prompt's logits; each after it
+    // takes a decoding step.
+    fmt::print(stderr, "generation: {} tokens, {} decoding steps in {:.3f} s ({:.1f} tokens/s)\n", generated,
+               generated - 1, gen_s, double(generated - 1) / gen_s);
+  }
   return kExitOk;
 }
 

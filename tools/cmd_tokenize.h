@@ -9,7 +9,7 @@
 namespace nabla::cli {
 
 struct TokenizeArgs {
-  std::string tokenizer = "byte";  // byte, gpt2 or a tokenizer.json
+  std::string tokenizer = "byte";  // byte, gpt2, a tokenizer.json or a GGUF model
   std::string vocab;               // GPT-2 vocabulary folder; "" = find_gpt2_vocab()
   bool decode = false;             // ids to text
   bool whole = false;              // encode all of stdin as one text (one output line)

@@ -109,6 +109,8 @@ int run_train_lm(const TrainLmArgs& opt);
 
 struct SampleArgs {
   std::string checkpoint, prompt, vocab;
+  std::string tokenizer;  // "" = checkpoint_tokenizer
+  bool timings = false;   // prompt and generation rates to stderr
   int tokens = 200;
   double temperature = 0.8;
   int top_k = 40;
@@ -143,6 +145,7 @@ struct ExportArgs {
   std::string checkpoint, out;
   std::string vocab;  // GPT-2 vocabulary folder for gpt2-tokenizer checkpoints ("" = found)
   GgmlType type = GgmlType::f32;  // GGUF: Llama's weight matrices
+  std::string tokenizer;          // "" = checkpoint_tokenizer
 };
 int run_export_gguf(const ExportArgs& opt);
 int run_export_hf(const ExportArgs& opt);

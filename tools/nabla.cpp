@@ -16,6 +16,7 @@
 #include "core/op.h"
 #include "core/op_check.h"
 #include "nabla/error.h"
+#include "nabla/gguf.h"
 
 namespace {
 
@@ -261,6 +262,15 @@ int main(int argc, char** argv) {
   CLI::App* llama_cmd = add_language_model_command(train_cmd, llama, "A Llama-family model (GQA, RoPE, SwiGLU)",
                                                    {"llama-tiny-byte", "smollm2-135m"});
 
+  // byte, gpt2, or the path of a tokenizer.json or a GGUF model.
+  const CLI::Validator tokenizer_name(
+      [](std::string& s) -> std::string {
+        if (s == "byte" || s == "gpt2") return "";
+        if (s.ends_with(".json") || s.ends_with(".gguf")) return CLI::ExistingFile(s);
+        if (nabla::is_gguf_file(s)) return "";
+        return "expected byte, gpt2, a tokenizer.json or a GGUF model file, got '" + s + "'";
+      },
+      "byte|gpt2|FILE.json|FILE.gguf");
   SampleArgs sample;
   CLI::App* sample_cmd =
       app.add_subcommand("sample", "Generate text from a GPT-2 or Llama checkpoint (key/value cache)");
@@ -277,20 +287,18 @@ int main(int argc, char** argv) {
   add_int(sample_cmd, "--top-k", sample.top_k, "Sample among the k likeliest tokens (0: all)", 0, 10'000'000);
   sample_cmd->add_option("--seed", sample.seed, "Sampling seed")->capture_default_str();
   sample_cmd->add_option("--vocab", sample.vocab, "Folder with GPT-2's encoder.json and vocab.bpe");
+  sample_cmd->add_option("--tokenizer", sample.tokenizer,
+                         "byte, gpt2, a tokenizer.json or a GGUF model (default: the GGUF's own, the folder's "
+                         "tokenizer.json, else the checkpoint's config)")
+      ->check(tokenizer_name);
   add_int(sample_cmd, "--threads", sample.threads, "Threads (0: all cores)", 0, 256);
+  sample_cmd->add_flag("--timings", sample.timings, "Print the prompt's and the generation's tokens per second to stderr");
 
   TokenizeArgs tokenize;
   CLI::App* tokenize_cmd =
       app.add_subcommand("tokenize", "Encode stdin as token ids, one line of ids per line of text (or decode ids)");
-  // byte, gpt2, or the path of a tokenizer.json.
-  const CLI::Validator tokenizer_name(
-      [](std::string& s) -> std::string {
-        if (s == "byte" || s == "gpt2") return "";
-        if (s.ends_with(".json")) return CLI::ExistingFile(s);
-        return "expected byte, gpt2 or a tokenizer.json file, got '" + s + "'";
-      },
-      "byte|gpt2|FILE.json");
-  tokenize_cmd->add_option("--tokenizer", tokenize.tokenizer, "byte, gpt2, or a Hugging Face tokenizer.json")
+  tokenize_cmd->add_option("--tokenizer", tokenize.tokenizer,
+                           "byte, gpt2, a Hugging Face tokenizer.json, or a GGUF model (its tokenizer.ggml.*)")
       ->check(tokenizer_name)
       ->capture_default_str();
   tokenize_cmd->add_option("--vocab", tokenize.vocab, "Folder holding GPT-2's encoder.json and vocab.bpe (default: found)")
@@ -318,7 +326,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tok_train_cmd->add_option("-o,--out", tokenizer_args.out, "tokenizer.json to write")->required();
   CLI::App* tok_convert_cmd = tokenizer_cmd->add_subcommand("convert", "Write a BPE tokenizer as tokenizer.json");
-  tok_convert_cmd->add_option("--tokenizer", tokenizer_args.tokenizer, "gpt2, or a tokenizer.json")
+  tok_convert_cmd->add_option("--tokenizer", tokenizer_args.tokenizer, "gpt2, a tokenizer.json, or a GGUF model")
       ->required()
       ->check(tokenizer_name);
   tok_convert_cmd->add_option("--vocab", tokenizer_args.vocab, "Folder holding GPT-2's encoder.json and vocab.bpe")
@@ -385,6 +393,10 @@ int main(int argc, char** argv) {
   gguf_cmd->add_option("--vocab", exportargs.vocab,
                        "GPT-2 checkpoints with the gpt2 tokenizer: folder with encoder.json and vocab.bpe (default: found)")
       ->check(CLI::ExistingDirectory);
+  gguf_cmd->add_option("--tokenizer", exportargs.tokenizer,
+                       "Tokenizer written as tokenizer.ggml.*: byte, gpt2, a tokenizer.json or a GGUF model "
+                       "(default: the checkpoint's own)")
+      ->check(tokenizer_name);
 
   CLI::App* hf_cmd =
       export_cmd->add_subcommand("hf", "A Hugging Face model folder (config.json, model.safetensors): Llama checkpoints");
@@ -393,6 +405,10 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingPath);
   hf_cmd->add_option("-o,--out", exportargs.out, "Output folder (created; its config.json and model.safetensors replaced)")
       ->required();
+  hf_cmd->add_option("--tokenizer", exportargs.tokenizer,
+                     "Tokenizer written as tokenizer.json: a tokenizer.json or a GGUF model (default: the "
+                     "checkpoint's own when it is byte-level BPE)")
+      ->check(tokenizer_name);
 
   try {
     app.parse(argc, argv);

@@ -215,5 +215,12 @@ struct GgufFile {
 // number of blocks) are dequantized to f32; other tensor types are an
 // IoError naming the tensor and its type.
 GgufFile read_gguf(const std::string& path);
+// Whether the file at `path` starts with GGUF's magic (false when it cannot
+// be read).
+bool is_gguf_file(const std::string& path);
+// The header and metadata alone, checked as read_gguf checks them; `tensors`
+// is empty and nothing past the metadata is read (a tokenizer from a model
+// file, without its weights).
+GgufFile read_gguf_metadata(const std::string& path);
 
 }  // namespace nabla

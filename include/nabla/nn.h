@@ -169,6 +169,22 @@ struct DecodeStep {
   explicit DecodeStep(int64_t max_tokens);
   // x [1, 1, D] through `blocks`, each with a cache of its own recorded here.
   Tensor through(const std::vector<TransformerBlock>& blocks, Tensor x, int64_t kv_heads, int64_t head_dim);
+
+  // A prompt's pass: its P tokens at once (causal attention, matrix
+  // products), then decoding steps from position P. Its graph takes tokens
+  // i32 [1, P] and gives the last token's logits [1, V] and each block's
+  // keys and values [1, P, kv heads, hd] (as a step's new ones, rotated).
+  struct Prompt {
+    Tensor tokens, logits;
+    std::vector<Tensor> keys, values;
+    std::vector<Tensor> outputs() const;  // logits, then each block's keys and values
+  };
+  // x [1, P, D] through `blocks`, recording their keys and values in `p`.
+  static Tensor prompt_through(const std::vector<TransformerBlock>& blocks, Tensor x, Prompt& p);
+  // After the prompt's graph ran: its keys and values into the caches at
+  // positions [0, P), and the mask opened there. UsageError when P exceeds
+  // the caches or the blocks differ.
+  void remember_prompt(const Executor& ex, const Prompt& p);
 };
 
 // Multi-head self-attention with one fused qkv projection (timm's Attention,
@@ -184,7 +200,9 @@ struct Attention {
   bool causal = false;
   Attention() = default;
   Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
-  Tensor operator()(const Tensor& x, int64_t queries = 0) const;
+  // With `record`, its new_keys and new_values are set to the keys (rotated)
+  // and values of every token, [N, T, kv heads, hd] (a prompt's pass).
+  Tensor operator()(const Tensor& x, int64_t queries = 0, KvCache* record = nullptr) const;
   // One new token per row, x [N, 1, D], attending to the cache and itself.
   Tensor decode(const Tensor& x, KvCache& cache) const;
 
@@ -222,6 +240,9 @@ struct TransformerBlock {
   // The same block for one new token per row, x [N, 1, D], with a key/value
   // cache of the earlier positions (inference: no dropout).
   Tensor decode(const Tensor& x, KvCache& cache) const;
+  // Inference over every token of x [N, T, D], its keys and values recorded
+  // in `record` (Attention::operator()'s).
+  Tensor prompt(const Tensor& x, KvCache& record) const;
 
  private:
   // The two residual branches around attention's output a.

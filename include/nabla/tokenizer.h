@@ -60,8 +60,37 @@ const char* pre_tokenizer_name(PreTokenizer p);
 // The pieces `p` cuts `text` into, in order; their concatenation is `text`.
 std::vector<std::string_view> pre_tokenize(std::string_view text, PreTokenizer p);
 
+// A byte-level BPE vocabulary as GGUF's tokenizer.ggml.* keys hold it
+// (tokenizer.ggml.model "gpt2"), in llama.cpp's conventions.
+struct GgufVocabulary {
+  // tokenizer.ggml.pre: "gpt-2", "llama-bpe" (also "llama3", "llama-v3"),
+  // "qwen2" or "smollm": nabla's gpt2, llama3, qwen2 and digits patterns.
+  // llama.cpp ignores merges for llama-bpe, as Llama 3's tokenizer.json does.
+  std::string pre;
+  // Normal tokens in GPT-2's byte alphabet; control and user-defined
+  // (added) tokens as their text; unused ids (padding) as any text.
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;  // 1 normal, 3 control, 4 user-defined, 5 unused
+  std::vector<std::string> merges;  // "left right", by rank
+  int32_t eot = -1;                 // the end-of-text token, -1: none
+};
+
 class BpeTokenizer : public Tokenizer {
  public:
+  // The tokenizer a GGUF model file carries (tokenizer.ggml.*, read without
+  // the weights), or one made from such a vocabulary (`where` names its
+  // source in errors). IoError naming the file and key for another model
+  // than "gpt2", a pre-tokenizer nabla does not implement, token types
+  // other than those above, tokens outside the byte alphabet, or merges of
+  // tokens the vocabulary lacks. Control and user-defined tokens are added
+  // tokens, matched in the text first.
+  static std::unique_ptr<BpeTokenizer> from_gguf(const std::string& path);
+  static std::unique_ptr<BpeTokenizer> from_gguf_vocabulary(const GgufVocabulary& v, const std::string& where);
+  // This tokenizer as GGUF's vocabulary; the end-of-text token is a control
+  // token. UsageError for a Llama-3-pattern tokenizer that does not ignore
+  // merges (llama.cpp always does for that pattern).
+  GgufVocabulary gguf_vocabulary() const;
+
   // Hugging Face's tokenizer.json: model BPE over GPT-2's byte alphabet
   // (merges as "a b" strings or [a, b] pairs, ignore_merges honoured), no
   // normalizer, a pre-tokenizer that is one of the patterns above (ByteLevel
@@ -77,6 +106,9 @@ class BpeTokenizer : public Tokenizer {
   // <|endoftext|> (an added special token, the last id). Pairs seen once are
   // not merged, so the vocabulary may end smaller.
   static std::unique_ptr<BpeTokenizer> train(std::string_view text, int32_t vocab_size, PreTokenizer pre);
+  // The 256 byte tokens and no merges (GPT-2's pattern): ByteTokenizer's ids
+  // as a BPE vocabulary, for formats that only carry BPE.
+  static std::unique_ptr<BpeTokenizer> bytes_only();
   ~BpeTokenizer() override;
 
   // tokenizer.json that from_json, and Hugging Face's tokenizers, read back
@@ -108,9 +140,10 @@ class Gpt2Tokenizer final : public BpeTokenizer {
   static std::vector<std::string_view> split(std::string_view text);
 };
 
-// "byte", "gpt2" (which reads `vocab_dir`; "" means find_gpt2_vocab()), or
-// the path of a tokenizer.json. UsageError for another name, IoError when
-// the files are not found or not valid.
+// "byte", "gpt2" (which reads `vocab_dir`; "" means find_gpt2_vocab()), the
+// path of a tokenizer.json, or of a GGUF model file (its tokenizer.ggml.*).
+// UsageError for another name, IoError when the files are not found or not
+// valid.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,
                                           const std::string& vocab_dir = "");
 

@@ -440,7 +440,23 @@ const GgufTensor& GgufFile::at(const std::string& name) const {
   return *t;
 }
 
-GgufFile read_gguf(const std::string& path) {
+namespace {
+GgufFile read_gguf_file(const std::string& path, bool with_tensors);
+}  // namespace
+
+GgufFile read_gguf(const std::string& path) { return read_gguf_file(path, true); }
+
+bool is_gguf_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in && in.read(magic, 4) && std::memcmp(magic, kMagic, 4) == 0;
+}
+
+GgufFile read_gguf_metadata(const std::string& path) { return read_gguf_file(path, false); }
+
+namespace {
+
+GgufFile read_gguf_file(const std::string& path, bool with_tensors) {
   Reader r(path);
   GgufFile file;
 
@@ -499,6 +515,8 @@ GgufFile read_gguf(const std::string& path) {
   } else {
     file.alignment = kDefaultAlignment;
   }
+
+  if (!with_tensors) return file;
 
   // ---- tensor infos
   file.tensors.reserve(tensor_count);
@@ -603,5 +621,7 @@ GgufFile read_gguf(const std::string& path) {
   }
   return file;
 }
+
+}  // namespace
 
 }  // namespace nabla

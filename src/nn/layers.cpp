@@ -192,7 +192,7 @@ Tensor Attention::per_query_head(const Tensor& t) const {
 // probabilities kept); shorter bidirectional attention keeps its
 // probabilities for the backward instead of recomputing the scores, from
 // attention_probs past 64 tokens and composed below (docs/performance.md).
-Tensor Attention::operator()(const Tensor& x, int64_t queries) const {
+Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record) const {
   const int64_t N = x.dim(0), T = x.dim(1), hd = head_dim, inner = heads * head_dim;
   if (queries < 0 || queries > T) {
     throw UsageError("attention: queries must be in [0, " + std::to_string(T) + "] (0: every token), got " +
@@ -202,6 +202,10 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries) const {
   if (causal && Tq != T) throw UsageError("attention: causal attention takes every token as a query");
   const Tensor q = rotary(project(0, Tq == T ? x : slice(x, 1, 0, Tq)), 0);
   Tensor k = rotary(project(1, x), 0), v = project(2, x);
+  if (record) {
+    record->new_keys = k;
+    record->new_values = v;
+  }
   // The fused op reads a group's key/value head in place.
   if (causal || T > 256) return proj(reshape(attention(q, k, v, causal), {N, Tq, inner}));
   k = per_query_head(k);
@@ -281,6 +285,47 @@ std::vector<Tensor> DecodeStep::outputs() const {
   return out;
 }
 
+Tensor DecodeStep::prompt_through(const std::vector<TransformerBlock>& blocks, Tensor x, Prompt& p) {
+  for (const TransformerBlock& b : blocks) {
+    KvCache record;
+    x = b.prompt(x, record);
+    p.keys.push_back(record.new_keys);
+    p.values.push_back(record.new_values);
+  }
+  return x;
+}
+
+std::vector<Tensor> DecodeStep::Prompt::outputs() const {
+  std::vector<Tensor> out{logits};
+  for (size_t l = 0; l < keys.size(); ++l) {
+    out.push_back(keys[l]);
+    out.push_back(values[l]);
+  }
+  return out;
+}
+
+void DecodeStep::remember_prompt(const Executor& ex, const Prompt& p) {
+  if (p.keys.size() != k_cache.size()) {
+    throw UsageError("decode step: the prompt's pass has " + std::to_string(p.keys.size()) + " blocks, the step " +
+                     std::to_string(k_cache.size()));
+  }
+  for (size_t l = 0; l < k_cache.size(); ++l) {
+    for (auto [fresh, cache] : {std::pair{p.keys[l], k_cache[l]}, std::pair{p.values[l], v_cache[l]}}) {
+      const int64_t heads = cache.dim(1), Tm = cache.dim(2), hd = cache.dim(3), P = fresh.dim(1);
+      if (fresh.shape() != Shape{1, P, heads, hd} || P > Tm) {
+        throw UsageError("decode step: the prompt's keys and values " + to_string(fresh.shape()) +
+                         " do not fit the cache " + to_string(cache.shape()));
+      }
+      const std::vector<float> kv = ex.read<float>(fresh);  // [P, heads, hd]
+      float* c = cache.data_as<float>();
+      for (int64_t t = 0; t < P; ++t)
+        for (int64_t h = 0; h < heads; ++h) std::copy_n(kv.data() + (t * heads + h) * hd, hd, c + (h * Tm + t) * hd);
+    }
+  }
+  const int64_t P = p.tokens.dim(1);
+  std::fill_n(mask.data_as<float>(), P, 0.0f);
+}
+
 void DecodeStep::remember(const Executor& ex, int64_t position) {
   for (size_t l = 0; l < k_new.size(); ++l) {
     for (auto [fresh, cache] : {std::pair{k_new[l], k_cache[l]}, std::pair{v_new[l], v_cache[l]}}) {
@@ -323,6 +368,10 @@ Tensor TransformerBlock::operator()(const Tensor& x, bool train, int64_t salt, i
 
 Tensor TransformerBlock::decode(const Tensor& x, KvCache& cache) const {
   return residuals(x, attn.decode(norm1(x), cache), /*train=*/false, 0);
+}
+
+Tensor TransformerBlock::prompt(const Tensor& x, KvCache& record) const {
+  return residuals(x, attn(norm1(x), 0, &record), /*train=*/false, 0);
 }
 
 PatchEmbed::PatchEmbed(Params& p, const std::string& prefix, int64_t in_chans, int64_t dim, int64_t patch_,

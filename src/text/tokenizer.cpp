@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "nabla/error.h"
+#include "nabla/gguf.h"
 
 namespace nabla {
 
@@ -60,7 +61,9 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::st
     return std::make_unique<Gpt2Tokenizer>(dir);
   }
   if (name.ends_with(".json")) return BpeTokenizer::from_json(name);
-  throw UsageError("make_tokenizer: unknown tokenizer '" + name + "'; expected byte, gpt2 or a tokenizer.json");
+  if (name.ends_with(".gguf") || is_gguf_file(name)) return BpeTokenizer::from_gguf(name);
+  throw UsageError("make_tokenizer: unknown tokenizer '" + name +
+                   "'; expected byte, gpt2, a tokenizer.json or a .gguf model");
 }
 
 }  // namespace nabla

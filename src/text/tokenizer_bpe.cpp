@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "nabla/error.h"
+#include "nabla/gguf.h"
 #include "nabla/io.h"
 #include "nabla/tokenizer.h"
 #include "text/unicode.h"
@@ -484,6 +485,175 @@ void BpeTokenizer::save_json(const std::string& path) const {
                     {"vocab", vocab},
                     {"merges", merges}}}};
   write_file_atomic(path, j.dump(1) + "\n");
+}
+
+// ---- GGUF's tokenizer.ggml.*
+
+namespace {
+
+constexpr int32_t kGgufNormal = 1, kGgufControl = 3, kGgufUserDefined = 4, kGgufUnused = 5;
+
+// llama.cpp's pre-tokenizer names (llama-vocab.cpp) for nabla's patterns;
+// the first of each is the one written.
+struct GgufPre {
+  const char* name;
+  PreTokenizer pre;
+};
+constexpr GgufPre kGgufPres[] = {{"gpt-2", PreTokenizer::gpt2},     {"llama-bpe", PreTokenizer::llama3},
+                                 {"llama3", PreTokenizer::llama3},  {"llama-v3", PreTokenizer::llama3},
+                                 {"qwen2", PreTokenizer::qwen2},    {"smollm", PreTokenizer::digits}};
+
+// An array of strings or of integers under `key`, IoError naming it otherwise.
+std::vector<std::string> gguf_strings(const GgufFile& f, const std::string& key, const std::string& path) {
+  const GgufValue* v = f.find_value(key);
+  if (!v) throw IoError(path + ": no " + key + " (a GGUF model without a tokenizer)");
+  const GgufArray* a = std::get_if<GgufArray>(&v->value);
+  if (!a || a->type != GgufType::string) throw IoError(path + ": " + key + " must be an array of strings");
+  std::vector<std::string> out;
+  out.reserve(a->items.size());
+  for (const GgufValue& x : a->items) out.push_back(x.get<std::string>());
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf(const std::string& path) {
+  const GgufFile f = read_gguf_metadata(path);
+  const GgufValue* model = f.find_value("tokenizer.ggml.model");
+  if (!model || model->type() != GgufType::string) throw IoError(path + ": no tokenizer.ggml.model string");
+  if (model->get<std::string>() != "gpt2") {
+    throw IoError(path + ": tokenizer.ggml.model is \"" + model->get<std::string>() +
+                  "\"; nabla reads \"gpt2\" (byte-level BPE), not SentencePiece or others");
+  }
+  GgufVocabulary v;
+  const GgufValue* pre = f.find_value("tokenizer.ggml.pre");
+  if (!pre || pre->type() != GgufType::string) {
+    throw IoError(path + ": no tokenizer.ggml.pre string (llama.cpp's default pattern is not one nabla implements)");
+  }
+  v.pre = pre->get<std::string>();
+  v.tokens = gguf_strings(f, "tokenizer.ggml.tokens", path);
+  if (const GgufValue* t = f.find_value("tokenizer.ggml.token_type")) {
+    const GgufArray* a = std::get_if<GgufArray>(&t->value);
+    if (!a || a->type != GgufType::i32) throw IoError(path + ": tokenizer.ggml.token_type must be an array of i32");
+    for (const GgufValue& x : a->items) v.types.push_back(x.get<int32_t>());
+  }
+  if (f.find_value("tokenizer.ggml.merges")) v.merges = gguf_strings(f, "tokenizer.ggml.merges", path);
+  if (const GgufValue* e = f.find_value("tokenizer.ggml.eot_token_id")) {
+    if (e->type() != GgufType::u32) throw IoError(path + ": tokenizer.ggml.eot_token_id must be u32");
+    v.eot = int32_t(std::min<uint32_t>(e->get<uint32_t>(), uint32_t(INT32_MAX)));
+  }
+  return from_gguf_vocabulary(v, path);
+}
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf_vocabulary(const GgufVocabulary& v, const std::string& where) {
+  auto fail = [&](const std::string& what) { return IoError(where + ": " + what); };
+  auto impl = std::make_unique<Impl>();
+  impl->byte_id.fill(-1);
+  const GgufPre* pre = nullptr;
+  for (const GgufPre& p : kGgufPres) {
+    if (v.pre == p.name) pre = &p;
+  }
+  if (!pre) {
+    throw fail("tokenizer.ggml.pre \"" + v.pre + "\" is not supported (nabla reads gpt-2, llama-bpe, qwen2, smollm)");
+  }
+  impl->pre = pre->pre;
+  impl->ignore_merges = pre->pre == PreTokenizer::llama3;  // as llama.cpp
+  if (v.tokens.empty() || v.tokens.size() >= (size_t(1) << 24)) {
+    throw fail("tokenizer.ggml.tokens has " + std::to_string(v.tokens.size()) + " tokens, expected 1 to 2^24 - 1");
+  }
+  if (!v.types.empty() && v.types.size() != v.tokens.size()) {
+    throw fail("tokenizer.ggml.token_type has " + std::to_string(v.types.size()) + " entries for " +
+               std::to_string(v.tokens.size()) + " tokens");
+  }
+  std::string bytes;
+  std::vector<Impl::Added> added;
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const int32_t type = v.types.empty() ? kGgufNormal : v.types[i];
+    const int32_t id = int32_t(i);
+    const std::string what = "token " + std::to_string(i) + " " + show(v.tokens[i]);
+    if (type == kGgufNormal) {
+      if (!from_alphabet(v.tokens[i], bytes) || bytes.empty()) {
+        throw fail(what + " has a character outside GPT-2's byte alphabet (not byte-level BPE)");
+      }
+      impl->set_token(id, bytes, where + ": tokenizer.ggml.tokens");
+    } else if (type == kGgufControl || type == kGgufUserDefined) {
+      if (v.tokens[i].empty()) throw fail(what + " is an empty added token");
+      added.push_back({v.tokens[i], id, type == kGgufControl, false, false});
+    } else if (type == kGgufUnused) {
+      if (i >= impl->id_bytes.size()) impl->id_bytes.resize(i + 1);
+    } else {
+      throw fail(what + " has token type " + std::to_string(type) + " (nabla reads 1 normal, 3 control, "
+                 "4 user-defined, 5 unused)");
+    }
+  }
+  impl->id_bytes.resize(v.tokens.size());
+  impl->finish(where);
+  for (size_t k = 0; k < v.merges.size(); ++k) {
+    const std::string& m = v.merges[k];
+    const std::string what = "tokenizer.ggml.merges[" + std::to_string(k) + "]";
+    const size_t space = m.find(' ');
+    if (space == std::string::npos || m.find(' ', space + 1) != std::string::npos) {
+      throw fail(what + " is " + show(m) + ", expected \"left right\"");
+    }
+    int32_t ids[2];
+    for (int side = 0; side < 2; ++side) {
+      const std::string token = side == 0 ? m.substr(0, space) : m.substr(space + 1);
+      auto it = from_alphabet(token, bytes) ? impl->bytes_id.find(bytes) : impl->bytes_id.end();
+      if (it == impl->bytes_id.end()) throw fail(what + ": " + show(token) + " is not a normal token");
+      ids[side] = it->second;
+    }
+    impl->add_merge(ids[0], ids[1], where + ": " + what);
+  }
+  for (Impl::Added& a : added) impl->add_token(std::move(a));
+  // The end-of-text token where it is an added one (GPT-2's <|endoftext|>);
+  // a byte vocabulary's '\n' stays a plain token, as ByteTokenizer has none.
+  if (v.eot >= 0 && size_t(v.eot) < v.tokens.size() && !v.types.empty() &&
+      (v.types[size_t(v.eot)] == kGgufControl || v.types[size_t(v.eot)] == kGgufUserDefined)) {
+    impl->eot = v.eot;
+  }
+  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(impl)));
+}
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::bytes_only() {
+  auto impl = std::make_unique<Impl>();
+  impl->byte_id.fill(-1);
+  for (int b = 0; b < 256; ++b) impl->set_token(b, std::string(1, char(b)), "bytes_only");
+  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(impl)));
+}
+
+GgufVocabulary BpeTokenizer::gguf_vocabulary() const {
+  const Impl& m = *impl_;
+  if (m.pre == PreTokenizer::llama3 && !m.ignore_merges) {
+    throw UsageError("tokenizer: llama.cpp ignores merges for Llama 3's pattern (llama-bpe) and this tokenizer does "
+                     "not: its GGUF would tokenize differently");
+  }
+  GgufVocabulary v;
+  for (const GgufPre& p : kGgufPres) {
+    if (p.pre == m.pre) {
+      v.pre = p.name;
+      break;
+    }
+  }
+  const size_t n = m.id_bytes.size();
+  v.tokens.resize(n);
+  v.types.assign(n, kGgufUnused);
+  for (size_t id = 0; id < n; ++id) v.tokens[id] = "[UNUSED" + std::to_string(id) + "]";
+  for (const auto& [bytes, id] : m.bytes_id) {
+    v.tokens[size_t(id)] = to_alphabet(bytes);
+    v.types[size_t(id)] = kGgufNormal;
+  }
+  for (const Impl::Added& a : m.added) {
+    v.tokens[size_t(a.id)] = a.text;
+    v.types[size_t(a.id)] = a.special ? kGgufControl : kGgufUserDefined;
+  }
+  // GPT-2's files keep <|endoftext|> among the model's tokens; llama.cpp
+  // wants it a control token (as convert_hf_to_gguf writes GPT-2).
+  if (m.eot >= 0) v.types[size_t(m.eot)] = kGgufControl;
+  for (const auto& [a, b] : m.merge_list) {
+    v.merges.push_back(to_alphabet(m.id_bytes[size_t(a)]) + " " + to_alphabet(m.id_bytes[size_t(b)]));
+  }
+  v.eot = m.eot;
+  return v;
 }
 
 // ---- training

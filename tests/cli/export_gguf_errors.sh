@@ -44,7 +44,7 @@ expect_error "vocabulary folder without the files" "$dir/empty/encoder.json" \
 # Where find_gpt2_vocab looks, nothing (an empty variable counts as unset).
 saved_vocab=${NABLA_GPT2_VOCAB-} saved_cache=${NABLA_CACHE-}
 export NABLA_GPT2_VOCAB="" NABLA_CACHE="$dir/no-cache"
-expect_error "vocabulary not installed" "$dir/gpt2_bpe.safetensors: the checkpoint's tokenizer is gpt2" \
+expect_error "vocabulary not installed" "$dir/gpt2_bpe.safetensors: its tokenizer: gpt2 tokenizer: no vocabulary found: run scripts/fetch-gpt2-vocab" \
   "$dir/gpt2_bpe.safetensors"
 export NABLA_GPT2_VOCAB="$saved_vocab" NABLA_CACHE="$saved_cache"
 expect_error "missing checkpoint" "$dir/missing.safetensors" "$dir/missing.safetensors"

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "nabla/checkpoint.h"
 #include "nabla/models/gguf.h"
 #include "nabla/models/llama.h"
 #include "nabla/nabla.hpp"
+#include "nabla/tokenizer.h"
 #include "nabla/trainer.h"
 
 #include "models/decoding_check.h"
@@ -118,6 +120,35 @@ TEST(Llama, CachedDecodingMatchesTheFullForward) {
   const int64_t T = int64_t(ids.size());
   const std::vector<float> full = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
   expect_decoding_matches(m.decode_step(T), ids, full, c.vocab_size);
+}
+
+// A prompt's pass gives its last token's logits and fills the caches, and
+// the steps after it give the full forward's logits.
+TEST(Llama, PromptPassThenCachedSteps) {
+  LlamaConfig c = small_config();
+  Llama m(c, 8);
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  const int64_t T = int64_t(ids.size()), P = 6, V = c.vocab_size;
+  const std::vector<float> full = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  nn::DecodeStep s = m.decode_step(T);
+  nn::DecodeStep::Prompt prompt = m.prompt(P);
+  Executor pass(Graph(prompt.outputs()), {.threads = 2});
+  std::copy_n(ids.begin(), P, prompt.tokens.data_as<int32_t>());
+  pass.run();
+  s.remember_prompt(pass, prompt);
+  const std::vector<float> last = pass.read<float>(prompt.logits);
+  for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(last[size_t(v)], full[size_t((P - 1) * V + v)], 1e-5) << v;
+  Executor ex(Graph(s.outputs()), {.threads = 2});
+  for (int64_t p = P; p < T; ++p) {
+    s.token.data_as<int32_t>()[0] = ids[size_t(p)];
+    s.position.data_as<int32_t>()[0] = int32_t(p);
+    ex.run();
+    const std::vector<float> logits = ex.read<float>(s.logits);
+    for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(logits[size_t(v)], full[size_t(p * V + v)], 1e-5) << p << " " << v;
+    s.remember(ex, p);
+  }
+  EXPECT_THROW(m.prompt(c.max_position_embeddings + 1), UsageError);
+  EXPECT_THROW(m.decode_step(P - 1).remember_prompt(pass, prompt), UsageError);  // longer than the cache
 }
 
 // Llama 3.2's rope_scaling: low frequencies divided by factor, high ones
@@ -313,4 +344,43 @@ TEST(Llama, GgufRoundTrip) {
     EXPECT_NE(std::string(e.what()).find(dir.file("cut.gguf") + ": no tensor 'blk.1.ffn_up.weight'"), std::string::npos)
         << e.what();
   }
+}
+
+// The tokenizer goes into the GGUF (tokenizer.ggml.*) and comes out of it,
+// read without the weights; a Hugging Face folder's tokenizer.json is the
+// folder's tokenizer.
+TEST(Llama, TokenizerTravelsWithTheWeights) {
+  nabla::testing_support::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 30; ++i) text += "the cat sat on the mat, 42 times.\n";
+  auto tok = BpeTokenizer::train(text, 300, PreTokenizer::qwen2);
+  tok->save_json(dir.file("tokenizer.json"));
+  LlamaConfig c = small_config();
+  c.attention_bias = false;  // llama.cpp's llama has none
+  c.vocab_size = 320;        // more rows than tokens: padding tokens in the GGUF
+  Llama m(c, 3);
+  save_checkpoint(dir.file("m.safetensors"), c.to_json(), m.params());
+  const Checkpoint ckpt = load_checkpoint(dir.file("m.safetensors"));
+  models::gguf_from_checkpoint(ckpt, {.tokenizer = dir.file("tokenizer.json")}).write(dir.file("m.gguf"));
+  EXPECT_EQ(models::checkpoint_tokenizer(dir.file("m.gguf"), "byte"), dir.file("m.gguf"));
+  EXPECT_EQ(models::checkpoint_tokenizer(dir.file("m.safetensors"), "byte"), "byte");
+  EXPECT_TRUE(read_gguf_metadata(dir.file("m.gguf")).tensors.empty());
+  auto back = make_tokenizer(dir.file("m.gguf"));
+  EXPECT_EQ(back->vocab_size(), 320);
+  for (const std::string s : {"the cat sat", "42 mats<|endoftext|>x", "東京 🙂"}) EXPECT_EQ(back->encode(s), tok->encode(s));
+  // Without one given, the byte tokenizer; a vocabulary larger than the
+  // embedding is refused.
+  models::gguf_from_checkpoint(ckpt).write(dir.file("bytes.gguf"));
+  EXPECT_EQ(make_tokenizer(dir.file("bytes.gguf"))->encode("ab"), (std::vector<int32_t>{'a', 'b'}));
+  LlamaConfig narrow = c;
+  narrow.vocab_size = tok->vocab_size() - 1;
+  Llama n(narrow, 3);
+  save_checkpoint(dir.file("narrow.safetensors"), narrow.to_json(), n.params());
+  EXPECT_THROW(models::gguf_from_checkpoint(load_checkpoint(dir.file("narrow.safetensors")),
+                                            {.tokenizer = dir.file("tokenizer.json")}),
+               IoError);
+  // A folder with a tokenizer.json.
+  std::filesystem::create_directories(dir.file("folder"));
+  std::filesystem::copy_file(dir.file("tokenizer.json"), dir.file("folder/tokenizer.json"));
+  EXPECT_EQ(models::checkpoint_tokenizer(dir.file("folder"), "byte"), dir.file("folder/tokenizer.json"));
 }

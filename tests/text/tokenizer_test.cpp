@@ -407,3 +407,72 @@ TEST(TokenizerBpe, UnsupportedTokenizerJsonIsAnIoErrorNamingTheFile) {
   EXPECT_THROW(BpeTokenizer::from_json(dir.file("bad.json")), IoError);
   EXPECT_THROW(BpeTokenizer::from_json(dir.file("missing.json")), IoError);
 }
+
+// A tokenizer as GGUF's tokenizer.ggml.* vocabulary reads back as the same
+// tokenizer: the same ids on every text, and the same vocabulary again.
+TEST(TokenizerGguf, VocabularyRoundTrips) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "the cat sat on the mat; the cats sat on 1234 mats. 東京 🙂\n";
+  for (PreTokenizer p : {PreTokenizer::gpt2, PreTokenizer::qwen2, PreTokenizer::digits}) {
+    auto tok = BpeTokenizer::train(text, 320, p);
+    const GgufVocabulary v = tok->gguf_vocabulary();
+    EXPECT_EQ(v.tokens.size(), size_t(tok->vocab_size()));
+    EXPECT_EQ(v.eot, tok->eot_id());
+    EXPECT_EQ(v.types[size_t(v.eot)], 3);  // control
+    auto back = BpeTokenizer::from_gguf_vocabulary(v, "memory");
+    EXPECT_EQ(back->pre_tokenizer(), p);
+    EXPECT_EQ(back->eot_id(), tok->eot_id());
+    for (const std::string s : {"the cats sat", "a mat<|endoftext|>the cat", "  1234 mats\n\n", "東京 🙂 é x"}) {
+      EXPECT_EQ(back->encode(s), tok->encode(s)) << pre_tokenizer_name(p) << ": " << s;
+      EXPECT_EQ(back->decode(back->encode(s)), s);
+    }
+    const GgufVocabulary again = back->gguf_vocabulary();
+    EXPECT_EQ(again.pre, v.pre);
+    EXPECT_EQ(again.tokens, v.tokens);
+    EXPECT_EQ(again.types, v.types);
+    EXPECT_EQ(again.merges, v.merges);
+  }
+  EXPECT_EQ(BpeTokenizer::train(text, 300, PreTokenizer::qwen2)->gguf_vocabulary().pre, "qwen2");
+  EXPECT_EQ(BpeTokenizer::train(text, 300, PreTokenizer::digits)->gguf_vocabulary().pre, "smollm");
+  // The byte vocabulary: ids are bytes, nothing merged, no end-of-text token.
+  auto bytes = BpeTokenizer::bytes_only();
+  EXPECT_EQ(bytes->encode("ab\n"), (std::vector<int32_t>{'a', 'b', '\n'}));
+  GgufVocabulary bv = bytes->gguf_vocabulary();
+  bv.eot = '\n';
+  EXPECT_EQ(BpeTokenizer::from_gguf_vocabulary(bv, "memory")->eot_id(), -1);
+}
+
+// llama.cpp ignores merges for Llama 3's pattern: a tokenizer that does not
+// cannot be written as one, and one read from GGUF does.
+TEST(TokenizerGguf, Llama3PatternIgnoresMerges) {
+  auto tok = BpeTokenizer::train("aaa bbb aaa bbb ccc ccc", 260, PreTokenizer::llama3);
+  EXPECT_THROW(tok->gguf_vocabulary(), UsageError);
+  GgufVocabulary v = BpeTokenizer::train("aaa bbb aaa bbb", 260, PreTokenizer::gpt2)->gguf_vocabulary();
+  v.pre = "llama-bpe";
+  EXPECT_EQ(BpeTokenizer::from_gguf_vocabulary(v, "memory")->pre_tokenizer(), PreTokenizer::llama3);
+}
+
+TEST(TokenizerGguf, BadVocabulariesAreIoErrorsNamingTheSource) {
+  const GgufVocabulary good = BpeTokenizer::train("aaa bbb aaa bbb ccc ccc", 262, PreTokenizer::gpt2)->gguf_vocabulary();
+  auto expect_error = [&](const std::function<void(GgufVocabulary&)>& change, const std::string& says) {
+    GgufVocabulary v = good;
+    change(v);
+    try {
+      BpeTokenizer::from_gguf_vocabulary(v, "model.gguf");
+      ADD_FAILURE() << "no error; expected " << says;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.gguf: "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  expect_error([](auto& v) { v.pre = "default"; }, "tokenizer.ggml.pre \"default\" is not supported");
+  expect_error([](auto& v) { v.types[40] = 2; }, "token type 2");
+  expect_error([](auto& v) { v.types.pop_back(); }, "token_type has");
+  expect_error([](auto& v) { v.tokens[40] = "x y"; }, "outside GPT-2's byte alphabet");
+  expect_error([](auto& v) { v.tokens[41] = v.tokens[40]; }, "appears twice");
+  expect_error([](auto& v) { v.types['a'] = 5; }, "no token for byte 97");
+  expect_error([](auto& v) { v.merges.push_back("a"); }, "expected \"left right\"");
+  expect_error([](auto& v) { v.merges.push_back("a zz"); }, "is not a normal token");
+  expect_error([](auto& v) { v.merges.push_back("c q"); }, "makes a token the vocabulary lacks");
+  expect_error([](auto& v) { v.tokens.clear(); v.types.clear(); }, "expected 1 to 2^24 - 1");
+}

@@ -29,6 +29,10 @@ struct GgufExportOptions {
   // F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K; a matrix whose rows are not a
   // whole number of the type's blocks stays F32, as do norms and biases.
   GgmlType matrix_type = GgmlType::f32;
+  // The tokenizer written as tokenizer.ggml.*, as make_tokenizer names it
+  // (a tokenizer.json, a GGUF model, "byte", "gpt2"); "" = the checkpoint's
+  // (checkpoint_tokenizer).
+  std::string tokenizer;
 };
 
 // The metadata and tensors of `ckpt` as a GGUF writer, ready to write().
@@ -49,5 +53,11 @@ Checkpoint checkpoint_from_gguf(const std::string& path);
 // load_checkpoint, or checkpoint_from_gguf for a file that starts with
 // GGUF's magic: what the `nabla` commands read.
 Checkpoint load_any_checkpoint(const std::string& path);
+
+// The tokenizer that comes with the weights at `path`, as make_tokenizer
+// names it: a GGUF file's own (when it has tokenizer.ggml.*), a Hugging Face
+// folder's tokenizer.json (when there is one); otherwise `configured`, the
+// tokenizer the checkpoint's config names.
+std::string checkpoint_tokenizer(const std::string& path, const std::string& configured);
 
 }  // namespace nabla::models

@@ -86,6 +86,9 @@ class Llama {
   Tensor next_token_loss(const Tensor& tokens, bool train) const;
   // A decoding step over at most max_tokens positions (sampling).
   nn::DecodeStep decode_step(int64_t max_tokens) const;
+  // A prompt of `tokens` tokens in one pass, for the decoding steps after
+  // (DecodeStep::remember_prompt).
+  nn::DecodeStep::Prompt prompt(int64_t tokens) const;
 
   const LlamaConfig& config() const { return config_; }
   nn::Params& params() { return params_; }

@@ -4,7 +4,11 @@
 # into node_modules on first use) loads each file `nabla export gguf --type`
 # wrote from the fixture checkpoints (F32, Q8_0, Q4_0, Q4_K, Q6_K), and its
 # next-token log-probabilities must match nabla's on the same file
-# (check_llama_cpp.mjs).
+# (check_llama_cpp.mjs). Then tokenizers: `nabla tokenizer train` on the
+# fortunes with GPT-2's, Qwen2's, SmolLM2's and Llama 3's patterns (Llama 3's
+# with ignore_merges on, as llama.cpp reads that pattern), each written into
+# a GGUF with `nabla export gguf --tokenizer`; llama.cpp must tokenize hand
+# texts and fortunes into nabla's ids (check_tokenizers.mjs).
 # Usage: check.sh FIXTURE_PROGRAM WORK_DIR NABLA
 # Fails, never skips, when Node.js, npm or the npm registry is missing.
 set -eu
@@ -33,3 +37,47 @@ done
 # values it stores.
 "$fixtures" expect "$work" || fail "$fixtures could not compute nabla's log-probabilities from the GGUF files"
 node "$here/check_llama_cpp.mjs" "$work" || fail "llama.cpp's next-token log-probabilities differ from nabla's"
+
+# ---- tokenizers
+tok="$work/tokenizers"
+fortunes=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort)
+[ -n "$fortunes" ] || fail "Debian's fortunes are not installed (scripts/install-deps installs them)"
+{
+  cat <<'TEXTS'
+Hello, world! It's a test: don't we'll they've I'd you're.
+  leading spaces, trailing spaces   
+tabs	and	more		tabs
+numbers 1 12 123 1234 12345 3.14159 -42 1e10 0x1F 2024-12-05
+Unicode: 東京 Ελληνικά русский عربى हिन्दी 🙂👍🏽 café naïve ﬁ
+code: for (int i = 0; i < n; ++i) { sum += a[i] * b[i]; } // done
+def f(x):    return x**2 if x > 0 else -x  # python
+special<|endoftext|>tokens <|endoftext|> in <|endoftext|>text
+     
+mixed   whitespace 	  runs  and punctuation!!! ??? ... ,,, ;;; ---
+TEXTS
+  printf 'a carriage\r return inside a line\n'
+  cat $fortunes | head -n 3000
+} >"$tok/lines.txt"
+{ cat "$tok/lines.txt"; cat $fortunes | head -c 200000; } >"$tok/whole.txt"
+names=""
+for pattern in gpt2 qwen2 digits llama3; do
+  json="$tok/$pattern.json"
+  "$nabla" tokenizer train --pattern $pattern --vocab-size 1000 -o "$json" >/dev/null ||
+    fail "nabla tokenizer train --pattern $pattern failed"
+  if [ $pattern = llama3 ]; then
+    node -e '
+const fs = require("fs");
+const j = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+j.model.ignore_merges = true;
+fs.writeFileSync(process.argv[1], JSON.stringify(j));
+' "$json"
+  fi
+  "$nabla" export gguf "$tok/host.safetensors" --tokenizer "$json" -o "$tok/$pattern.gguf" >/dev/null ||
+    fail "nabla export gguf --tokenizer $json failed"
+  "$nabla" tokenize --tokenizer "$tok/$pattern.gguf" <"$tok/lines.txt" >"$tok/$pattern.lines" ||
+    fail "nabla tokenize --tokenizer $tok/$pattern.gguf failed"
+  "$nabla" tokenize --whole --tokenizer "$tok/$pattern.gguf" <"$tok/whole.txt" >"$tok/$pattern.whole" ||
+    fail "nabla tokenize --whole failed"
+  names="$names $pattern"
+done
+node "$here/check_tokenizers.mjs" "$tok" $names || fail "llama.cpp tokenizes differently from nabla (texts and ids in $tok)"

@@ -1,7 +1,9 @@
 // What the ctest llama_cpp_runs_nabla_gguf hands to llama.cpp (check.sh).
 //   nabla_llama_fixtures write DIR: small Llama-family checkpoints with
 //     random weights at scales where every path matters (DIR/<model>.safetensors)
-//     and prompts of token ids for each (DIR/prompts.json).
+//     and prompts of token ids for each (DIR/prompts.json); and
+//     DIR/tokenizers/host.safetensors, a small model with a vocabulary of
+//     1024 that carries the tokenizers check.sh trains into GGUF files.
 //   nabla_llama_fixtures expect DIR: for every DIR/<model>.<type>.gguf (as
 //     `nabla export gguf --type` wrote it), read back by nabla (checkpoint_from_gguf,
 //     quantized tensors dequantized), nabla's 10 most likely next tokens with
@@ -123,6 +125,18 @@ void write(const std::string& dir) {
     prompts[name] = list;
   }
   write_file_atomic(dir + "/prompts.json", prompts.dump());
+
+  // A model to carry tokenizers of up to 1024 tokens into llama.cpp (its
+  // own folder: no log-probabilities are compared for it).
+  models::LlamaConfig host = base();
+  host.preset = "fixture-tokenizer-host";
+  host.vocab_size = 1024;
+  host.hidden_size = 64;
+  host.intermediate_size = 128;
+  host.num_hidden_layers = 1;
+  host.num_attention_heads = host.num_key_value_heads = 2;
+  std::filesystem::create_directories(dir + "/tokenizers");
+  save_checkpoint(dir + "/tokenizers/host.safetensors", host.to_json(), models::Llama(host, 1).params());
 }
 
 void expect(const std::string& dir) {
