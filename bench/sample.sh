@@ -24,11 +24,13 @@ npm_install tests/models/llama_cpp_js install --omit=optional --ignore-scripts -
 work=$(mktemp -d)
 build/bench/nabla_bench_train --model smollm2-135m --save "$work/model.safetensors"
 build/nabla export gguf "$work/model.safetensors" --tokenizer byte -o "$work/model.gguf" >/dev/null
-fortunes=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort | head -n 1)
-LC_ALL=C tr -c '[:print:]' ' ' <"$fortunes" | head -c $prompt_tokens >"$work/prompt.txt"
+# Printable ASCII from the fortunes: one byte, one token, on both sides.
+prompt=$(head -c $((4 * prompt_tokens)) /usr/share/games/fortunes/fortunes | LC_ALL=C tr -c '[:print:]' ' ' |
+  LC_ALL=C cut -c 1-$prompt_tokens)
+printf '%s' "$prompt" >"$work/prompt.txt"
 for ((r = 1; r <= reps; r++)); do
   echo "round $r/$reps" >&2
-  build/nabla sample --checkpoint "$work/model.gguf" --prompt "$(cat "$work/prompt.txt")" --tokens $new_tokens \
+  build/nabla sample --checkpoint "$work/model.gguf" --prompt "$prompt" --tokens $new_tokens \
     --temperature 0 --threads 2 --timings 2>>"$work/nabla.txt" >/dev/null
   node bench/peers/llama_cpp_sample.mjs tests/models/llama_cpp_js/node_modules/node-llama-cpp "$work/model.gguf" \
     "$work/prompt.txt" $new_tokens 2 >>"$work/llama_cpp.txt"

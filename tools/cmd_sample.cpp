@@ -104,6 +104,8 @@ int run_sample(const SampleArgs& a) {
   }
   const auto t2 = Clock::now();
   fmt::print("\n");
+  // NABLA_PROFILE=1: the decoding step's kernel time per op.
+  if (std::string prof = ex.profile(); !prof.empty()) fmt::print(stderr, "{}", prof);
   if (a.timings) {
     const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
     const double gen_s = std::chrono::duration<double>(t2 - t1).count();

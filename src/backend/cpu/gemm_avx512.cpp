@@ -455,6 +455,60 @@ void blocked_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   }
 }
 
+// One row of A (M = 1: a decoding step's token against a weight): C[1, N] =
+// alpha x op(B) + beta D with the arithmetic of blocked_gemm (each element
+// one FMA chain in increasing k per depth pass of kKc, stored by store_acc),
+// so its bits are those of the same row of a whole-matrix product; but B is
+// read in place, once, where blocked_gemm copies it into panels first (for
+// one row, all of its traffic again). op(B) = B^T (a weight [N, K], the
+// usual case) reads 16 rows of B at a time, each 16 k a 16 x 16 block
+// transposed in registers; op(B) = B reads 16 columns of each row of B.
+void gemv_f32(bool trans_a, bool trans_b, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, const float* D, float* C) {
+  thread_local std::vector<float> x_buf;
+  const float* x = A;
+  if (trans_a && lda != 1) {  // A^T stored [K, 1]: its column, gathered
+    x_buf.resize(size_t(K));
+    for (int64_t k = 0; k < K; ++k) x_buf[size_t(k)] = A[k * lda];
+    x = x_buf.data();
+  }
+  for (int64_t j0 = 0; j0 < N; j0 += 16) {
+    const int64_t cols = std::min<int64_t>(16, N - j0);
+    const __mmask16 mask = first_lanes(cols);
+    for (int64_t pc = 0; pc < K; pc += kKc) {
+      const int64_t kc = std::min(kKc, K - pc);
+      __m512 acc = _mm512_setzero_ps();
+      if (trans_b) {
+        for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+          const int64_t depth = std::min<int64_t>(16, kc - k0);
+          const __mmask16 kmask = first_lanes(depth);
+          __m512i r[16];
+#pragma GCC unroll 16
+          for (int i = 0; i < 16; ++i) {
+            const float* row = B + (j0 + i) * ldb + pc + k0;
+            if (i < cols) {
+              _mm_prefetch(reinterpret_cast<const char*>(row + 128), _MM_HINT_T0);
+              r[i] = _mm512_castps_si512(_mm512_maskz_loadu_ps(kmask, row));
+            } else {
+              r[i] = _mm512_setzero_si512();
+            }
+          }
+          transpose_16x16(r);  // r[kk]: op(B)[pc + k0 + kk, j0 .. j0 + 15]
+          for (int64_t kk = 0; kk < depth; ++kk) {
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(x[pc + k0 + kk]), _mm512_castsi512_ps(r[kk]), acc);
+          }
+        }
+      } else {
+        for (int64_t k = pc; k < pc + kc; ++k) {
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(x[k]), _mm512_maskz_loadu_ps(mask, B + k * ldb + j0), acc);
+        }
+      }
+      // Later passes add onto C itself, as blocked_gemm's.
+      store_acc(acc, mask, alpha, pc == 0 ? beta : 1.0f, (pc == 0 ? D : C) + j0, C + j0);
+    }
+  }
+}
+
 #ifdef NABLA_GEMM_AMX
 
 // The bf16 GEMM on AMX tiles: TDPBF16PS multiplies a 16-row x 16-pair tile
@@ -694,6 +748,7 @@ void gemm_f32_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
   if (M <= 0 || N <= 0) return;
   if (K <= 0 || alpha == 0.0f) return scale_into(M, N, beta, D, ldd, C, ldc);
 #ifdef NABLA_GEMM_AVX512
+  if (M == 1) return gemv_f32(trans_a, trans_b, N, K, alpha, A, lda, B, ldb, beta, D, C);
   blocked_gemm<false>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, D, ldd, C, ldc);
 #else
   if (beta != 0.0f && (D != C || ldd != ldc)) {
