@@ -1,12 +1,14 @@
 // read_gguf (include/nabla/gguf.h) on arbitrary bytes, block formats
 // included, then a Llama checkpoint from it (checkpoint_from_gguf,
-// include/nabla/models/gguf.h) and the model that checkpoint loads into.
+// include/nabla/models/gguf.h) and the model that checkpoint loads into, and
+// the tokenizer it carries (BpeTokenizer::from_gguf) encoding and decoding.
 #include <optional>
 
 #include "fuzz_util.h"
 #include "nabla/gguf.h"
 #include "nabla/models/gguf.h"
 #include "nabla/models/llama.h"
+#include "nabla/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nabla;
@@ -26,6 +28,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Checkpoint ckpt = models::checkpoint_from_gguf(path);
     models::Llama m(models::llama_config_from_checkpoint(ckpt), 0);
     load_params(ckpt, m.params());
+  });
+  fuzz::expect_clean(path, [&] {
+    auto tok = BpeTokenizer::from_gguf(path);
+    const std::vector<int32_t> ids = tok->encode("fuzz <|endoftext|> 1234 東京 🙂\n");
+    volatile size_t keep = tok->decode(ids).size();
+    (void)keep;
   });
   return 0;
 }

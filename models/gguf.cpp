@@ -81,8 +81,9 @@ Tensor transposed(const Tensor& w) {
 // byte-level BPE. "byte" is a vocabulary of the 256 bytes without merges, so
 // llama.cpp's BPE yields exactly the byte ids; it has no end-of-text token
 // (nabla separates documents with '\n', so that is BOS, EOS and EOT).
-// Otherwise the end-of-text token is BOS, EOS and EOT, as
-// convert_hf_to_gguf.py writes GPT-2. llama.cpp takes the vocabulary size
+// Otherwise the end-of-text token is EOS and EOT, and BOS unless the
+// tokenizer starts inputs with a token of its own (add_bos_token), as
+// convert_hf_to_gguf.py writes GPT-2 and Llama 3. llama.cpp takes the vocabulary size
 // from the token list and requires token_embd to match it, so a padded
 // embedding gets padding tokens.
 void add_vocab(const Checkpoint& ckpt, const std::string& name, int64_t vocab_size, const GgufExportOptions& options,
@@ -117,11 +118,12 @@ void add_vocab(const Checkpoint& ckpt, const std::string& name, int64_t vocab_si
   if (v.eot >= 0) {
     // llama.cpp ends generation at EOT and EOS; it finds GPT-2's EOT by its
     // text, the byte vocabulary's only from this key.
-    for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
-      w.set(key, uint32_t(v.eot));
-    }
+    for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) w.set(key, uint32_t(v.eot));
   }
-  w.set("tokenizer.ggml.add_bos_token", false);
+  // BOS: the token every input starts with where the tokenizer has one
+  // (add_bos_token), else the end-of-text token, as for GPT-2.
+  if (v.add_bos || v.eot >= 0) w.set("tokenizer.ggml.bos_token_id", uint32_t(v.add_bos ? v.bos : v.eot));
+  w.set("tokenizer.ggml.add_bos_token", v.add_bos);
 }
 
 void add_gpt2(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWriter& w) {

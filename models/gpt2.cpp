@@ -41,7 +41,9 @@ void Gpt2Config::validate() const {
     fail("n_embd " + std::to_string(n_embd) + " is not divisible by n_head " + std::to_string(n_head));
   }
   if (!(dropout >= 0 && dropout < 1)) fail("dropout must be in [0, 1)");
-  if (tokenizer != "byte" && tokenizer != "gpt2") fail("tokenizer must be \"byte\" or \"gpt2\"");
+  if (tokenizer != "byte" && tokenizer != "gpt2" && !tokenizer.ends_with(".json") && !tokenizer.ends_with(".gguf")) {
+    fail("tokenizer must be \"byte\", \"gpt2\" or the path of a tokenizer.json or .gguf");
+  }
   nn::parse_gelu(gelu);
 }
 

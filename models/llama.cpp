@@ -58,7 +58,9 @@ void LlamaConfig::validate() const {
   if (!(rms_norm_eps >= 0 && rms_norm_eps < 1)) fail("rms_norm_eps must be in [0, 1)");
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail("rope_theta must be positive");
   if (!(initializer_range > 0 && initializer_range < 1)) fail("initializer_range must be in (0, 1)");
-  if (tokenizer != "byte" && tokenizer != "gpt2") fail("tokenizer must be \"byte\" or \"gpt2\"");
+  if (tokenizer != "byte" && tokenizer != "gpt2" && !tokenizer.ends_with(".json") && !tokenizer.ends_with(".gguf")) {
+    fail("tokenizer must be \"byte\", \"gpt2\" or the path of a tokenizer.json or .gguf");
+  }
   const RopeScaling& s = rope_scaling;
   if (!s.type.empty()) {
     if (s.type != "linear" && s.type != "llama3") {

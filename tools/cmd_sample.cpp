@@ -59,7 +59,9 @@ int run_sample(const SampleArgs& a) {
   std::unique_ptr<Tokenizer> tok = make_tokenizer(
       a.tokenizer.empty() ? models::checkpoint_tokenizer(a.checkpoint, tokenizer) : a.tokenizer, a.vocab);
 
-  std::vector<int32_t> ids = tok->encode(a.prompt);
+  // The tokenizer's prefix (Llama 3's <|begin_of_text|>), then the prompt.
+  std::vector<int32_t> ids = tok->prefix_ids();
+  for (int32_t id : tok->encode(a.prompt)) ids.push_back(id);
   if (ids.empty()) ids.push_back(tok->eot_id() >= 0 ? tok->eot_id() : int32_t('\n'));
   int64_t max_len = std::min<int64_t>(context, int64_t(ids.size()) + a.tokens);
   if (int64_t(ids.size()) >= max_len) {

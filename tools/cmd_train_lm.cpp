@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "commands.h"
 #include "nabla/models/gpt2.h"
@@ -61,13 +62,24 @@ class TextTask : public TrainingTask {
   std::unique_ptr<Executor> validator_;
 };
 
+// --tokenizer into a preset's config: gpt2, or a tokenizer.json or GGUF
+// model (recorded by its absolute path, which sampling and export read
+// again), widens the vocabulary to the tokenizer's where the preset's is
+// smaller.
+void set_tokenizer(const TrainLmArgs& a, std::string& tokenizer, int64_t& vocab_size) {
+  if (a.tokenizer.empty()) return;
+  tokenizer = a.tokenizer;
+  if (tokenizer == "byte") return;
+  if (tokenizer != "gpt2") tokenizer = std::filesystem::absolute(tokenizer).string();
+  vocab_size = std::max<int64_t>(vocab_size, make_tokenizer(tokenizer, a.vocab)->vocab_size());
+}
+
 // What the two architectures differ in: the config from a preset or a
 // checkpoint with the command line's overrides, and how it is described.
 models::Gpt2Config gpt2_config(const TrainLmArgs& a, const std::optional<Checkpoint>& resume) {
   if (resume) return models::gpt2_config_from_checkpoint(*resume);
   models::Gpt2Config cfg = models::gpt2_preset(a.preset);
-  if (!a.tokenizer.empty()) cfg.tokenizer = a.tokenizer;
-  if (cfg.tokenizer == "gpt2") cfg.vocab_size = std::max<int64_t>(cfg.vocab_size, 50257);
+  set_tokenizer(a, cfg.tokenizer, cfg.vocab_size);
   if (a.dropout >= 0) cfg.dropout = a.dropout;
   if (a.n_layer > 0) cfg.n_layer = a.n_layer;
   if (a.n_head > 0) cfg.n_head = a.n_head;
@@ -80,8 +92,7 @@ models::Gpt2Config gpt2_config(const TrainLmArgs& a, const std::optional<Checkpo
 models::LlamaConfig llama_config(const TrainLmArgs& a, const std::optional<Checkpoint>& resume) {
   if (resume) return models::llama_config_from_checkpoint(*resume);
   models::LlamaConfig cfg = models::llama_preset(a.preset);
-  if (!a.tokenizer.empty()) cfg.tokenizer = a.tokenizer;
-  if (cfg.tokenizer == "gpt2") cfg.vocab_size = std::max<int64_t>(cfg.vocab_size, 50257);
+  set_tokenizer(a, cfg.tokenizer, cfg.vocab_size);
   if (a.n_layer > 0) cfg.num_hidden_layers = a.n_layer;
   if (a.n_head > 0) cfg.num_attention_heads = a.n_head;
   if (a.kv_heads > 0) cfg.num_key_value_heads = a.kv_heads;

@@ -133,6 +133,18 @@ void add_training_options(CLI::App* cmd, TrainLoopArgs& a, const std::string& se
       ->capture_default_str();
 }
 
+// byte, gpt2, or the path of a tokenizer.json or a GGUF model.
+CLI::Validator tokenizer_validator() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s == "byte" || s == "gpt2") return "";
+        if (s.ends_with(".json") || s.ends_with(".gguf")) return CLI::ExistingFile(s);
+        if (nabla::is_gguf_file(s)) return "";
+        return "expected byte, gpt2, a tokenizer.json or a GGUF model file, got '" + s + "'";
+      },
+      "byte|gpt2|FILE.json|FILE.gguf");
+}
+
 // `nabla train gpt2` and `nabla train llama`: the same command for either
 // architecture (TrainLmArgs).
 CLI::App* add_language_model_command(CLI::App* train_cmd, TrainLmArgs& a, const std::string& what,
@@ -143,8 +155,10 @@ CLI::App* add_language_model_command(CLI::App* train_cmd, TrainLmArgs& a, const 
   for (const std::string& p : presets) names += (names.empty() ? "" : ", ") + p;
   cmd->add_option("--preset", a.preset, "Model preset: " + names)->check(CLI::IsMember(presets))->capture_default_str();
   cmd->add_option("--text", a.text, "Text file or folder (default: the installed fortunes)");
-  cmd->add_option("--tokenizer", a.tokenizer, "byte or gpt2 (default: the preset's)")
-      ->check(CLI::IsMember({"byte", "gpt2"}));
+  cmd->add_option("--tokenizer", a.tokenizer,
+                  "byte, gpt2, a tokenizer.json or a GGUF model's (default: the preset's; the vocabulary grows to "
+                  "fit it)")
+      ->check(tokenizer_validator());
   cmd->add_option("--vocab", a.vocab, "Folder with GPT-2's encoder.json and vocab.bpe");
   cmd->add_option("--steps", a.steps, "Optimizer steps: the schedule's length (0: save the initial model)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
@@ -262,15 +276,7 @@ int main(int argc, char** argv) {
   CLI::App* llama_cmd = add_language_model_command(train_cmd, llama, "A Llama-family model (GQA, RoPE, SwiGLU)",
                                                    {"llama-tiny-byte", "smollm2-135m"});
 
-  // byte, gpt2, or the path of a tokenizer.json or a GGUF model.
-  const CLI::Validator tokenizer_name(
-      [](std::string& s) -> std::string {
-        if (s == "byte" || s == "gpt2") return "";
-        if (s.ends_with(".json") || s.ends_with(".gguf")) return CLI::ExistingFile(s);
-        if (nabla::is_gguf_file(s)) return "";
-        return "expected byte, gpt2, a tokenizer.json or a GGUF model file, got '" + s + "'";
-      },
-      "byte|gpt2|FILE.json|FILE.gguf");
+  const CLI::Validator tokenizer_name = tokenizer_validator();
   SampleArgs sample;
   CLI::App* sample_cmd =
       app.add_subcommand("sample", "Generate text from a GPT-2 or Llama checkpoint (key/value cache)");

@@ -43,6 +43,10 @@ class Tokenizer {
   // The id that separates documents (GPT-2's <|endoftext|>), or -1 when the
   // vocabulary has none. encode() never produces it from text.
   virtual int32_t eot_id() const { return -1; }
+  // The ids a model's input starts with (Llama 3's <|begin_of_text|>), as
+  // the tokenizer's own settings ask: tokenizer.json's post-processor,
+  // GGUF's add_bos_token. encode() never adds them; sampling does.
+  virtual std::vector<int32_t> prefix_ids() const { return {}; }
 };
 
 class ByteTokenizer final : public Tokenizer {
@@ -73,6 +77,8 @@ struct GgufVocabulary {
   std::vector<int32_t> types;  // 1 normal, 3 control, 4 user-defined, 5 unused
   std::vector<std::string> merges;  // "left right", by rank
   int32_t eot = -1;                 // the end-of-text token, -1: none
+  int32_t bos = -1;                 // with add_bos, the token every input starts with
+  bool add_bos = false;
 };
 
 class BpeTokenizer : public Tokenizer {
@@ -87,8 +93,9 @@ class BpeTokenizer : public Tokenizer {
   static std::unique_ptr<BpeTokenizer> from_gguf(const std::string& path);
   static std::unique_ptr<BpeTokenizer> from_gguf_vocabulary(const GgufVocabulary& v, const std::string& where);
   // This tokenizer as GGUF's vocabulary; the end-of-text token is a control
-  // token. UsageError for a Llama-3-pattern tokenizer that does not ignore
-  // merges (llama.cpp always does for that pattern).
+  // token, a one-token prefix add_bos. UsageError for a Llama-3-pattern
+  // tokenizer that does not ignore merges (llama.cpp always does for that
+  // pattern), or a prefix of several tokens.
   GgufVocabulary gguf_vocabulary() const;
 
   // Hugging Face's tokenizer.json: model BPE over GPT-2's byte alphabet
@@ -98,7 +105,8 @@ class BpeTokenizer : public Tokenizer {
   // ByteLevel without; Digits with individual_digits, then ByteLevel), and
   // added tokens (matched in the text first, leftmost-longest; lstrip and
   // rstrip honoured). IoError naming the file and the part for anything else.
-  // The post-processor is not applied: encode() adds no BOS.
+  // A TemplateProcessing post-processor's leading special tokens (alone or
+  // in a Sequence) are prefix_ids(); encode() adds nothing.
   static std::unique_ptr<BpeTokenizer> from_json(const std::string& path);
   // Byte-level BPE learned from `text`: 256 byte tokens, then merges of the
   // most frequent adjacent pair within the pieces of `pre` (ties: the pair
@@ -121,6 +129,7 @@ class BpeTokenizer : public Tokenizer {
   std::string name() const override;  // "gpt2" for GPT-2's files, "bpe" otherwise
   // <|endoftext|>, <|end_of_text|> or </s>, whichever is an added token.
   int32_t eot_id() const override;
+  std::vector<int32_t> prefix_ids() const override;
   PreTokenizer pre_tokenizer() const;
 
   struct Impl;

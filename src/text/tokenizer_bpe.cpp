@@ -121,6 +121,7 @@ struct BpeTokenizer::Impl {
   std::vector<Added> added;  // longest first
   std::array<std::vector<int32_t>, 256> added_by_first_byte;  // indices into `added`, longest first
   int32_t eot = -1;
+  std::vector<int32_t> prefix;  // prefix_ids()
 
   // Pieces already encoded. Python's encoder keeps every piece; this one
   // starts over when it holds kCacheLimit, which bounds memory on large corpora.
@@ -294,6 +295,7 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
 int32_t BpeTokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_bytes.size()); }
 std::string BpeTokenizer::name() const { return impl_->name; }
 int32_t BpeTokenizer::eot_id() const { return impl_->eot; }
+std::vector<int32_t> BpeTokenizer::prefix_ids() const { return impl_->prefix; }
 PreTokenizer BpeTokenizer::pre_tokenizer() const { return impl_->pre; }
 
 // ---- tokenizer.json
@@ -351,6 +353,44 @@ PreTokenizer parse_pre_tokenizer_json(const json& j, const std::string& path) {
     }
   }
   throw fail(j.dump().substr(0, 200));
+}
+
+// The ids a TemplateProcessing post-processor (alone, or in a Sequence)
+// puts before a single text: its special tokens before the first Sequence
+// item. Those after the text (an EOS suffix) are not kept: generation
+// continues the text. Other post-processors (ByteLevel) add nothing.
+std::vector<int32_t> template_prefix(const json& post, int64_t tokens, const std::string& path) {
+  const json* t = nullptr;
+  if (post.is_object() && post.value("type", "") == "TemplateProcessing") t = &post;
+  if (post.is_object() && post.value("type", "") == "Sequence" && post.contains("processors") &&
+      post["processors"].is_array()) {
+    for (const json& p : post["processors"]) {
+      if (p.is_object() && p.value("type", "") == "TemplateProcessing") t = &p;
+    }
+  }
+  if (!t) return {};
+  auto fail = [&](const std::string& what) { return IoError(path + ": post_processor TemplateProcessing: " + what); };
+  const json single = t->value("single", json());
+  const json specials = t->value("special_tokens", json::object());
+  if (!single.is_array() || !specials.is_object()) throw fail("needs a \"single\" array and a \"special_tokens\" object");
+  std::vector<int32_t> prefix;
+  for (const json& item : single) {
+    if (!item.is_object() || item.contains("Sequence")) break;
+    const json name = item.contains("SpecialToken") && item["SpecialToken"].is_object()
+                          ? item["SpecialToken"].value("id", json())
+                          : json();
+    if (!name.is_string()) throw fail("single item " + item.dump().substr(0, 100) + " is neither SpecialToken nor Sequence");
+    const json entry = specials.value(name.get<std::string>(), json());
+    const json ids = entry.is_object() ? entry.value("ids", json()) : json();
+    if (!ids.is_array()) throw fail("special_tokens has no ids for " + name.dump());
+    for (const json& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tokens) {
+        throw fail(name.dump() + " has id " + id.dump() + ", expected one in [0, " + std::to_string(tokens) + ")");
+      }
+      prefix.push_back(id.get<int32_t>());
+    }
+  }
+  return prefix;
 }
 
 }  // namespace
@@ -444,6 +484,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
     impl->add_token({content, int32_t(id), a.value("special", false), a.value("lstrip", false),
                      a.value("rstrip", false)});
   }
+  impl->prefix = template_prefix(j.value("post_processor", json()), tokens, path);
   return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(impl)));
 }
 
@@ -465,13 +506,32 @@ void BpeTokenizer::save_json(const std::string& path) const {
     added.push_back({{"id", a.id}, {"content", a.text}, {"single_word", false}, {"lstrip", a.lstrip},
                      {"rstrip", a.rstrip}, {"normalized", false}, {"special", a.special}});
   }
+  // A prefix as TemplateProcessing after ByteLevel, as Llama 3's is written.
+  json post_processor = byte_level(false);
+  if (!m.prefix.empty()) {
+    json single = json::array(), pair = json::array(), specials = json::object();
+    for (int32_t id : m.prefix) {
+      const std::string name = m.id_bytes[size_t(id)];
+      single.push_back({{"SpecialToken", {{"id", name}, {"type_id", 0}}}});
+      specials[name] = {{"id", name}, {"ids", {id}}, {"tokens", {name}}};
+    }
+    pair = single;
+    single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    pair.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    for (int32_t id : m.prefix) pair.push_back({{"SpecialToken", {{"id", m.id_bytes[size_t(id)]}, {"type_id", 1}}}});
+    pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
+    post_processor = {{"type", "Sequence"},
+                      {"processors",
+                       {post_processor,
+                        {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}}}}};
+  }
   const json j = {{"version", "1.0"},
                   {"truncation", nullptr},
                   {"padding", nullptr},
                   {"added_tokens", added},
                   {"normalizer", nullptr},
                   {"pre_tokenizer", pre_tokenizer_json(m.pre)},
-                  {"post_processor", byte_level(false)},
+                  {"post_processor", post_processor},
                   {"decoder", byte_level(true)},
                   {"model",
                    {{"type", "BPE"},
@@ -538,9 +598,15 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf(const std::string& path) {
     for (const GgufValue& x : a->items) v.types.push_back(x.get<int32_t>());
   }
   if (f.find_value("tokenizer.ggml.merges")) v.merges = gguf_strings(f, "tokenizer.ggml.merges", path);
-  if (const GgufValue* e = f.find_value("tokenizer.ggml.eot_token_id")) {
-    if (e->type() != GgufType::u32) throw IoError(path + ": tokenizer.ggml.eot_token_id must be u32");
-    v.eot = int32_t(std::min<uint32_t>(e->get<uint32_t>(), uint32_t(INT32_MAX)));
+  for (auto [key, id] : {std::pair{"tokenizer.ggml.eot_token_id", &v.eot}, std::pair{"tokenizer.ggml.bos_token_id", &v.bos}}) {
+    if (const GgufValue* e = f.find_value(key)) {
+      if (e->type() != GgufType::u32) throw IoError(path + ": " + key + " must be u32");
+      *id = int32_t(std::min<uint32_t>(e->get<uint32_t>(), uint32_t(INT32_MAX)));
+    }
+  }
+  if (const GgufValue* b = f.find_value("tokenizer.ggml.add_bos_token")) {
+    if (b->type() != GgufType::boolean) throw IoError(path + ": tokenizer.ggml.add_bos_token must be a bool");
+    v.add_bos = b->get<bool>();
   }
   return from_gguf_vocabulary(v, path);
 }
@@ -607,6 +673,13 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf_vocabulary(const GgufVocab
   for (Impl::Added& a : added) impl->add_token(std::move(a));
   // The end-of-text token where it is an added one (GPT-2's <|endoftext|>);
   // a byte vocabulary's '\n' stays a plain token, as ByteTokenizer has none.
+  if (v.add_bos) {
+    if (v.bos < 0 || size_t(v.bos) >= v.tokens.size()) {
+      throw fail("tokenizer.ggml.add_bos_token is set, but bos_token_id " + std::to_string(v.bos) +
+                 " is not a token");
+    }
+    impl->prefix = {v.bos};
+  }
   if (v.eot >= 0 && size_t(v.eot) < v.tokens.size() && !v.types.empty() &&
       (v.types[size_t(v.eot)] == kGgufControl || v.types[size_t(v.eot)] == kGgufUserDefined)) {
     impl->eot = v.eot;
@@ -653,6 +726,14 @@ GgufVocabulary BpeTokenizer::gguf_vocabulary() const {
     v.merges.push_back(to_alphabet(m.id_bytes[size_t(a)]) + " " + to_alphabet(m.id_bytes[size_t(b)]));
   }
   v.eot = m.eot;
+  if (m.prefix.size() > 1) {
+    throw UsageError("tokenizer: GGUF holds one BOS token, this tokenizer's inputs start with " +
+                     std::to_string(m.prefix.size()));
+  }
+  if (!m.prefix.empty()) {
+    v.bos = m.prefix[0];
+    v.add_bos = true;
+  }
   return v;
 }
 

@@ -45,3 +45,24 @@ done
 cmp "$dir/straight.safetensors.txt" "$dir/straight.gguf.txt" ||
   { echo "greedy samples differ between the checkpoint and its GGUF export"; exit 1; }
 echo "sampled: $(cat "$dir/straight.safetensors.txt")"
+# A model trained with a BPE tokenizer of nabla's (tokenizer.json): the
+# checkpoint names it, its GGUF export carries it, and sampling from either
+# prints the same text; the Hugging Face export writes it beside the weights.
+fortunes=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort | head -n 3)
+# shellcheck disable=SC2086
+cat $fortunes | head -n 3000 >"$dir/text.txt"
+"$nabla" tokenizer train --text "$dir/text.txt" --vocab-size 400 --pattern qwen2 -o "$dir/bpe.json" >/dev/null ||
+  { echo "tokenizer train failed"; exit 1; }
+# shellcheck disable=SC2086
+"$nabla" train llama $shape --steps 4 --eval-every 4 --eval-batches 1 --text "$dir/text.txt" \
+  --tokenizer "$dir/bpe.json" --save "$dir/bpe.safetensors" >/dev/null 2>&1 || { echo "train with --tokenizer failed"; exit 1; }
+"$nabla" export gguf "$dir/bpe.safetensors" -o "$dir/bpe.gguf" >/dev/null || { echo "export gguf (bpe) failed"; exit 1; }
+"$nabla" export hf "$dir/bpe.safetensors" -o "$dir/bpe_hf" >/dev/null || { echo "export hf (bpe) failed"; exit 1; }
+cmp -s "$dir/bpe.json" "$dir/bpe_hf/tokenizer.json" || { echo "the HF folder's tokenizer.json is not the trained one"; exit 1; }
+for ckpt in bpe.safetensors bpe.gguf bpe_hf; do
+  "$nabla" sample --checkpoint "$dir/$ckpt" --prompt "The cat" --tokens 12 --temperature 0 >"$dir/$ckpt.txt" ||
+    { echo "nabla sample failed on $ckpt"; exit 1; }
+done
+cmp "$dir/bpe.safetensors.txt" "$dir/bpe.gguf.txt" && cmp "$dir/bpe.safetensors.txt" "$dir/bpe_hf.txt" ||
+  { echo "greedy samples differ between the BPE checkpoint, its GGUF and its folder"; exit 1; }
+echo "sampled with the trained BPE: $(cat "$dir/bpe.safetensors.txt")"

@@ -476,3 +476,39 @@ TEST(TokenizerGguf, BadVocabulariesAreIoErrorsNamingTheSource) {
   expect_error([](auto& v) { v.merges.push_back("c q"); }, "makes a token the vocabulary lacks");
   expect_error([](auto& v) { v.tokens.clear(); v.types.clear(); }, "expected 1 to 2^24 - 1");
 }
+
+// A TemplateProcessing post-processor's leading special token is the
+// tokenizer's prefix (Llama 3's <|begin_of_text|>), kept through
+// tokenizer.json and GGUF; encode() adds nothing.
+TEST(TokenizerBpe, PostProcessorPrefix) {
+  TempDir dir;
+  auto tok = BpeTokenizer::train("aaa bbb aaa bbb ccc ccc", 262, PreTokenizer::llama3);
+  tok->save_json(dir.file("plain.json"));
+  nlohmann::json j = nlohmann::json::parse(read_file(dir.file("plain.json")));
+  const int32_t bos = tok->eot_id();  // <|endoftext|> standing in for <|begin_of_text|>
+  EXPECT_TRUE(tok->prefix_ids().empty());
+  j["model"]["ignore_merges"] = true;
+  j["post_processor"] = nlohmann::json::parse(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
+      {"type": "TemplateProcessing",
+       "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+       "pair": [],
+       "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [)" + std::to_string(bos) + R"(],
+                                           "tokens": ["<|endoftext|>"]}}}]})");
+  write_text(dir.file("bos.json"), j.dump());
+  auto with = BpeTokenizer::from_json(dir.file("bos.json"));
+  EXPECT_EQ(with->prefix_ids(), (std::vector<int32_t>{bos}));
+  EXPECT_EQ(with->encode("aaa"), tok->encode("aaa"));
+  with->save_json(dir.file("again.json"));
+  EXPECT_EQ(BpeTokenizer::from_json(dir.file("again.json"))->prefix_ids(), (std::vector<int32_t>{bos}));
+  const GgufVocabulary v = with->gguf_vocabulary();
+  EXPECT_TRUE(v.add_bos);
+  EXPECT_EQ(v.bos, bos);
+  EXPECT_EQ(BpeTokenizer::from_gguf_vocabulary(v, "memory")->prefix_ids(), (std::vector<int32_t>{bos}));
+  GgufVocabulary bad = v;
+  bad.bos = int32_t(v.tokens.size());
+  EXPECT_THROW(BpeTokenizer::from_gguf_vocabulary(bad, "memory"), IoError);
+  j["post_processor"]["processors"][1]["special_tokens"]["<|endoftext|>"]["ids"] = nlohmann::json::array({100000});
+  write_text(dir.file("bad.json"), j.dump());
+  EXPECT_THROW(BpeTokenizer::from_json(dir.file("bad.json")), IoError);
+}

@@ -25,7 +25,7 @@ struct Gpt2Config {
   double dropout = 0.0;  // residual and embedding dropout (resid_pdrop, embd_pdrop)
   bool bias = true;
   std::string gelu = "gelu";  // GPT-2's gelu_new: the tanh approximation
-  std::string tokenizer = "gpt2";
+  std::string tokenizer = "gpt2";  // byte, gpt2, or the path of a tokenizer.json or GGUF model
 
   void validate() const;
   // Elements in the parameters Gpt2 builds from this (valid) config (saturates at

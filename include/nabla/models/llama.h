@@ -33,7 +33,7 @@ struct LlamaConfig {
   double initializer_range = 0.02;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q, k and v biases (Qwen2's; set by model_type "qwen2")
-  std::string tokenizer = "byte";
+  std::string tokenizer = "byte";  // byte, gpt2, or the path of a tokenizer.json or GGUF model
   // config.json's rope_scaling: none (type ""), "linear" (every frequency
   // divided by factor) or "llama3" (Llama 3.1/3.2: low frequencies divided
   // by factor, high ones kept, a smooth blend between).
