@@ -37,16 +37,9 @@ int run_export_hf(const ExportArgs& a) {
   // checkpoints get none: Hugging Face has no byte tokenizer.json).
   const std::string tokenizer =
       a.tokenizer.empty() ? models::checkpoint_tokenizer(a.checkpoint, cfg.tokenizer) : a.tokenizer;
-  std::unique_ptr<BpeTokenizer> bpe;
-  if (tokenizer != "byte") {
-    std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer, a.vocab);
-    if (auto* b = dynamic_cast<BpeTokenizer*>(tok.get())) {
-      tok.release();
-      bpe.reset(b);
-    } else {
-      throw UsageError("export hf: tokenizer " + tokenizer + " is not byte-level BPE");
-    }
-  }
+  std::unique_ptr<Tokenizer> tok = tokenizer == "byte" ? nullptr : make_tokenizer(tokenizer, a.vocab);
+  const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
+  if (tok && !bpe) throw UsageError("export hf: tokenizer " + tokenizer + " is not byte-level BPE");
   save_hf_folder(a.out, cfg.to_json(), model.params());
   if (bpe) bpe->save_json(a.out + "/tokenizer.json");
   fmt::print("wrote {}/config.json, model.safetensors{} ({} parameters)\n", a.out,

@@ -132,6 +132,9 @@ struct BpeTokenizer::Impl {
   // Sets a model token; `where` names the source in errors.
   void set_token(int32_t id, std::string bytes, const std::string& where);
   void add_merge(int32_t a, int32_t b, const std::string& where);
+  // The merge of two tokens written in GPT-2's byte alphabet (every reader's
+  // form); IoError `where`: TOKEN `missing` for one the vocabulary lacks.
+  void add_merge(std::string_view left, std::string_view right, const std::string& where, const char* missing);
   void add_token(Added a);
   void finish(const std::string& where);  // checks every byte has a token
   std::vector<int32_t> bpe(std::string_view piece) const;
@@ -160,6 +163,19 @@ void BpeTokenizer::Impl::add_merge(int32_t a, int32_t b, const std::string& wher
                   show(to_alphabet(id_bytes[size_t(b)])) + " appears twice");
   }
   merge_list.emplace_back(a, b);
+}
+
+void BpeTokenizer::Impl::add_merge(std::string_view left, std::string_view right, const std::string& where,
+                                   const char* missing) {
+  int32_t ids[2];
+  std::string bytes;
+  for (int side = 0; side < 2; ++side) {
+    const std::string_view token = side == 0 ? left : right;
+    auto it = from_alphabet(token, bytes) ? bytes_id.find(bytes) : bytes_id.end();
+    if (it == bytes_id.end()) throw IoError(where + ": " + show(token) + missing);
+    ids[side] = it->second;
+  }
+  add_merge(ids[0], ids[1], where);
 }
 
 void BpeTokenizer::Impl::add_token(Added a) {
@@ -454,16 +470,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
     } else {
       throw fail("model.merges[" + std::to_string(k) + "] is " + m.dump() + ", expected \"left right\" or [left, right]");
     }
-    int32_t ids[2];
-    for (int s = 0; s < 2; ++s) {
-      const std::string& token = s == 0 ? left : right;
-      auto it = from_alphabet(token, bytes) ? impl->bytes_id.find(bytes) : impl->bytes_id.end();
-      if (it == impl->bytes_id.end()) {
-        throw fail("model.merges[" + std::to_string(k) + "]: " + show(token) + " is not in model.vocab");
-      }
-      ids[s] = it->second;
-    }
-    impl->add_merge(ids[0], ids[1], path + ": model.merges[" + std::to_string(k) + "]");
+    impl->add_merge(left, right, path + ": model.merges[" + std::to_string(k) + "]", " is not in model.vocab");
   }
   for (const json& a : added) {
     if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
@@ -661,14 +668,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf_vocabulary(const GgufVocab
     if (space == std::string::npos || m.find(' ', space + 1) != std::string::npos) {
       throw fail(what + " is " + show(m) + ", expected \"left right\"");
     }
-    int32_t ids[2];
-    for (int side = 0; side < 2; ++side) {
-      const std::string token = side == 0 ? m.substr(0, space) : m.substr(space + 1);
-      auto it = from_alphabet(token, bytes) ? impl->bytes_id.find(bytes) : impl->bytes_id.end();
-      if (it == impl->bytes_id.end()) throw fail(what + ": " + show(token) + " is not a normal token");
-      ids[side] = it->second;
-    }
-    impl->add_merge(ids[0], ids[1], where + ": " + what);
+    impl->add_merge(std::string_view(m).substr(0, space), std::string_view(m).substr(space + 1), where + ": " + what,
+                    " is not a normal token");
   }
   for (Impl::Added& a : added) impl->add_token(std::move(a));
   // The end-of-text token where it is an added one (GPT-2's <|endoftext|>);
@@ -890,14 +891,7 @@ std::unique_ptr<BpeTokenizer::Impl> load_gpt2_files(const std::string& dir) {
         line.find(' ', space + 1) != std::string_view::npos) {
       throw IoError(where + ": expected two tokens separated by a space, got " + show(line));
     }
-    int32_t ids[2];
-    for (int s = 0; s < 2; ++s) {
-      const std::string_view token = s == 0 ? line.substr(0, space) : line.substr(space + 1);
-      auto it = from_alphabet(token, bytes) ? impl->bytes_id.find(bytes) : impl->bytes_id.end();
-      if (it == impl->bytes_id.end()) throw IoError(where + ": " + show(token) + " is not in encoder.json");
-      ids[s] = it->second;
-    }
-    impl->add_merge(ids[0], ids[1], where);
+    impl->add_merge(line.substr(0, space), line.substr(space + 1), where, " is not in encoder.json");
   }
   if (impl->merges.empty()) throw IoError(vocab + ": no merges");
   return impl;
