@@ -21,6 +21,7 @@
 //   lm_head.weight                               [V, D]        (absent when tied)
 #include "nabla/models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -286,7 +287,34 @@ Llama::Llama(const LlamaConfig& config, uint64_t seed) : config_(config) {
                                    : params_.add("lm_head.weight", init.normal({c.vocab_size, D}, c.initializer_range));
 }
 
-Tensor Llama::forward(const Tensor& input_ids) const {
+const std::vector<std::string>& llama_lora_modules() {
+  static const std::vector<std::string> names{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                              "down_proj"};
+  return names;
+}
+
+void Llama::add_lora(const nn::LoraConfig& config, uint64_t seed) {
+  if (lora_.r > 0) throw UsageError("llama: the model has adapters already");
+  config.validate();
+  for (const std::string& t : config.targets) {
+    const auto& known = llama_lora_modules();
+    if (std::find(known.begin(), known.end(), t) == known.end()) {
+      throw UsageError("llama: LoRA target '" + t + "' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                       "up_proj, down_proj");
+    }
+  }
+  std::vector<nn::Linear*> layers;
+  for (nn::TransformerBlock& b : layers_) {
+    for (nn::Linear* l : b.linears()) layers.push_back(l);
+  }
+  if (config.dropout > 0) lora_seed_ = Tensor::zeros(DType::i32, {1}).set_name("lora_dropout_seed");
+  nn::Init init(seed);
+  nn::add_lora(layers, config, adapter_, init, lora_seed_);
+  params_.freeze();
+  lora_ = config;
+}
+
+Tensor Llama::forward(const Tensor& input_ids, bool train, const Tensor& segments) const {
   const LlamaConfig& c = config_;
   if (input_ids.rank() != 2 || input_ids.dtype() != DType::i32) {
     throw ShapeError("llama: input_ids must be i32 [B, T], got " + to_string(input_ids));
@@ -296,18 +324,18 @@ Tensor Llama::forward(const Tensor& input_ids) const {
                      std::to_string(c.max_position_embeddings));
   }
   Tensor x = embed_(input_ids);  // [B, T, D]
-  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i](x, /*train=*/false, int64_t(2 * i));
+  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i](x, train, int64_t(2 * i), 0, segments);
   return matmul(norm_(x), transpose(lm_head_));  // [B, T, V]
 }
 
-Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels) const {
+Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels, bool train, const Tensor& segments) const {
   if (labels.dtype() != DType::i32 || labels.shape() != input_ids.shape() || input_ids.rank() != 2 ||
       input_ids.dim(1) < 2) {
     throw ShapeError("llama: loss needs input_ids and labels i32 [B, T] with T >= 2, got " + to_string(input_ids) +
                      " and " + to_string(labels));
   }
   const int64_t T = input_ids.dim(1);
-  const Tensor logits = forward(input_ids);
+  const Tensor logits = forward(input_ids, train, segments);
   return cross_entropy(slice(logits, 1, 0, T - 1), slice(labels, 1, 1, T), -100);
 }
 

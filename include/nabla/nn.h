@@ -23,6 +23,9 @@ class Params {
  public:
   // Adds a leaf as a trainable parameter under `name`.
   Tensor add(const std::string& name, Tensor t);
+  // Every parameter stops being one (no gradient is built for it) but stays
+  // listed, to be loaded and saved: a base model under adapters.
+  void freeze();
   const std::vector<std::pair<std::string, Tensor>>& list() const { return list_; }
   const Tensor& get(const std::string& name) const;  // UsageError naming it when absent
   int64_t count() const;                               // total elements
@@ -41,6 +44,7 @@ class Init {
   // Normal(0, std) redrawn outside +-2 std (timm's trunc_normal_ with a = -2std, b = 2std).
   Tensor trunc_normal(Shape shape, double std);
   Tensor normal(Shape shape, double std);
+  Tensor uniform(Shape shape, double lo, double hi);
   Tensor weight(Shape shape, double std) {
     return weights_ == Weights::normal ? normal(std::move(shape), std) : trunc_normal(std::move(shape), std);
   }
@@ -61,19 +65,55 @@ Tensor apply_gelu(Gelu g, const Tensor& x);
 // (timm, Llama), or [in, out] as Hugging Face's Conv1D (GPT-2).
 enum class WeightLayout { out_in, in_out };
 
-// y = x W^T + b (out_in) or x W + b (in_out).
+// A low-rank adapter on a linear layer (LoRA, as PEFT computes it): the
+// layer's output gains scale * dropout(x) A^T B^T, A [r, in], B [out, r].
+struct LoraAdapter {
+  Tensor a, b;
+  double scale = 1;
+  double dropout = 0;  // on the adapter's input, while training
+  Tensor dropout_seed;  // i32 [1] leaf (nn::Dropout's), when dropout > 0
+  int64_t salt = 0;     // the adapter's own mask stream
+  bool defined() const { return a.defined(); }
+};
+
+// y = x W^T + b (out_in) or x W + b (in_out), plus the adapter's term.
 struct Linear {
   Tensor weight, bias;  // bias undefined when not used
   WeightLayout layout = WeightLayout::out_in;
+  std::string name;  // the module's path ("model.layers.0.self_attn.q_proj")
+  LoraAdapter lora;  // undefined unless add_lora gave it one
   Linear() = default;
   Linear(Params& p, const std::string& prefix, int64_t in, int64_t out, bool bias, Init& init, double std = 0.02,
          WeightLayout layout = WeightLayout::out_in);
-  Tensor operator()(const Tensor& x) const;
+  // `train` turns the adapter's dropout on.
+  Tensor operator()(const Tensor& x, bool train = false) const;
+  int64_t in_features() const { return weight.dim(layout == WeightLayout::out_in ? 1 : 0); }
+  int64_t out_features() const { return weight.dim(layout == WeightLayout::out_in ? 0 : 1); }
   // The layer restricted to output features [begin, end): views of the
-  // weight and bias that the product reads in place, so gradients land in
-  // the whole weight (a fused q/k/v projection split three ways).
+  // weight, bias and adapter's B that the products read in place, so
+  // gradients land in the whole tensors (a fused q/k/v projection split
+  // three ways).
   Linear outputs(int64_t begin, int64_t end) const;
 };
+
+// LoRA's settings, as PEFT's LoraConfig names them.
+struct LoraConfig {
+  int64_t r = 8;
+  double alpha = 8;
+  double dropout = 0;
+  bool rslora = false;               // scale alpha / sqrt(r) instead of alpha / r
+  std::vector<std::string> targets;  // module names' last parts (q_proj, ...) that get an adapter
+  double scale() const;
+  void validate() const;  // UsageError naming the bad setting
+};
+
+// Gives every layer whose name's last part is one of c.targets an adapter:
+// A drawn as PEFT does (kaiming_uniform_ with a = sqrt(5): U(+-1/sqrt(in))),
+// B zero, so the model starts as it was. A and B join `adapters` as PEFT
+// names them: "base_model.model." + name + ".lora_A.weight" / ".lora_B.weight".
+// Layers in the given order; UsageError when a target matches no layer.
+void add_lora(const std::vector<Linear*>& layers, const LoraConfig& c, Params& adapters, Init& init,
+              const Tensor& dropout_seed);
 
 // Over the last axis: LayerNorm with weight (ones) and bias (zeros), or
 // RMSNorm (Llama's) with weight alone.
@@ -202,12 +242,16 @@ struct Attention {
   Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
   // With `record`, its new_keys and new_values are set to the keys (rotated)
   // and values of every token, [N, T, kv heads, hd] (a prompt's pass).
-  Tensor operator()(const Tensor& x, int64_t queries = 0, KvCache* record = nullptr) const;
+  // `train` turns the projections' adapter dropout on. segments (i32 [N, T]):
+  // each token attends within its segment id only (packed documents).
+  Tensor operator()(const Tensor& x, int64_t queries = 0, KvCache* record = nullptr, bool train = false,
+                    const Tensor& segments = Tensor()) const;
   // One new token per row, x [N, 1, D], attending to the cache and itself.
   Tensor decode(const Tensor& x, KvCache& cache) const;
+  std::vector<Linear*> linears();  // qkv or q, k, v; then proj
 
  private:
-  Tensor project(int64_t i, const Tensor& x) const;  // q, k or v: [N, T, heads (kv_heads), hd]
+  Tensor project(int64_t i, const Tensor& x, bool train = false) const;  // q, k or v: [N, T, heads (kv_heads), hd]
   Tensor rotary(const Tensor& t, int64_t offset) const;
   Tensor per_query_head(const Tensor& t) const;  // [N, T, kv_heads, hd] -> [N, T, heads, hd]
 };
@@ -218,9 +262,11 @@ struct Mlp {
   Gelu gelu = Gelu::erf;
   Mlp() = default;
   Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
-  Tensor operator()(const Tensor& x) const {
-    return gate.weight.defined() ? fc2(silu(gate(x)) * fc1(x)) : fc2(apply_gelu(gelu, fc1(x)));
+  Tensor operator()(const Tensor& x, bool train = false) const {
+    return gate.weight.defined() ? fc2(silu(gate(x, train)) * fc1(x, train), train)
+                                 : fc2(apply_gelu(gelu, fc1(x, train)), train);
   }
+  std::vector<Linear*> linears();  // gate (when SwiGLU), fc1, fc2
 };
 
 // Pre-LN transformer block: x + attn(norm1(x)), then + mlp(norm2(.)): ViT's
@@ -236,13 +282,17 @@ struct TransformerBlock {
   Dropout drop;
   TransformerBlock() = default;
   TransformerBlock(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
-  Tensor operator()(const Tensor& x, bool train, int64_t salt, int64_t keep = 0) const;
+  // segments: as Attention's.
+  Tensor operator()(const Tensor& x, bool train, int64_t salt, int64_t keep = 0,
+                    const Tensor& segments = Tensor()) const;
   // The same block for one new token per row, x [N, 1, D], with a key/value
   // cache of the earlier positions (inference: no dropout).
   Tensor decode(const Tensor& x, KvCache& cache) const;
   // Inference over every token of x [N, T, D], its keys and values recorded
   // in `record` (Attention::operator()'s).
   Tensor prompt(const Tensor& x, KvCache& record) const;
+  // Its linear layers, attention's then the MLP's (add_lora's order).
+  std::vector<Linear*> linears();
 
  private:
   // The two residual branches around attention's output a.

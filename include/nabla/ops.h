@@ -148,8 +148,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // grouped-query attention: Hk divides H, and query head h reads key/value
 // head h / (H / Hk) where it lies, never a per-head copy. Scores stay in a
 // per-thread scratch; the backward recomputes them. Causal needs Tq <= Tk.
+// segments (i32 [B, T], Tq = Tk = T): query i sees key j only where their
+// ids are equal (documents packed into one row; give padding an id of its own).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
-                 std::optional<double> scale = std::nullopt);
+                 std::optional<double> scale = std::nullopt, const Tensor& segments = Tensor());
 // Rotary position embedding of x [..., T, D] (D even) at positions i32 [T]
 // (or offset, offset + 1, ...): pair i turns by pos * base^(-2i/D) /
 // freq_factors[i]. neox pairs (x[i], x[i + D/2]) (GPT-NeoX, Hugging Face

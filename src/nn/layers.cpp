@@ -19,6 +19,10 @@ Tensor Params::add(const std::string& name, Tensor t) {
   return t;
 }
 
+void Params::freeze() {
+  for (auto& [_, t] : list_) t.requires_grad(false);
+}
+
 const Tensor& Params::get(const std::string& name) const {
   for (const auto& [n, t] : list_) {
     if (n == name) return t;
@@ -50,6 +54,14 @@ Tensor Init::normal(Shape shape, double std) {
   std::normal_distribution<double> n(0.0, std);
   float* p = t.data_as<float>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(n(rng_));
+  return t;
+}
+
+Tensor Init::uniform(Shape shape, double lo, double hi) {
+  Tensor t = Tensor::zeros(DType::f32, std::move(shape));
+  std::uniform_real_distribution<double> u(lo, hi);
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(u(rng_));
   return t;
 }
 
@@ -89,22 +101,69 @@ std::string join(const std::string& prefix, const std::string& name) {
 Linear::Linear(Params& p, const std::string& prefix, int64_t in, int64_t out, bool with_bias, Init& init,
                double std, WeightLayout layout_)
     : layout(layout_) {
+  name = prefix;
   weight = p.add(prefix + ".weight", init.weight(layout == WeightLayout::out_in ? Shape{out, in} : Shape{in, out}, std));
   if (with_bias) bias = p.add(prefix + ".bias", init.zeros({out}));
 }
 
 // x [..., in] @ W^T: matmul reads the transposed view without a copy.
-Tensor Linear::operator()(const Tensor& x) const {
+// The adapter scales its narrow [.., r] product, not the output, and adds
+// its second product into the base's output in place (matmul_add).
+Tensor Linear::operator()(const Tensor& x, bool train) const {
   const Tensor w = layout == WeightLayout::out_in ? transpose(weight) : weight;
-  return bias.defined() ? matmul_add(x, w, bias) : matmul(x, w);
+  const Tensor y = bias.defined() ? matmul_add(x, w, bias) : matmul(x, w);
+  if (!lora.defined()) return y;
+  const Tensor in = train && lora.dropout > 0 ? dropout(x, lora.dropout, lora.dropout_seed, true, lora.salt) : x;
+  return matmul_add(scale(matmul(in, transpose(lora.a)), lora.scale), transpose(lora.b), y);
 }
 
 Linear Linear::outputs(int64_t begin, int64_t end) const {
   Linear part;
   part.layout = layout;
+  part.name = name;
   part.weight = slice(weight, layout == WeightLayout::out_in ? 0 : 1, begin, end);
   if (bias.defined()) part.bias = slice(bias, 0, begin, end);
+  if (lora.defined()) {
+    part.lora = lora;
+    part.lora.b = slice(lora.b, 0, begin, end);
+  }
   return part;
+}
+
+double LoraConfig::scale() const { return rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
+
+void LoraConfig::validate() const {
+  if (r < 1) throw UsageError("lora: r must be at least 1, got " + std::to_string(r));
+  if (!(alpha > 0) || !std::isfinite(alpha)) throw UsageError("lora: alpha must be positive");
+  if (!(dropout >= 0 && dropout < 1)) throw UsageError("lora: dropout must be in [0, 1)");
+  if (targets.empty()) throw UsageError("lora: no target modules");
+}
+
+void add_lora(const std::vector<Linear*>& layers, const LoraConfig& c, Params& adapters, Init& init,
+              const Tensor& dropout_seed) {
+  c.validate();
+  if (c.dropout > 0 && !dropout_seed.defined()) throw UsageError("lora: dropout needs a seed leaf");
+  std::vector<bool> used(c.targets.size());
+  int64_t salt = 1 << 20;  // apart from the blocks' own dropout salts
+  for (Linear* l : layers) {
+    const std::string module = l->name.substr(l->name.find_last_of('.') + 1);
+    auto t = std::find(c.targets.begin(), c.targets.end(), module);
+    if (t == c.targets.end()) continue;
+    used[size_t(t - c.targets.begin())] = true;
+    if (l->lora.defined()) throw UsageError("lora: " + l->name + " already has an adapter");
+    const int64_t in = l->in_features(), out = l->out_features();
+    const double bound = 1 / std::sqrt(double(in));
+    const std::string peft = "base_model.model." + l->name;
+    l->lora.a = adapters.add(peft + ".lora_A.weight", init.uniform({c.r, in}, -bound, bound));
+    l->lora.b = adapters.add(peft + ".lora_B.weight", init.zeros({out, c.r}));
+    l->lora.scale = c.scale();
+    l->lora.dropout = c.dropout;
+    l->lora.dropout_seed = dropout_seed;
+    l->lora.salt = salt++;
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (!used[i]) throw UsageError("lora: target module '" + c.targets[i] + "' matches no layer of the model");
+  }
 }
 
 Norm::Norm(Params& p, const std::string& prefix, int64_t dim, double eps_, Init& init, NormKind kind_)
@@ -159,14 +218,30 @@ Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c,
 // the weight at a time: the same maths as slicing the fused output, but the
 // backward adds into the small weight instead of zero-filling and summing
 // three activation-sized gradients.
-Tensor Attention::project(int64_t i, const Tensor& x) const {
+Tensor Attention::project(int64_t i, const Tensor& x, bool train) const {
   const int64_t h = i == 0 ? heads : kv_heads;
   if (qkv.weight.defined()) {
     const int64_t D = x.dim(2);
-    return reshape(qkv.outputs(i * D, (i + 1) * D)(x), {x.dim(0), x.dim(1), h, head_dim});
+    return reshape(qkv.outputs(i * D, (i + 1) * D)(x, train), {x.dim(0), x.dim(1), h, head_dim});
   }
   const Linear& l = i == 0 ? q : i == 1 ? k : v;
-  return reshape(l(x), {x.dim(0), x.dim(1), h, head_dim});
+  return reshape(l(x, train), {x.dim(0), x.dim(1), h, head_dim});
+}
+
+std::vector<Linear*> Attention::linears() {
+  if (qkv.weight.defined()) return {&qkv, &proj};
+  return {&q, &k, &v, &proj};
+}
+
+std::vector<Linear*> Mlp::linears() {
+  if (gate.weight.defined()) return {&gate, &fc1, &fc2};
+  return {&fc1, &fc2};
+}
+
+std::vector<Linear*> TransformerBlock::linears() {
+  std::vector<Linear*> out = attn.linears();
+  for (Linear* l : mlp.linears()) out.push_back(l);
+  return out;
 }
 
 // Rotary positions on t [N, T, h, hd] from position `offset` (rotate-half
@@ -192,7 +267,8 @@ Tensor Attention::per_query_head(const Tensor& t) const {
 // probabilities kept); shorter bidirectional attention keeps its
 // probabilities for the backward instead of recomputing the scores, from
 // attention_probs past 64 tokens and composed below (docs/performance.md).
-Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record) const {
+Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, bool train,
+                             const Tensor& segments) const {
   const int64_t N = x.dim(0), T = x.dim(1), hd = head_dim, inner = heads * head_dim;
   if (queries < 0 || queries > T) {
     throw UsageError("attention: queries must be in [0, " + std::to_string(T) + "] (0: every token), got " +
@@ -200,14 +276,16 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record) 
   }
   const int64_t Tq = queries > 0 ? queries : T;
   if (causal && Tq != T) throw UsageError("attention: causal attention takes every token as a query");
-  const Tensor q = rotary(project(0, Tq == T ? x : slice(x, 1, 0, Tq)), 0);
-  Tensor k = rotary(project(1, x), 0), v = project(2, x);
+  const Tensor q = rotary(project(0, Tq == T ? x : slice(x, 1, 0, Tq), train), 0);
+  Tensor k = rotary(project(1, x, train), 0), v = project(2, x, train);
   if (record) {
     record->new_keys = k;
     record->new_values = v;
   }
   // The fused op reads a group's key/value head in place.
-  if (causal || T > 256) return proj(reshape(attention(q, k, v, causal), {N, Tq, inner}));
+  if (causal || T > 256 || segments.defined()) {
+    return proj(reshape(attention(q, k, v, causal, std::nullopt, segments), {N, Tq, inner}), train);
+  }
   k = per_query_head(k);
   v = per_query_head(v);
   // Composed on heads-first views of the token-major projections; the
@@ -216,7 +294,7 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record) 
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
   Tensor p = T > 64 ? attention_probs(q, k)
                     : softmax(matmul(heads_first(q), transpose(heads_first(k))), 1.0 / std::sqrt(double(hd)));
-  return proj(reshape(matmul_heads(p, heads_first(v)), {N, Tq, inner}));
+  return proj(reshape(matmul_heads(p, heads_first(v)), {N, Tq, inner}), train);
 }
 
 // Scores against the Tmax cached keys and the new key side by side, one
@@ -358,11 +436,12 @@ TransformerBlock::TransformerBlock(Params& p, const std::string& prefix, const B
 
 Tensor TransformerBlock::residuals(const Tensor& x, const Tensor& a, bool train, int64_t salt) const {
   Tensor h = x + drop(a, train, salt);
-  return h + drop(mlp(norm2(h)), train, salt + 1);
+  return h + drop(mlp(norm2(h), train), train, salt + 1);
 }
 
-Tensor TransformerBlock::operator()(const Tensor& x, bool train, int64_t salt, int64_t keep) const {
-  const Tensor a = attn(norm1(x), keep);  // checks keep
+Tensor TransformerBlock::operator()(const Tensor& x, bool train, int64_t salt, int64_t keep,
+                                    const Tensor& segments) const {
+  const Tensor a = attn(norm1(x), keep, nullptr, train, segments);  // checks keep
   return residuals(keep > 0 && keep < x.dim(1) ? slice(x, 1, 0, keep) : x, a, train, salt);
 }
 

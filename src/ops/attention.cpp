@@ -71,8 +71,12 @@ extern const OpDef op_attention;  // whose composite attention_back differentiat
 
 namespace {
 
-// attrs: ints {causal}, reals {scale}.
+// attrs: ints {causal, segments}, reals {scale}. segments: attention and
+// attention_back take an i32 [B, T] input (after v, or after dout), each
+// query seeing only the keys of its own segment id (packed documents);
+// without it that input is a placeholder, never read.
 bool causal_of(const Attrs& a) { return a.ints[0] != 0; }
+bool segmented(const Attrs& a) { return a.ints.size() > 1 && a.ints[1] != 0; }
 double scale_of(const Attrs& a) { return a.reals[0]; }
 
 // Queries per block: causal attention skips the keys no query of a block
@@ -116,9 +120,22 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   }
 }
 
+// Segment ids i32 [B, T] for self-attention (as many queries as keys).
+void check_segments(const char* op, const Tensor& q, const Tensor& k, const Tensor& segments) {
+  if (segments.dtype() != DType::i32) {
+    throw DTypeError(std::string(op) + ": segments must be i32, got " + dtype_name(segments.dtype()));
+  }
+  if (q.dim(1) != k.dim(1) || segments.shape() != Shape{q.dim(0), q.dim(1)}) {
+    throw ShapeError(std::string(op) + ": segments need as many queries as keys and [B, T] = " +
+                     to_string(Shape{q.dim(0), q.dim(1)}) + ", got q " + to_string(q.shape()) + ", k " +
+                     to_string(k.shape()) + ", segments " + to_string(segments.shape()));
+  }
+}
+
 Meta attention_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   const Tensor &q = in[0], &k = in[1], &v = in[2];
   check_qkv("attention", q, k, v, causal_of(attrs), /*grouped=*/true);
+  if (segmented(attrs)) check_segments("attention", q, k, in[3]);
   return {q.dtype(), {q.dim(0), q.dim(1), q.dim(2), v.dim(3)}};
 }
 
@@ -136,6 +153,7 @@ Meta attention_back_infer(const std::vector<Tensor>& in, const Attrs& attrs) {
   const Tensor &q = in[0], &k = in[1], &v = in[2], &dout = in[3];
   check_qkv("attention_back", q, k, v, causal_of(attrs), /*grouped=*/true);
   check_output_gradient("attention_back", q, v, dout);
+  if (segmented(attrs)) check_segments("attention_back", q, k, in[4]);
   return {q.dtype(), {q.numel() + k.numel() + v.numel()}};
 }
 
@@ -332,16 +350,36 @@ int64_t head_grain(const Dims& d) {
 // Queries [i0, i0 + rows) of one head: P = softmax(scale Q K^T) in s.p, and
 // the number of keys any of these queries sees. bf16: the bf16 matmul option
 // (every product of the op rounds its operands, as a matmul's do).
+// Segments (a row's ids, element t at seg[t * seg_stride]; null: none) hide
+// the keys of other segments as -inf scores, which the softmax turns into
+// zeros (a query always sees itself, so no row is all hidden).
 template <class T>
 int64_t block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t i0, int64_t rows,
                             const HeadOperand<T>& Kt, const Dims& d, bool causal, double scale, bool bf16,
-                            Scratch<T>& s, HeadRows<T>& Q) {
+                            Scratch<T>& s, HeadRows<T>& Q, const int32_t* seg, int64_t seg_stride) {
   const int64_t kv = causal ? causal_visible(i0 + rows - 1, d.Tq, d.Tk) : d.Tk;
   Q = head_rows(q, b, h, i0, rows, s.q);
   T* p = uninitialized(s.p, rows * kv);
   Kt.multiply(bf16, Q.trans, rows, kv, d.D, Q.p, Q.ld, p, kv);
+  if (seg) {
+    const T hidden = -std::numeric_limits<T>::infinity();
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t mine = seg[(i0 + r) * seg_stride];
+      T* row = p + r * kv;
+      for (int64_t j = 0; j < kv; ++j) {
+        if (seg[j * seg_stride] != mine) row[j] = hidden;
+      }
+    }
+  }
   softmax_rows(p, kv, rows, kv, i0, d.Tq, d.Tk, causal, scale);
   return kv;
+}
+
+// Row b's segment ids, or null without segments.
+const int32_t* segment_row(const KernelArgs& a, size_t input, int64_t b) {
+  if (!segmented(*a.attrs)) return nullptr;
+  const TensorView& s = a.in[input];
+  return s.ptr<int32_t>() + b * s.strides[0];
 }
 
 template <class T>
@@ -354,6 +392,7 @@ void attention_kernel(const KernelArgs& a) {
   T* out = a.out.ptr<T>();
   const int64_t block = query_block(d.Tq, d.Tk, causal);
   const bool share = !bf16 && block < d.Tq;
+  const int64_t seg_stride = segmented(*a.attrs) ? a.in[3].strides[1] : 0;
   a.parallel_for(d.B * d.H, head_grain(d), [&](int64_t t0, int64_t t1) {
     Scratch<T>& s = scratch<T>();
     for (int64_t t = t0; t < t1; ++t) {
@@ -365,7 +404,8 @@ void attention_kernel(const KernelArgs& a) {
       for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
         const int64_t rows = std::min(block, d.Tq - i0);
         HeadRows<T> Q{};
-        const int64_t kv = block_probabilities(q, b, h, i0, rows, Kt, d, causal, scale, bf16, s, Q);
+        const int64_t kv = block_probabilities(q, b, h, i0, rows, Kt, d, causal, scale, bf16, s, Q,
+                                               segment_row(a, 3, b), seg_stride);
         // O rows = P V, written into out [B, Tq, H, Dv] in place.
         T* o = out + ((b * d.Tq + i0) * d.H + h) * d.Dv;
         Vn.multiply(bf16, false, rows, d.Dv, kv, s.p.data(), kv, o, d.H * d.Dv);
@@ -392,6 +432,7 @@ void attention_back_kernel(const KernelArgs& a) {
   const int64_t block = query_block(d.Tq, d.Tk, causal);
   const bool share = !bf16 && block < d.Tq;
   const int64_t grain = std::max<int64_t>(1, head_grain(d) / group);
+  const int64_t seg_stride = segmented(*a.attrs) ? a.in[4].strides[1] : 0;
   a.parallel_for(d.B * d.Hk, grain, [&](int64_t t0, int64_t t1) {
     Scratch<T>& s = scratch<T>();
     for (int64_t t = t0; t < t1; ++t) {
@@ -409,7 +450,8 @@ void attention_back_kernel(const KernelArgs& a) {
         for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
           const int64_t rows = std::min(block, d.Tq - i0);
           HeadRows<T> Q{};
-          const int64_t kv = block_probabilities(q, b, h, i0, rows, Kt, d, causal, scale, bf16, s, Q);
+          const int64_t kv = block_probabilities(q, b, h, i0, rows, Kt, d, causal, scale, bf16, s, Q,
+                                                 segment_row(a, 4, b), seg_stride);
           const HeadRows<T> dO = head_rows(dout, b, h, i0, rows, s.dout);
           T* P = s.p.data();
           T* dS = uninitialized(s.dp, rows * kv);
@@ -620,10 +662,19 @@ Tensor per_query_head(const Tensor& x, int64_t heads) {
   return reshape(expand(reshape(x, {B, T, Hk, 1, C}), {B, T, Hk, heads / Hk, C}), {B, T, heads, C});
 }
 
+// Segments as an additive mask [B, 1, T, T]: 0 within a segment, -inf across.
+Tensor segment_mask(const Tensor& segments, DType dtype) {
+  const int64_t B = segments.dim(0), T = segments.dim(1);
+  const Tensor ids = cast(segments, dtype);  // exact: ids are far below 2^24
+  const Tensor same = eq(reshape(ids, {B, 1, T, 1}), reshape(ids, {B, 1, 1, T}));
+  return where(same, Tensor::scalar(0.0, dtype), Tensor::scalar(-std::numeric_limits<double>::infinity(), dtype));
+}
+
 Tensor attention_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
   const int64_t H = in[0].dim(2);
+  const Tensor mask = segmented(attrs) ? segment_mask(in[3], in[0].dtype()) : Tensor();
   Tensor o = scaled_dot_product_attention(heads_first(in[0]), heads_first(per_query_head(in[1], H)),
-                                          heads_first(per_query_head(in[2], H)), Tensor(), causal_of(attrs),
+                                          heads_first(per_query_head(in[2], H)), mask, causal_of(attrs),
                                           scale_of(attrs));
   return heads_first(o);
 }
@@ -632,20 +683,25 @@ Tensor attention_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
 // held as leaves: in a graph, dout itself depends on q, k and v (through the
 // layers above), and a plain grad() would differentiate it too.
 Tensor attention_back_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
-  const std::vector<Tensor> inputs{in[0], in[1], in[2]};
-  const std::vector<bool> needed(3, true);
+  const std::vector<Tensor> inputs{in[0], in[1], in[2], in[4]};
+  const std::vector<bool> needed{true, true, true, false};
   std::vector<Tensor> g = composite_backward({inputs, in[3], in[3], attrs, needed}, op_attention);
+  g.resize(3);
   for (Tensor& t : g) t = reshape(contiguous(t), {-1});
   return concat(g, 0);
 }
 
 Grads attention_backward(const BackwardArgs& g) {
   const Tensor &q = g.inputs[0], &k = g.inputs[1], &v = g.inputs[2];
-  Tensor flat = attention_back(q, k, v, g.dout, causal_of(g.attrs), scale_of(g.attrs));
+  Tensor flat = attention_back(q, k, v, g.dout, causal_of(g.attrs), scale_of(g.attrs),
+                               segmented(g.attrs) ? g.inputs[3] : Tensor());
   const int64_t nq = q.numel(), nk = k.numel(), nv = v.numel();
   return {reshape(slice(flat, 0, 0, nq), q.shape()), reshape(slice(flat, 0, nq, nq + nk), k.shape()),
-          reshape(slice(flat, 0, nq + nk, nq + nk + nv), v.shape())};
+          reshape(slice(flat, 0, nq + nk, nq + nk + nv), v.shape()), Tensor()};
 }
+
+// Segment ids [2, 5]: documents of 2 and 3 tokens; of 1, 3 and padding.
+Tensor row_segments() { return Tensor::from_vector<int32_t>({2, 5}, {0, 0, 1, 1, 1, 0, 1, 1, 1, -1}); }
 
 std::vector<GradCase> attention_cases() {
   using V = std::vector<Tensor>;
@@ -664,6 +720,11 @@ std::vector<GradCase> attention_cases() {
        [](const V& x) { return attention(x[0], x[1], x[2], true); }},
       {"grouped_fewer_keys", {normal({1, 3, 4, 2}), normal({1, 2, 1, 2}), normal({1, 2, 1, 3})},
        [](const V& x) { return attention(x[0], x[1], x[2], false, 0.8); }},
+      // Packed documents: each row's segments, the last one padding (-1).
+      {"segments_causal_grouped", {normal({2, 5, 4, 3}), normal({2, 5, 2, 3}), normal({2, 5, 2, 2})},
+       [](const V& x) { return attention(x[0], x[1], x[2], true, std::nullopt, row_segments()); }},
+      {"segments", {normal({2, 5, 2, 2}), normal({2, 5, 2, 2}), normal({2, 5, 2, 3})},
+       [](const V& x) { return attention(x[0], x[1], x[2], false, 0.9, row_segments()); }},
   };
 }
 
@@ -682,6 +743,8 @@ std::vector<GradCase> attention_back_cases() {
       // over its heads, and keys no query sees.
       {"grouped", {normal({1, 2, 4, 2}), normal({1, 3, 2, 2}), normal({1, 3, 2, 3}), normal({1, 2, 4, 3})},
        [](const V& x) { return attention_back(x[0], x[1], x[2], x[3], true, 0.6); }},
+      {"segments_grouped", {normal({2, 5, 4, 2}), normal({2, 5, 2, 2}), normal({2, 5, 2, 3}), normal({2, 5, 4, 3})},
+       [](const V& x) { return attention_back(x[0], x[1], x[2], x[3], true, 0.6, row_segments()); }},
   };
 }
 
@@ -755,9 +818,9 @@ std::vector<GradCase> attention_probs_values_back_cases() {
 
 extern const OpDef op_attention{
     .name = "attention",
-    .summary = "softmax(scale q k^T, causal) v over [B, T, H, D] heads (k, v: H or fewer, grouped); fused, scores "
-               "recomputed in the backward",
-    .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"v", Diff::yes}},
+    .summary = "softmax(scale q k^T, causal) v over [B, T, H, D] heads (k, v: H or fewer, grouped), optionally "
+               "within i32 segments [B, T]; fused, scores recomputed in the backward",
+    .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"v", Diff::yes}, {"segments", Diff::no}},
     .fused = true,
     .infer = attention_infer,
     .backward = attention_backward,
@@ -769,7 +832,7 @@ NABLA_CPU_KERNEL(op_attention, attention_forward);
 extern const OpDef op_attention_back{
     .name = "attention_back",
     .summary = "attention's dq, dk, dv, packed flat; fused (its own gradient through the composite)",
-    .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"v", Diff::yes}, {"dout", Diff::yes}},
+    .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"v", Diff::yes}, {"dout", Diff::yes}, {"segments", Diff::no}},
     .fused = true,
     .infer = attention_back_infer,
     .composite = attention_back_composite,
@@ -815,20 +878,29 @@ NABLA_CPU_KERNEL(op_attention_probs_values_back, attention_probs_values_back_for
 }  // namespace ops
 
 namespace {
-Attrs attention_attrs(const char* op, const Tensor& q, bool causal, std::optional<double> scale) {
+Attrs attention_attrs(const char* op, const Tensor& q, bool causal, std::optional<double> scale,
+                      bool segments = false) {
   if (!q.defined()) throw UsageError(std::string(op) + ": q is an undefined tensor");
   if (q.rank() != 4) throw ShapeError(std::string(op) + ": q must be [B, T, H, D], got " + to_string(q.shape()));
-  return Attrs{{causal ? 1 : 0}, {scale ? *scale : 1.0 / std::sqrt(double(q.dim(3)))}};
+  return Attrs{{causal ? 1 : 0, segments ? 1 : 0}, {scale ? *scale : 1.0 / std::sqrt(double(q.dim(3)))}};
+}
+
+// The segments input, or an i32 placeholder (as softmax's missing mask).
+Tensor segments_or_placeholder(const Tensor& segments) {
+  return segments.defined() ? segments : Tensor::scalar(0.0, DType::i32);
 }
 }  // namespace
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale) {
-  return apply(ops::op_attention, {q, k, v}, attention_attrs("attention", q, causal, scale));
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
+                 const Tensor& segments) {
+  return apply(ops::op_attention, {q, k, v, segments_or_placeholder(segments)},
+               attention_attrs("attention", q, causal, scale, segments.defined()));
 }
 
 Tensor attention_back(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
-                      double scale) {
-  return apply(ops::op_attention_back, {q, k, v, dout}, attention_attrs("attention_back", q, causal, scale));
+                      double scale, const Tensor& segments) {
+  return apply(ops::op_attention_back, {q, k, v, dout, segments_or_placeholder(segments)},
+               attention_attrs("attention_back", q, causal, scale, segments.defined()));
 }
 
 Tensor attention_probs(const Tensor& q, const Tensor& k, bool causal, std::optional<double> scale) {

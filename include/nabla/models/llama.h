@@ -76,11 +76,17 @@ class Llama {
   // input_ids i32 [B, T] -> logits [B, T, V]. T may exceed
   // max_position_embeddings only as far as the positions' rotation allows
   // (no learned positions): it is refused beyond it, as Hugging Face warns.
-  Tensor forward(const Tensor& input_ids) const;
+  // `train` turns the adapters' dropout on (the model itself has none).
+  // segments (i32 [B, T]): documents packed into a row, each token attending
+  // within its own id only. Positions run on along the row: rotary
+  // attention depends on positions' differences alone, so each document
+  // computes as it would from position 0.
+  Tensor forward(const Tensor& input_ids, bool train = false, const Tensor& segments = Tensor()) const;
 
   // Hugging Face's causal-LM loss: position t predicts labels[t + 1]
   // (labels i32 [B, T], -100 ignored), the mean over counted positions.
-  Tensor loss(const Tensor& input_ids, const Tensor& labels) const;
+  Tensor loss(const Tensor& input_ids, const Tensor& labels, bool train = false,
+              const Tensor& segments = Tensor()) const;
   // Mean next-token cross-entropy over all B * T positions of tokens i32
   // [B, T + 1] (GPT-2's training loss; no dropout, so `train` changes nothing).
   Tensor next_token_loss(const Tensor& tokens, bool train) const;
@@ -89,6 +95,18 @@ class Llama {
   // A prompt of `tokens` tokens in one pass, for the decoding steps after
   // (DecodeStep::remember_prompt).
   nn::DecodeStep::Prompt prompt(int64_t tokens) const;
+
+  // LoRA: freezes the model's parameters (params() still lists them, for
+  // loading) and gives the targeted projections adapters, whose A and B
+  // are adapter()'s parameters under PEFT's names. Targets are Hugging
+  // Face's module names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+  // down_proj. With dropout, its seed is lora_dropout_seed(), to be
+  // rewritten every step. UsageError for bad settings or a second call.
+  void add_lora(const nn::LoraConfig& config, uint64_t seed);
+  const nn::LoraConfig& lora() const { return lora_; }  // r 0: no adapters
+  nn::Params& adapter() { return adapter_; }
+  const nn::Params& adapter() const { return adapter_; }
+  const Tensor& lora_dropout_seed() const { return lora_seed_; }
 
   const LlamaConfig& config() const { return config_; }
   nn::Params& params() { return params_; }
@@ -101,6 +119,14 @@ class Llama {
   std::vector<nn::TransformerBlock> layers_;
   nn::Norm norm_;
   Tensor lm_head_;  // [V, D]: embed_'s weight when tied
+  nn::LoraConfig lora_{.r = 0};
+  nn::Params adapter_;
+  Tensor lora_seed_;
 };
+
+// Hugging Face's names of the Llama projections LoRA can target, in the
+// order PEFT's docs list them: q_proj, k_proj, v_proj, o_proj, gate_proj,
+// up_proj, down_proj.
+const std::vector<std::string>& llama_lora_modules();
 
 }  // namespace nabla::models

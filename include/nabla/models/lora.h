@@ -1,0 +1,40 @@
+// LoRA adapters as other tools read them: PEFT's adapter folder
+// (adapter_config.json and adapter_model.safetensors, the format
+// transformers, PEFT and vLLM load). See docs/formats.md.
+#pragma once
+
+#include <string>
+
+#include "nabla/io.h"
+#include "nabla/models/llama.h"
+#include "nabla/nn.h"
+
+namespace nabla::models {
+
+struct PeftAdapter {
+  std::string path;        // the folder
+  nn::LoraConfig config;   // r, lora_alpha, lora_dropout, use_rslora, target_modules
+  std::string base_model;  // base_model_name_or_path ("" when null)
+  Safetensors weights;     // PEFT's tensor names, f32
+};
+
+// Writes `dir`/adapter_config.json (peft_type LORA, task_type CAUSAL_LM,
+// bias "none") and `dir`/adapter_model.safetensors (the adapter's
+// parameters under their PEFT names), each atomically; the folder is
+// created when missing.
+void save_peft_adapter(const std::string& dir, const nn::LoraConfig& config, const nn::Params& adapter,
+                       const std::string& base_model);
+
+// Reads a PEFT LoRA folder. IoError naming the file for a missing or
+// damaged file, and for what nabla would not compute as PEFT does: another
+// peft_type, DoRA, biases, per-module rank or alpha patterns, modules_to_save,
+// layers_to_transform, fan_in_fan_out, a regular expression for
+// target_modules.
+PeftAdapter load_peft_adapter(const std::string& dir);
+
+// The adapter's weights into model.adapter() (the model built with
+// add_lora(adapter.config)): every tensor present with its shape, and none
+// the model lacks (IoError naming the first mismatch; nothing changed then).
+void load_adapter_weights(const PeftAdapter& adapter, Llama& model);
+
+}  // namespace nabla::models
