@@ -1,0 +1,169 @@
+// Fine-tuning data: a JSONL file read into tokenised examples with loss
+// labels, a held-out split, and the batcher that cuts examples into rows.
+//
+// Dimension legend: B batch rows, T context length (tokens per row).
+//
+// Labels follow Hugging Face's convention: labels[i] is ids[i] where the loss
+// counts token i and -100 where it does not, in the same positions as the ids
+// (not shifted). The loss at token i >= 1 of a row scores the prediction of
+// labels[i] made from the logits at token i - 1.
+//
+// FinetuneBatcher orders each epoch's examples from (seed, epoch) alone, so a
+// run resumed at epoch e, batch b sees exactly the batch it would have seen.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nabla/tokenizer.h"
+
+namespace nabla {
+
+// The chat templates nabla renders itself.
+//   chatml  SmolLM2, Qwen2: "<|im_start|>" role "\n" content "<|im_end|>" "\n"
+//   llama3  Llama 3: "<|begin_of_text|>", then per message
+//           "<|start_header_id|>" role "<|end_header_id|>\n\n" content "<|eot_id|>"
+enum class ChatTemplate { chatml, llama3 };
+// "chatml" or "llama3"; UsageError naming both for another name.
+ChatTemplate parse_chat_template(const std::string& name);
+const char* chat_template_name(ChatTemplate t);
+// The built-in template a Jinja chat template (tokenizer_config.json's
+// "chat_template", GGUF's tokenizer.chat_template) is, recognised by its
+// markers: "<|im_start|>" for chatml, "<|start_header_id|>" for llama3;
+// std::nullopt when it has neither or both.
+std::optional<ChatTemplate> recognize_chat_template(const std::string& jinja);
+
+struct FinetuneExample {
+  std::vector<int32_t> ids;     // token ids
+  std::vector<int32_t> labels;  // ids[i] where the loss counts token i, else -100; same length
+};
+
+struct FinetuneDataOptions {
+  ChatTemplate chat_template = ChatTemplate::chatml;  // for "messages" lines
+  // When not empty, a system message with this content is rendered before a
+  // conversation that does not start with one, as SmolLM2's and Qwen2's
+  // templates do with their own default (SmolLM2's: "You are a helpful AI
+  // assistant named SmolLM, trained by Hugging Face").
+  std::string default_system;
+};
+
+// One example per non-blank line of a JSONL file, each line an object of one
+// of these forms (other keys are ignored):
+//   {"text": S}
+//       prefix_ids() + encode(S) + [eot_id() when >= 0]; every token counts.
+//   {"prompt": P, "completion": C}
+//       prefix_ids() + encode(P) + encode(C) + [eot_id() when >= 0]; only C's
+//       tokens and the end-of-text token count (TRL's completion-only loss).
+//   {"messages": [{"role": "system" | "user" | "assistant", "content": S}, ...]}
+//       rendered with options.chat_template, each piece encoded on its own and
+//       concatenated. Each assistant message's content and end marker count:
+//       chatml:  prefix_ids(), then per message "<|im_start|>" role "\n"
+//                (not counted), content, "<|im_end|>", "\n" (not counted).
+//       llama3:  "<|begin_of_text|>" once (instead of prefix_ids()), then per
+//                message "<|start_header_id|>" role "<|end_header_id|>\n\n"
+//                (not counted), content with white space trimmed at both
+//                ends (the template's `| trim`), "<|eot_id|>".
+//       A marker is one id when the tokenizer has it as an added token, else
+//       whatever encode() makes of its text. NOTE: as with Hugging Face's
+//       apply_chat_template, a marker's text inside content is encoded as
+//       the marker.
+// IoError "FILE:LINE: ..." for a line that is not JSON, not an object, none
+// of the forms or more than one, has a field of the wrong type, an unknown
+// role, an empty "messages" list, or no counted token after its first (the
+// first token is never predicted, see FinetuneBatcher); IoError naming the
+// file when it is missing, unreadable or holds no example.
+std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,
+                                                 const Tokenizer& tokenizer,
+                                                 const FinetuneDataOptions& options = {});
+
+struct FinetuneSplit {
+  std::vector<FinetuneExample> train, val;  // each in the order the examples came
+};
+// Holds out round(fraction * n) of the n examples, chosen by a shuffle drawn
+// from `seed` alone: at least 1 when fraction > 0 and n >= 2, never all n.
+// UsageError for a fraction outside [0, 1).
+FinetuneSplit split_validation(std::vector<FinetuneExample> examples, double fraction,
+                               uint64_t seed);
+
+// Cuts examples into batches of B rows of T tokens.
+//
+//   FinetuneBatcher batches(std::move(split.train), B, T, FinetuneBatcher::Mode::pack, seed, pad);
+//   std::vector<int32_t> ids(B * T), labels(B * T), positions(B * T), segments(B * T);
+//   for (int64_t epoch = start; epoch < epochs; ++epoch) {
+//     batches.start_epoch(epoch);
+//     for (int64_t b = 0; b < batches.batches_per_epoch(); ++b)
+//       batches.batch(b, ids.data(), labels.data(), positions.data(), segments.data());
+//   }
+//
+// An example longer than T keeps its first T tokens (truncated() counts
+// them). Rows take the examples in the epoch's order:
+//   pack: whole examples one after another; an example that does not fit in
+//         what is left of a row starts the next row, and the rest is padding.
+//   pad:  one example per row, the rest padding.
+// Per token a batch holds its id, its label, its position within its own
+// example (0, 1, 2, ... restarting at each example, so a packed row computes
+// as its examples would alone under a mask that keeps segments apart) and its
+// segment (the example's index within its row: 0, 1, ...). Padding is id
+// pad_id, label -100, position 0, segment -1. The label of each example's
+// first token is -100: nothing in its own example predicts it (as Hugging
+// Face's DataCollatorWithFlattening does), which also keeps a packed row's
+// loss from scoring one example's last token against the next one's first.
+// The last batch of an epoch is completed with padding rows, so every batch
+// has B rows.
+class FinetuneBatcher {
+ public:
+  enum class Mode { pack, pad };
+
+  // Starts at epoch 0. UsageError unless batch >= 1, context >= 1, there is
+  // at least one example, and every example is non-empty with as many labels
+  // as ids.
+  FinetuneBatcher(std::vector<FinetuneExample> examples, int64_t batch, int64_t context, Mode mode,
+                  uint64_t seed, int32_t pad_id = 0);
+
+  // Orders the examples by a shuffle drawn from (seed, epoch) alone and cuts
+  // them into rows. UsageError for epoch < 0.
+  void start_epoch(int64_t epoch);
+  // The examples in the order they were given, not shuffled: the same rows on
+  // every call, for validation.
+  void start_in_order();
+
+  // Batches in the current epoch (with pack, this depends on the order).
+  int64_t batches_per_epoch() const;
+  // Writes batch `index` of the current epoch into four [B, T] buffers.
+  // UsageError for an index outside [0, batches_per_epoch()).
+  void batch(int64_t index, int32_t* ids, int32_t* labels, int32_t* positions,
+             int32_t* segments) const;
+  // The labels other than -100 in batch `index`: the tokens its loss averages over.
+  int64_t counted_tokens(int64_t index) const;
+
+  // Examples longer than T, of which truncated_uncounted() lost every counted
+  // token (their loss is always zero: a prompt longer than T, say).
+  int64_t truncated() const { return truncated_; }
+  int64_t truncated_uncounted() const { return truncated_uncounted_; }
+
+  int64_t batch_size() const { return batch_; }
+  int64_t context() const { return context_; }
+  int64_t size() const { return static_cast<int64_t>(examples_.size()); }
+
+ private:
+  void cut_rows();
+  void check_index(int64_t index) const;  // UsageError outside [0, batches_per_epoch())
+  // [first, last) indices into order_ of the examples in row `row` (none for
+  // the padding rows that complete the last batch).
+  std::pair<int64_t, int64_t> row_examples(int64_t row) const;
+
+  std::vector<FinetuneExample> examples_;  // truncated to T, first label -100
+  std::vector<int64_t> counted_;           // per example, labels other than -100
+  int64_t batch_, context_;
+  Mode mode_;
+  uint64_t seed_;
+  int32_t pad_id_;
+  int64_t truncated_ = 0, truncated_uncounted_ = 0;
+  std::vector<int64_t> order_;      // the current epoch's example indices
+  std::vector<int64_t> row_start_;  // row r holds order_[row_start_[r], row_start_[r + 1])
+};
+
+}  // namespace nabla

@@ -1,0 +1,388 @@
+// Fine-tuning data: JSONL lines to labelled examples, the held-out split and
+// FinetuneBatcher.
+//
+// Randomness is counter-based, as in the image BatchLoader: every draw is a
+// hash of (seed, stream, epoch, counter), so an epoch's order depends on
+// nothing but those, and not on the standard library (std::shuffle's
+// algorithm is the implementation's choice).
+#include "nabla/finetune_data.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "nabla/error.h"
+#include "nabla/io.h"
+
+namespace nabla {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int32_t kIgnore = -100;  // Hugging Face's ignore_index
+
+// Streams keep the draws of different purposes independent.
+enum Stream : uint64_t { kSplit = 1, kOrder = 2 };
+
+// splitmix64's finaliser: a bijection that mixes every input bit into every
+// output bit.
+uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+uint64_t draw(uint64_t seed, uint64_t stream, int64_t epoch, int64_t counter) {
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+  uint64_t h = mix64(seed + kGolden);
+  h = mix64(h ^ (stream * kGolden));
+  h = mix64(h ^ static_cast<uint64_t>(epoch));
+  return mix64(h ^ static_cast<uint64_t>(counter));
+}
+
+// Uniform in [0, n): the top 64 bits of a 128-bit product (bias below n / 2^64).
+int64_t below(uint64_t r, int64_t n) {
+  return static_cast<int64_t>((static_cast<unsigned __int128>(r) * static_cast<uint64_t>(n)) >> 64);
+}
+
+// 0 .. n-1 in an order drawn from (seed, stream, epoch): Fisher-Yates.
+std::vector<int64_t> shuffled(int64_t n, uint64_t seed, uint64_t stream, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(order[size_t(i)], order[size_t(below(draw(seed, stream, epoch, i), i + 1))]);
+  return order;
+}
+
+bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// Jinja's `trim`, on ASCII white space.
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// The value as JSON text for messages (invalid UTF-8 replaced, never throws),
+// cut short when long.
+std::string json_text(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// One line's example, built piece by piece.
+class ExampleBuilder {
+ public:
+  ExampleBuilder(const Tokenizer& tokenizer, std::string where)
+      : tokenizer_(tokenizer), where_(std::move(where)) {}
+
+  void ids(const std::vector<int32_t>& ids, bool counted) {
+    example_.ids.insert(example_.ids.end(), ids.begin(), ids.end());
+    for (int32_t id : ids) example_.labels.push_back(counted ? id : kIgnore);
+  }
+  void text(std::string_view s, bool counted) { ids(tokenizer_.encode(s), counted); }
+  void end_of_text() {
+    if (tokenizer_.eot_id() >= 0) ids({tokenizer_.eot_id()}, true);
+  }
+
+  // The string field `key` of `object` (`name` says where it is in messages).
+  std::string field(const json& object, const char* key, const std::string& name) const {
+    const json& v = object.at(key);
+    if (!v.is_string()) throw error(name + " is " + json_text(v) + ", expected a string");
+    return v.get<std::string>();
+  }
+
+  IoError error(const std::string& what) const { return IoError(where_ + what); }
+
+  // The example; an error when no token after the first counts (`hint` says
+  // what the line lacks).
+  FinetuneExample finish(const std::string& hint) {
+    const auto& l = example_.labels;
+    if (l.size() < 2 || std::all_of(l.begin() + 1, l.end(), [](int32_t x) { return x == kIgnore; }))
+      throw error("no token after the first counts toward the loss (" + hint + ")");
+    return std::move(example_);
+  }
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::string where_;
+  FinetuneExample example_;
+};
+
+FinetuneExample read_messages(const json& messages, ExampleBuilder& b, const Tokenizer& tokenizer,
+                              const FinetuneDataOptions& options) {
+  if (!messages.is_array())
+    throw b.error("\"messages\" is " + json_text(messages) +
+                  ", expected an array of {role, content}");
+  if (messages.empty()) throw b.error("\"messages\" is empty, expected at least one message");
+  struct Message {
+    std::string role, content;
+  };
+  std::vector<Message> turns;
+  for (size_t k = 0; k < messages.size(); ++k) {
+    const json& m = messages[k];
+    const std::string name = "\"messages\"[" + std::to_string(k) + "]";
+    if (!m.is_object())
+      throw b.error(name + " is " + json_text(m) + ", expected an object {role, content}");
+    for (const char* key : {"role", "content"})
+      if (!m.contains(key)) throw b.error(name + " has no \"" + std::string(key) + "\"");
+    Message t{b.field(m, "role", name + ".role"), b.field(m, "content", name + ".content")};
+    if (t.role != "system" && t.role != "user" && t.role != "assistant")
+      throw b.error(name + ".role is \"" + t.role +
+                    "\", expected \"system\", \"user\" or \"assistant\"");
+    turns.push_back(std::move(t));
+  }
+  if (!options.default_system.empty() && turns.front().role != "system")
+    turns.insert(turns.begin(), {"system", options.default_system});
+
+  switch (options.chat_template) {
+    case ChatTemplate::chatml:
+      b.ids(tokenizer.prefix_ids(), false);
+      for (const Message& t : turns) {
+        const bool counted = t.role == "assistant";
+        b.text("<|im_start|>" + t.role + "\n", false);
+        b.text(t.content, counted);
+        b.text("<|im_end|>", counted);
+        b.text("\n", false);
+      }
+      break;
+    case ChatTemplate::llama3:
+      // The template writes bos_token itself, so prefix_ids() (the same
+      // token, from the post-processor) is not added again.
+      b.text("<|begin_of_text|>", false);
+      for (const Message& t : turns) {
+        const bool counted = t.role == "assistant";
+        b.text("<|start_header_id|>" + t.role + "<|end_header_id|>\n\n", false);
+        b.text(trim(t.content), counted);
+        b.text("<|eot_id|>", counted);
+      }
+      break;
+  }
+  return b.finish("no assistant message");
+}
+
+FinetuneExample read_line(const json& j, ExampleBuilder& b, const Tokenizer& tokenizer,
+                          const FinetuneDataOptions& options) {
+  if (!j.is_object())
+    throw b.error("the line is a JSON " + std::string(j.type_name()) + ", expected an object");
+  const bool messages = j.contains("messages"), text = j.contains("text");
+  const bool prompt = j.contains("prompt") || j.contains("completion");
+  const int forms = int(messages) + int(text) + int(prompt);
+  if (forms != 1) {
+    throw b.error(std::string(forms == 0 ? "none of the forms" : "more than one form") +
+                  ": expected one of {\"text\": ...}, {\"prompt\": ..., \"completion\": ...} or "
+                  "{\"messages\": [...]}");
+  }
+  if (messages) return read_messages(j["messages"], b, tokenizer, options);
+  if (text) {
+    b.ids(tokenizer.prefix_ids(), true);
+    b.text(b.field(j, "text", "\"text\""), true);
+    b.end_of_text();
+    return b.finish("a text needs two tokens or more, counting prefix and end-of-text tokens");
+  }
+  for (const char* key : {"prompt", "completion"})
+    if (!j.contains(key))
+      throw b.error("\"prompt\" and \"completion\" go together; \"" + std::string(key) +
+                    "\" is missing");
+  b.ids(tokenizer.prefix_ids(), false);
+  b.text(b.field(j, "prompt", "\"prompt\""), false);
+  b.text(b.field(j, "completion", "\"completion\""), true);
+  b.end_of_text();
+  return b.finish("an empty completion, or nothing before it, and no end-of-text token");
+}
+
+}  // namespace
+
+ChatTemplate parse_chat_template(const std::string& name) {
+  if (name == "chatml") return ChatTemplate::chatml;
+  if (name == "llama3") return ChatTemplate::llama3;
+  throw UsageError("unknown chat template \"" + name + "\": expected \"chatml\" or \"llama3\"");
+}
+
+const char* chat_template_name(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::chatml:
+      return "chatml";
+    case ChatTemplate::llama3:
+      return "llama3";
+  }
+  return "?";
+}
+
+std::optional<ChatTemplate> recognize_chat_template(const std::string& jinja) {
+  const bool chatml = jinja.find("<|im_start|>") != std::string::npos;
+  const bool llama3 = jinja.find("<|start_header_id|>") != std::string::npos;
+  if (chatml == llama3) return std::nullopt;
+  return chatml ? ChatTemplate::chatml : ChatTemplate::llama3;
+}
+
+std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,
+                                                 const Tokenizer& tokenizer,
+                                                 const FinetuneDataOptions& options) {
+  const std::string data = read_file(path);
+  std::vector<FinetuneExample> examples;
+  int64_t line_number = 0;
+  for (size_t pos = 0; pos < data.size();) {
+    size_t nl = data.find('\n', pos);
+    if (nl == std::string::npos) nl = data.size();
+    const std::string_view line(data.data() + pos, nl - pos);
+    pos = nl + 1;
+    ++line_number;
+    if (trim(line).empty()) continue;
+    ExampleBuilder b(tokenizer, path + ":" + std::to_string(line_number) + ": ");
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error& e) {
+      // what() reads "[json.exception.parse_error.101] parse error at line 1,
+      // column 9: syntax error ..."; the line is already named.
+      const std::string what = e.what();
+      const size_t column = what.find("column ");
+      throw b.error("not JSON at " + (column == std::string::npos ? what : what.substr(column)));
+    }
+    examples.push_back(read_line(j, b, tokenizer, options));
+  }
+  if (examples.empty())
+    throw IoError(path + ": no examples (" + std::to_string(line_number) + " lines, all blank)");
+  return examples;
+}
+
+FinetuneSplit split_validation(std::vector<FinetuneExample> examples, double fraction,
+                               uint64_t seed) {
+  if (!(fraction >= 0 && fraction < 1))
+    throw UsageError("split_validation: fraction must be in [0, 1), got " +
+                     std::to_string(fraction));
+  const auto n = static_cast<int64_t>(examples.size());
+  auto n_val = static_cast<int64_t>(std::llround(fraction * static_cast<double>(n)));
+  if (fraction > 0 && n >= 2) n_val = std::clamp<int64_t>(n_val, 1, n - 1);
+  if (n < 2) n_val = 0;
+  std::vector<bool> held_out(static_cast<size_t>(n), false);
+  const std::vector<int64_t> order = shuffled(n, seed, kSplit, 0);
+  for (int64_t k = 0; k < n_val; ++k) held_out[size_t(order[size_t(k)])] = true;
+  FinetuneSplit split;
+  for (int64_t i = 0; i < n; ++i)
+    (held_out[size_t(i)] ? split.val : split.train).push_back(std::move(examples[size_t(i)]));
+  return split;
+}
+
+FinetuneBatcher::FinetuneBatcher(std::vector<FinetuneExample> examples, int64_t batch,
+                                 int64_t context, Mode mode, uint64_t seed, int32_t pad_id)
+    : examples_(std::move(examples)),
+      batch_(batch),
+      context_(context),
+      mode_(mode),
+      seed_(seed),
+      pad_id_(pad_id) {
+  if (batch < 1 || context < 1) {
+    throw UsageError("FinetuneBatcher: batch and context must be >= 1, got batch " +
+                     std::to_string(batch) + " and context " + std::to_string(context));
+  }
+  if (examples_.empty()) throw UsageError("FinetuneBatcher: no examples");
+  counted_.reserve(examples_.size());
+  for (size_t i = 0; i < examples_.size(); ++i) {
+    FinetuneExample& e = examples_[i];
+    if (e.ids.empty() || e.ids.size() != e.labels.size()) {
+      throw UsageError("FinetuneBatcher: example " + std::to_string(i) + " has " +
+                       std::to_string(e.ids.size()) + " ids and " +
+                       std::to_string(e.labels.size()) + " labels, expected as many, at least 1");
+    }
+    const bool cut = static_cast<int64_t>(e.ids.size()) > context;
+    const bool counted_before =
+        std::any_of(e.labels.begin() + 1, e.labels.end(), [](int32_t x) { return x != kIgnore; });
+    if (cut) {
+      e.ids.resize(size_t(context));
+      e.labels.resize(size_t(context));
+    }
+    e.labels[0] = kIgnore;
+    counted_.push_back(
+        std::count_if(e.labels.begin(), e.labels.end(), [](int32_t x) { return x != kIgnore; }));
+    truncated_ += cut;
+    truncated_uncounted_ += cut && counted_before && counted_.back() == 0;
+  }
+  start_epoch(0);
+}
+
+void FinetuneBatcher::start_epoch(int64_t epoch) {
+  if (epoch < 0)
+    throw UsageError("FinetuneBatcher: epoch must be >= 0, got " + std::to_string(epoch));
+  order_ = shuffled(size(), seed_, kOrder, epoch);
+  cut_rows();
+}
+
+void FinetuneBatcher::start_in_order() {
+  order_.resize(examples_.size());
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = int64_t(i);
+  cut_rows();
+}
+
+void FinetuneBatcher::cut_rows() {
+  row_start_.assign(1, 0);
+  int64_t used = 0;  // tokens in the row being filled
+  for (size_t k = 0; k < order_.size(); ++k) {
+    const auto n = static_cast<int64_t>(examples_[size_t(order_[k])].ids.size());
+    if (used > 0 && (mode_ == Mode::pad || used + n > context_)) {
+      row_start_.push_back(int64_t(k));
+      used = 0;
+    }
+    used += n;
+  }
+  row_start_.push_back(size());
+}
+
+int64_t FinetuneBatcher::batches_per_epoch() const {
+  const auto rows = static_cast<int64_t>(row_start_.size()) - 1;
+  return (rows + batch_ - 1) / batch_;
+}
+
+void FinetuneBatcher::check_index(int64_t index) const {
+  if (index < 0 || index >= batches_per_epoch()) {
+    throw UsageError("FinetuneBatcher: batch " + std::to_string(index) + " is outside [0, " +
+                     std::to_string(batches_per_epoch()) + ")");
+  }
+}
+
+std::pair<int64_t, int64_t> FinetuneBatcher::row_examples(int64_t row) const {
+  if (row >= static_cast<int64_t>(row_start_.size()) - 1) return {0, 0};  // a padding row
+  return {row_start_[size_t(row)], row_start_[size_t(row + 1)]};
+}
+
+void FinetuneBatcher::batch(int64_t index, int32_t* ids, int32_t* labels, int32_t* positions,
+                            int32_t* segments) const {
+  check_index(index);
+  const int64_t n = batch_ * context_;
+  std::fill_n(ids, n, pad_id_);
+  std::fill_n(labels, n, kIgnore);
+  std::fill_n(positions, n, 0);
+  std::fill_n(segments, n, -1);
+  for (int64_t b = 0; b < batch_; ++b) {
+    const auto [first, last] = row_examples(index * batch_ + b);
+    int64_t at = b * context_;
+    for (int64_t k = first; k < last; ++k) {
+      const FinetuneExample& e = examples_[size_t(order_[size_t(k)])];
+      std::copy(e.ids.begin(), e.ids.end(), ids + at);
+      std::copy(e.labels.begin(), e.labels.end(), labels + at);
+      for (size_t i = 0; i < e.ids.size(); ++i) {
+        positions[at + int64_t(i)] = int32_t(i);
+        segments[at + int64_t(i)] = int32_t(k - first);
+      }
+      at += static_cast<int64_t>(e.ids.size());
+    }
+  }
+}
+
+int64_t FinetuneBatcher::counted_tokens(int64_t index) const {
+  check_index(index);
+  int64_t counted = 0;
+  for (int64_t b = 0; b < batch_; ++b) {
+    const auto [first, last] = row_examples(index * batch_ + b);
+    for (int64_t k = first; k < last; ++k) counted += counted_[size_t(order_[size_t(k)])];
+  }
+  return counted;
+}
+
+}  // namespace nabla
