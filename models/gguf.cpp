@@ -30,6 +30,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -491,6 +492,44 @@ GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions&
     add_gpt2(ckpt, options, w);
   } else {
     add_llama(ckpt, options, w);  // general.architecture "llama" or "qwen2"
+  }
+  return w;
+}
+
+GgufWriter gguf_lora_adapter(const LlamaConfig& c, const PeftAdapter& adapter) {
+  const bool qwen2 = c.model_type == "qwen2";
+  GgufWriter w;
+  w.set("general.architecture", qwen2 ? "qwen2" : "llama");
+  w.set("general.type", "adapter");
+  w.set("general.name", "nabla LoRA adapter");
+  w.set("adapter.type", "lora");
+  const nn::LoraConfig& l = adapter.config;
+  w.set("adapter.lora.alpha", float(l.rslora ? l.alpha * std::sqrt(double(l.r)) : l.alpha));
+  const std::map<std::string, std::pair<std::string, int64_t>> gguf_names{
+      {"q_proj", {"attn_q", c.num_attention_heads}}, {"k_proj", {"attn_k", c.kv_heads()}},
+      {"v_proj", {"attn_v", 0}},          {"o_proj", {"attn_output", 0}},
+      {"gate_proj", {"ffn_gate", 0}},     {"up_proj", {"ffn_up", 0}},
+      {"down_proj", {"ffn_down", 0}}};
+  const std::string prefix = "base_model.model.model.layers.";
+  for (const auto& [name, t] : adapter.weights.tensors) {
+    // base_model.model.model.layers.<i>.<self_attn|mlp>.<module>.lora_<A|B>.weight
+    const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
+    const size_t dot = name.find('.', prefix.size());
+    if (!name.starts_with(prefix) || !(is_a || is_b) || dot == std::string::npos) {
+      throw UsageError(adapter.path + ": tensor '" + name + "' is not a Llama layer's lora_A or lora_B");
+    }
+    const std::string layer = name.substr(prefix.size(), dot - prefix.size());
+    const std::string path = name.substr(0, name.size() - std::string(".lora_A.weight").size());
+    const std::string module = path.substr(path.find_last_of('.') + 1);
+    const auto g = gguf_names.find(module);
+    if (g == gguf_names.end()) throw UsageError(adapter.path + ": llama.cpp has no tensor for module '" + module + "'");
+    const auto [gguf, heads] = g->second;
+    const std::string base = "blk." + layer + "." + gguf + ".weight";
+    if (is_a) {
+      w.add_tensor(base + ".lora_a", t);
+    } else {
+      w.add_tensor(base + ".lora_b", heads > 0 && !qwen2 ? interleave_heads(t, heads) : t);
+    }
   }
   return w;
 }

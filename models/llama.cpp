@@ -314,6 +314,15 @@ void Llama::add_lora(const nn::LoraConfig& config, uint64_t seed) {
   lora_ = config;
 }
 
+void Llama::merge_lora() {
+  for (nn::TransformerBlock& b : layers_) {
+    for (nn::Linear* l : b.linears()) l->merge_adapter();
+  }
+  adapter_ = nn::Params();
+  lora_ = nn::LoraConfig{.r = 0};
+  lora_seed_ = Tensor();
+}
+
 Tensor Llama::forward(const Tensor& input_ids, bool train, const Tensor& segments) const {
   const LlamaConfig& c = config_;
   if (input_ids.rank() != 2 || input_ids.dtype() != DType::i32) {

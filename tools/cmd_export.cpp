@@ -2,19 +2,49 @@
 // format). The mapping of each architecture (tensor names, transposes,
 // metadata keys, GPT-2's tokenizer) lives in models/gguf_export.h.
 // `nabla export hf`: a Llama checkpoint as a Hugging Face model folder.
-// Both read nabla checkpoints, Hugging Face folders and llama.cpp GGUF files.
+// Both read nabla checkpoints, Hugging Face folders and llama.cpp GGUF files,
+// and with --adapter write the model with a PEFT LoRA adapter merged in.
+// `nabla export lora-gguf`: a PEFT adapter as llama.cpp's adapter GGUF.
 #include <fmt/format.h>
 
 #include "commands.h"
 #include "nabla/models/gguf.h"
 #include "nabla/models/llama.h"
+#include "nabla/models/lora.h"
 #include "nabla/checkpoint.h"
 #include "nabla/tokenizer.h"
 
 namespace nabla::cli {
 
+namespace {
+
+// A Llama checkpoint with `adapter_dir`'s adapter folded into its weights,
+// held in memory under the original's path (whose tokenizer it keeps).
+Checkpoint merged(const Checkpoint& ckpt, const std::string& adapter_dir) {
+  if (ckpt.architecture != "llama") {
+    throw UsageError("export: --adapter takes a Llama-family model; " + ckpt.path + " is \"" + ckpt.architecture +
+                     "\"");
+  }
+  const models::LlamaConfig cfg = models::llama_config_from_checkpoint(ckpt);
+  models::Llama model(cfg, 0);
+  load_params(ckpt, model.params());
+  const models::PeftAdapter adapter = models::load_peft_adapter(adapter_dir);
+  model.add_lora(adapter.config, 0);
+  models::load_adapter_weights(adapter, model);
+  model.merge_lora();
+  Checkpoint out;
+  out.path = ckpt.path;
+  out.config_json = cfg.to_json();
+  out.architecture = "llama";
+  out.file.tensors = model.params().list();
+  return out;
+}
+
+}  // namespace
+
 int run_export_gguf(const ExportArgs& a) {
   Checkpoint ckpt = models::load_any_checkpoint(a.checkpoint);
+  if (!a.adapter.empty()) ckpt = merged(ckpt, a.adapter);
   GgufWriter w = models::gguf_from_checkpoint(
       ckpt, {.vocab_dir = a.vocab, .matrix_type = a.type, .tokenizer = a.tokenizer});
   w.write(a.out);
@@ -24,6 +54,7 @@ int run_export_gguf(const ExportArgs& a) {
 
 int run_export_hf(const ExportArgs& a) {
   Checkpoint ckpt = models::load_any_checkpoint(a.checkpoint);
+  if (!a.adapter.empty()) ckpt = merged(ckpt, a.adapter);
   if (ckpt.architecture != "llama") {
     throw UsageError(a.checkpoint + ": Hugging Face folders are written for llama checkpoints, this one is \"" +
                      ckpt.architecture + "\"");
@@ -44,6 +75,24 @@ int run_export_hf(const ExportArgs& a) {
   if (bpe) bpe->save_json(a.out + "/tokenizer.json");
   fmt::print("wrote {}/config.json, model.safetensors{} ({} parameters)\n", a.out,
              bpe ? " and tokenizer.json" : "", model.params().count());
+  return kExitOk;
+}
+
+int run_export_lora_gguf(const ExportArgs& a) {
+  const Checkpoint base = models::load_any_checkpoint(a.checkpoint);
+  if (base.architecture != "llama") {
+    throw UsageError("export lora-gguf: the base must be a Llama-family model; " + base.path + " is \"" +
+                     base.architecture + "\"");
+  }
+  const models::LlamaConfig cfg = models::llama_config_from_checkpoint(base);
+  const models::PeftAdapter adapter = models::load_peft_adapter(a.adapter);
+  // The adapter must fit this base: the model with it built and loaded.
+  models::Llama model(cfg, 0);
+  model.add_lora(adapter.config, 0);
+  models::load_adapter_weights(adapter, model);
+  models::gguf_lora_adapter(cfg, adapter).write(a.out);
+  fmt::print("wrote {} (LoRA r {}, alpha {}, {} tensors, for {})\n", a.out, adapter.config.r, adapter.config.alpha,
+             adapter.weights.tensors.size(), a.checkpoint);
   return kExitOk;
 }
 

@@ -5,7 +5,8 @@
 // llama.cpp GGUF): a ViT reads `images` and `labels`, GPT-2
 // reads `tokens` [B, T + 1] (next-token loss), Llama reads `input_ids` and
 // `labels` [B, T] in Hugging Face's convention (position t predicts
-// labels[t + 1], -100 ignored) or `tokens` as GPT-2. With --adamw-steps N it then
+// labels[t + 1], -100 ignored) or `tokens` as GPT-2; with --adapter (a PEFT
+// folder) the gradients are the adapter's, under its PEFT names. With --adamw-steps N it then
 // trains N AdamW steps on that same batch through the fused optimizer and
 // writes the loss before each step as `losses` [N] (llm.c's test_gpt2 check).
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 #include "nabla/models/gguf.h"
 #include "nabla/models/gpt2.h"
 #include "nabla/models/llama.h"
+#include "nabla/models/lora.h"
 #include "nabla/models/vit.h"
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
@@ -33,7 +35,11 @@ struct ModelLoss {
   std::unique_ptr<models::Gpt2> gpt2;
   std::unique_ptr<models::Llama> llama;
   Tensor loss;
-  const nn::Params& params() const { return vit ? vit->params() : gpt2 ? gpt2->params() : llama->params(); }
+  // An adapted Llama's gradients are its adapter's alone.
+  const nn::Params& params() const {
+    if (llama) return llama->lora().r > 0 ? llama->adapter() : llama->params();
+    return vit ? vit->params() : gpt2->params();
+  }
 };
 
 const Tensor& batch_tensor(const Safetensors& batch, const std::string& path,
@@ -110,11 +116,18 @@ ModelLoss gpt2_loss(const Checkpoint& ckpt, const Safetensors& batch, const std:
 
 // Hugging Face's causal-LM batch (input_ids, labels [B, T]), or GPT-2's
 // tokens [B, T + 1].
-ModelLoss llama_loss(const Checkpoint& ckpt, const Safetensors& batch, const std::string& path) {
+ModelLoss llama_loss(const Checkpoint& ckpt, const Safetensors& batch, const std::string& path,
+                     const std::string& adapter_dir) {
   models::LlamaConfig cfg = models::llama_config_from_checkpoint(ckpt);
   ModelLoss m;
   m.llama = std::make_unique<models::Llama>(cfg, 0);
   load_params(ckpt, m.llama->params());
+  if (!adapter_dir.empty()) {
+    // Dropout off, as for every model here: the adapter as it computes at inference.
+    const models::PeftAdapter adapter = models::load_peft_adapter(adapter_dir);
+    m.llama->add_lora(adapter.config, 0);
+    models::load_adapter_weights(adapter, *m.llama);
+  }
   auto integers = [&](const Tensor& t, const std::string& name) {
     if (t.dtype() != DType::i32) {
       throw DTypeError(path + ": " + name + " must be integers (I64 or I32), got " + dtype_name(t.dtype()));
@@ -165,12 +178,16 @@ int run_grad(const GradArgs& a) {
   Safetensors batch = load_safetensors(a.batch);
   const std::string& arch = ckpt.architecture;
   ModelLoss m;
+  if (!a.adapter.empty() && arch != "llama") {
+    throw UsageError("grad: --adapter takes a Llama-family model; " + a.weights + " is " +
+                     (arch.empty() ? "of no known architecture" : "a " + arch));
+  }
   if (arch == "vit") {
     m = vit_loss(ckpt, batch, a.batch);
   } else if (arch == "gpt2") {
     m = gpt2_loss(ckpt, batch, a.batch);
   } else if (arch == "llama") {
-    m = llama_loss(ckpt, batch, a.batch);
+    m = llama_loss(ckpt, batch, a.batch, a.adapter);
   } else {
     throw IoError(a.weights + ": " + (arch.empty() ? "its config names no architecture" : "architecture \"" + arch + "\" is not supported") +
                   " (expected \"vit\", \"gpt2\" or \"llama\")");

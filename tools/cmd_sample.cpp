@@ -14,6 +14,7 @@
 #include "nabla/models/gguf.h"
 #include "nabla/models/gpt2.h"
 #include "nabla/models/llama.h"
+#include "nabla/models/lora.h"
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
 #include "nabla/executor.h"
@@ -48,9 +49,15 @@ int run_sample(const SampleArgs& a) {
   if (ckpt.architecture == "llama") {
     llama = std::make_unique<models::Llama>(models::llama_config_from_checkpoint(ckpt), 0);
     load_params(ckpt, llama->params());
+    if (!a.adapter.empty()) {
+      const models::PeftAdapter adapter = models::load_peft_adapter(a.adapter);
+      llama->add_lora(adapter.config, 0);
+      models::load_adapter_weights(adapter, *llama);
+    }
     tokenizer = llama->config().tokenizer;
     context = llama->config().max_position_embeddings;
   } else {
+    if (!a.adapter.empty()) throw UsageError("sample: --adapter takes a Llama-family model, not " + ckpt.path);
     gpt2 = std::make_unique<models::Gpt2>(models::gpt2_config_from_checkpoint(ckpt), 0);
     load_params(ckpt, gpt2->params());
     tokenizer = gpt2->config().tokenizer;

@@ -38,7 +38,7 @@ class TextTask : public TrainingTask {
 
   int64_t batches_per_epoch() const override { return 0; }
 
-  void load_batch(const TrainPosition& pos) override {
+  void load_batch(const TrainPosition& pos, int) override {
     batcher_.batch(pos.step, tokens_.data_as<int32_t>());
     if (dropout_seed_.defined()) dropout_seed_.data_as<int32_t>()[0] = step_seed(pos.seed, pos.step);
   }

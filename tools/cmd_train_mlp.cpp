@@ -111,7 +111,7 @@ class SpiralsTask : public TrainingTask {
 
   int64_t batches_per_epoch() const override { return 0; }
 
-  void load_batch(const TrainPosition& pos) override {
+  void load_batch(const TrainPosition& pos, int) override {
     const int64_t B = x_.dim(0);
     std::mt19937_64 rng(uint64_t(step_seed(pos.seed, pos.step)));
     std::vector<int64_t> order(kPoints);

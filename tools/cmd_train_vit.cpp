@@ -44,7 +44,7 @@ class VitTask : public TrainingTask {
     if (skip > 0) loader_.skip(skip);
   }
 
-  void load_batch(const TrainPosition& pos) override {
+  void load_batch(const TrainPosition& pos, int) override {
     if (!loader_.next(batch_images_.data(), batch_labels_.data())) {
       throw Error("train vit: the loader ran out of batches within an epoch");
     }

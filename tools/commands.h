@@ -107,9 +107,41 @@ struct TrainLmArgs : TrainLoopArgs {
 };
 int run_train_lm(const TrainLmArgs& opt);
 
+// `nabla finetune`: LoRA (or full) fine-tuning of a Llama-family model on
+// a JSONL dataset. --save and --resume are folders (PEFT's, or Hugging
+// Face's with --full), each with nabla's training state beside the weights.
+struct FinetuneArgs : TrainLoopArgs {
+  FinetuneArgs() {
+    lr = 2e-4;
+    weight_decay = 0;
+    warmup = 0;
+    eval_every = 0;
+    log_every = 10;
+  }
+  std::string base;      // HF folder, GGUF file or nabla checkpoint
+  std::string data;      // JSONL
+  std::string val_data;  // JSONL; "" = val_fraction of data
+  double val_fraction = 0.05;
+  std::string chat_template = "auto";  // chatml, llama3; auto: the tokenizer's, else chatml
+  std::string tokenizer;               // "" = the base's (checkpoint_tokenizer)
+  bool pad = false;                    // one example a row (default: packed)
+  int epochs = 1;
+  int batch = 4;
+  int grad_accum = 1;
+  int context = 0;  // 0: min(max_position_embeddings, 512)
+  int lora_r = 8;
+  double lora_alpha = 16;
+  double lora_dropout = 0.05;
+  std::vector<std::string> lora_targets;  // q, k, v, o, gate, up, down or their full names; empty: all seven
+  bool rslora = false;
+  bool full = false;
+};
+int run_finetune(const FinetuneArgs& opt);
+
 struct SampleArgs {
   std::string checkpoint, prompt, vocab;
   std::string tokenizer;  // "" = checkpoint_tokenizer
+  std::string adapter;    // PEFT LoRA folder applied to a Llama ("" = none)
   bool timings = false;   // prompt and generation rates to stderr
   int tokens = 200;
   double temperature = 0.8;
@@ -130,6 +162,7 @@ int run_eval(const EvalArgs& opt);
 
 struct GradArgs {
   std::string weights, batch, out;
+  std::string adapter;  // PEFT LoRA folder: the adapter's gradients instead of the model's
   int threads = 0;
   std::string backend = "cpu";
   // After the gradient: this many AdamW steps on the same batch at a constant
@@ -146,8 +179,11 @@ struct ExportArgs {
   std::string vocab;  // GPT-2 vocabulary folder for gpt2-tokenizer checkpoints ("" = found)
   GgmlType type = GgmlType::f32;  // GGUF: Llama's weight matrices
   std::string tokenizer;          // "" = checkpoint_tokenizer
+  std::string adapter;            // a PEFT LoRA folder merged into the weights ("" = none)
 };
 int run_export_gguf(const ExportArgs& opt);
 int run_export_hf(const ExportArgs& opt);
+// `nabla export lora-gguf ADAPTER --base MODEL -o F`: llama.cpp's adapter GGUF.
+int run_export_lora_gguf(const ExportArgs& opt);
 
 }  // namespace nabla::cli

@@ -95,7 +95,8 @@ CLI::Option* add_int(CLI::App* app, const std::string& name, int& value, const s
 }
 
 // The flags every `nabla train` command shares (TrainingLoop's).
-void add_training_options(CLI::App* cmd, TrainLoopArgs& a, const std::string& seed_help) {
+// folders: the checkpoint is a folder (finetune's adapter or model folder).
+void add_training_options(CLI::App* cmd, TrainLoopArgs& a, const std::string& seed_help, bool folders = false) {
   cmd->add_option("--lr", a.lr, "Peak learning rate (AdamW)")->check(positive_number())->capture_default_str();
   cmd->add_option("--weight-decay", a.weight_decay, "AdamW weight decay")
       ->check(CLI::Range(0.0, 10.0))
@@ -119,8 +120,18 @@ void add_training_options(CLI::App* cmd, TrainLoopArgs& a, const std::string& se
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40))
       ->capture_default_str();
   add_int(cmd, "--log-every", a.log_every, "Steps per progress line in logs (and per CSV row)", 1, 1'000'000);
-  cmd->add_option("--save", a.save, "Checkpoint path (safetensors); the CSV log and SVG plot go beside it");
-  cmd->add_option("--resume", a.resume, "Continue a run from its training checkpoint")->check(CLI::ExistingFile);
+  if (folders) {
+    cmd->add_option("--save", a.save,
+                    "Output folder: the adapter as PEFT writes it (the model as Hugging Face does with --full) and "
+                    "the training state; the CSV log and SVG plot go beside it");
+    cmd->add_option("--resume", a.resume,
+                    "A folder --save wrote (continues that run), or any PEFT adapter folder (trains on from its "
+                    "weights)")
+        ->check(CLI::ExistingDirectory);
+  } else {
+    cmd->add_option("--save", a.save, "Checkpoint path (safetensors); the CSV log and SVG plot go beside it");
+    cmd->add_option("--resume", a.resume, "Continue a run from its training checkpoint")->check(CLI::ExistingFile);
+  }
   cmd->add_option("--log", a.log, "CSV log path");
   cmd->add_option("--save-every", a.save_every, "Also save the checkpoint every N steps (0: only when evaluating)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
@@ -276,6 +287,57 @@ int main(int argc, char** argv) {
   CLI::App* llama_cmd = add_language_model_command(train_cmd, llama, "A Llama-family model (GQA, RoPE, SwiGLU)",
                                                    {"llama-tiny-byte", "smollm2-135m"});
 
+  FinetuneArgs ft;
+  CLI::App* finetune_cmd = app.add_subcommand(
+      "finetune", "Fine-tune a Llama-family model (HF folder, GGUF) on JSONL data with LoRA adapters, or fully");
+  finetune_cmd->add_option("--base", ft.base, "The pretrained model: Hugging Face folder, GGUF file or nabla checkpoint")
+      ->required()
+      ->check(CLI::ExistingPath);
+  finetune_cmd
+      ->add_option("--data", ft.data,
+                   "JSONL, one example a line: {\"text\"}, {\"prompt\", \"completion\"} or {\"messages\": [{\"role\", "
+                   "\"content\"}]}")
+      ->required()
+      ->check(CLI::ExistingFile);
+  finetune_cmd->add_option("--val-data", ft.val_data, "Validation JSONL (default: --val-fraction of --data)")
+      ->check(CLI::ExistingFile);
+  finetune_cmd->add_option("--val-fraction", ft.val_fraction, "Share of --data held out for validation")
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
+  finetune_cmd
+      ->add_option("--chat-template", ft.chat_template,
+                   "Template for {\"messages\"}: chatml, llama3, or auto (the base's own when it is one of these, "
+                   "else chatml)")
+      ->check(CLI::IsMember({"auto", "chatml", "llama3"}))
+      ->capture_default_str();
+  finetune_cmd->add_option("--tokenizer", ft.tokenizer, "Tokenizer (default: the base's)")->check(tokenizer_validator());
+  finetune_cmd->add_flag("--pad", ft.pad,
+                         "One example a row, padded (default: examples packed into rows, attention kept inside each)");
+  add_int(finetune_cmd, "--epochs", ft.epochs, "Passes over the training examples", 1, 1'000'000);
+  add_int(finetune_cmd, "--batch", ft.batch, "Rows per micro-batch", 1, 100'000);
+  add_int(finetune_cmd, "--grad-accum", ft.grad_accum, "Micro-batches summed into each optimizer step", 1, 100'000);
+  add_int(finetune_cmd, "--context", ft.context, "Tokens per row (0: the model's positions, at most 512)", 0,
+          1'000'000);
+  add_int(finetune_cmd, "--lora-r", ft.lora_r, "LoRA rank", 1, 65536);
+  finetune_cmd->add_option("--lora-alpha", ft.lora_alpha, "LoRA alpha (scale alpha / r)")
+      ->check(positive_number())
+      ->capture_default_str();
+  finetune_cmd->add_option("--lora-dropout", ft.lora_dropout, "Dropout on the adapters' inputs")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
+  finetune_cmd
+      ->add_option("--lora-targets", ft.lora_targets,
+                   "Projections with adapters, comma-separated: q, k, v, o, gate, up, down (default: all seven)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"q", "k", "v", "o", "gate", "up", "down", "q_proj", "k_proj", "v_proj", "o_proj",
+                             "gate_proj", "up_proj", "down_proj"}));
+  finetune_cmd->add_flag("--rslora", ft.rslora, "Scale adapters by alpha / sqrt(r) (rsLoRA)");
+  auto* full_flag = finetune_cmd->add_flag("--full", ft.full, "Train every parameter instead of adapters");
+  for (const char* lora_only : {"--lora-r", "--lora-alpha", "--lora-dropout", "--lora-targets", "--rslora"}) {
+    finetune_cmd->get_option(lora_only)->excludes(full_flag);
+  }
+  add_training_options(finetune_cmd, ft, "Seed for the adapters, data order and dropout", /*folders=*/true);
+
   const CLI::Validator tokenizer_name = tokenizer_validator();
   SampleArgs sample;
   CLI::App* sample_cmd =
@@ -298,6 +360,8 @@ int main(int argc, char** argv) {
                          "tokenizer.json, else the checkpoint's config)")
       ->check(tokenizer_name);
   add_int(sample_cmd, "--threads", sample.threads, "Threads (0: all cores)", 0, 256);
+  sample_cmd->add_option("--adapter", sample.adapter, "A PEFT LoRA adapter folder on the (Llama-family) model")
+      ->check(CLI::ExistingDirectory);
   sample_cmd->add_flag("--timings", sample.timings, "Print the prompt's and the generation's tokens per second to stderr");
 
   TokenizeArgs tokenize;
@@ -358,6 +422,11 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   gradient_cmd->add_option("--out", gradargs.out, "Output safetensors (grad.<name> and loss)")->required();
+  gradient_cmd
+      ->add_option("--adapter", gradargs.adapter,
+                   "A PEFT LoRA adapter folder on the (Llama-family) model: the adapter's gradients, under their "
+                   "PEFT names")
+      ->check(CLI::ExistingDirectory);
   add_int(gradient_cmd, "--threads", gradargs.threads, "Threads (0: all cores)", 0, 256);
   gradient_cmd->add_option("--backend", gradargs.backend, "Backend that runs the step")
       ->check(backend_name())
@@ -415,6 +484,21 @@ int main(int argc, char** argv) {
                      "Tokenizer written as tokenizer.json: a tokenizer.json or a GGUF model (default: the "
                      "checkpoint's own when it is byte-level BPE)")
       ->check(tokenizer_name);
+  for (CLI::App* cmd : {gguf_cmd, hf_cmd}) {
+    cmd->add_option("--adapter", exportargs.adapter,
+                    "A PEFT LoRA adapter folder merged into the (Llama-family) weights")
+        ->check(CLI::ExistingDirectory);
+  }
+  CLI::App* lora_gguf_cmd =
+      export_cmd->add_subcommand("lora-gguf", "A PEFT LoRA adapter as llama.cpp's adapter GGUF (llama-cli --lora)");
+  lora_gguf_cmd->add_option("adapter", exportargs.adapter, "PEFT adapter folder (adapter_config.json, "
+                                                           "adapter_model.safetensors)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  lora_gguf_cmd->add_option("--base", exportargs.checkpoint, "The base model it adapts (GGUF, HF folder, checkpoint)")
+      ->required()
+      ->check(CLI::ExistingPath);
+  lora_gguf_cmd->add_option("-o,--out", exportargs.out, "Output .gguf path")->required();
 
   try {
     app.parse(argc, argv);
@@ -443,10 +527,12 @@ int main(int argc, char** argv) {
     if (vit_cmd->parsed()) return run_train_vit(vit);
     if (gpt_cmd->parsed()) return run_train_lm(gpt);
     if (llama_cmd->parsed()) return run_train_lm(llama);
+    if (finetune_cmd->parsed()) return run_finetune(ft);
     if (eval_cmd->parsed()) return run_eval(eval);
     if (gradient_cmd->parsed()) return run_grad(gradargs);
     if (gguf_cmd->parsed()) return run_export_gguf(exportargs);
     if (hf_cmd->parsed()) return run_export_hf(exportargs);
+    if (lora_gguf_cmd->parsed()) return run_export_lora_gguf(exportargs);
     if (sample_cmd->parsed()) return run_sample(sample);
     if (tokenize_cmd->parsed()) return run_tokenize(tokenize);
     if (tok_train_cmd->parsed()) return run_tokenizer_train(tokenizer_args);

@@ -115,6 +115,7 @@ std::string TrainingLoop::describe() const {
 
 void TrainingLoop::save() {
   if (args_.save.empty()) return;
+  if (opt_.save) return opt_.save(step_.optimizer(), pos_);
   save_checkpoint(args_.save, opt_.config_json, params_, &step_.optimizer(), &pos_);
 }
 
@@ -148,8 +149,15 @@ void TrainingLoop::evaluate_and_save() {
 
 void TrainingLoop::step_once() {
   auto start = Clock::now();
-  task_.load_batch(pos_);
-  step_.run();
+  // Each micro-batch's loss is weighted for its share of the step (the
+  // task's business), so their sum over the count is the step's loss.
+  double step_loss = 0;
+  for (int m = 0; m < opt_.micro_batches; ++m) {
+    task_.load_batch(pos_, m);
+    step_.run();
+    step_loss += step_.loss();
+  }
+  const float loss = float(step_loss / opt_.micro_batches);
   lr_ = optim::warmup_cosine(pos_.step, args_.warmup, opt_.schedule_steps, args_.lr, args_.lr * opt_.min_lr_fraction);
   step_.update(lr_, args_.clip);
   ++pos_.step;
@@ -159,7 +167,6 @@ void TrainingLoop::step_once() {
   const double seconds = seconds_since(start);
   train_seconds_ += seconds;
 
-  const float loss = step_.loss();
   if (!std::isfinite(loss)) {
     throw Error(fmt::format("{}: the loss became {} at step {}; try a lower --lr", opt_.command, loss, pos_.step));
   }

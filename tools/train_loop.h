@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,8 +64,9 @@ class TrainingTask {
   virtual int64_t batches_per_epoch() const = 0;
   // Starts `epoch`, its first `skip` batches already used (a resumed run).
   virtual void start_epoch(int64_t epoch, int64_t skip) {}
-  // Writes the next batch (the one at `pos`) into the step's input leaves.
-  virtual void load_batch(const TrainPosition& pos) = 0;
+  // Writes the next batch (the one at `pos`) into the step's input leaves;
+  // with several micro-batches a step, its micro_batch'th part.
+  virtual void load_batch(const TrainPosition& pos, int micro_batch) = 0;
   // After a step: correct predictions in its batch, or -1 without accuracy.
   virtual int64_t correct_predictions() { return -1; }
   virtual Evaluation evaluate() = 0;
@@ -82,6 +84,10 @@ struct TrainingLoopOptions {
   std::string batch = "batch 1";  // what a step takes, for the banner ("batch 128", "8 x 256 tokens")
   std::string eval_name = "test";  // "validation"
   std::string config_json;        // the model's config, saved in checkpoints
+  int micro_batches = 1;          // runs summed into each step (TrainStep's)
+  // Writes the checkpoint in place of save_checkpoint(args.save, ...) (a
+  // command whose checkpoint is a folder of other tools' files).
+  std::function<void(const optim::AdamW&, const TrainPosition&)> save;
 };
 
 class TrainingLoop {

@@ -99,7 +99,9 @@ FinetuneSplit split_validation(std::vector<FinetuneExample> examples, double fra
 //   }
 //
 // An example longer than T keeps its first T tokens (truncated() counts
-// them). Rows take the examples in the epoch's order:
+// them). Rows are cut once, from the examples in the order given, and each
+// epoch takes them in an order of its own (so every epoch has as many
+// batches, and a packed row keeps its examples):
 //   pack: whole examples one after another; an example that does not fit in
 //         what is left of a row starts the next row, and the rest is padding.
 //   pad:  one example per row, the rest padding.
@@ -123,14 +125,13 @@ class FinetuneBatcher {
   FinetuneBatcher(std::vector<FinetuneExample> examples, int64_t batch, int64_t context, Mode mode,
                   uint64_t seed, int32_t pad_id = 0);
 
-  // Orders the examples by a shuffle drawn from (seed, epoch) alone and cuts
-  // them into rows. UsageError for epoch < 0.
+  // Orders the rows by a shuffle drawn from (seed, epoch) alone. UsageError
+  // for epoch < 0.
   void start_epoch(int64_t epoch);
-  // The examples in the order they were given, not shuffled: the same rows on
-  // every call, for validation.
+  // The rows in the order they were cut, not shuffled (validation).
   void start_in_order();
 
-  // Batches in the current epoch (with pack, this depends on the order).
+  // Batches in an epoch: the rows over B, rounded up.
   int64_t batches_per_epoch() const;
   // Writes batch `index` of the current epoch into four [B, T] buffers.
   // UsageError for an index outside [0, batches_per_epoch()).
@@ -151,8 +152,8 @@ class FinetuneBatcher {
  private:
   void cut_rows();
   void check_index(int64_t index) const;  // UsageError outside [0, batches_per_epoch())
-  // [first, last) indices into order_ of the examples in row `row` (none for
-  // the padding rows that complete the last batch).
+  // [first, last): the examples (indices into examples_) in the epoch's row
+  // `row` (none for the padding rows that complete the last batch).
   std::pair<int64_t, int64_t> row_examples(int64_t row) const;
 
   std::vector<FinetuneExample> examples_;  // truncated to T, first label -100
@@ -162,8 +163,8 @@ class FinetuneBatcher {
   uint64_t seed_;
   int32_t pad_id_;
   int64_t truncated_ = 0, truncated_uncounted_ = 0;
-  std::vector<int64_t> order_;      // the current epoch's example indices
-  std::vector<int64_t> row_start_;  // row r holds order_[row_start_[r], row_start_[r + 1])
+  std::vector<int64_t> row_start_;  // row r holds examples [row_start_[r], row_start_[r + 1])
+  std::vector<int64_t> row_order_;  // the current epoch's rows
 };
 
 }  // namespace nabla

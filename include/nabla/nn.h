@@ -87,6 +87,9 @@ struct Linear {
          WeightLayout layout = WeightLayout::out_in);
   // `train` turns the adapter's dropout on.
   Tensor operator()(const Tensor& x, bool train = false) const;
+  // Folds the adapter into the weight (W += scale B A, summed in double)
+  // and drops it: the layer computes the same without it.
+  void merge_adapter();
   int64_t in_features() const { return weight.dim(layout == WeightLayout::out_in ? 1 : 0); }
   int64_t out_features() const { return weight.dim(layout == WeightLayout::out_in ? 0 : 1); }
   // The layer restricted to output features [begin, end): views of the

@@ -304,27 +304,26 @@ FinetuneBatcher::FinetuneBatcher(std::vector<FinetuneExample> examples, int64_t 
     truncated_ += cut;
     truncated_uncounted_ += cut && counted_before && counted_.back() == 0;
   }
+  cut_rows();
   start_epoch(0);
 }
 
 void FinetuneBatcher::start_epoch(int64_t epoch) {
   if (epoch < 0)
     throw UsageError("FinetuneBatcher: epoch must be >= 0, got " + std::to_string(epoch));
-  order_ = shuffled(size(), seed_, kOrder, epoch);
-  cut_rows();
+  row_order_ = shuffled(int64_t(row_start_.size()) - 1, seed_, kOrder, epoch);
 }
 
 void FinetuneBatcher::start_in_order() {
-  order_.resize(examples_.size());
-  for (size_t i = 0; i < order_.size(); ++i) order_[i] = int64_t(i);
-  cut_rows();
+  row_order_.resize(row_start_.size() - 1);
+  for (size_t i = 0; i < row_order_.size(); ++i) row_order_[i] = int64_t(i);
 }
 
 void FinetuneBatcher::cut_rows() {
   row_start_.assign(1, 0);
   int64_t used = 0;  // tokens in the row being filled
-  for (size_t k = 0; k < order_.size(); ++k) {
-    const auto n = static_cast<int64_t>(examples_[size_t(order_[k])].ids.size());
+  for (size_t k = 0; k < examples_.size(); ++k) {
+    const auto n = static_cast<int64_t>(examples_[k].ids.size());
     if (used > 0 && (mode_ == Mode::pad || used + n > context_)) {
       row_start_.push_back(int64_t(k));
       used = 0;
@@ -347,8 +346,9 @@ void FinetuneBatcher::check_index(int64_t index) const {
 }
 
 std::pair<int64_t, int64_t> FinetuneBatcher::row_examples(int64_t row) const {
-  if (row >= static_cast<int64_t>(row_start_.size()) - 1) return {0, 0};  // a padding row
-  return {row_start_[size_t(row)], row_start_[size_t(row + 1)]};
+  if (row >= static_cast<int64_t>(row_order_.size())) return {0, 0};  // a padding row
+  const size_t r = size_t(row_order_[size_t(row)]);
+  return {row_start_[r], row_start_[r + 1]};
 }
 
 void FinetuneBatcher::batch(int64_t index, int32_t* ids, int32_t* labels, int32_t* positions,
@@ -363,7 +363,7 @@ void FinetuneBatcher::batch(int64_t index, int32_t* ids, int32_t* labels, int32_
     const auto [first, last] = row_examples(index * batch_ + b);
     int64_t at = b * context_;
     for (int64_t k = first; k < last; ++k) {
-      const FinetuneExample& e = examples_[size_t(order_[size_t(k)])];
+      const FinetuneExample& e = examples_[size_t(k)];
       std::copy(e.ids.begin(), e.ids.end(), ids + at);
       std::copy(e.labels.begin(), e.labels.end(), labels + at);
       for (size_t i = 0; i < e.ids.size(); ++i) {
@@ -380,7 +380,7 @@ int64_t FinetuneBatcher::counted_tokens(int64_t index) const {
   int64_t counted = 0;
   for (int64_t b = 0; b < batch_; ++b) {
     const auto [first, last] = row_examples(index * batch_ + b);
-    for (int64_t k = first; k < last; ++k) counted += counted_[size_t(order_[size_t(k)])];
+    for (int64_t k = first; k < last; ++k) counted += counted_[size_t(k)];
   }
   return counted;
 }

@@ -130,6 +130,27 @@ Linear Linear::outputs(int64_t begin, int64_t end) const {
   return part;
 }
 
+void Linear::merge_adapter() {
+  if (!lora.defined()) return;
+  const int64_t out = out_features(), in = in_features(), r = lora.a.dim(0);
+  const std::vector<float> A = lora.a.to_vector<float>(), B = lora.b.to_vector<float>();
+  float* w = weight.data_as<float>();
+  std::vector<double> row(static_cast<size_t>(in));
+  for (int64_t o = 0; o < out; ++o) {
+    std::fill(row.begin(), row.end(), 0.0);
+    for (int64_t k = 0; k < r; ++k) {
+      const double b = B[size_t(o * r + k)];
+      const float* a = A.data() + k * in;
+      for (int64_t i = 0; i < in; ++i) row[size_t(i)] += b * a[i];
+    }
+    for (int64_t i = 0; i < in; ++i) {
+      float& wi = layout == WeightLayout::out_in ? w[o * in + i] : w[i * out + o];
+      wi = float(double(wi) + lora.scale * row[size_t(i)]);
+    }
+  }
+  lora = LoraAdapter{};
+}
+
 double LoraConfig::scale() const { return rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
 
 void LoraConfig::validate() const {

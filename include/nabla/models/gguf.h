@@ -18,6 +18,7 @@
 
 #include "nabla/checkpoint.h"
 #include "nabla/gguf.h"
+#include "nabla/models/lora.h"
 
 namespace nabla::models {
 
@@ -41,6 +42,15 @@ struct GgufExportOptions {
 // other than the tanh approximation); IoError for a missing or inconsistent
 // GPT-2 vocabulary.
 GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions& options = {});
+
+// A PEFT LoRA adapter of a Llama-family model as llama.cpp's adapter GGUF
+// (convert_lora_to_gguf.py's layout): general.type "adapter", adapter.type
+// "lora", adapter.lora.alpha (scaled by sqrt(r) for rsLoRA, since llama.cpp
+// scales by alpha / r), and per adapted weight "<GGUF name>.lora_a" (A [r,
+// in]) and ".lora_b" (B [out, r], its q/k rows interleaved as the base's
+// are for llama). The architecture keys are the base's. UsageError naming
+// the adapter for a module llama.cpp has no tensor for.
+GgufWriter gguf_lora_adapter(const LlamaConfig& base, const PeftAdapter& adapter);
 
 // A llama.cpp GGUF of architecture "llama" or "qwen2" as a Llama checkpoint
 // (architecture "llama", Hugging Face names): the config from its llama.* /

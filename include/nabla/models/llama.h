@@ -104,6 +104,9 @@ class Llama {
   // rewritten every step. UsageError for bad settings or a second call.
   void add_lora(const nn::LoraConfig& config, uint64_t seed);
   const nn::LoraConfig& lora() const { return lora_; }  // r 0: no adapters
+  // Folds every adapter into its base weight and drops the adapters: the
+  // merged model, as PEFT's merge_and_unload gives it.
+  void merge_lora();
   nn::Params& adapter() { return adapter_; }
   const nn::Params& adapter() const { return adapter_; }
   const Tensor& lora_dropout_seed() const { return lora_seed_; }

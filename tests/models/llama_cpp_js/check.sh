@@ -4,7 +4,9 @@
 # into node_modules on first use) loads each file `nabla export gguf --type`
 # wrote from the fixture checkpoints (F32, Q8_0, Q4_0, Q4_K, Q6_K), and its
 # next-token log-probabilities must match nabla's on the same file
-# (check_llama_cpp.mjs). Then tokenizers: `nabla tokenizer train` on the
+# (check_llama_cpp.mjs); so too the F32 files with a PEFT LoRA adapter that
+# `nabla export lora-gguf` converted (llama.cpp applying it) and the models
+# `nabla export gguf --adapter` merged. Then tokenizers: `nabla tokenizer train` on the
 # fortunes with GPT-2's, Qwen2's, SmolLM2's and Llama 3's patterns (Llama 3's
 # with ignore_merges on, as llama.cpp reads that pattern), each written into
 # a GGUF with `nabla export gguf --tokenizer`; llama.cpp must tokenize hand
@@ -32,6 +34,13 @@ for ckpt in "$work"/*.safetensors; do
     "$nabla" export gguf "$ckpt" --type $type -o "${ckpt%.safetensors}.$type.gguf" >/dev/null ||
       fail "nabla export gguf --type $type could not export $ckpt"
   done
+done
+for lora in "$work"/*.lora; do
+  model=${lora%.lora}
+  "$nabla" export lora-gguf "$lora" --base "$model.f32.gguf" -o "$model.lora.adapter" >/dev/null ||
+    fail "nabla export lora-gguf could not convert $lora"
+  "$nabla" export gguf "$model.safetensors" --adapter "$lora" -o "$model.merged.gguf" >/dev/null ||
+    fail "nabla export gguf --adapter could not merge $lora"
 done
 # nabla's side reads the GGUF files back, so each type is compared on the
 # values it stores.

@@ -18,7 +18,9 @@ import { getLlama } from "node-llama-cpp";
 // with f32 activations and the same dequantized weights; on these random
 // weights that moves log-probabilities by up to 0.18 nats (any of the four
 // types), and a misread block (a scale or nibble out of place) by whole nats.
-const TOLERANCE = { f32: 1e-4, q8_0: 0.4, q4_0: 0.4, q4_k: 0.4, q6_k: 0.4 };
+// An adapter (f32+lora: llama.cpp adds B (A x) scaled to each product) and a
+// merged model are f32 computations too.
+const TOLERANCE = { f32: 1e-4, "f32+lora": 1e-4, merged: 1e-4, q8_0: 0.4, q4_0: 0.4, q4_k: 0.4, q6_k: 0.4 };
 const dir = resolve(process.argv[2]);
 const expected = JSON.parse(readFileSync(join(dir, "expected.json"), "utf8"));
 const llama = await getLlama({ gpu: false, build: "never", logLevel: "error" });
@@ -29,12 +31,15 @@ const fail = (what) => {
 };
 
 for (const [name, prompts] of Object.entries(expected)) {
-  const model = await llama.loadModel({ modelPath: join(dir, `${name}.gguf`) });
+  // "<model>.f32+lora": the F32 file with the adapter nabla converted.
+  const [file, adapted] = name.split("+");
+  const model = await llama.loadModel({ modelPath: join(dir, `${file}.gguf`) });
+  const lora = adapted ? { adapters: [{ filePath: join(dir, `${name.split(".")[0]}.lora.adapter`) }] } : undefined;
   // An F32 key/value cache: llama.cpp keeps F16 by default, which alone moves
   // log-probabilities by a few 1e-3.
   const context = await model.createContext({
     contextSize: 64, threads: 2, sequences: 1, flashAttention: false,
-    experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
+    experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", lora,
   });
   const sequence = context.getSequence();
   const tolerance = TOLERANCE[name.split(".")[1]];

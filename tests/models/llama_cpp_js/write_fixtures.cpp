@@ -8,7 +8,12 @@
 //     `nabla export gguf --type` wrote it), read back by nabla (checkpoint_from_gguf,
 //     quantized tensors dequantized), nabla's 10 most likely next tokens with
 //     their log-probabilities at every position of the model's prompts
-//     (DIR/expected.json, keyed by the file's stem).
+//     (DIR/expected.json, keyed by the file's stem). Models with a LoRA
+//     adapter (DIR/<model>.lora/, PEFT's folder, written by `write`) also
+//     get "<model>.f32+lora": the same from the F32 file with the adapter on,
+//     which llama.cpp computes with `nabla export lora-gguf`'s file
+//     (DIR/<model>.lora.adapter); and DIR/<model>.merged.gguf (`nabla
+//     export gguf --adapter`) must compute as the adapted model does.
 // Models: "llama_gqa3" (GQA 3, head size 16 != hidden / heads, untied, Llama 3
 // rope_scaling), "llama_tied" (GQA 1, tied), "qwen2" (q/k/v biases, GQA 2);
 // hidden 256 and intermediate 512, so that the block formats quantize most
@@ -27,6 +32,7 @@
 #include "nabla/io.h"
 #include "nabla/models/gguf.h"
 #include "nabla/models/llama.h"
+#include "nabla/models/lora.h"
 #include "nabla/nabla.hpp"
 
 using namespace nabla;
@@ -116,6 +122,18 @@ void write(const std::string& dir) {
     models::Llama m(c, seed);
     randomize(m, seed++);
     save_checkpoint(dir + "/" + name + ".safetensors", c.to_json(), m.params());
+    if (name != "llama_tied") {
+      // Every target, B non-zero; rsLoRA on one (llama.cpp knows only alpha / r).
+      nn::LoraConfig lora{.r = 8, .alpha = 16, .rslora = name == "llama_gqa3", .targets = models::llama_lora_modules()};
+      m.add_lora(lora, seed);
+      std::mt19937_64 g(seed + 100);
+      std::normal_distribution<double> normal;
+      for (auto [n, t] : m.adapter().list()) {
+        float* v = t.data_as<float>();
+        for (int64_t i = 0; i < t.numel(); ++i) v[i] = float(normal(g) / std::sqrt(double(t.dim(1))) * 0.5);
+      }
+      models::save_peft_adapter(dir + "/" + name + ".lora", lora, m.adapter(), name);
+    }
     json list = json::array();
     for (int64_t len : {1, 7, 40}) {
       std::vector<int32_t> ids(static_cast<size_t>(len));
@@ -142,17 +160,49 @@ void write(const std::string& dir) {
 void expect(const std::string& dir) {
   const json prompts = json::parse(read_file(dir + "/prompts.json"));
   json expected = json::object();
+  auto expectations = [&](const models::Llama& m, const std::string& model) {
+    json list = json::array();
+    for (const auto& ids : prompts.at(model)) {
+      list.push_back({{"tokens", ids}, {"top", top_tokens(m, ids.get<std::vector<int32_t>>())}});
+    }
+    return list;
+  };
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() != ".gguf") continue;
     const std::string stem = entry.path().stem().string();  // <model>.<type>
+    const std::string model = stem.substr(0, stem.find('.'));
     Checkpoint ckpt = models::checkpoint_from_gguf(entry.path().string());
     models::Llama m(models::llama_config_from_checkpoint(ckpt), 0);
     load_params(ckpt, m.params());
-    json list = json::array();
-    for (const auto& ids : prompts.at(stem.substr(0, stem.find('.')))) {
-      list.push_back({{"tokens", ids}, {"top", top_tokens(m, ids.get<std::vector<int32_t>>())}});
+    expected[stem] = expectations(m, model);
+    const std::string lora = dir + "/" + model + ".lora";
+    if (stem != model + ".f32" || !std::filesystem::exists(lora)) continue;
+    const models::PeftAdapter adapter = models::load_peft_adapter(lora);
+    m.add_lora(adapter.config, 0);
+    models::load_adapter_weights(adapter, m);
+    expected[model + ".f32+lora"] = expectations(m, model);
+  }
+  // The adapters must move the log-probabilities (else llama.cpp ignoring
+  // them would pass), and the merged files must compute as the adapted models.
+  for (const auto& [key, list] : expected.items()) {
+    const size_t plus = key.find("+lora");
+    if (plus == std::string::npos) continue;
+    const std::string model = key.substr(0, key.find('.'));
+    double moved = 0, merged = 0;
+    const json& base = expected.at(key.substr(0, plus));
+    const json& folded = expected.at(model + ".merged");
+    for (size_t p = 0; p < list.size(); ++p) {
+      for (size_t t = 0; t < list[p]["top"].size(); ++t) {
+        const json &a = list[p]["top"][t], &b = base[p]["top"][t], &f = folded[p]["top"][t];
+        moved = std::max(moved, std::abs(a[0][1].get<double>() - b[0][1].get<double>()));
+        if (a[0][0] != f[0][0]) merged = HUGE_VAL;
+        merged = std::max(merged, std::abs(a[0][1].get<double>() - f[0][1].get<double>()));
+      }
     }
-    expected[stem] = list;
+    std::printf("%s: the adapter moves the top log-probability by up to %.3f; the merged file computes within %.1e\n",
+                key.c_str(), moved, merged);
+    if (!(moved > 0.05)) throw std::runtime_error(key + ": the adapter hardly changes the model");
+    if (!(merged < 1e-4)) throw std::runtime_error(key + ": the merged model computes otherwise than the adapted one");
   }
   write_file_atomic(dir + "/expected.json", expected.dump());
 }

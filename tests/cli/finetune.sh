@@ -1,0 +1,67 @@
+#!/bin/sh
+# `nabla finetune` end to end on a small Llama: LoRA on an HF folder and on a
+# GGUF base, packed and padded batches, gradient accumulation, a PEFT folder
+# that `sample --adapter` and `grad --adapter` read, resume bit-identical to
+# an uninterrupted run, --full, and bad data lines named by file and line.
+# Usage: finetune.sh PATH_TO_NABLA WORK_DIR
+set -u
+nabla=$1 dir=$2
+rm -rf "$dir" && mkdir -p "$dir" || exit 1
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$nabla" train llama --layers 2 --width 64 --heads 4 --kv-heads 2 --positions 160 --steps 0 \
+  --save "$dir/base.safetensors" >/dev/null 2>&1 || fail "making the base"
+"$nabla" export hf "$dir/base.safetensors" --out "$dir/base" >/dev/null || fail "export hf"
+"$nabla" export gguf "$dir/base.safetensors" --out "$dir/base.gguf" >/dev/null || fail "export gguf"
+
+data=$dir/data.jsonl
+for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
+  echo "{\"prompt\": \"What is $i plus $i? \", \"completion\": \"$((i + i)).\"}"
+  echo "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Say $i\"}, {\"role\": \"assistant\", \"content\": \"$i\"}]}"
+  echo "{\"text\": \"Fortune $i favours the prepared mind.\"}"
+done > "$data"
+
+common="--data $data --context 160 --batch 3 --epochs 2 --lora-r 4 --log-every 100 --threads 2"
+"$nabla" finetune --base "$dir/base" $common --save "$dir/straight" > "$dir/straight.log" 2>&1 ||
+  { cat "$dir/straight.log"; fail "finetune"; }
+grep -q "LoRA r 4, alpha 16" "$dir/straight.log" || fail "no LoRA banner"
+grep -q "34 training and 2 validation examples" "$dir/straight.log" || { cat "$dir/straight.log"; fail "split"; }
+for f in adapter_config.json adapter_model.safetensors training_state.safetensors; do
+  [ -s "$dir/straight/$f" ] || fail "no $f"
+done
+grep -q '"peft_type": "LORA"' "$dir/straight/adapter_config.json" || fail "adapter_config.json"
+
+# Stopped early, then resumed: the same adapter, byte for byte.
+"$nabla" finetune --base "$dir/base" $common --save "$dir/part" --max-steps 5 >/dev/null 2>&1 || fail "first part"
+"$nabla" finetune --base "$dir/base" $common --save "$dir/part" --resume "$dir/part" > "$dir/resumed.log" 2>&1 ||
+  { cat "$dir/resumed.log"; fail "resume"; }
+grep -q "resumed from" "$dir/resumed.log" || fail "the resume did not say so"
+cmp "$dir/straight/adapter_model.safetensors" "$dir/part/adapter_model.safetensors" ||
+  fail "the resumed adapter differs from the uninterrupted run's"
+echo "resumed adapter is byte-identical to the uninterrupted run's"
+
+# A GGUF base, padded batches, accumulation, rsLoRA on two targets.
+"$nabla" finetune --base "$dir/base.gguf" --data "$data" --context 160 --batch 2 --grad-accum 3 --pad --epochs 1 \
+  --lora-targets q,v --rslora --save "$dir/gguf_adapter" > "$dir/gguf.log" 2>&1 || { cat "$dir/gguf.log"; fail "gguf base"; }
+grep -q "padded" "$dir/gguf.log" && grep -q "x 3 accumulated" "$dir/gguf.log" || { cat "$dir/gguf.log"; fail "pad/accum"; }
+grep -q '"use_rslora": true' "$dir/gguf_adapter/adapter_config.json" || fail "rslora not recorded"
+
+# The adapter in use.
+"$nabla" sample --checkpoint "$dir/base" --adapter "$dir/straight" --prompt "What is 2 plus 2? " --tokens 5 \
+  --temperature 0 >/dev/null || fail "sample --adapter"
+"$nabla" finetune --base "$dir/base" --data "$data" --context 160 --full --epochs 1 --save "$dir/full" \
+  --log-every 100 >/dev/null 2>&1 || fail "--full"
+[ -s "$dir/full/model.safetensors" ] && [ -s "$dir/full/config.json" ] || fail "--full wrote no HF folder"
+"$nabla" sample --checkpoint "$dir/full" --prompt "Say 3" --tokens 3 --temperature 0 >/dev/null || fail "sample --full"
+
+# Bad lines: status 2 and an error naming the file and line.
+printf '{"text": "ok"}\n{"prompt": 3, "completion": "x"}\n' > "$dir/bad.jsonl"
+out=$("$nabla" finetune --base "$dir/base" --data "$dir/bad.jsonl" 2>&1); status=$?
+[ $status -eq 2 ] || fail "bad line: status $status"
+echo "$out" | grep -q "bad.jsonl:2" || fail "bad line not named: $out"
+printf '{"text": "ok"}\nnot json\n' > "$dir/bad.jsonl"
+out=$("$nabla" finetune --base "$dir/base" --data "$dir/bad.jsonl" 2>&1); status=$?
+[ $status -eq 2 ] && echo "$out" | grep -q "bad.jsonl:2" || fail "not JSON: $status $out"
+out=$("$nabla" finetune --base "$dir/base" --data "$data" --full --lora-r 4 2>&1); status=$?
+[ $status -eq 2 ] || fail "--full with --lora-r: status $status"
+echo "finetune checks passed"

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Cross-checks nabla's LoRA against an independent PyTorch implementation.
+
+Usage: lora_oracle.py NABLA_BIN [--keep DIR]
+
+The base is llama_oracle.py's plain-PyTorch Llama (Hugging Face's semantics
+and names). Each targeted nn.Linear is wrapped here as PEFT's LoraLayer
+computes it: base(x) + lora_B(lora_A(x)) * scaling, scaling = alpha / r (or
+alpha / sqrt(r) with use_rslora), the base frozen. Random base weights go to
+nabla as a Hugging Face folder, random adapter weights (B non-zero, so every
+path matters) as a PEFT folder (adapter_config.json, adapter_model.safetensors
+with PEFT's names); `nabla grad --adapter` must give torch's loss and the
+gradient of every adapter tensor and of nothing else, and with
+--adamw-steps 3 the loss before each AdamW step on the adapters alone.
+Configs: all seven targets at GQA 3 with an untied head, q/v only with
+rsLoRA on a tied head with Qwen2's biases.
+
+Tolerances: llama_oracle.py's (RTOL, ATOL, LOSS_RTOL, ADAMW_LOSS_RTOL): f32
+rounding in either framework; a wrong scale, a transposed A or B, or a
+gradient reaching the frozen base is off by orders of magnitude.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+
+try:
+    import torch
+    import torch.nn as nn
+except ImportError as e:
+    sys.exit(f"lora_oracle: PyTorch is required ({e}); install Debian's python3-torch (scripts/install-deps) "
+             f"and run with /usr/bin/python3")
+
+import grad_compare
+from grad_compare import Report, nabla_grad
+from llama_oracle import ADAMW, ADAMW_LOSS_RTOL, ATOL, LOSS_RTOL, RTOL, Llama, config, randomize, write_hf_folder
+from safetensors_io import write_safetensors
+
+
+class LoraLinear(nn.Module):
+    """PEFT's Linear LoraLayer at inference (dropout is the identity)."""
+
+    def __init__(self, base, r, scaling):
+        super().__init__()
+        self.base_layer = base
+        self.lora_A = nn.Linear(base.in_features, r, bias=False)
+        self.lora_B = nn.Linear(r, base.out_features, bias=False)
+        self.scaling = scaling
+
+    def forward(self, x):
+        return self.base_layer(x) + self.lora_B(self.lora_A(x)) * self.scaling
+
+
+def add_lora(model, targets, r, scaling, gen):
+    """Wraps the targeted projections; returns the adapter's parameters by
+    PEFT name. The base's parameters stop requiring gradients."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in model.model.layers:
+        for parent in (layer.self_attn, layer.mlp):
+            for name in targets:
+                if hasattr(parent, name):
+                    lora = LoraLinear(getattr(parent, name), r, scaling)
+                    with torch.no_grad():
+                        lora.lora_A.weight.copy_(torch.randn(lora.lora_A.weight.shape, generator=gen) /
+                                                 math.sqrt(lora.lora_A.weight.shape[1]))
+                        lora.lora_B.weight.copy_(torch.randn(lora.lora_B.weight.shape, generator=gen) / math.sqrt(r))
+                    setattr(parent, name, lora)
+    return {"base_model.model." + n: p for n, p in model.named_parameters() if ".lora_" in n}
+
+
+def write_peft_folder(path, adapter, c):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": c["r"], "lora_alpha": c["alpha"],
+                   "lora_dropout": 0.1, "target_modules": c["targets"], "use_rslora": c["rslora"],
+                   "bias": "none", "fan_in_fan_out": False, "use_dora": False, "modules_to_save": None,
+                   "base_model_name_or_path": "oracle-base", "revision": None, "inference_mode": True,
+                   "rank_pattern": {}, "alpha_pattern": {}, "layers_to_transform": None, "layers_pattern": None},
+                  f, indent=2)
+    write_safetensors(os.path.join(path, "adapter_model.safetensors"),
+                      {n: p.detach().float() for n, p in adapter.items()}, {"format": "pt"})
+
+
+def torch_grads(model, adapter, ids, labels, dtype):
+    m = model.to(dtype)
+    for p in adapter.values():
+        p.grad = None
+    loss = m.loss(ids, labels)
+    loss.backward()
+    if any(p.grad is not None for n, p in m.named_parameters() if ".lora_" not in n):
+        raise RuntimeError("torch built a gradient for the frozen base")
+    out = loss.detach(), {n: p.grad.detach().clone() for n, p in adapter.items()}
+    m.float()
+    return out
+
+
+def torch_adamw_losses(model, adapter, ids, labels, steps):
+    """nabla's decay rule (rank >= 2: every adapter tensor) on the adapters alone."""
+    o = torch.optim.AdamW(list(adapter.values()), lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]),
+                          eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"])
+    losses = []
+    for _ in range(steps):
+        o.zero_grad()
+        loss = model.loss(ids, labels)
+        loss.backward()
+        losses.append(loss.item())
+        o.step()
+    return losses
+
+
+def check(nabla, work, report, title, c, lora, n, t, seed, steps=3):
+    gen = torch.Generator().manual_seed(seed)
+    model = Llama(c)
+    randomize(model, gen)
+    tag = title.split(":")[0].replace(" ", "_")
+    base = os.path.join(work, f"{tag}.base")
+    write_hf_folder(base, model, torch.float32, 1)  # before the wrapping renames the projections
+    scaling = lora["alpha"] / (math.sqrt(lora["r"]) if lora["rslora"] else lora["r"])
+    adapter = add_lora(model, lora["targets"], lora["r"], scaling, gen)
+    peft = os.path.join(work, f"{tag}.adapter")
+    write_peft_folder(peft, adapter, lora)
+    ids = torch.randint(0, c["vocab_size"], (n, t), generator=gen)
+    labels = ids.clone()
+    labels[torch.rand((n, t), generator=gen) < 0.3] = -100  # prompt tokens, padding
+    b, o = (os.path.join(work, f"{tag}.{s}.safetensors") for s in ("batch", "grads"))
+    write_safetensors(b, {"input_ids": ids, "labels": labels})
+    extra = ["--adapter", peft, "--adamw-steps", str(steps), "--lr", repr(ADAMW["lr"]), "--weight-decay",
+             repr(ADAMW["weight_decay"]), "--beta1", repr(ADAMW["beta1"]), "--beta2", repr(ADAMW["beta2"]),
+             "--eps", repr(ADAMW["eps"])]
+    got = nabla_grad(nabla, base, b, o, extra)
+    title = f"{title} (r {lora['r']}, alpha {lora['alpha']}, scale {scaling:.4g}; {len(adapter)} adapter tensors)"
+    g32 = torch_grads(model, adapter, ids, labels, torch.float32)
+    g64 = torch_grads(model, adapter, ids, labels, torch.float64)
+    grad_compare.compare(title, report, got, g32, g64, RTOL, ATOL, LOSS_RTOL, outputs=("loss", "losses"))
+    nl = got["losses"].double().tolist()
+    t32 = torch_adamw_losses(model, adapter, ids, labels, steps)
+    for i in range(steps):
+        rel = abs(nl[i] - t32[i]) / abs(t32[i])
+        print(f"AdamW step {i + 1}: nabla {nl[i]:.7f} torch {t32[i]:.7f} rel {rel:.2e}")
+        if not rel <= ADAMW_LOSS_RTOL:
+            report.fail(f"{title}: loss before AdamW step {i + 1}: nabla {nl[i]!r} torch {t32[i]!r}")
+    if not t32[-1] < t32[0]:
+        report.fail(f"{title}: torch's loss did not fall over {steps} AdamW steps: the check proves little")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("nabla")
+    ap.add_argument("--keep", help="keep the files here")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    report = Report()
+    work = args.keep or tempfile.mkdtemp(prefix="lora_oracle.")
+    os.makedirs(work, exist_ok=True)
+    every = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    check(args.nabla, work, report, "all seven: gqa 3, untied", config(),
+          {"r": 4, "alpha": 8.0, "rslora": False, "targets": every}, 2, 13, 1)
+    check(args.nabla, work, report, "q and v, rslora: qwen2 biases, tied",
+          config(model_type="qwen2", attention_bias=True, tie_word_embeddings=True, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=12),
+          {"r": 3, "alpha": 5.0, "rslora": True, "targets": ["q_proj", "v_proj"]}, 3, 9, 2)
+    if report.failures:
+        print(f"\n{len(report.failures)} failure(s)")
+        return 1
+    print("\nall LoRA checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
