@@ -390,6 +390,63 @@ nabla_status nabla_trainer_load(nabla_trainer* trainer, const char* path, const 
 nabla_status nabla_trainer_steps(nabla_trainer* trainer, int64_t* out);
 void nabla_trainer_free(nabla_trainer* trainer);
 
+/* ---- Fine-tuning
+ *
+ * A pretrained Llama-family model (a Hugging Face folder, a GGUF file or a
+ * nabla checkpoint) with LoRA adapters on its frozen weights (PEFT's
+ * formulation and names), or with every weight trained, over token batches
+ * the caller makes; the same session `nabla finetune` runs
+ * (include/nabla/models/finetune.h):
+ *
+ *   nabla_finetune_create("SmolLM2-135M", NULL, 16, 32.0, 0.05, 0, NULL,   LoRA r 16 on all seven projections
+ *                         4, 256, 0.0, 0, 1, &ft);                       4 rows of 256 tokens a step
+ *   nabla_finetune_encode(ft, "text", ids, capacity, &n);     the base's tokenizer
+ *   for each batch: nabla_finetune_step(ft, ids, labels, NULL, 2e-4, 1.0, &loss);
+ *   nabla_finetune_save(ft, "adapter");           a PEFT folder
+ *   nabla_finetune_save_gguf(ft, "adapter.gguf"); llama.cpp's adapter GGUF
+ *
+ * A session is not tied to a context; free it with nabla_finetune_free. */
+typedef struct nabla_finetune nabla_finetune;
+/* base: the pretrained model. adapter_dir: a PEFT folder to start from (its
+ * r, alpha, dropout and targets replace the arguments'), or NULL for fresh
+ * adapters. lora_r: the adapters' rank, 0 for full fine-tuning; their scale
+ * alpha / r (alpha / sqrt(r) when rslora is nonzero); lora_dropout on their
+ * inputs while training; lora_targets: comma-separated module names
+ * (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj), NULL for
+ * all seven. batch rows of context tokens a step (context 0: the model's
+ * positions, at most 512). AdamW with weight_decay (betas 0.9, 0.999, eps
+ * 1e-8). threads <= 0: every core. seed: the adapters' initialisation and
+ * dropout masks. */
+nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, int64_t lora_r, double lora_alpha,
+                                   double lora_dropout, int rslora, const char* lora_targets, int64_t batch,
+                                   int64_t context, double weight_decay, int threads, uint64_t seed,
+                                   nabla_finetune** out);
+/* The session's row count, tokens per row, vocabulary size and trained
+ * element count. Any out-pointer may be NULL. */
+nabla_status nabla_finetune_shape(nabla_finetune* ft, int64_t* batch, int64_t* context, int64_t* vocab,
+                                  int64_t* trained);
+/* text (UTF-8, NUL-terminated) in the base's tokenizer: up to `capacity`
+ * ids into ids, their full count into *count (call again with more room
+ * when it exceeds capacity). */
+nabla_status nabla_finetune_encode(nabla_finetune* ft, const char* text, int32_t* ids, int64_t capacity,
+                                   int64_t* count);
+/* One optimizer step on a batch of [batch, context] i32 input_ids and
+ * labels (Hugging Face's: position t predicts labels[t + 1]; -100 is not
+ * counted); segments NULL (a row is one sequence) or [batch, context] ids of
+ * the documents packed in each row, attention staying within an id. AdamW
+ * at lr after clipping the global norm to clip (0: none). The mean loss
+ * over the counted tokens goes to *loss when it is not NULL. */
+nabla_status nabla_finetune_step(nabla_finetune* ft, const int32_t* input_ids, const int32_t* labels,
+                                 const int32_t* segments, double lr, double clip, float* loss);
+/* The adapter as a PEFT folder (adapter_config.json,
+ * adapter_model.safetensors), or with full fine-tuning the model as a
+ * Hugging Face folder; the folder is created when missing. */
+nabla_status nabla_finetune_save(nabla_finetune* ft, const char* dir);
+/* The adapter as llama.cpp's LoRA GGUF (llama-cli --lora). */
+nabla_status nabla_finetune_save_gguf(nabla_finetune* ft, const char* path);
+/* Accepts NULL. */
+void nabla_finetune_free(nabla_finetune* ft);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

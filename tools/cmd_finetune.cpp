@@ -18,6 +18,7 @@
 #include "nabla/gguf.h"
 #include "nabla/models/gguf.h"
 #include "nabla/models/llama.h"
+#include "nabla/models/finetune.h"
 #include "nabla/models/lora.h"
 #include "nabla/tokenizer.h"
 #include "nabla/trainer.h"
@@ -28,8 +29,6 @@ namespace nabla::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-const char* kStateFile = "training_state.safetensors";
 
 // --lora-targets' short names for Hugging Face's modules.
 std::vector<std::string> lora_targets(const std::vector<std::string>& given) {
@@ -65,19 +64,17 @@ ChatTemplate chat_template(const FinetuneArgs& a) {
   return recognize_chat_template(base_chat_template(a.base)).value_or(ChatTemplate::chatml);
 }
 
-// The step's inputs: one micro-batch of B rows of T tokens with their
-// documents' segment ids, and the weight of its mean loss in the step (its
-// share of the step's counted tokens). The model needs no positions: a
-// packed document's rotary attention is the same from any offset.
+// A batch's tensors: the step's leaves (the session's) or the validation
+// graph's, filled from a batcher. The model needs no positions: a packed
+// document's rotary attention is the same from any offset.
 struct BatchLeaves {
-  Tensor ids, labels, segments, weight;
+  Tensor ids, labels, segments;
   std::vector<int32_t> positions;
+  BatchLeaves(Tensor i, Tensor l, Tensor s)
+      : ids(std::move(i)), labels(std::move(l)), segments(std::move(s)), positions(size_t(ids.numel())) {}
   BatchLeaves(int64_t B, int64_t T)
-      : ids(Tensor::zeros(DType::i32, {B, T}).set_name("input_ids")),
-        labels(Tensor::zeros(DType::i32, {B, T}).set_name("labels")),
-        segments(Tensor::zeros(DType::i32, {B, T}).set_name("segments")),
-        weight(Tensor::full(DType::f32, {}, 1.0).set_name("loss_weight")),
-        positions(size_t(B * T)) {}
+      : BatchLeaves(Tensor::zeros(DType::i32, {B, T}), Tensor::zeros(DType::i32, {B, T}),
+                    Tensor::zeros(DType::i32, {B, T})) {}
   void load(const FinetuneBatcher& b, int64_t index) {
     b.batch(index, ids.data_as<int32_t>(), labels.data_as<int32_t>(), positions.data(), segments.data_as<int32_t>());
   }
@@ -89,13 +86,13 @@ struct BatchLeaves {
 // mean over all the step's counted tokens whatever the padding.
 class FinetuneTask : public TrainingTask {
  public:
-  FinetuneTask(const models::Llama& model, FinetuneBatcher train, FinetuneBatcher val, BatchLeaves& leaves,
-               int micro_batches, int threads)
-      : model_(model), train_(std::move(train)), val_(std::move(val)), leaves_(leaves), micro_(micro_batches),
-        val_leaves_(leaves.ids.dim(0), leaves.ids.dim(1)) {
+  FinetuneTask(models::FinetuneSession& session, FinetuneBatcher train, FinetuneBatcher val, int threads)
+      : session_(session), model_(session.model()), train_(std::move(train)), val_(std::move(val)),
+        leaves_(session.input_ids, session.labels, session.segments), micro_(session.settings().micro_batches),
+        val_leaves_(session.settings().batch, session.settings().context) {
     train_.start_epoch(0);
     val_.start_in_order();
-    val_loss_ = model.loss(val_leaves_.ids, val_leaves_.labels, false, val_leaves_.segments);
+    val_loss_ = model_.loss(val_leaves_.ids, val_leaves_.labels, false, val_leaves_.segments);
     validator_ = std::make_unique<Executor>(Graph({val_loss_}), ExecOptions{.threads = threads});
   }
 
@@ -110,7 +107,7 @@ class FinetuneTask : public TrainingTask {
     for (int64_t i = first; i < std::min(first + micro_, train_.batches_per_epoch()); ++i) {
       step_tokens += train_.counted_tokens(i);
     }
-    float& weight = leaves_.weight.data_as<float>()[0];
+    float& weight = session_.loss_weight.data_as<float>()[0];
     if (index >= train_.batches_per_epoch() || step_tokens == 0) {
       // A step past the epoch's last batch: nothing counted, nothing learnt.
       std::fill_n(leaves_.labels.data_as<int32_t>(), leaves_.labels.numel(), -100);
@@ -138,9 +135,10 @@ class FinetuneTask : public TrainingTask {
   }
 
  private:
+  models::FinetuneSession& session_;
   const models::Llama& model_;
   FinetuneBatcher train_, val_;
-  BatchLeaves& leaves_;
+  BatchLeaves leaves_;
   int64_t micro_;
   BatchLeaves val_leaves_;
   Tensor val_loss_;
@@ -162,42 +160,31 @@ std::string run_config(const FinetuneArgs& a, const nn::LoraConfig& lora) {
 
 int run_finetune(const FinetuneArgs& a) {
   const std::string command = "finetune";
-  // The base: every weight read, then frozen under the adapters.
-  models::LlamaConfig cfg;
-  std::unique_ptr<models::Llama> model;
-  {
-    const Checkpoint base = models::load_any_checkpoint(a.full && !a.resume.empty() ? a.resume : a.base);
-    if (base.architecture != "llama") {
-      throw UsageError(fmt::format("{}: {} is a{} model; fine-tuning takes the Llama family", command, base.path,
-                                   base.architecture.empty() ? "n unknown" : " " + base.architecture));
-    }
-    cfg = models::llama_config_from_checkpoint(base);
-    model = std::make_unique<models::Llama>(cfg, a.seed);
-    load_params(base, model->params());
-  }
-
-  // LoRA's settings: the command line's, or the resumed adapter's.
-  nn::LoraConfig lora{.r = a.lora_r, .alpha = a.lora_alpha, .dropout = a.lora_dropout, .rslora = a.rslora,
-                      .targets = lora_targets(a.lora_targets)};
-  std::optional<models::PeftAdapter> adapter;
-  if (!a.full && !a.resume.empty()) {
-    adapter = models::load_peft_adapter(a.resume);
-    lora = adapter->config;
-  }
-  if (!a.full) {
-    model->add_lora(lora, a.seed);
-    if (adapter) models::load_adapter_weights(*adapter, *model);
-  }
-  nn::Params& trained = a.full ? model->params() : model->adapter();
-
   // A resume with nabla's training state continues the run exactly; an
   // adapter folder without it starts a new run from its weights.
   std::optional<Checkpoint> state;
-  if (!a.resume.empty() && fs::exists(fs::path(a.resume) / kStateFile)) {
-    state = load_checkpoint((fs::path(a.resume) / kStateFile).string());
-    if (!state->has_position) throw IoError(state->path + ": has no training position (\"nabla.train\")");
+  if (!a.resume.empty() && models::FinetuneSession::has_state(a.resume)) {
+    state = models::FinetuneSession::load_state(a.resume);
   }
   const uint64_t seed = state ? state->position.seed : a.seed;
+
+  // The base, read whole, then frozen under the adapters (a full run
+  // resumes from its own saved model).
+  models::FinetuneConfig fc;
+  fc.lora = a.full ? nn::LoraConfig{.r = 0}
+                   : nn::LoraConfig{.r = a.lora_r, .alpha = a.lora_alpha, .dropout = a.lora_dropout,
+                                    .rslora = a.rslora, .targets = lora_targets(a.lora_targets)};
+  fc.batch = a.batch;
+  fc.context = a.context;
+  fc.micro_batches = a.grad_accum;
+  fc.adamw.weight_decay = a.weight_decay;  // transformers' defaults otherwise: betas (0.9, 0.999), eps 1e-8
+  fc.exec = exec_options(a);
+  fc.seed = seed;
+  models::FinetuneSession session(a.full && !a.resume.empty() ? a.resume : a.base, fc,
+                                  a.full ? "" : a.resume);
+  const models::LlamaConfig& cfg = session.config();
+  const nn::LoraConfig& lora = session.settings().lora;
+  const models::Llama& model = session.model();
 
   // The data, tokenized by the base's tokenizer.
   std::unique_ptr<Tokenizer> tok =
@@ -215,24 +202,13 @@ int run_finetune(const FinetuneArgs& a) {
     split.train = read_finetune_jsonl(a.data, *tok, dopt);
     split.val = read_finetune_jsonl(a.val_data, *tok, dopt);
   }
-  const int64_t B = a.batch, T = a.context > 0 ? a.context : std::min<int64_t>(cfg.max_position_embeddings, 512);
-  if (T > cfg.max_position_embeddings) {
-    throw UsageError(fmt::format("{}: --context {} exceeds the model's {} positions", command, T,
-                                 cfg.max_position_embeddings));
-  }
+  const int64_t B = session.settings().batch, T = session.settings().context;
   const auto mode = a.pad ? FinetuneBatcher::Mode::pad : FinetuneBatcher::Mode::pack;
   const int32_t pad_id = tok->eot_id() >= 0 ? tok->eot_id() : 0;
   const int64_t n_train = int64_t(split.train.size()), n_val = int64_t(split.val.size());
   FinetuneBatcher train_batches(std::move(split.train), B, T, mode, seed, pad_id);
   FinetuneBatcher val_batches(std::move(split.val), B, T, mode, seed, pad_id);
-
-  // The step: the micro-batch's loss weighted for its share of the step.
-  BatchLeaves leaves(B, T);
-  const Tensor loss = model->loss(leaves.ids, leaves.labels, /*train=*/true, leaves.segments) * leaves.weight;
-  optim::AdamWConfig adamw;  // transformers' defaults: betas (0.9, 0.999), eps 1e-8
-  adamw.weight_decay = a.weight_decay;
-  TrainStep step(loss, trained, {}, adamw, exec_options(a), a.grad_accum);
-  FinetuneTask task(*model, std::move(train_batches), std::move(val_batches), leaves, a.grad_accum, a.threads);
+  FinetuneTask task(session, std::move(train_batches), std::move(val_batches), a.threads);
 
   const std::string config_json = run_config(a, lora);
   TrainingLoopOptions options{.command = command,
@@ -248,19 +224,10 @@ int run_finetune(const FinetuneArgs& a) {
                               .eval_name = "validation",
                               .config_json = config_json,
                               .micro_batches = a.grad_accum};
-  const std::string base_name = a.base;
-  options.save = [&](const optim::AdamW& optimizer, const TrainPosition& pos) {
-    if (a.full) {
-      save_hf_folder(a.save, cfg.to_json(), model->params());
-    } else {
-      models::save_peft_adapter(a.save, lora, model->adapter(), base_name);
-    }
-    // The moments and position alone: the weights are the folder's own.
-    save_checkpoint((fs::path(a.save) / kStateFile).string(), config_json, nn::Params(), &optimizer, &pos);
-  };
-  TrainingLoop loop(step, task, trained, a, std::move(options), state ? &*state : nullptr);
+  options.save = [&](const optim::AdamW&, const TrainPosition& pos) { session.save(a.save, config_json, &pos); };
+  TrainingLoop loop(session.step(), task, session.trained(), a, std::move(options), state ? &*state : nullptr);
 
-  fmt::print("base: {} ({:.2f}M parameters{}), {} layers, width {}\n", a.base, model->params().count() / 1e6,
+  fmt::print("base: {} ({:.2f}M parameters{}), {} layers, width {}\n", a.base, model.params().count() / 1e6,
              a.full ? "" : ", frozen", cfg.num_hidden_layers, cfg.hidden_size);
   if (a.full) {
     fmt::print("full fine-tuning: every parameter trains\n");
@@ -269,7 +236,7 @@ int run_finetune(const FinetuneArgs& a) {
     for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ",") + t;
     fmt::print("LoRA r {}, alpha {} (scale {:.4g}{}), dropout {}, on {}: {:.3f}M parameters train\n", lora.r,
                lora.alpha, lora.scale(), lora.rslora ? ", rsLoRA" : "", lora.dropout, targets,
-               model->adapter().count() / 1e6);
+               model.adapter().count() / 1e6);
   }
   fmt::print("data: {} training and {} validation examples, {} template, {} tokenizer; {} to {} tokens{}\n",
              n_train, n_val, chat_template_name(tmpl), tok->name(), a.pad ? "padded" : "packed", T,
@@ -279,8 +246,8 @@ int run_finetune(const FinetuneArgs& a) {
                                ? fmt::format(", {} of them losing every counted token", task.truncated_uncounted())
                                : ""));
   fmt::print("{}\n", loop.describe());
-  if (!state && !adapter) {
-    // B starts at zero: this is the base's own loss on the counted tokens.
+  if (!state && a.resume.empty()) {
+    // B starts at zero (or nothing has trained yet): the base's own loss.
     const Evaluation before = task.evaluate();
     fmt::print("validation loss before fine-tuning: {:.4f} ({} counted tokens)\n", before.loss, before.count);
   }

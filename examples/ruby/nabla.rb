@@ -58,7 +58,15 @@ module Nabla
     nabla_trainer_update: [[P, :double, :double, P], :int],
     nabla_trainer_read: [[P, P, P, :size_t], :int],
     nabla_trainer_parameters: [[P, P, P, P], :int],
-    nabla_trainer_replica: [[P, :int, P, P], :int]
+    nabla_trainer_replica: [[P, :int, P, P], :int],
+    nabla_finetune_create: [[:string, :string, :int64, :double, :double, :int, :string, :int64, :int64, :double,
+                             :int, :uint64, P], :int],
+    nabla_finetune_shape: [[P, P, P, P, P], :int],
+    nabla_finetune_encode: [[P, :string, P, :int64, P], :int],
+    nabla_finetune_step: [[P, P, P, P, :double, :double, P], :int],
+    nabla_finetune_save: [[P, :string], :int],
+    nabla_finetune_save_gguf: [[P, :string], :int],
+    nabla_finetune_free: [[P], :void]
   }.freeze
 
   # path: a file, or a list of names to try in turn.
@@ -165,6 +173,49 @@ module Nabla
       Nabla.check(Nabla.send(fn, @ctx, dtype, shape.size, Nabla.int64s(shape), data, out))
       Tensor.new(out.read_pointer, shape.dup, dtype)
     end
+  end
+
+  # A pretrained Llama-family model (HF folder, GGUF, checkpoint) with LoRA
+  # adapters on its frozen weights (nabla_finetune_*): token batches in,
+  # adapters out as a PEFT folder and a llama.cpp GGUF.
+  class Finetune
+    attr_reader :batch, :context, :vocab, :trained
+
+    # lora_r 0: full fine-tuning; lora_targets: "q_proj,v_proj" (nil: all seven).
+    def initialize(base, adapter: nil, lora_r: 8, lora_alpha: 16.0, lora_dropout: 0.0, rslora: false,
+                   lora_targets: nil, batch: 4, context: 0, weight_decay: 0.0, threads: 0, seed: 1)
+      out = FFI::MemoryPointer.new(:pointer)
+      Nabla.check(Nabla.nabla_finetune_create(base, adapter, lora_r, lora_alpha, lora_dropout, rslora ? 1 : 0,
+                                              lora_targets, batch, context, weight_decay, threads, seed, out))
+      @ft = out.read_pointer
+      ObjectSpace.define_finalizer(self, Finetune.release(@ft))
+      dims = Array.new(4) { FFI::MemoryPointer.new(:int64) }
+      Nabla.check(Nabla.nabla_finetune_shape(@ft, *dims))
+      @batch, @context, @vocab, @trained = dims.map(&:read_int64)
+    end
+
+    def self.release(ft) = proc { Nabla.nabla_finetune_free(ft) }
+
+    # The base's token ids for text.
+    def encode(text)
+      count = FFI::MemoryPointer.new(:int64)
+      Nabla.check(Nabla.nabla_finetune_encode(@ft, text, nil, 0, count))
+      ids = FFI::MemoryPointer.new(:int32, [count.read_int64, 1].max)
+      Nabla.check(Nabla.nabla_finetune_encode(@ft, text, ids, count.read_int64, count))
+      ids.read_array_of_int32(count.read_int64)
+    end
+
+    # One AdamW step on flat [batch * context] arrays; returns the loss.
+    def step(input_ids, labels, lr:, clip: 1.0, segments: nil)
+      int32s = ->(v) { v && FFI::MemoryPointer.new(:int32, v.size).tap { |m| m.write_array_of_int32(v) } }
+      loss = FFI::MemoryPointer.new(:float)
+      Nabla.check(Nabla.nabla_finetune_step(@ft, int32s[input_ids], int32s[labels], int32s[segments], lr, clip,
+                                            loss))
+      loss.read_float
+    end
+
+    def save(dir) = Nabla.check(Nabla.nabla_finetune_save(@ft, dir))
+    def save_gguf(path) = Nabla.check(Nabla.nabla_finetune_save_gguf(@ft, path))
   end
 
   # Forward, backward and a fused AdamW step over every parameter the loss

@@ -18,8 +18,11 @@
 #include "nabla/executor.h"
 #include "nabla/graph.h"
 #include "nabla/io.h"
+#include "nabla/models/finetune.h"
+#include "nabla/models/gguf.h"
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
+#include "nabla/tokenizer.h"
 #include "nabla/trainer.h"
 #include "ops/internal_ops.h"
 
@@ -35,6 +38,13 @@ struct nabla_trainer {
   std::vector<nabla_tensor*> parameter_handles;  // made on first request
   // Handles nabla_trainer_replica made: which replica's executor holds each.
   std::unordered_map<const nabla::Node*, std::pair<int, nabla_tensor*>> replica_handles;
+};
+
+struct nabla_finetune {
+  std::unique_ptr<nabla::models::FinetuneSession> session;
+  std::unique_ptr<nabla::Tokenizer> tokenizer;  // the base's
+  int64_t steps = 0;                            // for the adapters' dropout seeds
+  uint64_t seed = 1;
 };
 
 struct nabla_context {
@@ -1033,5 +1043,121 @@ void nabla_trainer_free(nabla_trainer* trainer) {
     }
   }
 }
+
+nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, int64_t lora_r, double lora_alpha,
+                                   double lora_dropout, int rslora, const char* lora_targets, int64_t batch,
+                                   int64_t context, double weight_decay, int threads, uint64_t seed,
+                                   nabla_finetune** out) {
+  return guard([&] {
+    const Call c{"nabla_finetune_create"};
+    c.need(base, "base");
+    c.need(out, "out");
+    *out = nullptr;
+    if (lora_r < 0) c.argument_error("lora_r is negative (" + std::to_string(lora_r) + ")");
+    if (batch < 1 || context < 0) c.argument_error("batch must be at least 1 and context not negative");
+    nabla::models::FinetuneConfig fc;
+    fc.lora.r = lora_r;
+    fc.lora.alpha = lora_alpha;
+    fc.lora.dropout = lora_dropout;
+    fc.lora.rslora = rslora != 0;
+    if (lora_targets && *lora_targets) {
+      std::string list = lora_targets;
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        if (comma > at) fc.lora.targets.push_back(list.substr(at, comma - at));
+        at = comma + 1;
+      }
+    } else {
+      fc.lora.targets = nabla::models::llama_lora_modules();
+    }
+    fc.batch = batch;
+    fc.context = context;
+    fc.adamw.weight_decay = weight_decay;
+    fc.exec.threads = threads > 0 ? threads : 0;
+    fc.seed = seed;
+    auto ft = std::make_unique<nabla_finetune>();
+    ft->seed = seed;
+    ft->session = std::make_unique<nabla::models::FinetuneSession>(base, fc, adapter_dir ? adapter_dir : "");
+    ft->tokenizer = nabla::make_tokenizer(
+        nabla::models::checkpoint_tokenizer(base, ft->session->config().tokenizer), "");
+    *out = ft.release();
+  });
+}
+
+nabla_status nabla_finetune_shape(nabla_finetune* ft, int64_t* batch, int64_t* context, int64_t* vocab,
+                                  int64_t* trained) {
+  return guard([&] {
+    const Call c{"nabla_finetune_shape"};
+    const nabla::models::FinetuneSession& s = *c.need(ft, "ft")->session;
+    if (batch) *batch = s.settings().batch;
+    if (context) *context = s.settings().context;
+    if (vocab) *vocab = s.config().vocab_size;
+    if (trained) *trained = ft->session->trained().count();
+  });
+}
+
+nabla_status nabla_finetune_encode(nabla_finetune* ft, const char* text, int32_t* ids, int64_t capacity,
+                                   int64_t* count) {
+  return guard([&] {
+    const Call c{"nabla_finetune_encode"};
+    c.need(ft, "ft");
+    c.need(text, "text");
+    c.need(count, "count");
+    if (capacity < 0) c.argument_error("capacity is negative");
+    if (capacity > 0) c.need(ids, "ids");
+    const std::vector<int32_t> encoded = ft->tokenizer->encode(text);
+    *count = int64_t(encoded.size());
+    std::copy_n(encoded.begin(), std::min<int64_t>(capacity, *count), ids);
+  });
+}
+
+nabla_status nabla_finetune_step(nabla_finetune* ft, const int32_t* input_ids, const int32_t* labels,
+                                 const int32_t* segments, double lr, double clip, float* loss) {
+  return guard([&] {
+    const Call c{"nabla_finetune_step"};
+    nabla::models::FinetuneSession& s = *c.need(ft, "ft")->session;
+    c.need(input_ids, "input_ids");
+    c.need(labels, "labels");
+    if (!(lr >= 0) || !(clip >= 0)) c.argument_error("lr and clip must be non-negative numbers");
+    const int64_t n = s.input_ids.numel(), vocab = s.config().vocab_size;
+    // Ids outside the vocabulary would index past the embedding.
+    for (int64_t i = 0; i < n; ++i) {
+      if (input_ids[i] < 0 || input_ids[i] >= vocab || (labels[i] != -100 && (labels[i] < 0 || labels[i] >= vocab))) {
+        throw nabla::ShapeError("nabla_finetune_step: element " + std::to_string(i) + " holds id " +
+                                std::to_string(input_ids[i]) + " / label " + std::to_string(labels[i]) +
+                                ", expected ids in [0, " + std::to_string(vocab) + ") and labels there or -100");
+      }
+    }
+    s.input_ids.copy_from(input_ids, size_t(n) * sizeof(int32_t));
+    s.labels.copy_from(labels, size_t(n) * sizeof(int32_t));
+    if (segments) {
+      s.segments.copy_from(segments, size_t(n) * sizeof(int32_t));
+    } else {
+      std::fill_n(s.segments.data_as<int32_t>(), n, 0);
+    }
+    nabla::Tensor seed = s.model().lora_dropout_seed();
+    if (seed.defined()) seed.data_as<int32_t>()[0] = int32_t((ft->seed * 0x9e3779b97f4a7c15ull + uint64_t(ft->steps)) >> 33);
+    const float value = s.run();
+    s.update(lr, clip);
+    ++ft->steps;
+    if (loss) *loss = value;
+  });
+}
+
+nabla_status nabla_finetune_save(nabla_finetune* ft, const char* dir) {
+  return guard([&] {
+    const Call c{"nabla_finetune_save"};
+    c.need(ft, "ft")->session->save(c.need(dir, "dir"));
+  });
+}
+
+nabla_status nabla_finetune_save_gguf(nabla_finetune* ft, const char* path) {
+  return guard([&] {
+    const Call c{"nabla_finetune_save_gguf"};
+    c.need(ft, "ft")->session->save_gguf_adapter(c.need(path, "path"));
+  });
+}
+
+void nabla_finetune_free(nabla_finetune* ft) { delete ft; }
 
 }  // extern "C"

@@ -1,0 +1,64 @@
+#!/usr/bin/env ruby
+# Fine-tunes a Llama-family model with LoRA from Ruby through nabla's C API:
+# prompt / completion pairs from a JSONL file, each tokenized with the base's
+# tokenizer, one pair a row (padded), the loss on the completion tokens only;
+# the adapter saved as a PEFT folder and as llama.cpp's adapter GGUF.
+#
+#   ruby examples/ruby/finetune.rb --lib build/libnabla.so --base MODEL --data pairs.jsonl \
+#     --steps 100 --save adapter [--gguf adapter.gguf]
+require "json"
+require "optparse"
+require_relative "nabla"
+
+opt = { lib: nil, steps: 100, batch: 4, context: 128, lr: 1e-3, r: 8, alpha: 16.0, threads: 0, min_drop: 0.0 }
+OptionParser.new do |o|
+  o.on("--lib PATH", "libnabla.so (default: the installed one)") { |v| opt[:lib] = v }
+  o.on("--base MODEL", "Hugging Face folder, GGUF or nabla checkpoint") { |v| opt[:base] = v }
+  o.on("--data FILE", "JSONL of {\"prompt\", \"completion\"}") { |v| opt[:data] = v }
+  o.on("--steps N", Integer) { |v| opt[:steps] = v }
+  o.on("--batch N", Integer) { |v| opt[:batch] = v }
+  o.on("--context N", Integer) { |v| opt[:context] = v }
+  o.on("--lr X", Float) { |v| opt[:lr] = v }
+  o.on("--lora-r N", Integer) { |v| opt[:r] = v }
+  o.on("--lora-alpha X", Float) { |v| opt[:alpha] = v }
+  o.on("--threads N", Integer) { |v| opt[:threads] = v }
+  o.on("--save DIR", "PEFT adapter folder to write") { |v| opt[:save] = v }
+  o.on("--gguf PATH", "llama.cpp adapter GGUF to write") { |v| opt[:gguf] = v }
+  o.on("--min-drop X", Float, "fail unless the loss falls by this fraction") { |v| opt[:min_drop] = v }
+end.parse!
+abort "finetune.rb: --base and --data are required" unless opt[:base] && opt[:data]
+
+opt[:lib] ? Nabla.load(opt[:lib]) : Nabla.load
+ft = Nabla::Finetune.new(opt[:base], lora_r: opt[:r], lora_alpha: opt[:alpha], batch: opt[:batch],
+                                     context: opt[:context], threads: opt[:threads])
+puts "LoRA r #{opt[:r]} on #{opt[:base]}: #{ft.trained} parameters train; #{ft.batch} x #{ft.context} tokens a step"
+
+# Each pair: ids = prompt + completion, labels -100 over the prompt.
+pairs = File.readlines(opt[:data], chomp: true).reject(&:empty?).each_with_index.map do |line, i|
+  j = JSON.parse(line)
+  raise "#{opt[:data]}:#{i + 1}: expected {\"prompt\", \"completion\"}" unless j["prompt"] && j["completion"]
+  prompt, completion = ft.encode(j["prompt"]), ft.encode(j["completion"])
+  ids = (prompt + completion).first(ft.context)
+  [ids, (Array.new(prompt.size, -100) + completion).first(ft.context)]
+end
+puts "#{pairs.size} prompt / completion pairs from #{opt[:data]}"
+
+rows = ft.batch * ft.context
+first = last = nil
+opt[:steps].times do |step|
+  ids, labels = Array.new(rows, 0), Array.new(rows, -100)
+  ft.batch.times do |r|
+    pid, plabels = pairs[(step * ft.batch + r) % pairs.size]
+    ids[r * ft.context, pid.size] = pid
+    labels[r * ft.context, plabels.size] = plabels
+  end
+  loss = ft.step(ids, labels, lr: opt[:lr])
+  first ||= loss
+  last = loss
+  puts format("step %d loss %.4f", step + 1, loss) if ((step + 1) % 10).zero? || step.zero?
+end
+drop = 1 - last / first
+puts format("loss %.4f -> %.4f (%.0f%% lower)", first, last, 100 * drop)
+ft.save(opt[:save]) if opt[:save]
+ft.save_gguf(opt[:gguf]) if opt[:gguf]
+abort format("finetune.rb: the loss fell by %.1f%%, less than %.1f%%", 100 * drop, 100 * opt[:min_drop]) if drop < opt[:min_drop]
