@@ -2,7 +2,8 @@
 # Whole training steps, nabla against PyTorch on the same machine in the same
 # run: ViT-Tiny 224/16 batch 8, the Fashion-MNIST ViT preset at batch 128, the
 # small GPT-2 preset at 8 x 256, GPT-2 124M at 4 x 64 and SmolLM2-135M's
-# shape at 4 x 256. Runs are interleaved
+# shape at 4 x 256, and that shape fine-tuned with LoRA (r 16 on all seven
+# projections of a frozen base; PyTorch with PEFT's LoraLayer). Runs are interleaved
 # (every configuration and framework once per round, REPS rounds) and each is
 # its own process, so peak resident memory is its own. PyTorch runs under both
 # of its good thread settings here and keeps the faster; nabla also runs on one
@@ -29,10 +30,11 @@ py=/usr/bin/python3
 out=$(mktemp -d)
 results=$out/results.jsonl
 
-declare -A batch=([vit-tiny]=8 [fmnist]=128 [gpt2-small-byte]=8 [gpt2]=4 [smollm2-135m]=4)
-declare -A context=([vit-tiny]=0 [fmnist]=0 [gpt2-small-byte]=256 [gpt2]=64 [smollm2-135m]=256)
-declare -A steps=([vit-tiny]=10 [fmnist]=10 [gpt2-small-byte]=10 [gpt2]=6 [smollm2-135m]=3)
-configs=${CONFIGS:-vit-tiny fmnist gpt2-small-byte gpt2 smollm2-135m}
+declare -A batch=([vit-tiny]=8 [fmnist]=128 [gpt2-small-byte]=8 [gpt2]=4 [smollm2-135m]=4 [smollm2-135m-lora16]=4)
+declare -A context=([vit-tiny]=0 [fmnist]=0 [gpt2-small-byte]=256 [gpt2]=64 [smollm2-135m]=256
+                    [smollm2-135m-lora16]=256)
+declare -A steps=([vit-tiny]=10 [fmnist]=10 [gpt2-small-byte]=10 [gpt2]=6 [smollm2-135m]=3 [smollm2-135m-lora16]=3)
+configs=${CONFIGS:-vit-tiny fmnist gpt2-small-byte gpt2 smollm2-135m smollm2-135m-lora16}
 
 # Three times each, the best kept: in some processes here OpenBLAS called from
 # two threads at once ran at one thread's rate throughout.
@@ -43,16 +45,22 @@ for ((r = 1; r <= reps; r++)); do
     args=(--batch "${batch[$m]}" --steps "${steps[$m]}")
     ctx=${context[$m]}
     [[ $ctx != 0 ]] && args+=(--context "$ctx")
-    cfg=$("$bench" --model "$m" --config)
-    "$bench" --model "$m" "${args[@]}" --threads 2 >>"$results"
+    model=$m
+    if [[ $m == *-lora* ]]; then  # the base preset, with LoRA of the rank the name ends in
+      model=${m%-lora*}
+      args+=(--lora "${m##*-lora}")
+    fi
+    cfg=$("$bench" --model "$model" --config)
+    "$bench" --model "$model" "${args[@]}" --threads 2 >>"$results"
     other_memory=--low-memory
     tail -n 1 "$results" | grep -q '"low_memory": true,' && other_memory=--no-low-memory
     if tail -n 1 "$results" | grep -q '"replicas": 1,'; then :; else
-      "$bench" --model "$m" "${args[@]}" --threads 2 --replicas 1 >>"$results"
+      "$bench" --model "$model" "${args[@]}" --threads 2 --replicas 1 >>"$results"
     fi
-    "$bench" --model "$m" "${args[@]}" --threads 1 >>"$results"
-    "$bench" --model "$m" "${args[@]}" --threads 2 --bf16-matmul >>"$results"
-    "$bench" --model "$m" "${args[@]}" --threads 2 $other_memory >>"$results"
+    "$bench" --model "$model" "${args[@]}" --threads 1 >>"$results"
+    "$bench" --model "$model" "${args[@]}" --threads 2 --bf16-matmul >>"$results"
+    # LoRA trains no base weight: no weight gradient to keep factored.
+    [[ $m == *-lora* ]] || "$bench" --model "$model" "${args[@]}" --threads 2 $other_memory >>"$results"
     OPENBLAS_NUM_THREADS=2 "$py" bench/peers/train_step.py --config "$cfg" "${args[@]}" --torch-threads 1 >>"$results"
     OMP_WAIT_POLICY=PASSIVE "$py" bench/peers/train_step.py --config "$cfg" "${args[@]}" --torch-threads 2 >>"$results"
     # Equal work: nabla's ViT computes a class-token model's last block on

@@ -121,16 +121,18 @@ Tensor training_loss(const models::Llama& model, const Tensor& tokens, const Ten
   return model.next_token_loss(tokens, true);
 }
 
+// `trained`: the model's parameters, or its LoRA adapters on a frozen base.
 template <class Model>
-Result run_model(Model& model, const Tensor& input, const Tensor& target, int64_t classes, int64_t items,
-                 int steps, int warmup, int threads, bool bf16_matmul, bool low_memory, int replicas) {
+Result run_model(Model& model, const nn::Params& trained, const Tensor& input, const Tensor& target,
+                 int64_t classes, int64_t items, int steps, int warmup, int threads, bool bf16_matmul,
+                 bool low_memory, int replicas) {
   const Tensor loss = training_loss(model, input, target);
   Result r;
-  r.gflop_per_step = matmul_flops(loss, model.params()) * 1e-9;
-  r.params = double(model.params().count());
+  r.gflop_per_step = matmul_flops(loss, trained) * 1e-9;
+  r.params = double(trained.count());
   optim::AdamWConfig adamw;
   r.gflop_per_step *= replicas;
-  TrainStep step(loss, model.params(), {}, adamw, ExecOptions{.threads = threads, .bf16_matmul = bf16_matmul},
+  TrainStep step(loss, trained, {}, adamw, ExecOptions{.threads = threads, .bf16_matmul = bf16_matmul},
                  1, low_memory, replicas);
   r.factored = step.factored_gradients();
   std::mt19937 rng(7);
@@ -266,6 +268,11 @@ int main(int argc, char** argv) {
                           "default_low_memory, as the trainers)");
   app.add_flag("--no-low-memory", low_memory_off, "Hold every weight gradient whole")->excludes(on);
   app.add_flag("--config", config_only, "Print the model's config JSON (for the PyTorch peer) and exit");
+  int lora = 0;
+  app.add_option("--lora", lora,
+                 "Llama presets: train LoRA adapters of this rank (alpha 2r, no dropout) on all seven projections "
+                 "of a frozen base instead of every weight")
+      ->check(CLI::Range(0, 4096));
   std::string save;
   app.add_option("--save", save, "Llama presets: write the initial weights to this checkpoint and exit");
   app.add_flag("--machine", machine, "Measure the FMA peak, OpenBLAS sgemm and nabla gemm rates instead");
@@ -290,6 +297,9 @@ int main(int argc, char** argv) {
     }
     Result r;
     std::string unit;
+    if (lora > 0 && model_name != "smollm2-135m" && model_name != "llama-tiny-byte") {
+      throw UsageError("nabla_bench_train: --lora takes a Llama preset (smollm2-135m, llama-tiny-byte)");
+    }
     if (model_name == "vit-tiny" || model_name == "fmnist") {
       models::VitConfig c = models::vit_preset(model_name);
       if (batch == 0) batch = model_name == "fmnist" ? 128 : 8;
@@ -298,8 +308,8 @@ int main(int argc, char** argv) {
       choose_defaults(model.params().count());
       Tensor images = Tensor::zeros(DType::f32, {batch / replicas, c.in_chans, c.img_size, c.img_size});
       Tensor labels = Tensor::zeros(DType::i32, {batch / replicas});
-      r = run_model(model, images, labels, c.num_classes, batch, steps, warmup, threads, bf16_matmul, low_memory,
-                    replicas);
+      r = run_model(model, model.params(), images, labels, c.num_classes, batch, steps, warmup, threads, bf16_matmul,
+                    low_memory, replicas);
       unit = "images";
     } else if (model_name == "gpt2-small-byte" || model_name == "gpt2") {
       models::Gpt2Config c = models::gpt2_preset(model_name);
@@ -309,8 +319,8 @@ int main(int argc, char** argv) {
       models::Gpt2 model(c, 1);
       choose_defaults(model.params().count());
       Tensor tokens = Tensor::zeros(DType::i32, {batch / replicas, context + 1});
-      r = run_model(model, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads, bf16_matmul,
-                    low_memory, replicas);
+      r = run_model(model, model.params(), tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads,
+                    bf16_matmul, low_memory, replicas);
       unit = "tokens";
     } else if (model_name == "smollm2-135m" || model_name == "llama-tiny-byte") {
       models::LlamaConfig c = models::llama_preset(model_name);
@@ -319,10 +329,15 @@ int main(int argc, char** argv) {
       if (config_only) return fmt::print("{}\n", c.to_json()), 0;
       models::Llama model(c, 1);
       if (!save.empty()) return save_checkpoint(save, c.to_json(), model.params()), 0;
-      choose_defaults(model.params().count());
+      if (lora > 0) {
+        model.add_lora({.r = lora, .alpha = 2.0 * lora, .targets = models::llama_lora_modules()}, 2);
+        model_name += "-lora" + std::to_string(lora);
+      }
+      const nn::Params& trained = lora > 0 ? model.adapter() : model.params();
+      choose_defaults(trained.count());
       Tensor tokens = Tensor::zeros(DType::i32, {batch / replicas, context + 1});
-      r = run_model(model, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads, bf16_matmul,
-                    low_memory, replicas);
+      r = run_model(model, trained, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads,
+                    bf16_matmul, low_memory, replicas);
       unit = "tokens";
     } else {
       throw UsageError("nabla_bench_train: unknown --model '" + model_name +

@@ -15,7 +15,8 @@ for r in rows:
         best["sgemm_gflops"] = max(best["sgemm_gflops"], r["sgemm_gflops"])
         best["gemm_gflops"] = max(best["gemm_gflops"], r["gemm_gflops"])
 fma2, sgemm2, gemm2 = machine[2]["fma_gflops"], machine[2]["sgemm_gflops"], machine[2]["gemm_gflops"]
-target = {"vit-tiny": 1.5, "fmnist": 2.0, "gpt2-small-byte": 2.0, "gpt2": 1.5, "smollm2-135m": 1.5}
+target = {"vit-tiny": 1.5, "fmnist": 2.0, "gpt2-small-byte": 2.0, "gpt2": 1.5, "smollm2-135m": 1.5,
+          "smollm2-135m-lora16": 1.5}
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 def best_setting(runs):
@@ -34,7 +35,7 @@ print(f"\n{datetime.date.today()}, {cpu}, {machine[2]['threads']} threads; FMA p
       f"medians of {sys.argv[2]} interleaved rounds\n")
 print("| configuration | nabla | PyTorch (best setting) | ratio (target) | best round vs best round | nabla matmul GFLOP/s | % of FMA peak | % of OpenBLAS sgemm | peak RSS nabla / torch (ratio) | 2 vs 1 thread | nabla --bf16-matmul (ratio to PyTorch f32) | nabla in the other memory mode (--low-memory, or --no-low-memory where low memory is the default): peak RSS (ratio to torch), speed (to nabla's default) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-order = ["vit-tiny", "fmnist", "gpt2-small-byte", "gpt2", "smollm2-135m"]
+order = ["vit-tiny", "fmnist", "gpt2-small-byte", "gpt2", "smollm2-135m", "smollm2-135m-lora16"]
 for m in order:
     nabla = [r for r in rows if r.get("framework") == "nabla" and r["model"] == m]
     # Runs with --replicas given compare the ways of using two threads.

@@ -89,6 +89,9 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--lora", type=int, default=0,
+                    help="Llama: LoRA adapters of this rank (alpha 2r, no dropout) on all seven projections of a "
+                         "frozen base, PEFT's LoraLayer, instead of training every weight")
     ap.add_argument("--class-token-last-block", action="store_true",
                     help="a class-token ViT's last block on the class token alone, as nabla's")
     a = ap.parse_args()
@@ -100,11 +103,18 @@ def main():
         if config["architecture"] != "vit" or config["global_pool"] != "token":
             sys.exit("train_step.py: --class-token-last-block needs a ViT with class-token pooling")
         class_token_last_block(model)
+    if a.lora:
+        if config["architecture"] != "llama":
+            sys.exit("train_step.py: --lora takes a Llama config")
+        from lora_oracle import add_lora
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        add_lora(model, targets, a.lora, 2.0, torch.Generator().manual_seed(7))
     model.train()
     # nabla's default decay set: matrices and conv kernels, not biases, norms,
     # embeddings' tokens (same cost either way; kept for an identical update).
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "pos_embed" not in n and "cls_token" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "pos_embed" not in n and "cls_token" not in n)]
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # a frozen base: the adapters
+    decay = [p for n, p in trained if p.dim() >= 2 and "pos_embed" not in n and "cls_token" not in n]
+    no_decay = [p for n, p in trained if not (p.dim() >= 2 and "pos_embed" not in n and "cls_token" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.999), eps=1e-8)
     if config["architecture"] == "vit":
@@ -129,7 +139,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss = loss_fn()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_([p for _, p in trained], 1.0)
         opt.step()
         dt = (time.perf_counter() - t0) * 1e3
         if i == 0:
@@ -140,7 +150,8 @@ def main():
     times.sort()
     ms = times[len(times) // 2]
     print(json.dumps({
-        "framework": "torch", "model": config.get("preset", ""), "batch": a.batch, "context": a.context,
+        "framework": "torch", "model": config.get("preset", "") + (f"-lora{a.lora}" if a.lora else ""),
+        "batch": a.batch, "context": a.context,
         "class_token_last_block": a.class_token_last_block,
         "torch_threads": a.torch_threads, "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", ""),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "unit": unit, "step_ms": round(ms, 2),
