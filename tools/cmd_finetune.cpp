@@ -145,8 +145,8 @@ class FinetuneTask : public TrainingTask {
   std::unique_ptr<Executor> validator_;
 };
 
-// The finetune run's own record, saved with its training state: what a
-// resume must agree with.
+// The run's record in its training state's config: the base, and the mode
+// and adapter settings it trained with.
 std::string run_config(const FinetuneArgs& a, const nn::LoraConfig& lora) {
   nlohmann::json j = {{"architecture", "finetune"}, {"base", fs::absolute(a.base).string()}, {"full", a.full}};
   if (!a.full) {
@@ -201,6 +201,10 @@ int run_finetune(const FinetuneArgs& a) {
   } else {
     split.train = read_finetune_jsonl(a.data, *tok, dopt);
     split.val = read_finetune_jsonl(a.val_data, *tok, dopt);
+  }
+  if (split.val.empty()) {
+    throw UsageError(fmt::format("{}: no validation examples from {} training examples (give --val-data, or more "
+                                 "examples)", command, split.train.size()));
   }
   const int64_t B = session.settings().batch, T = session.settings().context;
   const auto mode = a.pad ? FinetuneBatcher::Mode::pad : FinetuneBatcher::Mode::pack;

@@ -301,8 +301,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   finetune_cmd->add_option("--val-data", ft.val_data, "Validation JSONL (default: --val-fraction of --data)")
       ->check(CLI::ExistingFile);
-  finetune_cmd->add_option("--val-fraction", ft.val_fraction, "Share of --data held out for validation")
-      ->check(CLI::Range(0.0, 0.9))
+  finetune_cmd->add_option("--val-fraction", ft.val_fraction, "Share of --data held out for validation (> 0)")
+      ->check(CLI::Range(1e-9, 0.9))
       ->capture_default_str();
   finetune_cmd
       ->add_option("--chat-template", ft.chat_template,

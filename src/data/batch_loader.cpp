@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "data/counter_random.h"
 #include "nabla/data.h"
 #include "nabla/error.h"
 
@@ -19,29 +20,8 @@ namespace {
 // Streams keep the draws of different purposes independent.
 enum Stream : uint64_t { kOrder = 1, kCropY = 2, kCropX = 3, kFlip = 4, kErase = 5 };
 
-// splitmix64's finaliser: a bijection that mixes every input bit into every
-// output bit.
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-uint64_t draw(uint64_t seed, uint64_t stream, int64_t epoch, int64_t counter) {
-  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
-  uint64_t h = mix64(seed + kGolden);
-  h = mix64(h ^ (stream * kGolden));
-  h = mix64(h ^ static_cast<uint64_t>(epoch));
-  return mix64(h ^ static_cast<uint64_t>(counter));
-}
-
-// Uniform in [0, n): the top 64 bits of a 128-bit product (bias below n / 2^64).
-int64_t below(uint64_t r, int64_t n) {
-  return static_cast<int64_t>((static_cast<unsigned __int128>(r) * static_cast<uint64_t>(n)) >> 64);
-}
+using data::below;
+using data::draw;
 
 std::vector<float> channel_values(const std::vector<float>& v, float fallback, int64_t channels,
                                   const char* what) {
@@ -135,11 +115,7 @@ void BatchLoader::start_epoch(int64_t epoch) {
   if (epoch < 0) throw UsageError("BatchLoader: epoch must be >= 0, got " + std::to_string(epoch));
   auto order = std::make_shared<std::vector<int64_t>>(data_.n);
   std::iota(order->begin(), order->end(), int64_t(0));
-  if (shuffle_) {  // Fisher-Yates, draw i picks the element that lands at i
-    for (int64_t i = data_.n - 1; i > 0; --i) {
-      std::swap((*order)[i], (*order)[below(draw(seed_, kOrder, epoch, i), i + 1)]);
-    }
-  }
+  if (shuffle_) data::shuffle(*order, seed_, kOrder, epoch);
   order_ = std::move(order);
   epoch_ = epoch;
   pos_ = 0;

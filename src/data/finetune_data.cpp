@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "data/counter_random.h"
 #include "nabla/error.h"
 #include "nabla/io.h"
 
@@ -26,36 +27,11 @@ constexpr int32_t kIgnore = -100;  // Hugging Face's ignore_index
 // Streams keep the draws of different purposes independent.
 enum Stream : uint64_t { kSplit = 1, kOrder = 2 };
 
-// splitmix64's finaliser: a bijection that mixes every input bit into every
-// output bit.
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-uint64_t draw(uint64_t seed, uint64_t stream, int64_t epoch, int64_t counter) {
-  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
-  uint64_t h = mix64(seed + kGolden);
-  h = mix64(h ^ (stream * kGolden));
-  h = mix64(h ^ static_cast<uint64_t>(epoch));
-  return mix64(h ^ static_cast<uint64_t>(counter));
-}
-
-// Uniform in [0, n): the top 64 bits of a 128-bit product (bias below n / 2^64).
-int64_t below(uint64_t r, int64_t n) {
-  return static_cast<int64_t>((static_cast<unsigned __int128>(r) * static_cast<uint64_t>(n)) >> 64);
-}
-
-// 0 .. n-1 in an order drawn from (seed, stream, epoch): Fisher-Yates.
+// 0 .. n-1 in an order drawn from (seed, stream, epoch).
 std::vector<int64_t> shuffled(int64_t n, uint64_t seed, uint64_t stream, int64_t epoch) {
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
-  for (int64_t i = n - 1; i > 0; --i)
-    std::swap(order[size_t(i)], order[size_t(below(draw(seed, stream, epoch, i), i + 1))]);
+  data::shuffle(order, seed, stream, epoch);
   return order;
 }
 

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data/counter_random.h"
 #include "nabla/error.h"
 #include "nabla/io.h"
 
@@ -158,15 +159,7 @@ void write_cache(const std::string& path, uint64_t key, int32_t vocab, int64_t d
   write_file_atomic(path, out);
 }
 
-// splitmix64's finaliser, as in the image BatchLoader: counter-based draws.
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
+using data::mix64;  // counter-based draws, as in the image BatchLoader
 
 }  // namespace
 
@@ -283,7 +276,7 @@ TextBatcher::TextBatcher(std::span<const int32_t> tokens, int64_t batch, int64_t
 }
 
 void TextBatcher::batch(int64_t step, int32_t* tokens) const {
-  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+  using data::kGolden;
   const int64_t window = context_ + 1;
   const auto offsets = static_cast<uint64_t>(static_cast<int64_t>(tokens_.size()) - window + 1);
   uint64_t h = mix64(mix64(seed_ + kGolden) ^ static_cast<uint64_t>(step));

@@ -62,6 +62,9 @@ echo "$out" | grep -q "bad.jsonl:2" || fail "bad line not named: $out"
 printf '{"text": "ok"}\nnot json\n' > "$dir/bad.jsonl"
 out=$("$nabla" finetune --base "$dir/base" --data "$dir/bad.jsonl" 2>&1); status=$?
 [ $status -eq 2 ] && echo "$out" | grep -q "bad.jsonl:2" || fail "not JSON: $status $out"
+printf '{"text": "only one example"}\n' > "$dir/one.jsonl"
+out=$("$nabla" finetune --base "$dir/base" --data "$dir/one.jsonl" 2>&1); status=$?
+[ $status -eq 2 ] && echo "$out" | grep -q "no validation examples" || fail "one example: $status $out"
 out=$("$nabla" finetune --base "$dir/base" --data "$data" --full --lora-r 4 2>&1); status=$?
 [ $status -eq 2 ] || fail "--full with --lora-r: status $status"
 echo "finetune checks passed"

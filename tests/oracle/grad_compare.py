@@ -83,3 +83,16 @@ def compare(title, report, got, torch32, torch64, rtol, atol, loss_rtol, outputs
             report.fail(f"{title}: grad.{n} is all zero in torch: the check would prove nothing")
     print(f"worst rel {worst:.2e} (limit {rtol:.0e}); loss nabla {nl:.7f} torch {tl:.7f}")
     return worst
+
+
+def compare_adamw_losses(title, report, nabla_losses, torch_losses, rtol):
+    """nabla's loss before each AdamW step (`nabla grad --adamw-steps`'s
+    `losses`) against torch's, relative to torch's; and torch's must fall,
+    or the check proves little."""
+    for i, (n, t) in enumerate(zip(nabla_losses, torch_losses)):
+        rel = abs(n - t) / abs(t)
+        print(f"AdamW step {i + 1}: nabla {n:.7f} torch {t:.7f} rel {rel:.2e}")
+        if not rel <= rtol:
+            report.fail(f"{title}: loss before AdamW step {i + 1}: nabla {n!r} torch {t!r}")
+    if not torch_losses[-1] < torch_losses[0]:
+        report.fail(f"{title}: torch's loss did not fall over {len(torch_losses)} AdamW steps: the check proves little")
