@@ -11,6 +11,8 @@
 
 namespace nabla {
 
+enum class GgmlType : uint32_t;  // nabla/gguf.h
+
 // ---- Elementwise, NumPy broadcasting. Gradients are summed back to each
 // operand's shape.
 Tensor add(const Tensor& a, const Tensor& b);
@@ -51,6 +53,17 @@ Tensor max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false
 // ---- Linear algebra. [..., M, K] x [..., K, N] -> [..., M, N], batch
 // dimensions broadcast; a 1-D operand is treated as NumPy does.
 Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- Weights in ggml's storage types (GGUF's: GgmlType in nabla/gguf.h):
+// w u8 [N, row bytes] holds N rows of K elements in F16, BF16, Q8_0, Q4_0,
+// Q4_K or Q6_K, each row a whole number of blocks, as a GGUF file stores a
+// weight matrix. Neither op differentiates w.
+// w's values as dtype (f32 or f64) [N, K].
+Tensor dequantize(const Tensor& w, GgmlType type, int64_t K, DType dtype = DType::f32);
+// x [..., K] W^T -> [..., N] (a linear layer's forward), or with transposed
+// x [..., N] W -> [..., K]; the weight dequantized a panel at a time, never
+// whole (QLoRA's frozen base).
+Tensor matmul_quantized(const Tensor& x, const Tensor& w, GgmlType type, int64_t K, bool transposed = false);
 
 // ---- Layout. reshape, permute, transpose, slice and expand are views where
 // the layout allows; contiguous() copies only when needed.

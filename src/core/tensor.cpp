@@ -127,6 +127,7 @@ Tensor Tensor::full(DType dtype, Shape shape, double value) {
     case DType::f32: std::fill_n(static_cast<float*>(t.data()), n, static_cast<float>(value)); break;
     case DType::f64: std::fill_n(static_cast<double*>(t.data()), n, value); break;
     case DType::i32: std::fill_n(static_cast<int32_t*>(t.data()), n, static_cast<int32_t>(value)); break;
+    case DType::u8: std::fill_n(static_cast<uint8_t*>(t.data()), n, static_cast<uint8_t>(value)); break;
   }
   return t;
 }
@@ -272,6 +273,7 @@ double Tensor::item(int64_t flat) const {
     case DType::f32: return static_cast<const float*>(p)[flat];
     case DType::f64: return static_cast<const double*>(p)[flat];
     case DType::i32: return static_cast<const int32_t*>(p)[flat];
+    case DType::u8: return static_cast<const uint8_t*>(p)[flat];
   }
   return 0;
 }

@@ -29,6 +29,8 @@ const char* st_dtype(DType t) {
       return "F64";
     case DType::i32:
       return "I32";
+    case DType::u8:
+      return "U8";
   }
   return "?";
 }

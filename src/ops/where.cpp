@@ -39,6 +39,7 @@ void where_forward(const KernelArgs& a) {
       case DType::f32: where_kernel<T, float>(a); break;
       case DType::f64: where_kernel<T, double>(a); break;
       case DType::i32: where_kernel<T, int32_t>(a); break;
+      case DType::u8: where_kernel<T, uint8_t>(a); break;
     }
   });
 }

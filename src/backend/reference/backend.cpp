@@ -163,6 +163,7 @@ double get_at(const TensorView& v, int64_t at) {
     case DType::f32: return static_cast<const float*>(v.data)[at];
     case DType::f64: return static_cast<const double*>(v.data)[at];
     case DType::i32: return static_cast<const int32_t*>(v.data)[at];
+    case DType::u8: return static_cast<const uint8_t*>(v.data)[at];
   }
   return 0;
 }
@@ -172,6 +173,7 @@ void set_at(const TensorView& v, int64_t at, double x) {
     case DType::f32: static_cast<float*>(v.data)[at] = static_cast<float>(x); return;
     case DType::f64: static_cast<double*>(v.data)[at] = x; return;
     case DType::i32: static_cast<int32_t*>(v.data)[at] = static_cast<int32_t>(x); return;
+    case DType::u8: static_cast<uint8_t*>(v.data)[at] = static_cast<uint8_t>(x); return;
   }
 }
 
