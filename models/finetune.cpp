@@ -38,10 +38,7 @@ FinetuneSession::FinetuneSession(const std::string& base, FinetuneConfig setting
   }
   if (!adapter_dir.empty()) {
     if (full()) throw UsageError("finetune: an adapter to start from, but full fine-tuning (LoRA r 0)");
-    const PeftAdapter adapter = load_peft_adapter(adapter_dir);
-    config_.lora = adapter.config;
-    model_->add_lora(adapter.config, config_.seed);
-    load_adapter_weights(adapter, *model_);
+    config_.lora = attach_peft_adapter(*model_, adapter_dir).config;
   } else if (!full()) {
     model_->add_lora(config_.lora, config_.seed);
   }

@@ -128,4 +128,11 @@ void load_adapter_weights(const PeftAdapter& adapter, Llama& model) {
   load_params(c, model.adapter());
 }
 
+PeftAdapter attach_peft_adapter(Llama& model, const std::string& dir) {
+  PeftAdapter adapter = load_peft_adapter(dir);
+  model.add_lora(adapter.config, 0);
+  load_adapter_weights(adapter, model);
+  return adapter;
+}
+
 }  // namespace nabla::models

@@ -28,9 +28,7 @@ Checkpoint merged(const Checkpoint& ckpt, const std::string& adapter_dir) {
   const models::LlamaConfig cfg = models::llama_config_from_checkpoint(ckpt);
   models::Llama model(cfg, 0);
   load_params(ckpt, model.params());
-  const models::PeftAdapter adapter = models::load_peft_adapter(adapter_dir);
-  model.add_lora(adapter.config, 0);
-  models::load_adapter_weights(adapter, model);
+  models::attach_peft_adapter(model, adapter_dir);
   model.merge_lora();
   Checkpoint out;
   out.path = ckpt.path;
@@ -85,11 +83,9 @@ int run_export_lora_gguf(const ExportArgs& a) {
                      base.architecture + "\"");
   }
   const models::LlamaConfig cfg = models::llama_config_from_checkpoint(base);
-  const models::PeftAdapter adapter = models::load_peft_adapter(a.adapter);
   // The adapter must fit this base: the model with it built and loaded.
   models::Llama model(cfg, 0);
-  model.add_lora(adapter.config, 0);
-  models::load_adapter_weights(adapter, model);
+  const models::PeftAdapter adapter = models::attach_peft_adapter(model, a.adapter);
   models::gguf_lora_adapter(cfg, adapter).write(a.out);
   fmt::print("wrote {} (LoRA r {}, alpha {}, {} tensors, for {})\n", a.out, adapter.config.r, adapter.config.alpha,
              adapter.weights.tensors.size(), a.checkpoint);

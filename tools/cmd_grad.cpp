@@ -124,9 +124,7 @@ ModelLoss llama_loss(const Checkpoint& ckpt, const Safetensors& batch, const std
   load_params(ckpt, m.llama->params());
   if (!adapter_dir.empty()) {
     // Dropout off, as for every model here: the adapter as it computes at inference.
-    const models::PeftAdapter adapter = models::load_peft_adapter(adapter_dir);
-    m.llama->add_lora(adapter.config, 0);
-    models::load_adapter_weights(adapter, *m.llama);
+    models::attach_peft_adapter(*m.llama, adapter_dir);
   }
   auto integers = [&](const Tensor& t, const std::string& name) {
     if (t.dtype() != DType::i32) {

@@ -49,11 +49,7 @@ int run_sample(const SampleArgs& a) {
   if (ckpt.architecture == "llama") {
     llama = std::make_unique<models::Llama>(models::llama_config_from_checkpoint(ckpt), 0);
     load_params(ckpt, llama->params());
-    if (!a.adapter.empty()) {
-      const models::PeftAdapter adapter = models::load_peft_adapter(a.adapter);
-      llama->add_lora(adapter.config, 0);
-      models::load_adapter_weights(adapter, *llama);
-    }
+    if (!a.adapter.empty()) models::attach_peft_adapter(*llama, a.adapter);
     tokenizer = llama->config().tokenizer;
     context = llama->config().max_position_embeddings;
   } else {

@@ -37,4 +37,8 @@ PeftAdapter load_peft_adapter(const std::string& dir);
 // the model lacks (IoError naming the first mismatch; nothing changed then).
 void load_adapter_weights(const PeftAdapter& adapter, Llama& model);
 
+// The PEFT folder `dir` read and put on `model` (add_lora with its
+// settings, then its weights): what every command taking --adapter does.
+PeftAdapter attach_peft_adapter(Llama& model, const std::string& dir);
+
 }  // namespace nabla::models

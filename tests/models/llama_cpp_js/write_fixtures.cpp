@@ -177,9 +177,7 @@ void expect(const std::string& dir) {
     expected[stem] = expectations(m, model);
     const std::string lora = dir + "/" + model + ".lora";
     if (stem != model + ".f32" || !std::filesystem::exists(lora)) continue;
-    const models::PeftAdapter adapter = models::load_peft_adapter(lora);
-    m.add_lora(adapter.config, 0);
-    models::load_adapter_weights(adapter, m);
+    models::attach_peft_adapter(m, lora);
     expected[model + ".f32+lora"] = expectations(m, model);
   }
   // The adapters must move the log-probabilities (else llama.cpp ignoring
