@@ -2,6 +2,7 @@
 // reverse-mode autodiff that appends gradient nodes to it.
 #pragma once
 
+#include <functional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -15,6 +16,17 @@ namespace nabla {
 // gradients can be planned, run on any backend, and differentiated again.
 // A tensor that does not influence the loss gets zeros.
 std::vector<Tensor> grad(const Tensor& loss, const std::vector<Tensor>& wrt);
+
+// Gradient checkpointing: builds fn() and marks the nodes it built that its
+// result depends on to be computed again in the backward, from the tensors
+// they read from outside, instead of kept from the forward pass. The
+// forward's intermediates then live only until the region's output is
+// computed; the recomputed ones only while the region's backward runs, which
+// they are scheduled just ahead of. The values and gradients are the same;
+// the region's forward work is done twice. Outside tensors (the region's
+// input, parameters) stay alive until its backward. Nodes an inner
+// recompute() marked keep their own region.
+Tensor recompute(const std::function<Tensor()>& fn);
 
 class Graph {
  public:

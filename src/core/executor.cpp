@@ -197,6 +197,21 @@ std::vector<Tensor> order_updates_last(const std::vector<Tensor>& order) {
   return rest;
 }
 
+// The outputs in the order the schedule's depth-first walk meets them:
+// stage by stage, each stage's last-added first. Gradients are added in the
+// parameters' forward order, so the last layer's come first and each one
+// runs as soon as its layer's backward is done, instead of after every
+// layer's: the activations and the output gradient it reads die there.
+std::vector<Tensor> backward_first(const std::vector<Tensor>& outputs, const std::vector<int>& stages) {
+  std::vector<size_t> at(outputs.size());
+  for (size_t i = 0; i < at.size(); ++i) at[i] = i;
+  auto stage = [&](size_t i) { return i < stages.size() ? stages[i] : 0; };
+  std::stable_sort(at.begin(), at.end(), [&](size_t a, size_t b) { return stage(a) != stage(b) ? stage(a) < stage(b) : a > b; });
+  std::vector<Tensor> out;
+  for (size_t i : at) out.push_back(outputs[i]);
+  return out;
+}
+
 // The stage of each position of `order`: the earliest stage whose outputs
 // need it (Graph::add_output). UsageError for a node that reads a value of an
 // earlier stage other than an output or a leaf: its memory may be reused by
@@ -258,7 +273,7 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
   }
   m.outputs = backend.rewrite(m.given, &m.replaced);
   m.outputs = lower_to_kernels(m.outputs, backend, &m.replaced);
-  m.order = order_updates_last(locality_order(topo_order(m.outputs)));
+  m.order = order_updates_last(locality_order(topo_order(backward_first(m.outputs, graph.stages()))));
   for (size_t i = 0; i < m.order.size(); ++i) {
     const Node* n = m.order[i].node();
     m.pos[n] = static_cast<int64_t>(i);

@@ -7,6 +7,7 @@
 #include "core/graph_internal.h"
 #include "core/node.h"
 #include "core/op.h"
+#include "ops/internal_ops.h"
 #include "nabla/error.h"
 
 namespace nabla {
@@ -127,6 +128,73 @@ std::vector<Tensor> clone_graph(const std::vector<Tensor>& outputs, const NodeSe
   return out;
 }
 
+Tensor recompute(const std::function<Tensor()>& fn) {
+  const uint64_t before = next_node_id();
+  const Tensor y = fn();
+  if (!y.defined()) throw UsageError("recompute: the function returned an undefined tensor");
+  auto region = std::make_shared<RecomputeRegion>();
+  region->output = y.node_ptr();
+  // The nodes fn built (ids after `before`) that y depends on, found through
+  // such nodes only: what fn read from outside is not the region's.
+  std::vector<Node*> stack{y.node()};
+  NodeSet seen;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (n->id <= before || n->is_leaf() || n->region || !seen.insert(n).second) continue;
+    n->region = region;
+    for (const Tensor& in : n->inputs) stack.push_back(in.node());
+  }
+  return y;
+}
+
+namespace {
+
+// The copies of one region's nodes that its backward rules read instead of
+// the forward's: the same ops on the same outside inputs, each read through
+// after(input, gate), so that nothing of the copy runs before the gradient
+// `gate` reaching the region's output exists.
+class RegionCopies {
+ public:
+  RegionCopies(const RecomputeRegion& region, const Tensor& gate) : gate_(gate) {
+    const std::shared_ptr<Node> output = region.output.lock();
+    if (!output) return;
+    // The region's nodes, found through each other, copied in creation
+    // order (inputs before their users).
+    std::vector<const Node*> nodes, stack{output.get()};
+    NodeSet seen;
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      if (n->region.get() != &region || !seen.insert(n).second) continue;
+      nodes.push_back(n);
+      for (const Tensor& in : n->inputs) stack.push_back(in.node());
+    }
+    std::sort(nodes.begin(), nodes.end(), [](const Node* a, const Node* b) { return a->id < b->id; });
+    for (const Node* n : nodes) {
+      auto c = std::make_shared<Node>(*n);
+      for (Tensor& in : c->inputs) in = read(in);
+      c->region.reset();
+      c->id = next_node_id();
+      copies_.emplace(n, Tensor(std::move(c)));
+    }
+  }
+  // What a copied node reads in place of `t`.
+  Tensor read(const Tensor& t) {
+    if (auto it = copies_.find(t.node()); it != copies_.end()) return it->second;
+    if (t.node()->is_leaf() || !gate_.defined()) return t;
+    auto [it, inserted] = gated_.try_emplace(t.node());
+    if (inserted) it->second = after(t, gate_);
+    return it->second;
+  }
+
+ private:
+  Tensor gate_;
+  GradMap copies_, gated_;
+};
+
+}  // namespace
+
 GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, const NodeSet* stop) {
   if (!loss.defined()) throw UsageError("backward: the loss is an undefined tensor");
   if (loss.numel() != 1) {
@@ -157,6 +225,7 @@ GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, cons
   }
 
   GradMap grads;
+  std::unordered_map<const RecomputeRegion*, std::unique_ptr<RegionCopies>> regions;
   grads[loss.node()] = Tensor::full(loss.dtype(), loss.shape(), 1.0);
   for (size_t k = order.size(); k-- > 0;) {
     const Tensor& t = order[k];
@@ -173,8 +242,25 @@ GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, cons
     }
     if (!any) continue;
     if (stop && stop->count(n)) continue;
-    BackwardArgs args{n->inputs, t, dout, n->attrs, needed};
-    Grads g = n->op->backward ? n->op->backward(args) : composite_backward(args, *n->op);
+    Grads g;
+    if (n->region) {
+      // The rule reads the region's copies, built once the gradient reaches
+      // the region's output (processed first: it depends on every node here).
+      auto [r, fresh] = regions.try_emplace(n->region.get());
+      if (fresh) {
+        const std::shared_ptr<Node> output = n->region->output.lock();
+        auto gate = output ? grads.find(output.get()) : grads.end();
+        r->second = std::make_unique<RegionCopies>(*n->region, gate != grads.end() ? gate->second : Tensor());
+      }
+      std::vector<Tensor> inputs;
+      for (const Tensor& in : n->inputs) inputs.push_back(r->second->read(in));
+      const Tensor out = r->second->read(t);
+      BackwardArgs args{inputs, out, dout, n->attrs, needed};
+      g = n->op->backward ? n->op->backward(args) : composite_backward(args, *n->op);
+    } else {
+      BackwardArgs args{n->inputs, t, dout, n->attrs, needed};
+      g = n->op->backward ? n->op->backward(args) : composite_backward(args, *n->op);
+    }
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       if (!needed[i]) continue;
       const Tensor& in = n->inputs[i];

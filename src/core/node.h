@@ -20,6 +20,13 @@ struct Attrs {
 };
 
 class Backend;
+struct Node;
+
+// The nodes one recompute() call built: in the backward they are computed
+// again from the region's outside inputs, once the gradient reaches `output`.
+struct RecomputeRegion {
+  std::weak_ptr<Node> output;
+};
 
 // Memory owned by a leaf or an executor: aligned host memory, or a
 // backend's own (src/backend/backend.h).
@@ -53,6 +60,7 @@ struct Node {
   bool is_param = false;
   std::string name;
   uint64_t id = 0;  // creation order, for stable sorting and names
+  std::shared_ptr<const RecomputeRegion> region;  // set by recompute(): recomputed in the backward
 
   bool is_leaf() const;
   bool is_view() const;

@@ -31,6 +31,10 @@ Tensor matmul_heads(const Tensor& a, const Tensor& b);
 // A batch of rows against one matrix folds into one product, as in matmul.
 Tensor matmul_add(const Tensor& a, const Tensor& b, const Tensor& c);
 
+// ---- Order. x itself (a view), placed after dep in every schedule; dep is
+// not read. Recomputation's gate (recompute() in nabla/graph.h).
+Tensor after(const Tensor& x, const Tensor& dep);
+
 // ---- Adjoints of slice and get_rows, and the in-place gradient sums.
 // Places x into zeros of shape `full` at the positions
 // slice(axis, start, stop, step) selects: the adjoint of slice.
