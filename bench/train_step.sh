@@ -15,7 +15,10 @@
 # kernel split across the threads) for comparison. For a ViT with class-token
 # pooling PyTorch also runs with its last block on the class token alone, as
 # nabla's runs (--class-token-last-block), for the ratio at equal work.
-# Prints a markdown table.
+# The LoRA configuration also runs in nabla's memory modes: gradient
+# checkpointing, a Q8_0 GGUF base kept quantized (QLoRA; the file written
+# from the same weights by `nabla export gguf --type q8_0`), and both.
+# Prints markdown tables.
 #
 # Usage: bench/train_step.sh [REPS]     (default 3 rounds; about 15 minutes)
 # Environment: CONFIGS="fmnist gpt2-small-byte" to run a subset.
@@ -24,7 +27,7 @@ cd "$(dirname "$0")/.."
 reps=${1:-3}
 scripts/install-deps >/dev/null
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNABLA_BENCH=ON >/dev/null
-ninja -C build nabla_bench_train >/dev/null
+ninja -C build nabla_bench_train nabla_cli >/dev/null
 bench=build/bench/nabla_bench_train
 py=/usr/bin/python3
 out=$(mktemp -d)
@@ -59,8 +62,20 @@ for ((r = 1; r <= reps; r++)); do
     fi
     "$bench" --model "$model" "${args[@]}" --threads 1 >>"$results"
     "$bench" --model "$model" "${args[@]}" --threads 2 --bf16-matmul >>"$results"
-    # LoRA trains no base weight: no weight gradient to keep factored.
+    # LoRA trains no base weight: no weight gradient to keep factored; its
+    # memory modes instead.
     [[ $m == *-lora* ]] || "$bench" --model "$model" "${args[@]}" --threads 2 $other_memory >>"$results"
+    if [[ $m == *-lora* ]]; then
+      q8=$out/$model.q8_0.gguf
+      if [[ ! -s $q8 ]]; then
+        "$bench" --model "$model" --save "$out/$model.safetensors"
+        build/nabla export gguf "$out/$model.safetensors" --type q8_0 --tokenizer byte --out "$q8" >/dev/null
+        rm "$out/$model.safetensors"
+      fi
+      "$bench" --model "$model" "${args[@]}" --threads 2 --gradient-checkpointing >>"$results"
+      "$bench" --model "$model" "${args[@]}" --threads 2 --base "$q8" >>"$results"
+      "$bench" --model "$model" "${args[@]}" --threads 2 --base "$q8" --gradient-checkpointing >>"$results"
+    fi
     OPENBLAS_NUM_THREADS=2 "$py" bench/peers/train_step.py --config "$cfg" "${args[@]}" --torch-threads 1 >>"$results"
     OMP_WAIT_POLICY=PASSIVE "$py" bench/peers/train_step.py --config "$cfg" "${args[@]}" --torch-threads 2 >>"$results"
     # Equal work: nabla's ViT computes a class-token model's last block on

@@ -29,6 +29,8 @@
 #include "core/node.h"
 #include "core/op.h"
 #include "nabla/checkpoint.h"
+#include "nabla/gguf.h"
+#include "nabla/models/gguf.h"
 #include "nabla/models/gpt2.h"
 #include "nabla/models/llama.h"
 #include "nabla/models/vit.h"
@@ -273,8 +275,14 @@ int main(int argc, char** argv) {
                  "Llama presets: train LoRA adapters of this rank (alpha 2r, no dropout) on all seven projections "
                  "of a frozen base instead of every weight")
       ->check(CLI::Range(0, 4096));
-  std::string save;
+  std::string save, base;
   app.add_option("--save", save, "Llama presets: write the initial weights to this checkpoint and exit");
+  app.add_option("--base", base,
+                 "Llama presets: the weights from this checkpoint or GGUF file (of the preset's shape); with --lora, "
+                 "a GGUF's F16/BF16/quantized projections stay so (QLoRA)");
+  bool checkpointing = false;
+  app.add_flag("--gradient-checkpointing", checkpointing,
+               "Llama presets: recompute each block's activations and the head's logits in the backward");
   app.add_flag("--machine", machine, "Measure the FMA peak, OpenBLAS sgemm and nabla gemm rates instead");
   CLI11_PARSE(app, argc, argv);
   const bool replicas_given = replicas > 0, low_memory_given = low_memory_on || low_memory_off;
@@ -327,8 +335,24 @@ int main(int argc, char** argv) {
       if (batch == 0) batch = 4;
       if (context == 0) context = 256;
       if (config_only) return fmt::print("{}\n", c.to_json()), 0;
-      models::Llama model(c, 1);
+      std::unique_ptr<models::Llama> built =
+          base.empty() ? std::make_unique<models::Llama>(c, 1)
+                       : std::make_unique<models::Llama>(models::load_any_checkpoint(base, /*keep_stored=*/lora > 0));
+      models::Llama& model = *built;
+      if (model.config().parameter_count() != c.parameter_count()) {
+        throw UsageError("nabla_bench_train: " + base + " is not of " + model_name + "'s shape");
+      }
       if (!save.empty()) return save_checkpoint(save, c.to_json(), model.params()), 0;
+      model.set_gradient_checkpointing(checkpointing);
+      if (checkpointing) model_name += "-ckpt";
+      if (!base.empty()) {
+        for (const auto& [name, t] : model.params().list()) {
+          if (const nn::StoredFormat* f = model.params().format(name)) {
+            model_name += std::string("-") + ggml_type_name(f->type);
+            break;
+          }
+        }
+      }
       if (lora > 0) {
         model.add_lora({.r = lora, .alpha = 2.0 * lora, .targets = models::llama_lora_modules()}, 2);
         model_name += "-lora" + std::to_string(lora);

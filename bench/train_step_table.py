@@ -94,3 +94,24 @@ for line in equal_work:
     print(f"Equal work, {line}.")
 if equal_work:
     print()
+# LoRA's memory modes against its default run (f32 base, activations kept):
+# gradient checkpointing, a Q8_0 base kept quantized (QLoRA), and both.
+lora = [r for r in rows if r.get("framework") == "nabla" and r["model"] == "smollm2-135m-lora16" and r["threads"] == 2
+        and not r.get("bf16_matmul") and not r.get("replicas_given")]
+modes = [("gradient checkpointing, f32 base", "smollm2-135m-ckpt-lora16"), ("Q8_0 base", "smollm2-135m-Q8_0-lora16"),
+         ("Q8_0 base, gradient checkpointing", "smollm2-135m-ckpt-Q8_0-lora16")]
+if lora and any(r.get("model") == m for _, m in modes for r in rows):
+    base_rss, base_ps = med([r["peak_rss_mib"] for r in lora]), med([r["per_s"] for r in lora])
+    print(f"SmolLM2-135M LoRA r 16 (all seven projections, 4 x 256 tokens, 2 threads), against its f32-base run "
+          f"({base_ps:,.0f} tokens/s, peak RSS {base_rss:,.0f} MiB):\n")
+    print("| mode | tokens/s (ratio) | peak RSS (ratio; QLoRA target 0.35x with a Q8_0 base) | planned arena |")
+    print("|---|---|---|---|")
+    for name, m in modes:
+        runs = [r for r in rows if r.get("framework") == "nabla" and r["model"] == m]
+        if not runs:
+            continue
+        rss, ps, arena = (med([r[k] for r in runs]) for k in ("peak_rss_mib", "per_s", "arena_mib"))
+        rss_all = ", ".join(f"{r['peak_rss_mib']:,.0f}" for r in runs)
+        print(f"| {name} | {ps:,.0f} ({ps / base_ps:.2f}x) | {rss:,.0f} MiB ({rss / base_rss:.2f}x; rounds {rss_all}) "
+              f"| {arena:,.0f} MiB |")
+    print()

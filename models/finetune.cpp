@@ -22,14 +22,13 @@ FinetuneSession::FinetuneSession(const std::string& base, FinetuneConfig setting
     throw UsageError("finetune: batch and micro-batches must be at least 1 and the context at least 2");
   }
   {
-    const Checkpoint ckpt = load_any_checkpoint(base);
+    const Checkpoint ckpt = load_any_checkpoint(base, !full() && config_.keep_stored);
     if (ckpt.architecture != "llama") {
       throw UsageError("finetune: " + ckpt.path + " is a" +
                        (ckpt.architecture.empty() ? "n unknown" : " " + ckpt.architecture) +
                        " model; fine-tuning takes the Llama family");
     }
-    model_ = std::make_unique<Llama>(llama_config_from_checkpoint(ckpt), config_.seed);
-    load_params(ckpt, model_->params());
+    model_ = std::make_unique<Llama>(ckpt);
   }
   if (config_.context == 0) config_.context = std::min<int64_t>(config().max_position_embeddings, 512);
   if (config_.context > config().max_position_embeddings) {
@@ -42,6 +41,7 @@ FinetuneSession::FinetuneSession(const std::string& base, FinetuneConfig setting
   } else if (!full()) {
     model_->add_lora(config_.lora, config_.seed);
   }
+  model_->set_gradient_checkpointing(config_.gradient_checkpointing);
   const int64_t B = config_.batch, T = config_.context;
   input_ids = Tensor::zeros(DType::i32, {B, T}).set_name("input_ids");
   labels = Tensor::full(DType::i32, {B, T}, -100).set_name("labels");

@@ -182,17 +182,21 @@ void add_gpt2(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWrit
 // 2j + s (convert_hf_to_gguf.py's permute). Biases move with their rows.
 // `back` undoes it (reading a GGUF).
 Tensor interleave_heads(const Tensor& t, int64_t heads, bool back = false) {
-  const int64_t rows = t.dim(0), hd = rows / heads, half = hd / 2, cols = t.rank() == 2 ? t.dim(1) : 1;
-  std::vector<float> src = t.to_vector<float>(), dst(src.size());
+  const int64_t rows = t.dim(0), hd = rows / heads, half = hd / 2;
+  // Whole rows move, so a row of stored (u8) bytes moves the same way.
+  const size_t row_bytes = rows ? size_t(t.numel() / rows) * dtype_size(t.dtype()) : 0;
+  Tensor out = Tensor::empty(t.dtype(), t.shape());
+  const auto* src = static_cast<const char*>(t.data());
+  auto* dst = static_cast<char*>(out.data());
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t s = 0; s < 2; ++s) {
       for (int64_t j = 0; j < half; ++j) {
         const int64_t halves = h * hd + s * half + j, pairs = h * hd + 2 * j + s;
-        std::copy_n(src.data() + (back ? pairs : halves) * cols, cols, dst.data() + (back ? halves : pairs) * cols);
+        std::memcpy(dst + (back ? halves : pairs) * row_bytes, src + (back ? pairs : halves) * row_bytes, row_bytes);
       }
     }
   }
-  return Tensor::from_vector<float>(t.shape(), dst);
+  return out;
 }
 
 // llama.cpp's ftype for a file whose matrices are `t` (general.file_type).
@@ -340,8 +344,8 @@ LlamaConfig::RopeScaling llama3_from_factors(const std::string& path, const std:
 
 }  // namespace
 
-Checkpoint checkpoint_from_gguf(const std::string& path) {
-  const GgufFile file = read_gguf(path);
+Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
+  const GgufFile file = read_gguf(path, keep_stored);
   auto fail = [&](const std::string& what) { return IoError(path + ": " + what); };
   const GgufValue* arch_value = file.find_value("general.architecture");
   const std::string arch =
@@ -375,11 +379,13 @@ Checkpoint checkpoint_from_gguf(const std::string& path) {
     if (v->type() == GgufType::f64) return v->get<double>();
     throw fail(arch + "." + key + " is " + gguf_type_name(v->type()) + ", expected a float");
   };
-  auto tensor = [&](const std::string& name) -> const Tensor& {
+  auto entry = [&](const std::string& name) -> const GgufTensor& {
     const GgufTensor* t = file.find(name);
     if (!t) throw fail("no tensor '" + name + "'");
-    return t->tensor;
+    return *t;
   };
+  // As f32, whether or not the file was read keeping storage types.
+  auto tensor = [&](const std::string& name) { return entry(name).values(); };
 
   LlamaConfig c;
   c.model_type = arch;
@@ -393,9 +399,9 @@ Checkpoint checkpoint_from_gguf(const std::string& path) {
   c.num_attention_heads = integer("attention.head_count");
   c.num_key_value_heads = integer("attention.head_count_kv", c.num_attention_heads);
   c.max_position_embeddings = integer("context_length");
-  const Tensor& embed = tensor("token_embd.weight");
-  if (embed.rank() != 2) throw fail("token_embd.weight is " + to_string(embed.shape()) + ", expected [vocab, hidden]");
-  c.vocab_size = integer("vocab_size", embed.dim(0));
+  const Shape& embed_shape = entry("token_embd.weight").shape;
+  if (embed_shape.size() != 2) throw fail("token_embd.weight is " + to_string(embed_shape) + ", expected [vocab, hidden]");
+  c.vocab_size = integer("vocab_size", embed_shape[0]);
   c.head_dim = integer("attention.key_length", c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
   if (integer("attention.value_length", c.head_dim) != c.head_dim || integer("rope.dimension_count", c.head_dim) != c.head_dim) {
     throw fail("key, value and rotary sizes differ; nabla's Llama rotates the whole head");
@@ -433,23 +439,32 @@ Checkpoint checkpoint_from_gguf(const std::string& path) {
     }
     return interleave_heads(t, heads, /*back=*/true);
   };
-  out.emplace_back("model.embed_tokens.weight", embed);
+  // A projection's weight: kept in its storage type when read so.
+  auto matrix = [&](const std::string& name, const std::string& hf_name) -> Tensor {
+    const GgufTensor& t = entry(name);
+    if (t.tensor.dtype() != DType::u8 || t.shape.size() != 2) return tensor(name);
+    ckpt.formats.emplace_back(hf_name, nn::StoredFormat{t.type, t.shape[1]});
+    return t.tensor;
+  };
+  out.emplace_back("model.embed_tokens.weight", tensor("token_embd.weight"));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
     out.emplace_back(h + "input_layernorm.weight", tensor(blk + "attn_norm.weight"));
-    out.emplace_back(h + "self_attn.q_proj.weight", rows(tensor(blk + "attn_q.weight"), c.num_attention_heads));
-    out.emplace_back(h + "self_attn.k_proj.weight", rows(tensor(blk + "attn_k.weight"), c.kv_heads()));
-    out.emplace_back(h + "self_attn.v_proj.weight", tensor(blk + "attn_v.weight"));
+    out.emplace_back(h + "self_attn.q_proj.weight",
+                     rows(matrix(blk + "attn_q.weight", h + "self_attn.q_proj.weight"), c.num_attention_heads));
+    out.emplace_back(h + "self_attn.k_proj.weight",
+                     rows(matrix(blk + "attn_k.weight", h + "self_attn.k_proj.weight"), c.kv_heads()));
+    out.emplace_back(h + "self_attn.v_proj.weight", matrix(blk + "attn_v.weight", h + "self_attn.v_proj.weight"));
     if (c.attention_bias) {
       out.emplace_back(h + "self_attn.q_proj.bias", rows(tensor(blk + "attn_q.bias"), c.num_attention_heads));
       out.emplace_back(h + "self_attn.k_proj.bias", rows(tensor(blk + "attn_k.bias"), c.kv_heads()));
       out.emplace_back(h + "self_attn.v_proj.bias", tensor(blk + "attn_v.bias"));
     }
-    out.emplace_back(h + "self_attn.o_proj.weight", tensor(blk + "attn_output.weight"));
+    out.emplace_back(h + "self_attn.o_proj.weight", matrix(blk + "attn_output.weight", h + "self_attn.o_proj.weight"));
     out.emplace_back(h + "post_attention_layernorm.weight", tensor(blk + "ffn_norm.weight"));
-    out.emplace_back(h + "mlp.gate_proj.weight", tensor(blk + "ffn_gate.weight"));
-    out.emplace_back(h + "mlp.up_proj.weight", tensor(blk + "ffn_up.weight"));
-    out.emplace_back(h + "mlp.down_proj.weight", tensor(blk + "ffn_down.weight"));
+    out.emplace_back(h + "mlp.gate_proj.weight", matrix(blk + "ffn_gate.weight", h + "mlp.gate_proj.weight"));
+    out.emplace_back(h + "mlp.up_proj.weight", matrix(blk + "ffn_up.weight", h + "mlp.up_proj.weight"));
+    out.emplace_back(h + "mlp.down_proj.weight", matrix(blk + "ffn_down.weight", h + "mlp.down_proj.weight"));
   }
   out.emplace_back("model.norm.weight", tensor("output_norm.weight"));
   if (!c.tie_word_embeddings) out.emplace_back("lm_head.weight", tensor("output.weight"));
@@ -457,8 +472,8 @@ Checkpoint checkpoint_from_gguf(const std::string& path) {
   return ckpt;
 }
 
-Checkpoint load_any_checkpoint(const std::string& path) {
-  return is_gguf_file(path) ? checkpoint_from_gguf(path) : load_checkpoint(path);
+Checkpoint load_any_checkpoint(const std::string& path, bool keep_stored) {
+  return is_gguf_file(path) ? checkpoint_from_gguf(path, keep_stored) : load_checkpoint(path);
 }
 
 std::string checkpoint_tokenizer(const std::string& path, const std::string& configured) {

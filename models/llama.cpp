@@ -29,6 +29,7 @@
 #include "nabla/checkpoint.h"
 #include "nabla/config.h"
 #include "nabla/error.h"
+#include "nabla/graph.h"
 
 namespace nabla::models {
 
@@ -251,8 +252,19 @@ LlamaConfig llama_preset(const std::string& name) {
 
 Llama::Llama(const LlamaConfig& config, uint64_t seed) : config_(config) {
   config_.validate();
-  const LlamaConfig& c = config_;
   nn::Init init(seed, nn::Init::Weights::normal);
+  build(init);
+}
+
+Llama::Llama(const Checkpoint& ckpt) : config_(llama_config_from_checkpoint(ckpt)) {
+  params_.take_from(weight_source(ckpt));
+  nn::Init init = nn::Init::placeholders();
+  build(init);
+  params_.take_from({});  // holds none of the file's other tensors
+}
+
+void Llama::build(nn::Init& init) {
+  const LlamaConfig& c = config_;
   const int64_t D = c.hidden_size;
   embed_ = nn::Embedding(params_, "model.embed_tokens.weight", c.vocab_size, D, init, c.initializer_range);
   nn::BlockConfig block;
@@ -324,6 +336,10 @@ void Llama::merge_lora() {
 }
 
 Tensor Llama::forward(const Tensor& input_ids, bool train, const Tensor& segments) const {
+  return matmul(hidden(input_ids, train, segments), transpose(lm_head_));  // [B, T, V]
+}
+
+Tensor Llama::hidden(const Tensor& input_ids, bool train, const Tensor& segments) const {
   const LlamaConfig& c = config_;
   if (input_ids.rank() != 2 || input_ids.dtype() != DType::i32) {
     throw ShapeError("llama: input_ids must be i32 [B, T], got " + to_string(input_ids));
@@ -333,8 +349,30 @@ Tensor Llama::forward(const Tensor& input_ids, bool train, const Tensor& segment
                      std::to_string(c.max_position_embeddings));
   }
   Tensor x = embed_(input_ids);  // [B, T, D]
-  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i](x, train, int64_t(2 * i), 0, segments);
-  return matmul(norm_(x), transpose(lm_head_));  // [B, T, V]
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    auto block = [&, i, x] { return layers_[i](x, train, int64_t(2 * i), 0, segments); };
+    x = checkpointing_ ? recompute(block) : block();
+  }
+  return norm_(x);
+}
+
+Tensor Llama::head_loss(const Tensor& h, const Tensor& targets) const {
+  if (!checkpointing_) return cross_entropy(matmul(h, transpose(lm_head_)), targets, -100);
+  // Chunks of chunk_logits_ logits (by default 8M, 32 MiB: SmolLM2's
+  // 49,152-token vocabulary in 170-row chunks). Each chunk's mean, weighted
+  // by its counted rows, over all counted rows: the unchunked mean.
+  const int64_t rows = h.dim(0) * h.dim(1), chunk = std::max<int64_t>(1, chunk_logits_ / config_.vocab_size);
+  const Tensor flat = reshape(h, {rows, config_.hidden_size}), labels = reshape(targets, {rows});
+  Tensor weighted, counted;
+  for (int64_t r = 0; r < rows; r += chunk) {
+    const int64_t e = std::min(rows, r + chunk);
+    const Tensor l = slice(labels, 0, r, e);
+    const Tensor n = scalar_like(double(e - r), h) - sum(eq(cast(l, h.dtype()), scalar_like(-100, h)));
+    const Tensor ce = recompute([&] { return cross_entropy(matmul(slice(flat, 0, r, e), transpose(lm_head_)), l, -100); });
+    weighted = weighted.defined() ? weighted + ce * n : ce * n;
+    counted = counted.defined() ? counted + n : n;
+  }
+  return weighted / clamp(counted, 1.0, std::numeric_limits<double>::infinity());
 }
 
 Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels, bool train, const Tensor& segments) const {
@@ -344,8 +382,7 @@ Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels, bool train, co
                      " and " + to_string(labels));
   }
   const int64_t T = input_ids.dim(1);
-  const Tensor logits = forward(input_ids, train, segments);
-  return cross_entropy(slice(logits, 1, 0, T - 1), slice(labels, 1, 1, T), -100);
+  return head_loss(slice(hidden(input_ids, train, segments), 1, 0, T - 1), slice(labels, 1, 1, T));
 }
 
 nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
@@ -374,7 +411,7 @@ Tensor Llama::next_token_loss(const Tensor& tokens, bool) const {
     throw ShapeError("llama: next-token loss needs tokens [B, T + 1] with T >= 1, got " + to_string(tokens));
   }
   const int64_t T = tokens.dim(1) - 1;
-  return cross_entropy(forward(slice(tokens, 1, 0, T)), slice(tokens, 1, 1, T + 1));
+  return head_loss(hidden(slice(tokens, 1, 0, T), false, Tensor()), slice(tokens, 1, 1, T + 1));
 }
 
 }  // namespace nabla::models

@@ -156,6 +156,25 @@ std::string run_config(const FinetuneArgs& a, const nn::LoraConfig& lora) {
   return j.dump();
 }
 
+// "projections kept as Q8_0: 81.2 MiB" for a base whose weights stayed in
+// their storage types (QLoRA); "" when every weight is f32.
+std::string stored_weights(const nn::Params& params) {
+  std::vector<std::string> types;
+  double bytes = 0;
+  for (const auto& [name, t] : params.list()) {
+    const nn::StoredFormat* f = params.format(name);
+    if (!f) continue;
+    bytes += double(t.numel());
+    if (std::find(types.begin(), types.end(), ggml_type_name(f->type)) == types.end()) {
+      types.push_back(ggml_type_name(f->type));
+    }
+  }
+  if (types.empty()) return "";
+  std::string names;
+  for (const std::string& t : types) names += (names.empty() ? "" : ", ") + t;
+  return fmt::format("projections kept as {}: {:.1f} MiB", names, bytes / 1048576.0);
+}
+
 }  // namespace
 
 int run_finetune(const FinetuneArgs& a) {
@@ -180,6 +199,7 @@ int run_finetune(const FinetuneArgs& a) {
   fc.adamw.weight_decay = a.weight_decay;  // transformers' defaults otherwise: betas (0.9, 0.999), eps 1e-8
   fc.exec = exec_options(a);
   fc.seed = seed;
+  fc.gradient_checkpointing = a.gradient_checkpointing;
   models::FinetuneSession session(a.full && !a.resume.empty() ? a.resume : a.base, fc,
                                   a.full ? "" : a.resume);
   const models::LlamaConfig& cfg = session.config();
@@ -233,6 +253,8 @@ int run_finetune(const FinetuneArgs& a) {
 
   fmt::print("base: {} ({:.2f}M parameters{}), {} layers, width {}\n", a.base, model.params().count() / 1e6,
              a.full ? "" : ", frozen", cfg.num_hidden_layers, cfg.hidden_size);
+  if (const std::string stored = stored_weights(model.params()); !stored.empty()) fmt::print("{}\n", stored);
+  if (a.gradient_checkpointing) fmt::print("gradient checkpointing: blocks and logits recomputed in the backward\n");
   if (a.full) {
     fmt::print("full fine-tuning: every parameter trains\n");
   } else {

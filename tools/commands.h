@@ -135,6 +135,7 @@ struct FinetuneArgs : TrainLoopArgs {
   std::vector<std::string> lora_targets;  // q, k, v, o, gate, up, down or their full names; empty: all seven
   bool rslora = false;
   bool full = false;
+  bool gradient_checkpointing = false;
 };
 int run_finetune(const FinetuneArgs& opt);
 

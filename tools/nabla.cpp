@@ -332,6 +332,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"q", "k", "v", "o", "gate", "up", "down", "q_proj", "k_proj", "v_proj", "o_proj",
                              "gate_proj", "up_proj", "down_proj"}));
   finetune_cmd->add_flag("--rslora", ft.rslora, "Scale adapters by alpha / sqrt(r) (rsLoRA)");
+  finetune_cmd->add_flag("--gradient-checkpointing", ft.gradient_checkpointing,
+                         "Recompute each block's activations and the logits in the backward: a fraction of the "
+                         "memory for about a third more time");
   auto* full_flag = finetune_cmd->add_flag("--full", ft.full, "Train every parameter instead of adapters");
   for (const char* lora_only : {"--lora-r", "--lora-alpha", "--lora-dropout", "--lora-targets", "--rslora"}) {
     finetune_cmd->get_option(lora_only)->excludes(full_flag);

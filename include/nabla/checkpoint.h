@@ -41,6 +41,8 @@ struct Checkpoint {
   // Hugging Face folder the one its model_type maps to ("" when neither).
   std::string architecture;
   Safetensors file;  // a folder's shards merged
+  // Tensors of `file` kept in a storage type (u8; read with keep_stored).
+  std::vector<std::pair<std::string, nn::StoredFormat>> formats;
   bool has_position = false;
   TrainPosition position;
 };
@@ -53,6 +55,10 @@ Checkpoint load_checkpoint(const std::string& path);
 // config.json and `params` as model.safetensors, each written atomically;
 // the folder is created when missing. Tensors are stored as they are (f32).
 void save_hf_folder(const std::string& dir, const std::string& config_json, const nn::Params& params);
+
+// The checkpoint's tensors as the source of a model's parameters
+// (Params::take_from): no copy is made.
+nn::WeightSource weight_source(const Checkpoint& ckpt);
 
 // Copies the checkpoint's tensors into `params` by name; every parameter
 // must be present with its shape and dtype (IoError naming the first

@@ -189,7 +189,10 @@ struct GgufTensor {
   Shape shape;      // NumPy order: the file's dims reversed
   GgmlType type;    // as stored in the file
   uint64_t offset;  // relative to the start of the data section
-  Tensor tensor;    // leaf of `shape`: F32, F16, BF16 and the block formats as f32, F64 as f64, I32 as i32
+  Tensor tensor;    // leaf of `shape`: F32, F16, BF16 and the block formats as f32, F64 as f64, I32 as i32;
+                    // read with keep_stored, F16, BF16 and the block formats as stored: u8 [rows, row bytes]
+  // The values as read without keep_stored (f32 for the storage types).
+  Tensor values() const;
 };
 
 struct GgufFile {
@@ -213,8 +216,9 @@ struct GgufFile {
 // are misaligned or outside the data section, and overlapping tensors.
 // F16, BF16 and the block formats Q8_0, Q4_0, Q4_K and Q6_K (rows a whole
 // number of blocks) are dequantized to f32; other tensor types are an
-// IoError naming the tensor and its type.
-GgufFile read_gguf(const std::string& path);
+// IoError naming the tensor and its type. With keep_stored, those tensors
+// keep their bytes instead (u8, a row per row of the last dimension).
+GgufFile read_gguf(const std::string& path, bool keep_stored = false);
 // Whether the file at `path` starts with GGUF's magic (false when it cannot
 // be read).
 bool is_gguf_file(const std::string& path);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -18,20 +19,48 @@ class Executor;
 
 namespace nabla::nn {
 
+// A weight kept in one of ggml's storage types (a quantized or bf16 base
+// under adapters, QLoRA's): the leaf is u8 [rows, row bytes], each row
+// `cols` elements of `type`, computed with matmul_quantized.
+struct StoredFormat {
+  GgmlType type;
+  int64_t cols = 0;
+};
+
+// Tensors a model takes as its parameters instead of drawing its own (a
+// model built on a file's weights, allocating nothing of its own).
+struct WeightSource {
+  std::string origin;  // the file, named in errors
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::vector<std::pair<std::string, StoredFormat>> formats;  // tensors kept in a storage type
+};
+
 // Parameters by name (timm / Hugging Face names), in creation order.
 class Params {
  public:
-  // Adds a leaf as a trainable parameter under `name`.
+  // Adds a leaf as a trainable parameter under `name`. With a source, the
+  // source's tensor of that name is added instead: f32 of t's shape, or in
+  // a storage format with t's rows and columns (IoError naming the origin
+  // and the tensor when it is missing or differs). A stored one is frozen
+  // from the start: no op differentiates a storage type.
   Tensor add(const std::string& name, Tensor t);
+  // Takes parameters from `source` from now on (see add); init with
+  // Init::placeholders() so that nothing is drawn or touched first. An
+  // empty source ends it.
+  void take_from(WeightSource source) { source_ = std::move(source); }
+  // The storage format of a parameter kept in one; nullptr for f32 ones.
+  const StoredFormat* format(const std::string& name) const;
   // Every parameter stops being one (no gradient is built for it) but stays
   // listed, to be loaded and saved: a base model under adapters.
   void freeze();
   const std::vector<std::pair<std::string, Tensor>>& list() const { return list_; }
   const Tensor& get(const std::string& name) const;  // UsageError naming it when absent
-  int64_t count() const;                               // total elements
+  int64_t count() const;                               // total elements (a stored weight's, not its bytes)
 
  private:
   std::vector<std::pair<std::string, Tensor>> list_;
+  std::vector<std::pair<std::string, StoredFormat>> formats_;
+  WeightSource source_;
 };
 
 // Seeded initialisers writing into f32 leaves. Linear layers draw their
@@ -41,6 +70,13 @@ class Init {
  public:
   enum class Weights { trunc_normal, normal };
   explicit Init(uint64_t seed, Weights weights = Weights::trunc_normal) : rng_(seed), weights_(weights) {}
+  // Tensors of the right shapes whose values are never written
+  // (Tensor::empty): for a model whose Params take a WeightSource.
+  static Init placeholders() {
+    Init i(0);
+    i.draw_ = false;
+    return i;
+  }
   // Normal(0, std) redrawn outside +-2 std (timm's trunc_normal_ with a = -2std, b = 2std).
   Tensor trunc_normal(Shape shape, double std);
   Tensor normal(Shape shape, double std);
@@ -48,12 +84,16 @@ class Init {
   Tensor weight(Shape shape, double std) {
     return weights_ == Weights::normal ? normal(std::move(shape), std) : trunc_normal(std::move(shape), std);
   }
-  Tensor zeros(Shape shape) { return Tensor::zeros(DType::f32, std::move(shape)); }
-  Tensor ones(Shape shape) { return Tensor::full(DType::f32, std::move(shape), 1.0); }
+  Tensor zeros(Shape shape) { return draw_ ? Tensor::zeros(DType::f32, std::move(shape)) : placeholder(std::move(shape)); }
+  Tensor ones(Shape shape) {
+    return draw_ ? Tensor::full(DType::f32, std::move(shape), 1.0) : placeholder(std::move(shape));
+  }
 
  private:
+  static Tensor placeholder(Shape shape) { return Tensor::empty(DType::f32, std::move(shape)); }
   std::mt19937_64 rng_;
   Weights weights_;
+  bool draw_ = true;
 };
 
 enum class Gelu { tanh, erf, quick };
@@ -80,6 +120,7 @@ struct LoraAdapter {
 struct Linear {
   Tensor weight, bias;  // bias undefined when not used
   WeightLayout layout = WeightLayout::out_in;
+  std::optional<StoredFormat> stored;  // weight u8 in this format (out_in), when Params took it so
   std::string name;  // the module's path ("model.layers.0.self_attn.q_proj")
   LoraAdapter lora;  // undefined unless add_lora gave it one
   Linear() = default;
@@ -88,9 +129,10 @@ struct Linear {
   // `train` turns the adapter's dropout on.
   Tensor operator()(const Tensor& x, bool train = false) const;
   // Folds the adapter into the weight (W += scale B A, summed in double)
-  // and drops it: the layer computes the same without it.
+  // and drops it: the layer computes the same without it. UsageError for a
+  // stored (quantized) weight: merge into the f32 base instead.
   void merge_adapter();
-  int64_t in_features() const { return weight.dim(layout == WeightLayout::out_in ? 1 : 0); }
+  int64_t in_features() const { return stored ? stored->cols : weight.dim(layout == WeightLayout::out_in ? 1 : 0); }
   int64_t out_features() const { return weight.dim(layout == WeightLayout::out_in ? 0 : 1); }
   // The layer restricted to output features [begin, end): views of the
   // weight, bias and adapter's B that the products read in place, so

@@ -34,6 +34,10 @@ class Tensor {
     return from_data(dtype_of<T>(), std::move(shape), values.data());
   }
   static Tensor zeros(DType dtype, Shape shape);
+  // A leaf whose values are unspecified until written: nothing touches its
+  // pages, so a large one costs no resident memory until it is written (a
+  // placeholder about to be replaced, a buffer read into whole).
+  static Tensor empty(DType dtype, Shape shape);
   static Tensor full(DType dtype, Shape shape, double value);
   static Tensor scalar(double value, DType dtype = DType::f32);
 

@@ -120,6 +120,12 @@ Tensor Tensor::from_data(DType dtype, Shape shape, const void* data) {
 
 Tensor Tensor::zeros(DType dtype, Shape shape) { return from_data(dtype, std::move(shape), nullptr); }
 
+Tensor Tensor::empty(DType dtype, Shape shape) {
+  check_shape(shape, dtype_size(dtype), "tensor");
+  const size_t bytes = static_cast<size_t>(nabla::numel(shape)) * dtype_size(dtype);
+  return leaf_of(dtype, std::move(shape), std::make_shared<Buffer>(bytes));
+}
+
 Tensor Tensor::full(DType dtype, Shape shape, double value) {
   Tensor t = zeros(dtype, std::move(shape));
   int64_t n = t.numel();

@@ -150,6 +150,8 @@ void save_hf_folder(const std::string& dir, const std::string& config_json, cons
   write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
 }
 
+nn::WeightSource weight_source(const Checkpoint& ckpt) { return {ckpt.path, ckpt.file.tensors, ckpt.formats}; }
+
 void load_params(const Checkpoint& ckpt, nn::Params& params) {
   // Every parameter is checked before any is written: a mismatch leaves the
   // model as it was, not half loaded.
@@ -186,6 +188,10 @@ void load_optimizer_state(const Checkpoint& ckpt, optim::AdamW& optimizer) {
 void check_holds_parameters(const Checkpoint& ckpt, int64_t parameters) {
   int64_t values = 0;
   for (const auto& [name, t] : ckpt.file.tensors) values += t.numel();
+  for (const auto& [name, f] : ckpt.formats) {
+    const Tensor* t = ckpt.file.find(name);
+    if (t && t->rank() == 2) values += t->dim(0) * f.cols - t->numel();  // elements, not bytes
+  }
   if (parameters > values) {
     throw IoError(ckpt.path + ": its config describes a model of " + std::to_string(parameters) +
                   " parameters, but the file holds only " + std::to_string(values) + " values");

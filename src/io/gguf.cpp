@@ -427,6 +427,13 @@ const GgufValue& GgufFile::value(const std::string& key) const {
   return *v;
 }
 
+Tensor GgufTensor::values() const {
+  if (tensor.dtype() != DType::u8) return tensor;
+  Tensor dense = Tensor::empty(DType::f32, shape);
+  io::dequantize(type, static_cast<const uint8_t*>(tensor.data()), dense.numel(), dense.data_as<float>());
+  return dense;
+}
+
 const GgufTensor* GgufFile::find(const std::string& name) const {
   for (const GgufTensor& t : tensors) {
     if (t.name == name) return &t;
@@ -441,10 +448,10 @@ const GgufTensor& GgufFile::at(const std::string& name) const {
 }
 
 namespace {
-GgufFile read_gguf_file(const std::string& path, bool with_tensors);
+GgufFile read_gguf_file(const std::string& path, bool with_tensors, bool keep_stored = false);
 }  // namespace
 
-GgufFile read_gguf(const std::string& path) { return read_gguf_file(path, true); }
+GgufFile read_gguf(const std::string& path, bool keep_stored) { return read_gguf_file(path, true, keep_stored); }
 
 bool is_gguf_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -456,7 +463,7 @@ GgufFile read_gguf_metadata(const std::string& path) { return read_gguf_file(pat
 
 namespace {
 
-GgufFile read_gguf_file(const std::string& path, bool with_tensors) {
+GgufFile read_gguf_file(const std::string& path, bool with_tensors, bool keep_stored) {
   Reader r(path);
   GgufFile file;
 
@@ -604,7 +611,12 @@ GgufFile read_gguf_file(const std::string& path, bool with_tensors) {
   for (GgufTensor& t : file.tensors) {
     r.seek(file.data_offset + t.offset);
     std::string what = "tensor '" + t.name + "' data";
-    if (t.type != GgmlType::f32 && t.type != GgmlType::f64 && t.type != GgmlType::i32) {
+    if (t.type != GgmlType::f32 && t.type != GgmlType::f64 && t.type != GgmlType::i32 && keep_stored) {
+      const io::GgmlBlock block = io::ggml_block(t.type);
+      const int64_t cols = t.shape.empty() ? 1 : t.shape.back(), rows = numel(t.shape) / std::max<int64_t>(cols, 1);
+      t.tensor = Tensor::empty(DType::u8, {rows, cols / block.elements * int64_t(block.bytes)});
+      r.read(t.tensor.data(), uint64_t(t.tensor.numel()), what);
+    } else if (t.type != GgmlType::f32 && t.type != GgmlType::f64 && t.type != GgmlType::i32) {
       const io::GgmlBlock block = io::ggml_block(t.type);
       const int64_t n = numel(t.shape);
       stored.resize(size_t(n / block.elements) * block.bytes);

@@ -4,16 +4,53 @@
 
 #include "nabla/error.h"
 #include "nabla/executor.h"
+#include "nabla/gguf.h"
 #include "nabla/nn.h"
 #include "ops/internal_ops.h"
 
 namespace nabla::nn {
 
-Tensor Params::add(const std::string& name, Tensor t) {
-  for (const auto& [n, _] : list_) {
-    if (n == name) throw UsageError("params: '" + name + "' is added twice");
+namespace {
+
+template <class T>
+const T* find_named(const std::vector<std::pair<std::string, T>>& list, const std::string& name) {
+  for (const auto& [n, v] : list) {
+    if (n == name) return &v;
   }
-  t.requires_grad();
+  return nullptr;
+}
+
+// The source's tensor standing for `initial` (its shape and dtype), or for
+// a stored one its rows, columns and byte rows.
+Tensor from_source(const WeightSource& source, const std::string& name, const Tensor& initial,
+                   const StoredFormat* format) {
+  const Tensor* t = find_named(source.tensors, name);
+  if (!t) throw IoError(source.origin + ": missing parameter '" + name + "'");
+  const Shape& want = initial.shape();
+  const bool fits = format ? want.size() == 2 && format->cols == want[1] && t->dtype() == DType::u8 &&
+                                 t->rank() == 2 && t->dim(0) == want[0]
+                           : t->dtype() == initial.dtype() && t->shape() == want;
+  if (!fits) {
+    throw IoError(source.origin + ": parameter '" + name + "' is " +
+                  to_string(*t) +
+                  (format ? std::string(" stored as ") + ggml_type_name(format->type) + " rows of " +
+                                std::to_string(format->cols)
+                          : "") +
+                  ", the model expects " + to_string(initial));
+  }
+  return *t;
+}
+
+}  // namespace
+
+Tensor Params::add(const std::string& name, Tensor t) {
+  if (find_named(list_, name)) throw UsageError("params: '" + name + "' is added twice");
+  if (!source_.origin.empty() || !source_.tensors.empty()) {
+    const StoredFormat* format = find_named(source_.formats, name);
+    t = from_source(source_, name, t, format);
+    if (format) formats_.emplace_back(name, *format);
+  }
+  if (!format(name)) t.requires_grad();  // a stored weight has no gradient: frozen from the start
   t.set_name(name);
   list_.emplace_back(name, t);
   return t;
@@ -24,19 +61,23 @@ void Params::freeze() {
 }
 
 const Tensor& Params::get(const std::string& name) const {
-  for (const auto& [n, t] : list_) {
-    if (n == name) return t;
-  }
+  if (const Tensor* t = find_named(list_, name)) return *t;
   throw UsageError("params: no parameter named '" + name + "'");
 }
 
+const StoredFormat* Params::format(const std::string& name) const { return find_named(formats_, name); }
+
 int64_t Params::count() const {
   int64_t n = 0;
-  for (const auto& [_, t] : list_) n += t.numel();
+  for (const auto& [name, t] : list_) {
+    const StoredFormat* f = format(name);
+    n += f ? t.dim(0) * f->cols : t.numel();
+  }
   return n;
 }
 
 Tensor Init::trunc_normal(Shape shape, double std) {
+  if (!draw_) return placeholder(std::move(shape));
   Tensor t = Tensor::zeros(DType::f32, std::move(shape));
   std::normal_distribution<double> n(0.0, 1.0);
   float* p = t.data_as<float>();
@@ -50,6 +91,7 @@ Tensor Init::trunc_normal(Shape shape, double std) {
 }
 
 Tensor Init::normal(Shape shape, double std) {
+  if (!draw_) return placeholder(std::move(shape));
   Tensor t = Tensor::zeros(DType::f32, std::move(shape));
   std::normal_distribution<double> n(0.0, std);
   float* p = t.data_as<float>();
@@ -58,6 +100,7 @@ Tensor Init::normal(Shape shape, double std) {
 }
 
 Tensor Init::uniform(Shape shape, double lo, double hi) {
+  if (!draw_) return placeholder(std::move(shape));
   Tensor t = Tensor::zeros(DType::f32, std::move(shape));
   std::uniform_real_distribution<double> u(lo, hi);
   float* p = t.data_as<float>();
@@ -103,6 +146,10 @@ Linear::Linear(Params& p, const std::string& prefix, int64_t in, int64_t out, bo
     : layout(layout_) {
   name = prefix;
   weight = p.add(prefix + ".weight", init.weight(layout == WeightLayout::out_in ? Shape{out, in} : Shape{in, out}, std));
+  if (const StoredFormat* f = p.format(prefix + ".weight")) {
+    if (layout != WeightLayout::out_in) throw UsageError("linear: '" + prefix + "' keeps [in, out] weights, not stored ones");
+    stored = *f;
+  }
   if (with_bias) bias = p.add(prefix + ".bias", init.zeros({out}));
 }
 
@@ -110,8 +157,14 @@ Linear::Linear(Params& p, const std::string& prefix, int64_t in, int64_t out, bo
 // The adapter scales its narrow [.., r] product, not the output, and adds
 // its second product into the base's output in place (matmul_add).
 Tensor Linear::operator()(const Tensor& x, bool train) const {
-  const Tensor w = layout == WeightLayout::out_in ? transpose(weight) : weight;
-  const Tensor y = bias.defined() ? matmul_add(x, w, bias) : matmul(x, w);
+  Tensor y;
+  if (stored) {
+    y = matmul_quantized(x, weight, stored->type, stored->cols);
+    if (bias.defined()) y = y + bias;
+  } else {
+    const Tensor w = layout == WeightLayout::out_in ? transpose(weight) : weight;
+    y = bias.defined() ? matmul_add(x, w, bias) : matmul(x, w);
+  }
   if (!lora.defined()) return y;
   const Tensor in = train && lora.dropout > 0 ? dropout(x, lora.dropout, lora.dropout_seed, true, lora.salt) : x;
   return matmul_add(scale(matmul(in, transpose(lora.a)), lora.scale), transpose(lora.b), y);
@@ -121,6 +174,7 @@ Linear Linear::outputs(int64_t begin, int64_t end) const {
   Linear part;
   part.layout = layout;
   part.name = name;
+  part.stored = stored;
   part.weight = slice(weight, layout == WeightLayout::out_in ? 0 : 1, begin, end);
   if (bias.defined()) part.bias = slice(bias, 0, begin, end);
   if (lora.defined()) {
@@ -132,6 +186,10 @@ Linear Linear::outputs(int64_t begin, int64_t end) const {
 
 void Linear::merge_adapter() {
   if (!lora.defined()) return;
+  if (stored) {
+    throw UsageError("linear: '" + name + "' keeps its weight as " + ggml_type_name(stored->type) +
+                     "; merge the adapter into the f32 base instead");
+  }
   const int64_t out = out_features(), in = in_features(), r = lora.a.dim(0);
   const std::vector<float> A = lora.a.to_vector<float>(), B = lora.b.to_vector<float>();
   float* w = weight.data_as<float>();

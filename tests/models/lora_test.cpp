@@ -275,3 +275,47 @@ TEST(Lora, PackedDocumentsComputeAsTheyWouldAlone) {
   for (size_t i = 0; i < yb.size(); ++i) differ = std::max(differ, double(std::abs(mixed[5 * V + i] - yb[i])));
   EXPECT_GT(differ, 1e-3);
 }
+
+TEST(Lora, GradientCheckpointingGivesTheSameLossAndGradientsInLessMemory) {
+  LlamaConfig c = small_config();
+  c.num_hidden_layers = 6;
+  // Labels with uncounted positions, a whole chunk of them among them.
+  const Tensor ids = tokens(3, 12, c.vocab_size, 4);
+  std::vector<int32_t> l = ids.to_vector<int32_t>();
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (i % 5 == 0 || (i >= 14 && i < 22)) l[i] = -100;
+  }
+  const Tensor labels = Tensor::from_vector<int32_t>(ids.shape(), l);
+  for (bool lora : {true, false}) {
+    SCOPED_TRACE(lora ? "LoRA" : "every weight");
+    Llama m(c, 3);
+    if (lora) {
+      m.add_lora(all_targets(), 2);
+      randomize_b(m, 8);
+    }
+    const nn::Params& trained = lora ? m.adapter() : m.params();
+    std::vector<std::vector<float>> got[2];
+    size_t arena[2] = {};
+    for (bool checkpoint : {false, true}) {
+      m.set_gradient_checkpointing(checkpoint, /*chunk_logits=*/4 * c.vocab_size);  // 4-row chunks
+      Graph g;
+      const Tensor loss = m.loss(ids, labels);
+      g.backward(loss);
+      Executor ex(g, {.threads = 2});
+      ex.run();
+      arena[checkpoint] = ex.memory().arena_bytes;
+      got[checkpoint].push_back(ex.read<float>(loss));
+      for (const auto& [_, p] : trained.list()) got[checkpoint].push_back(ex.read<float>(g.grad(p)));
+    }
+    EXPECT_NEAR(got[1][0][0], got[0][0][0], 1e-6 * std::abs(got[0][0][0]));
+    for (size_t i = 1; i < got[0].size(); ++i) {
+      float scale = 0, diff = 0;
+      for (size_t k = 0; k < got[0][i].size(); ++k) {
+        scale = std::max(scale, std::abs(got[0][i][k]));
+        diff = std::max(diff, std::abs(got[1][i][k] - got[0][i][k]));
+      }
+      EXPECT_LE(diff, 1e-5 * scale) << trained.list()[i - 1].first;
+    }
+    EXPECT_LT(arena[1], arena[0] * 0.7) << "checkpointed " << arena[1] << " bytes, kept " << arena[0];
+  }
+}

@@ -24,6 +24,10 @@ struct FinetuneConfig {
   optim::AdamWConfig adamw;
   ExecOptions exec;
   uint64_t seed = 1;  // the adapters' initialisation
+  // Under LoRA, a GGUF base's projections stored as F16, BF16 or a block
+  // format stay so and are computed in it (QLoRA); false: read as f32.
+  bool keep_stored = true;
+  bool gradient_checkpointing = false;  // Llama::set_gradient_checkpointing
 };
 
 class FinetuneSession {

@@ -57,12 +57,15 @@ GgufWriter gguf_lora_adapter(const LlamaConfig& base, const PeftAdapter& adapter
 // qwen2.* keys, llama's q/k rows back in rotate-half order, rope_freqs.weight
 // as Llama 3's rope_scaling, every tensor dequantized to f32. IoError naming
 // the file for another architecture, missing keys or tensors, or scaling it
-// cannot express.
-Checkpoint checkpoint_from_gguf(const std::string& path);
+// cannot express. With keep_stored, the blocks' projection weights stored
+// as F16, BF16 or a block format stay so (u8, listed in `formats`): a
+// quantized base under adapters. Embeddings, head and norms are f32 either
+// way (bitsandbytes' QLoRA keeps them unquantized too).
+Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored = false);
 
 // load_checkpoint, or checkpoint_from_gguf for a file that starts with
 // GGUF's magic: what the `nabla` commands read.
-Checkpoint load_any_checkpoint(const std::string& path);
+Checkpoint load_any_checkpoint(const std::string& path, bool keep_stored = false);
 
 // The tokenizer that comes with the weights at `path`, as make_tokenizer
 // names it: a GGUF file's own (when it has tokenizer.ggml.*), a Hugging Face

@@ -72,6 +72,11 @@ LlamaConfig llama_preset(const std::string& name);
 class Llama {
  public:
   Llama(const LlamaConfig& config, uint64_t seed);
+  // The checkpoint's model built on its tensors as they are, none allocated
+  // or copied: projections read with keep_stored stay in their storage type
+  // (QLoRA's base; checkpoint_from_gguf). IoError naming the file for a bad
+  // config or a missing or mis-shaped tensor.
+  explicit Llama(const Checkpoint& ckpt);
 
   // input_ids i32 [B, T] -> logits [B, T, V]. T may exceed
   // max_position_embeddings only as far as the positions' rotation allows
@@ -90,6 +95,19 @@ class Llama {
   // Mean next-token cross-entropy over all B * T positions of tokens i32
   // [B, T + 1] (GPT-2's training loss; no dropout, so `train` changes nothing).
   Tensor next_token_loss(const Tensor& tokens, bool train) const;
+  // Gradient checkpointing (Hugging Face's name): each block's activations
+  // are recomputed in the backward from the block's input (recompute()),
+  // and loss() / next_token_loss() compute the head's logits and their
+  // cross-entropy a chunk of rows at a time, each chunk recomputed likewise,
+  // never all [B, T, V] at once. The same values and gradients, for a block's
+  // forward work again and a fraction of the activation memory.
+  // `chunk_logits`: logits per chunk (rows = chunk_logits / vocabulary).
+  void set_gradient_checkpointing(bool on, int64_t chunk_logits = int64_t(8) << 20) {
+    checkpointing_ = on;
+    chunk_logits_ = chunk_logits;
+  }
+  bool gradient_checkpointing() const { return checkpointing_; }
+
   // A decoding step over at most max_tokens positions (sampling).
   nn::DecodeStep decode_step(int64_t max_tokens) const;
   // A prompt of `tokens` tokens in one pass, for the decoding steps after
@@ -116,6 +134,13 @@ class Llama {
   const nn::Params& params() const { return params_; }
 
  private:
+  void build(nn::Init& init);
+  // The final norm's output for input_ids, [B, T, D].
+  Tensor hidden(const Tensor& input_ids, bool train, const Tensor& segments) const;
+  // Mean cross-entropy of h [B, T', D]'s logits against targets i32 [B, T']
+  // (-100 not counted), in chunks of rows when checkpointing.
+  Tensor head_loss(const Tensor& h, const Tensor& targets) const;
+
   LlamaConfig config_;
   nn::Params params_;
   nn::Embedding embed_;
@@ -125,6 +150,8 @@ class Llama {
   nn::LoraConfig lora_{.r = 0};
   nn::Params adapter_;
   Tensor lora_seed_;
+  bool checkpointing_ = false;
+  int64_t chunk_logits_ = 0;
 };
 
 // Hugging Face's names of the Llama projections LoRA can target, in the
