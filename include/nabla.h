@@ -407,10 +407,18 @@ void nabla_trainer_free(nabla_trainer* trainer);
  *
  * A session is not tied to a context; free it with nabla_finetune_free. */
 typedef struct nabla_finetune nabla_finetune;
+/* Options of nabla_finetune_create, or-ed together. RSLORA: scale alpha /
+ * sqrt(r). GRADIENT_CHECKPOINTING: each block's activations and the logits
+ * recomputed in the backward (a fraction of the memory, about a third more
+ * time). DEQUANTIZE_BASE: read a GGUF or BF16 base's projections as f32
+ * instead of computing in their storage type (QLoRA, the default). */
+#define NABLA_FINETUNE_RSLORA 1
+#define NABLA_FINETUNE_GRADIENT_CHECKPOINTING 2
+#define NABLA_FINETUNE_DEQUANTIZE_BASE 4
 /* base: the pretrained model. adapter_dir: a PEFT folder to start from (its
  * r, alpha, dropout and targets replace the arguments'), or NULL for fresh
  * adapters. lora_r: the adapters' rank, 0 for full fine-tuning; their scale
- * alpha / r (alpha / sqrt(r) when rslora is nonzero); lora_dropout on their
+ * alpha / r; flags: NABLA_FINETUNE_* (1 alone: rsLoRA); lora_dropout on their
  * inputs while training; lora_targets: comma-separated module names
  * (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj), NULL for
  * all seven. batch rows of context tokens a step (context 0: the model's
@@ -418,7 +426,7 @@ typedef struct nabla_finetune nabla_finetune;
  * 1e-8). threads <= 0: every core. seed: the adapters' initialisation and
  * dropout masks. */
 nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, int64_t lora_r, double lora_alpha,
-                                   double lora_dropout, int rslora, const char* lora_targets, int64_t batch,
+                                   double lora_dropout, int flags, const char* lora_targets, int64_t batch,
                                    int64_t context, double weight_decay, int threads, uint64_t seed,
                                    nabla_finetune** out);
 /* The session's row count, tokens per row, vocabulary size and trained

@@ -473,7 +473,12 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
 }
 
 Checkpoint load_any_checkpoint(const std::string& path, bool keep_stored) {
-  return is_gguf_file(path) ? checkpoint_from_gguf(path, keep_stored) : load_checkpoint(path);
+  if (is_gguf_file(path)) return checkpoint_from_gguf(path, keep_stored);
+  // A Hugging Face folder's F16 / BF16 projections, as the GGUF's.
+  auto projection = [](const std::string& name) {
+    return name.starts_with("model.layers.") && name.ends_with("_proj.weight");
+  };
+  return keep_stored ? load_checkpoint(path, projection) : load_checkpoint(path);
 }
 
 std::string checkpoint_tokenizer(const std::string& path, const std::string& configured) {

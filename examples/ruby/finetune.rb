@@ -5,7 +5,7 @@
 # the adapter saved as a PEFT folder and as llama.cpp's adapter GGUF.
 #
 #   ruby examples/ruby/finetune.rb --lib build/libnabla.so --base MODEL --data pairs.jsonl \
-#     --steps 100 --save adapter [--gguf adapter.gguf]
+#     --steps 100 --save adapter [--gguf adapter.gguf] [--gradient-checkpointing]
 require "json"
 require "optparse"
 require_relative "nabla"
@@ -22,6 +22,7 @@ OptionParser.new do |o|
   o.on("--lora-r N", Integer) { |v| opt[:r] = v }
   o.on("--lora-alpha X", Float) { |v| opt[:alpha] = v }
   o.on("--threads N", Integer) { |v| opt[:threads] = v }
+  o.on("--gradient-checkpointing", "recompute activations in the backward: less memory") { opt[:checkpointing] = true }
   o.on("--save DIR", "PEFT adapter folder to write") { |v| opt[:save] = v }
   o.on("--gguf PATH", "llama.cpp adapter GGUF to write") { |v| opt[:gguf] = v }
   o.on("--min-drop X", Float, "fail unless the loss falls by this fraction") { |v| opt[:min_drop] = v }
@@ -30,7 +31,8 @@ abort "finetune.rb: --base and --data are required" unless opt[:base] && opt[:da
 
 opt[:lib] ? Nabla.load(opt[:lib]) : Nabla.load
 ft = Nabla::Finetune.new(opt[:base], lora_r: opt[:r], lora_alpha: opt[:alpha], batch: opt[:batch],
-                                     context: opt[:context], threads: opt[:threads])
+                                     context: opt[:context], threads: opt[:threads],
+                                     gradient_checkpointing: opt[:checkpointing] || false)
 puts "LoRA r #{opt[:r]} on #{opt[:base]}: #{ft.trained} parameters train; #{ft.batch} x #{ft.context} tokens a step"
 
 # Each pair: ids = prompt + completion, labels -100 over the prompt.

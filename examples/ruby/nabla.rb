@@ -182,10 +182,13 @@ module Nabla
     attr_reader :batch, :context, :vocab, :trained
 
     # lora_r 0: full fine-tuning; lora_targets: "q_proj,v_proj" (nil: all seven).
+    # A GGUF or BF16 base stays in its storage type (QLoRA) unless dequantize_base.
     def initialize(base, adapter: nil, lora_r: 8, lora_alpha: 16.0, lora_dropout: 0.0, rslora: false,
-                   lora_targets: nil, batch: 4, context: 0, weight_decay: 0.0, threads: 0, seed: 1)
+                   lora_targets: nil, batch: 4, context: 0, weight_decay: 0.0, threads: 0, seed: 1,
+                   gradient_checkpointing: false, dequantize_base: false)
       out = FFI::MemoryPointer.new(:pointer)
-      Nabla.check(Nabla.nabla_finetune_create(base, adapter, lora_r, lora_alpha, lora_dropout, rslora ? 1 : 0,
+      flags = (rslora ? 1 : 0) | (gradient_checkpointing ? 2 : 0) | (dequantize_base ? 4 : 0)  # NABLA_FINETUNE_*
+      Nabla.check(Nabla.nabla_finetune_create(base, adapter, lora_r, lora_alpha, lora_dropout, flags,
                                               lora_targets, batch, context, weight_decay, threads, seed, out))
       @ft = out.read_pointer
       ObjectSpace.define_finalizer(self, Finetune.release(@ft))

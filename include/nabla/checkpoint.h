@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,15 +42,17 @@ struct Checkpoint {
   // Hugging Face folder the one its model_type maps to ("" when neither).
   std::string architecture;
   Safetensors file;  // a folder's shards merged
-  // Tensors of `file` kept in a storage type (u8; read with keep_stored).
+  // Tensors of `file` kept in a storage type (u8 rows; read with keep_stored
+  // or keep_half).
   std::vector<std::pair<std::string, nn::StoredFormat>> formats;
   bool has_position = false;
   TrainPosition position;
 };
 // A nabla checkpoint file, or a Hugging Face model folder of model_type
-// "llama" or "qwen2" (tensors F32, F16 or BF16, loaded as f32). IoError
-// naming the file when it is neither, or is damaged.
-Checkpoint load_checkpoint(const std::string& path);
+// "llama" or "qwen2" (tensors F32, F16 or BF16, loaded as f32; a folder's F16
+// or BF16 matrices whose names keep_half accepts stay so, listed in
+// `formats`). IoError naming the file when it is neither, or is damaged.
+Checkpoint load_checkpoint(const std::string& path, const std::function<bool(const std::string&)>& keep_half = {});
 
 // Writes a Hugging Face model folder: `config_json` (an object) as
 // config.json and `params` as model.safetensors, each written atomically;

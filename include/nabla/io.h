@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -20,6 +21,9 @@ namespace nabla {
 struct Safetensors {
   std::vector<std::pair<std::string, Tensor>> tensors;  // file order
   std::map<std::string, std::string> metadata;
+  // Tensors kept as their F16 / BF16 bytes (load_safetensors' keep_half):
+  // name -> "F16" or "BF16".
+  std::map<std::string, std::string> half;
   const Tensor* find(const std::string& name) const;
   const Tensor& at(const std::string& name) const;  // IoError naming the tensor when absent
 };
@@ -31,8 +35,11 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
                       const std::map<std::string, std::string>& metadata = {});
 
 // Loads every tensor as a leaf. F16/BF16 are widened to f32 and I64/I16/I8/U8
-// narrowed or widened to i32 (I64 values outside i32 are an error).
-Safetensors load_safetensors(const std::string& path);
+// narrowed or widened to i32 (I64 values outside i32 are an error). A
+// matrix in F16 or BF16 whose name keep_half accepts stays as its bytes
+// instead, u8 [rows, 2 columns], listed in `half`.
+Safetensors load_safetensors(const std::string& path,
+                             const std::function<bool(const std::string&)>& keep_half = {});
 
 // ---- IDX (MNIST, Fashion-MNIST): big-endian magic 0x000008TT with TT the
 // element type (0x08 = u8) and the rank in the low byte, then the dimensions.

@@ -1045,7 +1045,7 @@ void nabla_trainer_free(nabla_trainer* trainer) {
 }
 
 nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, int64_t lora_r, double lora_alpha,
-                                   double lora_dropout, int rslora, const char* lora_targets, int64_t batch,
+                                   double lora_dropout, int flags, const char* lora_targets, int64_t batch,
                                    int64_t context, double weight_decay, int threads, uint64_t seed,
                                    nabla_finetune** out) {
   return guard([&] {
@@ -1059,7 +1059,11 @@ nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, in
     fc.lora.r = lora_r;
     fc.lora.alpha = lora_alpha;
     fc.lora.dropout = lora_dropout;
-    fc.lora.rslora = rslora != 0;
+    constexpr int known = NABLA_FINETUNE_RSLORA | NABLA_FINETUNE_GRADIENT_CHECKPOINTING | NABLA_FINETUNE_DEQUANTIZE_BASE;
+    if (flags & ~known) c.argument_error("flags " + std::to_string(flags) + " has bits no NABLA_FINETUNE_* option uses");
+    fc.lora.rslora = flags & NABLA_FINETUNE_RSLORA;
+    fc.gradient_checkpointing = flags & NABLA_FINETUNE_GRADIENT_CHECKPOINTING;
+    fc.keep_stored = !(flags & NABLA_FINETUNE_DEQUANTIZE_BASE);
     if (lora_targets && *lora_targets) {
       std::string list = lora_targets;
       for (size_t at = 0; at <= list.size();) {

@@ -6,6 +6,7 @@
 
 #include "nabla/config.h"
 #include "nabla/error.h"
+#include "nabla/gguf.h"
 
 namespace nabla {
 
@@ -22,7 +23,8 @@ std::string architecture_of(const std::string& config_json) {
 
 // The tensors a model.safetensors.index.json lists, read shard by shard:
 // the index is the authority on which tensor lives where.
-Safetensors load_shards(const std::string& dir, const std::string& index_path) {
+Safetensors load_shards(const std::string& dir, const std::string& index_path,
+                        const std::function<bool(const std::string&)>& keep_half) {
   json index = json::parse(read_file(index_path), nullptr, /*allow_exceptions=*/false);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     throw IoError(index_path + ": expected a JSON object with a \"weight_map\" of tensor name -> shard file");
@@ -41,12 +43,13 @@ Safetensors load_shards(const std::string& dir, const std::string& index_path) {
   Safetensors merged;
   for (const auto& [shard, names] : names_by_shard) {
     const std::string path = dir + "/" + shard;
-    Safetensors s = load_safetensors(path);
+    Safetensors s = load_safetensors(path, keep_half);
     if (merged.metadata.empty()) merged.metadata = s.metadata;
     for (const std::string& name : names) {
       const Tensor* t = s.find(name);
       if (!t) throw IoError(path + ": no tensor '" + name + "', which " + index_path + " places there");
       merged.tensors.emplace_back(name, *t);
+      if (auto h = s.half.find(name); h != s.half.end()) merged.half[name] = h->second;
     }
   }
   return merged;
@@ -65,7 +68,7 @@ std::string hf_architecture(const std::string& config_path, const std::string& c
   throw IoError(config_path + ": model_type \"" + t + "\" is not supported (nabla reads \"llama\" and \"qwen2\" models)");
 }
 
-Checkpoint load_hf_folder(const std::string& dir) {
+Checkpoint load_hf_folder(const std::string& dir, const std::function<bool(const std::string&)>& keep_half) {
   Checkpoint c;
   c.path = dir;
   const std::string config_path = dir + "/config.json";
@@ -78,11 +81,15 @@ Checkpoint load_hf_folder(const std::string& dir) {
   const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
   // Hugging Face's loader looks for the single file first, so does this.
   if (fs::exists(single, ec)) {
-    c.file = load_safetensors(single);
+    c.file = load_safetensors(single, keep_half);
   } else if (fs::exists(index, ec)) {
-    c.file = load_shards(dir, index);
+    c.file = load_shards(dir, index, keep_half);
   } else {
     throw IoError(dir + ": a Hugging Face model folder needs model.safetensors or model.safetensors.index.json");
+  }
+  for (const auto& [name, dtype] : c.file.half) {
+    c.formats.emplace_back(name, nn::StoredFormat{dtype == "F16" ? GgmlType::f16 : GgmlType::bf16,
+                                                  c.file.at(name).dim(1) / 2});
   }
   return c;
 }
@@ -119,9 +126,9 @@ void save_checkpoint(const std::string& path, const std::string& config_json, co
   save_safetensors(path, tensors, meta);
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
+Checkpoint load_checkpoint(const std::string& path, const std::function<bool(const std::string&)>& keep_half) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return load_hf_folder(path);
+  if (fs::is_directory(path, ec)) return load_hf_folder(path, keep_half);
   Checkpoint c;
   c.path = path;
   c.file = load_safetensors(path);

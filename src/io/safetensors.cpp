@@ -85,7 +85,7 @@ void save_safetensors(const std::string& path,
   write_file_atomic(path, out);
 }
 
-Safetensors load_safetensors(const std::string& path) {
+Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep_half) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": cannot open for reading");
   in.seekg(0, std::ios::end);
@@ -204,9 +204,14 @@ Safetensors load_safetensors(const std::string& path) {
   for (const Entry& e : entries) {
     const std::string& dt = e.dtype;
     const uint64_t bytes = e.end - e.begin;
-    const bool native = dt == "F32" || dt == "F64" || dt == "I32";
-    Tensor t = Tensor::zeros(dt == "F64" ? DType::f64 : dt == "F32" || dt == "F16" || dt == "BF16" ? DType::f32 : DType::i32,
-                             e.shape);
+    const bool half = (dt == "F16" || dt == "BF16") && e.shape.size() == 2 && keep_half && keep_half(e.name);
+    const bool native = dt == "F32" || dt == "F64" || dt == "I32" || half;
+    Tensor t = half ? Tensor::empty(DType::u8, {e.shape[0], 2 * e.shape[1]})
+                    : Tensor::zeros(dt == "F64"                                    ? DType::f64
+                                    : dt == "F32" || dt == "F16" || dt == "BF16" ? DType::f32
+                                                                                 : DType::i32,
+                                    e.shape);
+    if (half) st.half[e.name] = dt;
     char* dst = native ? static_cast<char*>(t.data()) : (staging.resize(bytes), staging.data());
     in.seekg(static_cast<std::streamoff>(data_start + e.begin));
     in.read(dst, static_cast<std::streamsize>(bytes));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest ruby_ffi_finetune: a Ruby program fine-tunes a small Llama with LoRA
 # through the C API (examples/ruby/finetune.rb, prompt / completion pairs,
-# the loss on the completions), its loss falls by at least half, and what it
+# the loss on the completions) on a Q8_0 base kept quantized with gradient
+# checkpointing, its loss falls by at least half, and what it
 # saved is what nabla's own tools read and write: `nabla sample --adapter`
 # runs the PEFT folder, and `nabla export lora-gguf` of that folder gives the
 # GGUF adapter Ruby wrote, byte for byte.
@@ -13,12 +14,15 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$nabla" train llama --layers 2 --width 64 --heads 4 --kv-heads 2 --positions 64 --context 64 --steps 150 --lr 3e-3 --eval-every 150 --eval-batches 1 \
   --save "$dir/base.safetensors" >/dev/null
+# QLoRA from Ruby: the base as Q8_0, kept so, with gradient checkpointing.
+"$nabla" export gguf "$dir/base.safetensors" --type q8_0 --out "$dir/base.gguf" >/dev/null
 for i in $(seq 1 8); do echo "{\"prompt\": \"Q$i: \", \"completion\": \"answer $((i * 7))\"}"; done >"$dir/pairs.jsonl"
-"$ruby" "$here/../../examples/ruby/finetune.rb" --lib "$lib" --base "$dir/base.safetensors" --data "$dir/pairs.jsonl" \
-  --steps 100 --batch 4 --context 32 --lr 1e-2 --threads 2 --min-drop 0.5 --save "$dir/adapter" --gguf "$dir/ruby.gguf"
-"$nabla" sample --checkpoint "$dir/base.safetensors" --adapter "$dir/adapter" --prompt "Q3: " --tokens 10 \
+"$ruby" "$here/../../examples/ruby/finetune.rb" --lib "$lib" --base "$dir/base.gguf" --data "$dir/pairs.jsonl" \
+  --steps 100 --batch 4 --context 32 --lr 1e-2 --threads 2 --min-drop 0.5 --gradient-checkpointing \
+  --save "$dir/adapter" --gguf "$dir/ruby.gguf"
+"$nabla" sample --checkpoint "$dir/base.gguf" --adapter "$dir/adapter" --prompt "Q3: " --tokens 10 \
   --temperature 0
-"$nabla" export lora-gguf "$dir/adapter" --base "$dir/base.safetensors" -o "$dir/nabla.gguf" >/dev/null
+"$nabla" export lora-gguf "$dir/adapter" --base "$dir/base.gguf" -o "$dir/nabla.gguf" >/dev/null
 cmp "$dir/ruby.gguf" "$dir/nabla.gguf"
 echo "the GGUF adapter Ruby wrote is the one nabla export lora-gguf writes from its PEFT folder"
 # Bad input through the C API: an error naming the file, no abort.
@@ -37,4 +41,12 @@ begin
   abort "an unknown target was accepted"
 rescue Nabla::Error => e
   puts "unknown target: #{e.message}"
+end
+begin
+  out = FFI::MemoryPointer.new(:pointer)
+  Nabla.check(Nabla.nabla_finetune_create(ARGV[3], nil, 4, 8.0, 0.0, 8, nil, 1, 0, 0.0, 1, 1, out))
+  abort "an unknown flag was accepted"
+rescue Nabla::Error => e
+  abort "unhelpful error: #{e.message}" unless e.message.include?("flags 8")
+  puts "unknown flag: #{e.message}"
 end' "$here/../../examples/ruby/nabla.rb" "$lib" "$dir/no-such-model" "$dir/base.safetensors"

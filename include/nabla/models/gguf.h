@@ -64,7 +64,9 @@ GgufWriter gguf_lora_adapter(const LlamaConfig& base, const PeftAdapter& adapter
 Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored = false);
 
 // load_checkpoint, or checkpoint_from_gguf for a file that starts with
-// GGUF's magic: what the `nabla` commands read.
+// GGUF's magic: what the `nabla` commands read. keep_stored: the blocks'
+// projections stay in their storage type, a GGUF's (checkpoint_from_gguf)
+// or a Hugging Face folder's F16 / BF16.
 Checkpoint load_any_checkpoint(const std::string& path, bool keep_stored = false);
 
 // The tokenizer that comes with the weights at `path`, as make_tokenizer
