@@ -439,14 +439,14 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
     }
     return interleave_heads(t, heads, /*back=*/true);
   };
-  // A projection's weight: kept in its storage type when read so.
+  // A weight matrix: kept in its storage type when read so.
   auto matrix = [&](const std::string& name, const std::string& hf_name) -> Tensor {
     const GgufTensor& t = entry(name);
     if (t.tensor.dtype() != DType::u8 || t.shape.size() != 2) return tensor(name);
     ckpt.formats.emplace_back(hf_name, nn::StoredFormat{t.type, t.shape[1]});
     return t.tensor;
   };
-  out.emplace_back("model.embed_tokens.weight", tensor("token_embd.weight"));
+  out.emplace_back("model.embed_tokens.weight", matrix("token_embd.weight", "model.embed_tokens.weight"));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
     out.emplace_back(h + "input_layernorm.weight", tensor(blk + "attn_norm.weight"));
@@ -467,18 +467,19 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
     out.emplace_back(h + "mlp.down_proj.weight", matrix(blk + "ffn_down.weight", h + "mlp.down_proj.weight"));
   }
   out.emplace_back("model.norm.weight", tensor("output_norm.weight"));
-  if (!c.tie_word_embeddings) out.emplace_back("lm_head.weight", tensor("output.weight"));
+  if (!c.tie_word_embeddings) out.emplace_back("lm_head.weight", matrix("output.weight", "lm_head.weight"));
   check_holds_parameters(ckpt, c.parameter_count());  // a model is built from it next
   return ckpt;
 }
 
 Checkpoint load_any_checkpoint(const std::string& path, bool keep_stored) {
   if (is_gguf_file(path)) return checkpoint_from_gguf(path, keep_stored);
-  // A Hugging Face folder's F16 / BF16 projections, as the GGUF's.
-  auto projection = [](const std::string& name) {
-    return name.starts_with("model.layers.") && name.ends_with("_proj.weight");
+  // A Hugging Face folder's F16 / BF16 matrices, as the GGUF's.
+  auto matrix = [](const std::string& name) {
+    return (name.starts_with("model.layers.") && name.ends_with("_proj.weight")) ||
+           name == "model.embed_tokens.weight" || name == "lm_head.weight";
   };
-  return keep_stored ? load_checkpoint(path, projection) : load_checkpoint(path);
+  return keep_stored ? load_checkpoint(path, matrix) : load_checkpoint(path);
 }
 
 std::string checkpoint_tokenizer(const std::string& path, const std::string& configured) {

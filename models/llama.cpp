@@ -295,8 +295,8 @@ void Llama::build(nn::Init& init) {
     layers_.emplace_back(params_, "model.layers." + std::to_string(i), block, init);
   }
   norm_ = nn::Norm(params_, "model.norm", D, c.rms_norm_eps, init, nn::NormKind::rms);
-  lm_head_ = c.tie_word_embeddings ? embed_.weight
-                                   : params_.add("lm_head.weight", init.normal({c.vocab_size, D}, c.initializer_range));
+  lm_head_ = c.tie_word_embeddings ? embed_
+                                   : nn::Embedding(params_, "lm_head.weight", c.vocab_size, D, init, c.initializer_range);
 }
 
 const std::vector<std::string>& llama_lora_modules() {
@@ -336,7 +336,7 @@ void Llama::merge_lora() {
 }
 
 Tensor Llama::forward(const Tensor& input_ids, bool train, const Tensor& segments) const {
-  return matmul(hidden(input_ids, train, segments), transpose(lm_head_));  // [B, T, V]
+  return lm_head_.logits(hidden(input_ids, train, segments));  // [B, T, V]
 }
 
 Tensor Llama::hidden(const Tensor& input_ids, bool train, const Tensor& segments) const {
@@ -357,7 +357,7 @@ Tensor Llama::hidden(const Tensor& input_ids, bool train, const Tensor& segments
 }
 
 Tensor Llama::head_loss(const Tensor& h, const Tensor& targets) const {
-  if (!checkpointing_) return cross_entropy(matmul(h, transpose(lm_head_)), targets, -100);
+  if (!checkpointing_) return cross_entropy(lm_head_.logits(h), targets, -100);
   // Chunks of chunk_logits_ logits (by default 8M, 32 MiB: SmolLM2's
   // 49,152-token vocabulary in 170-row chunks). Each chunk's mean, weighted
   // by its counted rows, over all counted rows: the unchunked mean.
@@ -368,7 +368,7 @@ Tensor Llama::head_loss(const Tensor& h, const Tensor& targets) const {
     const int64_t e = std::min(rows, r + chunk);
     const Tensor l = slice(labels, 0, r, e);
     const Tensor n = scalar_like(double(e - r), h) - sum(eq(cast(l, h.dtype()), scalar_like(-100, h)));
-    const Tensor ce = recompute([&] { return cross_entropy(matmul(slice(flat, 0, r, e), transpose(lm_head_)), l, -100); });
+    const Tensor ce = recompute([&] { return cross_entropy(lm_head_.logits(slice(flat, 0, r, e)), l, -100); });
     weighted = weighted.defined() ? weighted + ce * n : ce * n;
     counted = counted.defined() ? counted + n : n;
   }
@@ -389,7 +389,7 @@ nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
   const LlamaConfig& c = config_;
   nn::DecodeStep s(std::min(max_tokens, c.max_position_embeddings));
   const Tensor x = s.through(layers_, reshape(embed_(s.token), {1, 1, c.hidden_size}), c.kv_heads(), c.head_size());
-  s.logits = reshape(matmul(norm_(x), transpose(lm_head_)), {1, c.vocab_size});
+  s.logits = reshape(lm_head_.logits(norm_(x)), {1, c.vocab_size});
   return s;
 }
 
@@ -402,7 +402,7 @@ nn::DecodeStep::Prompt Llama::prompt(int64_t tokens) const {
   nn::DecodeStep::Prompt p;
   p.tokens = Tensor::zeros(DType::i32, {1, tokens});
   const Tensor x = nn::DecodeStep::prompt_through(layers_, embed_(p.tokens), p);
-  p.logits = reshape(matmul(norm_(slice(x, 1, tokens - 1, tokens)), transpose(lm_head_)), {1, c.vocab_size});
+  p.logits = reshape(lm_head_.logits(norm_(slice(x, 1, tokens - 1, tokens))), {1, c.vocab_size});
   return p;
 }
 

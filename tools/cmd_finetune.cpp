@@ -156,7 +156,7 @@ std::string run_config(const FinetuneArgs& a, const nn::LoraConfig& lora) {
   return j.dump();
 }
 
-// "projections kept as Q8_0: 81.2 MiB" for a base whose weights stayed in
+// "weight matrices kept as Q8_0: 137.2 MiB" for a base whose weights stayed in
 // their storage types (QLoRA); "" when every weight is f32.
 std::string stored_weights(const nn::Params& params) {
   std::vector<std::string> types;
@@ -172,7 +172,7 @@ std::string stored_weights(const nn::Params& params) {
   if (types.empty()) return "";
   std::string names;
   for (const std::string& t : types) names += (names.empty() ? "" : ", ") + t;
-  return fmt::format("projections kept as {}: {:.1f} MiB", names, bytes / 1048576.0);
+  return fmt::format("weight matrices kept as {}: {:.1f} MiB", names, bytes / 1048576.0);
 }
 
 }  // namespace

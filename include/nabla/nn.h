@@ -174,12 +174,18 @@ struct Norm {
   }
 };
 
-// Rows of weight [vocab, dim] by i32 index.
+// Rows of weight [vocab, dim] by i32 index; a stored weight's rows are
+// gathered as bytes and dequantized.
 struct Embedding {
   Tensor weight;
+  std::optional<StoredFormat> stored;  // weight u8 in this format, when Params took it so
   Embedding() = default;
   Embedding(Params& p, const std::string& name, int64_t vocab, int64_t dim, Init& init, double std = 0.02);
-  Tensor operator()(const Tensor& indices) const { return get_rows(weight, indices); }
+  Tensor operator()(const Tensor& indices) const;
+  // x [..., dim] against every row: the tied head's logits [..., vocab].
+  Tensor logits(const Tensor& x) const {
+    return stored ? matmul_quantized(x, weight, stored->type, stored->cols) : matmul(x, transpose(weight));
+  }
 };
 
 // Zeroes activations with probability p while training. The seed is an i32

@@ -253,6 +253,15 @@ Norm::Norm(Params& p, const std::string& prefix, int64_t dim, double eps_, Init&
 
 Embedding::Embedding(Params& p, const std::string& name, int64_t vocab, int64_t dim, Init& init, double std) {
   weight = p.add(name, init.normal({vocab, dim}, std));
+  if (const StoredFormat* f = p.format(name)) stored = *f;
+}
+
+Tensor Embedding::operator()(const Tensor& indices) const {
+  if (!stored) return get_rows(weight, indices);
+  Shape shape = indices.shape();
+  shape.push_back(stored->cols);
+  const Tensor rows = get_rows(weight, reshape(indices, {indices.numel()}));  // u8 [n, row bytes]
+  return reshape(dequantize(rows, stored->type, stored->cols), shape);
 }
 
 Tensor Dropout::operator()(const Tensor& x, bool train, int64_t salt) const {

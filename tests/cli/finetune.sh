@@ -51,7 +51,7 @@ grep -q '"use_rslora": true' "$dir/gguf_adapter/adapter_config.json" || fail "rs
 "$nabla" finetune --base "$dir/base.q8_0.gguf" --data "$data" --context 160 --batch 3 --epochs 1 --lora-r 4 \
   --threads 2 --gradient-checkpointing --save "$dir/q8_adapter" > "$dir/q8.log" 2>&1 ||
   { cat "$dir/q8.log"; fail "q8_0 base"; }
-grep -q "projections kept as Q8_0" "$dir/q8.log" && grep -q "gradient checkpointing" "$dir/q8.log" ||
+grep -q "matrices kept as Q8_0" "$dir/q8.log" && grep -q "gradient checkpointing" "$dir/q8.log" ||
   { cat "$dir/q8.log"; fail "the Q8_0 base was not kept, or not checkpointed"; }
 "$nabla" sample --checkpoint "$dir/base.q8_0.gguf" --adapter "$dir/q8_adapter" --prompt "Say 3" --tokens 3 \
   --temperature 0 >/dev/null || fail "sample --adapter on the Q8_0 base"

@@ -1,4 +1,4 @@
-// QLoRA: a GGUF base read keeping its projections in their storage type
+// QLoRA: a GGUF base read keeping its weight matrices in their storage type
 // (F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K) computes what the same file read as
 // f32 computes, adapters and their gradients included, in a fraction of the
 // memory; the model takes the file's tensors without copying them.
@@ -76,6 +76,10 @@ std::string write_bf16_folder(const testing_support::TempDir& dir, const LlamaCo
   return folder;
 }
 
+bool is_matrix(const std::string& name) {
+  return name.ends_with("_proj.weight") || name == "model.embed_tokens.weight" || name == "lm_head.weight";
+}
+
 Tensor tokens(int64_t B, int64_t T, int64_t vocab) {
   std::vector<int32_t> ids(size_t(B * T));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((7 * i + i * i) % vocab);
@@ -151,13 +155,12 @@ TEST(QLora, StoredBaseComputesAsTheSameFileReadAsF32) {
     Llama dense(models::checkpoint_from_gguf(gguf));
     const Checkpoint kept = models::checkpoint_from_gguf(gguf, /*keep_stored=*/true);
     Llama stored(kept);
-    // Every projection stored, nothing else; the model holds the file's
-    // tensors themselves.
-    EXPECT_EQ(kept.formats.size(), size_t(7 * c.num_hidden_layers));
+    // Every weight matrix stored (projections, embedding, untied head),
+    // nothing else; the model holds the file's tensors themselves.
+    EXPECT_EQ(kept.formats.size(), size_t(7 * c.num_hidden_layers + 2));
     for (const auto& [name, t] : stored.params().list()) {
-      const bool projection = name.ends_with("_proj.weight");
-      EXPECT_EQ(t.dtype(), projection ? DType::u8 : DType::f32) << name;
-      EXPECT_EQ(stored.params().format(name) != nullptr, projection) << name;
+      EXPECT_EQ(t.dtype(), is_matrix(name) ? DType::u8 : DType::f32) << name;
+      EXPECT_EQ(stored.params().format(name) != nullptr, is_matrix(name)) << name;
       EXPECT_EQ(t.data(), kept.file.find(name)->data()) << name;
     }
     const int64_t dense_bytes = bytes_of(dense.params()), stored_bytes = bytes_of(stored.params());
@@ -169,6 +172,19 @@ TEST(QLora, StoredBaseComputesAsTheSameFileReadAsF32) {
   }
 }
 
+TEST(QLora, TiedStoredEmbeddingIsTheHead) {
+  testing_support::TempDir dir;
+  LlamaConfig c = block_config();
+  c.tie_word_embeddings = true;
+  const std::string gguf = write_base(dir, c, GgmlType::q4_0);
+  Llama dense(models::checkpoint_from_gguf(gguf));
+  Llama stored(models::checkpoint_from_gguf(gguf, /*keep_stored=*/true));
+  ASSERT_NE(stored.params().format("model.embed_tokens.weight"), nullptr);
+  adapt(dense);
+  adapt(stored);
+  expect_same_step(dense, stored);
+}
+
 TEST(QLora, Bf16HuggingFaceFolderStaysBf16) {
   testing_support::TempDir dir;
   const LlamaConfig c = block_config();
@@ -176,10 +192,10 @@ TEST(QLora, Bf16HuggingFaceFolderStaysBf16) {
   Llama dense(models::load_any_checkpoint(folder));
   const Checkpoint kept = models::load_any_checkpoint(folder, /*keep_stored=*/true);
   Llama stored(kept);
-  EXPECT_EQ(kept.formats.size(), size_t(7 * c.num_hidden_layers));
+  EXPECT_EQ(kept.formats.size(), size_t(7 * c.num_hidden_layers + 2));
   for (const auto& [name, t] : stored.params().list()) {
     const nn::StoredFormat* f = stored.params().format(name);
-    EXPECT_EQ(f != nullptr, name.ends_with("_proj.weight")) << name;
+    EXPECT_EQ(f != nullptr, is_matrix(name)) << name;
     if (f) EXPECT_EQ(f->type, GgmlType::bf16) << name;
   }
   EXPECT_LT(bytes_of(stored.params()), bytes_of(dense.params()) * 0.6);

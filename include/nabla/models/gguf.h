@@ -57,16 +57,16 @@ GgufWriter gguf_lora_adapter(const LlamaConfig& base, const PeftAdapter& adapter
 // qwen2.* keys, llama's q/k rows back in rotate-half order, rope_freqs.weight
 // as Llama 3's rope_scaling, every tensor dequantized to f32. IoError naming
 // the file for another architecture, missing keys or tensors, or scaling it
-// cannot express. With keep_stored, the blocks' projection weights stored
-// as F16, BF16 or a block format stay so (u8, listed in `formats`): a
-// quantized base under adapters. Embeddings, head and norms are f32 either
-// way (bitsandbytes' QLoRA keeps them unquantized too).
+// cannot express. With keep_stored, the weight matrices (projections,
+// embedding, head) stored as F16, BF16 or a block format stay so (u8,
+// listed in `formats`): a quantized base under adapters, in about its file's
+// size. Norms and biases are f32 either way.
 Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored = false);
 
 // load_checkpoint, or checkpoint_from_gguf for a file that starts with
-// GGUF's magic: what the `nabla` commands read. keep_stored: the blocks'
-// projections stay in their storage type, a GGUF's (checkpoint_from_gguf)
-// or a Hugging Face folder's F16 / BF16.
+// GGUF's magic: what the `nabla` commands read. keep_stored: the weight
+// matrices stay in their storage type, a GGUF's (checkpoint_from_gguf) or a
+// Hugging Face folder's F16 / BF16.
 Checkpoint load_any_checkpoint(const std::string& path, bool keep_stored = false);
 
 // The tokenizer that comes with the weights at `path`, as make_tokenizer

@@ -146,7 +146,7 @@ class Llama {
   nn::Embedding embed_;
   std::vector<nn::TransformerBlock> layers_;
   nn::Norm norm_;
-  Tensor lm_head_;  // [V, D]: embed_'s weight when tied
+  nn::Embedding lm_head_;  // [V, D] rows against which the head's logits are taken: embed_ when tied
   nn::LoraConfig lora_{.r = 0};
   nn::Params adapter_;
   Tensor lora_seed_;
