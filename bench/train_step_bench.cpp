@@ -66,8 +66,9 @@ double matmul_flops(const Tensor& loss, const nn::Params& params) {
   for (Node* n : g.nodes()) {
     const std::string_view op = n->op->name;
     // matmul_add and matmul_heads are products of the same size (the sum
-    // and the output layout are free).
-    if (op == "matmul" || op == "matmul_add" || op == "matmul_heads") {
+    // and the output layout are free); matmul_quantized too (the weight's
+    // dequantization is overhead, not work). Recomputed nodes count again.
+    if (op == "matmul" || op == "matmul_add" || op == "matmul_heads" || op == "matmul_quantized") {
       flops += 2.0 * double(n->numel()) * double(n->inputs.at(0).dim(-1));
     } else if (op.starts_with("attention")) {
       // Per score: a product of width D (attention_probs) or D + Dv

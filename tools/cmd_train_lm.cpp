@@ -4,6 +4,8 @@
 // so a run resumes bit-identically.
 #include <fmt/format.h>
 
+#include <type_traits>
+
 #include <cstdio>
 #include <filesystem>
 
@@ -145,6 +147,7 @@ int train(const TrainLmArgs& a, const Config& cfg, const std::optional<Checkpoin
 
   Model model(cfg, seed);
   if (resume) load_params(*resume, model.params());
+  if constexpr (std::is_same_v<Model, models::Llama>) model.set_gradient_checkpointing(a.gradient_checkpointing);
 
   Tensor tokens = Tensor::zeros(DType::i32, {B, T + 1}).set_name("tokens");
   Tensor loss = model.next_token_loss(tokens, /*train=*/true);
@@ -178,6 +181,7 @@ int train(const TrainLmArgs& a, const Config& cfg, const std::optional<Checkpoin
   if (low_memory && (a.low_memory || step.factored_gradients() > 0)) {
     fmt::print("low memory: {} weight gradients kept as their factors\n", step.factored_gradients());
   }
+  if (a.gradient_checkpointing) fmt::print("gradient checkpointing: blocks and logits recomputed in the backward\n");
   std::fflush(stdout);
   loop.run();
   return kExitOk;

@@ -104,6 +104,7 @@ struct TrainLmArgs : TrainLoopArgs {
   int eval_batches = 16;
   bool low_memory = false;       // keep small-factored weight gradients factored (TrainStep's low_memory)
   bool whole_gradients = false;  // --no-low-memory; neither: default_low_memory
+  bool gradient_checkpointing = false;  // Llama's
 };
 int run_train_lm(const TrainLmArgs& opt);
 

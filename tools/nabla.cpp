@@ -177,6 +177,10 @@ CLI::App* add_language_model_command(CLI::App* train_cmd, TrainLmArgs& a, const 
   add_int(cmd, "--context", a.context, "Tokens per sequence (0: the preset's, at most 256)", 0, 1'000'000);
   if (!llama) {
     cmd->add_option("--dropout", a.dropout, "Dropout rate (default: the preset's)")->check(CLI::Range(0.0, 0.99));
+  } else {
+    cmd->add_flag("--gradient-checkpointing", a.gradient_checkpointing,
+                  "Recompute each block's activations and the logits in the backward: a fraction of the memory "
+                  "for about a third more time");
   }
   add_int(cmd, "--layers", a.n_layer,
           llama ? "Override the preset's number of blocks (num_hidden_layers)" : "Override the preset's number of blocks (n_layer)",

@@ -3,7 +3,8 @@
 # and 2 key/value heads, context 64) on the fortunes: 300 steps must make the
 # training loss fall and bring the validation loss below 3.0 nats, under the
 # text's byte unigram entropy (3.32). A run stopped at step 40 and resumed
-# ends with a checkpoint byte-identical to a straight one. With "resume-only"
+# ends with a checkpoint byte-identical to a straight one (these three with
+# gradient checkpointing). With "resume-only"
 # (the sanitized build, where 300 steps take minutes) only the resume check
 # runs, on 20 steps. Then greedy sampling from the checkpoint and from its
 # GGUF export must print the same text.
@@ -23,13 +24,15 @@ else
   echo "$out" | awk -f "$(dirname "$0")/lm_losses.awk" || exit 1
 fi
 # shellcheck disable=SC2086
-"$nabla" train llama $shape --steps $steps --eval-every $half --eval-batches 2 --save "$dir/straight.safetensors" \
+"$nabla" train llama $shape --gradient-checkpointing --steps $steps --eval-every $half --eval-batches 2 \
+  --save "$dir/straight.safetensors" \
   >/dev/null 2>&1 || { echo "straight run failed"; exit 1; }
 # shellcheck disable=SC2086
-"$nabla" train llama $shape --steps $steps --eval-every $half --eval-batches 2 --max-steps $half \
+"$nabla" train llama $shape --gradient-checkpointing --steps $steps --eval-every $half --eval-batches 2 --max-steps $half \
   --save "$dir/part.safetensors" >/dev/null 2>&1 || { echo "first half failed"; exit 1; }
 # shellcheck disable=SC2086
-"$nabla" train llama $shape --steps $steps --eval-every $half --eval-batches 2 --resume "$dir/part.safetensors" \
+"$nabla" train llama $shape --gradient-checkpointing --steps $steps --eval-every $half --eval-batches 2 \
+  --resume "$dir/part.safetensors" \
   --save "$dir/resumed.safetensors" >/dev/null 2>&1 || { echo "resumed run failed"; exit 1; }
 cmp "$dir/straight.safetensors" "$dir/resumed.safetensors" ||
   { echo "resumed checkpoint differs from the uninterrupted run"; exit 1; }
