@@ -346,13 +346,8 @@ int main(int argc, char** argv) {
       if (!save.empty()) return save_checkpoint(save, c.to_json(), model.params()), 0;
       model.set_gradient_checkpointing(checkpointing);
       if (checkpointing) model_name += "-ckpt";
-      if (!base.empty()) {
-        for (const auto& [name, t] : model.params().list()) {
-          if (const nn::StoredFormat* f = model.params().format(name)) {
-            model_name += std::string("-") + ggml_type_name(f->type);
-            break;
-          }
-        }
+      if (const nn::StoredFormat* f = model.params().format("model.layers.0.mlp.up_proj.weight")) {
+        model_name += std::string("-") + ggml_type_name(f->type);
       }
       if (lora > 0) {
         model.add_lora({.r = lora, .alpha = 2.0 * lora, .targets = models::llama_lora_modules()}, 2);

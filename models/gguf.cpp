@@ -439,35 +439,35 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
     }
     return interleave_heads(t, heads, /*back=*/true);
   };
-  // A weight matrix: kept in its storage type when read so.
-  auto matrix = [&](const std::string& name, const std::string& hf_name) -> Tensor {
+  // A weight matrix under its Hugging Face name, kept in its storage type
+  // when read so; `heads` > 0: a q/k matrix, its rows back in rotate-half order.
+  auto matrix = [&](const std::string& hf_name, const std::string& name, int64_t heads = 0) {
     const GgufTensor& t = entry(name);
-    if (t.tensor.dtype() != DType::u8 || t.shape.size() != 2) return tensor(name);
-    ckpt.formats.emplace_back(hf_name, nn::StoredFormat{t.type, t.shape[1]});
-    return t.tensor;
+    const bool stored = t.tensor.dtype() == DType::u8 && t.shape.size() == 2;
+    if (stored) ckpt.formats.emplace_back(hf_name, nn::StoredFormat{t.type, t.shape[1]});
+    const Tensor m = stored ? t.tensor : tensor(name);
+    out.emplace_back(hf_name, heads > 0 ? rows(m, heads) : m);
   };
-  out.emplace_back("model.embed_tokens.weight", matrix("token_embd.weight", "model.embed_tokens.weight"));
+  matrix("model.embed_tokens.weight", "token_embd.weight");
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
     out.emplace_back(h + "input_layernorm.weight", tensor(blk + "attn_norm.weight"));
-    out.emplace_back(h + "self_attn.q_proj.weight",
-                     rows(matrix(blk + "attn_q.weight", h + "self_attn.q_proj.weight"), c.num_attention_heads));
-    out.emplace_back(h + "self_attn.k_proj.weight",
-                     rows(matrix(blk + "attn_k.weight", h + "self_attn.k_proj.weight"), c.kv_heads()));
-    out.emplace_back(h + "self_attn.v_proj.weight", matrix(blk + "attn_v.weight", h + "self_attn.v_proj.weight"));
+    matrix(h + "self_attn.q_proj.weight", blk + "attn_q.weight", c.num_attention_heads);
+    matrix(h + "self_attn.k_proj.weight", blk + "attn_k.weight", c.kv_heads());
+    matrix(h + "self_attn.v_proj.weight", blk + "attn_v.weight");
     if (c.attention_bias) {
       out.emplace_back(h + "self_attn.q_proj.bias", rows(tensor(blk + "attn_q.bias"), c.num_attention_heads));
       out.emplace_back(h + "self_attn.k_proj.bias", rows(tensor(blk + "attn_k.bias"), c.kv_heads()));
       out.emplace_back(h + "self_attn.v_proj.bias", tensor(blk + "attn_v.bias"));
     }
-    out.emplace_back(h + "self_attn.o_proj.weight", matrix(blk + "attn_output.weight", h + "self_attn.o_proj.weight"));
+    matrix(h + "self_attn.o_proj.weight", blk + "attn_output.weight");
     out.emplace_back(h + "post_attention_layernorm.weight", tensor(blk + "ffn_norm.weight"));
-    out.emplace_back(h + "mlp.gate_proj.weight", matrix(blk + "ffn_gate.weight", h + "mlp.gate_proj.weight"));
-    out.emplace_back(h + "mlp.up_proj.weight", matrix(blk + "ffn_up.weight", h + "mlp.up_proj.weight"));
-    out.emplace_back(h + "mlp.down_proj.weight", matrix(blk + "ffn_down.weight", h + "mlp.down_proj.weight"));
+    matrix(h + "mlp.gate_proj.weight", blk + "ffn_gate.weight");
+    matrix(h + "mlp.up_proj.weight", blk + "ffn_up.weight");
+    matrix(h + "mlp.down_proj.weight", blk + "ffn_down.weight");
   }
   out.emplace_back("model.norm.weight", tensor("output_norm.weight"));
-  if (!c.tie_word_embeddings) out.emplace_back("lm_head.weight", matrix("output.weight", "lm_head.weight"));
+  if (!c.tie_word_embeddings) matrix("lm_head.weight", "output.weight");
   check_holds_parameters(ckpt, c.parameter_count());  // a model is built from it next
   return ckpt;
 }

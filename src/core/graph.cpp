@@ -128,22 +128,37 @@ std::vector<Tensor> clone_graph(const std::vector<Tensor>& outputs, const NodeSe
   return out;
 }
 
+namespace {
+
+// The nodes `from` depends on through nodes `inside` accepts, those alone
+// (from included when accepted), in creation order: inputs before users.
+template <class Inside>
+std::vector<Node*> reached_through(Node* from, Inside inside) {
+  std::vector<Node*> nodes, stack{from};
+  NodeSet seen;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (!inside(*n) || !seen.insert(n).second) continue;
+    nodes.push_back(n);
+    for (const Tensor& in : n->inputs) stack.push_back(in.node());
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const Node* a, const Node* b) { return a->id < b->id; });
+  return nodes;
+}
+
+}  // namespace
+
 Tensor recompute(const std::function<Tensor()>& fn) {
   const uint64_t before = next_node_id();
   const Tensor y = fn();
   if (!y.defined()) throw UsageError("recompute: the function returned an undefined tensor");
   auto region = std::make_shared<RecomputeRegion>();
   region->output = y.node_ptr();
-  // The nodes fn built (ids after `before`) that y depends on, found through
-  // such nodes only: what fn read from outside is not the region's.
-  std::vector<Node*> stack{y.node()};
-  NodeSet seen;
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    if (n->id <= before || n->is_leaf() || n->region || !seen.insert(n).second) continue;
+  // The nodes fn built (ids after `before`) that y depends on: what fn read
+  // from outside is not the region's.
+  for (Node* n : reached_through(y.node(), [&](const Node& n) { return n.id > before && !n.is_leaf() && !n.region; })) {
     n->region = region;
-    for (const Tensor& in : n->inputs) stack.push_back(in.node());
   }
   return y;
 }
@@ -159,19 +174,7 @@ class RegionCopies {
   RegionCopies(const RecomputeRegion& region, const Tensor& gate) : gate_(gate) {
     const std::shared_ptr<Node> output = region.output.lock();
     if (!output) return;
-    // The region's nodes, found through each other, copied in creation
-    // order (inputs before their users).
-    std::vector<const Node*> nodes, stack{output.get()};
-    NodeSet seen;
-    while (!stack.empty()) {
-      const Node* n = stack.back();
-      stack.pop_back();
-      if (n->region.get() != &region || !seen.insert(n).second) continue;
-      nodes.push_back(n);
-      for (const Tensor& in : n->inputs) stack.push_back(in.node());
-    }
-    std::sort(nodes.begin(), nodes.end(), [](const Node* a, const Node* b) { return a->id < b->id; });
-    for (const Node* n : nodes) {
+    for (const Node* n : reached_through(output.get(), [&](const Node& n) { return n.region.get() == &region; })) {
       auto c = std::make_shared<Node>(*n);
       for (Tensor& in : c->inputs) in = read(in);
       c->region.reset();
@@ -242,7 +245,8 @@ GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, cons
     }
     if (!any) continue;
     if (stop && stop->count(n)) continue;
-    Grads g;
+    std::vector<Tensor> inputs = n->inputs;
+    Tensor out = t;
     if (n->region) {
       // The rule reads the region's copies, built once the gradient reaches
       // the region's output (processed first: it depends on every node here).
@@ -252,15 +256,11 @@ GradMap build_gradients(const Tensor& loss, const std::vector<Tensor>& wrt, cons
         auto gate = output ? grads.find(output.get()) : grads.end();
         r->second = std::make_unique<RegionCopies>(*n->region, gate != grads.end() ? gate->second : Tensor());
       }
-      std::vector<Tensor> inputs;
-      for (const Tensor& in : n->inputs) inputs.push_back(r->second->read(in));
-      const Tensor out = r->second->read(t);
-      BackwardArgs args{inputs, out, dout, n->attrs, needed};
-      g = n->op->backward ? n->op->backward(args) : composite_backward(args, *n->op);
-    } else {
-      BackwardArgs args{n->inputs, t, dout, n->attrs, needed};
-      g = n->op->backward ? n->op->backward(args) : composite_backward(args, *n->op);
+      for (Tensor& in : inputs) in = r->second->read(in);
+      out = r->second->read(t);
     }
+    BackwardArgs args{inputs, out, dout, n->attrs, needed};
+    Grads g = n->op->backward ? n->op->backward(args) : composite_backward(args, *n->op);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       if (!needed[i]) continue;
       const Tensor& in = n->inputs[i];

@@ -106,25 +106,24 @@ Tensor leaf_of(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer) {
 
 }  // namespace
 
-Tensor Tensor::from_data(DType dtype, Shape shape, const void* data) {
-  check_shape(shape, dtype_size(dtype), "tensor");
-  const size_t bytes = static_cast<size_t>(nabla::numel(shape)) * dtype_size(dtype);
-  auto buffer = std::make_shared<Buffer>(bytes);
-  if (data) {
-    std::memcpy(buffer->data, data, bytes);
-  } else {
-    std::memset(buffer->data, 0, bytes);
-  }
-  return leaf_of(dtype, std::move(shape), std::move(buffer));
-}
-
-Tensor Tensor::zeros(DType dtype, Shape shape) { return from_data(dtype, std::move(shape), nullptr); }
-
 Tensor Tensor::empty(DType dtype, Shape shape) {
   check_shape(shape, dtype_size(dtype), "tensor");
   const size_t bytes = static_cast<size_t>(nabla::numel(shape)) * dtype_size(dtype);
   return leaf_of(dtype, std::move(shape), std::make_shared<Buffer>(bytes));
 }
+
+Tensor Tensor::from_data(DType dtype, Shape shape, const void* data) {
+  Tensor t = empty(dtype, std::move(shape));
+  Buffer& b = *t.node()->buffer;
+  if (data) {
+    std::memcpy(b.data, data, b.bytes);
+  } else {
+    std::memset(b.data, 0, b.bytes);
+  }
+  return t;
+}
+
+Tensor Tensor::zeros(DType dtype, Shape shape) { return from_data(dtype, std::move(shape), nullptr); }
 
 Tensor Tensor::full(DType dtype, Shape shape, double value) {
   Tensor t = zeros(dtype, std::move(shape));

@@ -611,12 +611,13 @@ GgufFile read_gguf_file(const std::string& path, bool with_tensors, bool keep_st
   for (GgufTensor& t : file.tensors) {
     r.seek(file.data_offset + t.offset);
     std::string what = "tensor '" + t.name + "' data";
-    if (t.type != GgmlType::f32 && t.type != GgmlType::f64 && t.type != GgmlType::i32 && keep_stored) {
+    const bool storage_type = t.type != GgmlType::f32 && t.type != GgmlType::f64 && t.type != GgmlType::i32;
+    if (storage_type && keep_stored) {
       const io::GgmlBlock block = io::ggml_block(t.type);
       const int64_t cols = t.shape.empty() ? 1 : t.shape.back(), rows = numel(t.shape) / std::max<int64_t>(cols, 1);
       t.tensor = Tensor::empty(DType::u8, {rows, cols / block.elements * int64_t(block.bytes)});
       r.read(t.tensor.data(), uint64_t(t.tensor.numel()), what);
-    } else if (t.type != GgmlType::f32 && t.type != GgmlType::f64 && t.type != GgmlType::i32) {
+    } else if (storage_type) {
       const io::GgmlBlock block = io::ggml_block(t.type);
       const int64_t n = numel(t.shape);
       stored.resize(size_t(n / block.elements) * block.bytes);

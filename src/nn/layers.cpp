@@ -45,7 +45,7 @@ Tensor from_source(const WeightSource& source, const std::string& name, const Te
 
 Tensor Params::add(const std::string& name, Tensor t) {
   if (find_named(list_, name)) throw UsageError("params: '" + name + "' is added twice");
-  if (!source_.origin.empty() || !source_.tensors.empty()) {
+  if (!source_.tensors.empty()) {
     const StoredFormat* format = find_named(source_.formats, name);
     t = from_source(source_, name, t, format);
     if (format) formats_.emplace_back(name, *format);
