@@ -22,17 +22,23 @@ namespace nabla::cli {
 
 namespace {
 
-// Random windows of the training text chosen by (seed, step); the mean loss
-// over a fixed set of validation windows (the same every time).
-// (The model's dropout seed, when it has dropout, is drawn per step.)
+// Random windows of the training text chosen by (seed, step), split among
+// the step's replicas (all ranks' of a distributed run: this process fills
+// its own); the mean loss over a fixed set of validation windows (the same
+// every time). (The model's dropout seed, when it has dropout, is drawn per
+// step and replica.)
 class TextTask : public TrainingTask {
  public:
   template <class Model>
-  TextTask(const Model& model, const Tensor& dropout_seed, const Tensor& tokens, std::span<const int32_t> train,
-           std::span<const int32_t> val, int64_t batch, int64_t context, int64_t eval_batches, uint64_t seed,
-           int threads)
-      : dropout_seed_(dropout_seed), tokens_(tokens), batcher_(train, batch, context, seed),
-        val_batcher_(val, batch, context, seed + 1), eval_batches_(eval_batches) {
+  TextTask(TrainStep& step, const Model& model, const Tensor& dropout_seed, const Tensor& tokens,
+           std::span<const int32_t> train, std::span<const int32_t> val, int64_t batch, int64_t context,
+           int64_t eval_batches, uint64_t seed, int threads)
+      : step_(step), batcher_(train, batch, context, seed), val_batcher_(val, batch, context, seed + 1),
+        eval_batches_(eval_batches), batch_tokens_(size_t(batch * (context + 1))) {
+    for (int r = 0; r < step.replicas(); ++r) {
+      replicas_.push_back({step.in_replica(r, tokens),
+                           dropout_seed.defined() ? step.in_replica(r, dropout_seed) : Tensor()});
+    }
     val_tokens_ = Tensor::zeros(DType::i32, {batch, context + 1});
     val_loss_ = model.next_token_loss(val_tokens_, /*train=*/false);
     validator_ = std::make_unique<Executor>(Graph({val_loss_}), ExecOptions{.threads = threads});
@@ -41,8 +47,17 @@ class TextTask : public TrainingTask {
   int64_t batches_per_epoch() const override { return 0; }
 
   void load_batch(const TrainPosition& pos, int) override {
-    batcher_.batch(pos.step, tokens_.data_as<int32_t>());
-    if (dropout_seed_.defined()) dropout_seed_.data_as<int32_t>()[0] = step_seed(pos.seed, pos.step);
+    batcher_.batch(pos.step, batch_tokens_.data());
+    for (size_t r = 0; r < replicas_.size(); ++r) {
+      Replica& rep = replicas_[r];
+      const int64_t n = rep.tokens.numel(), g = step_.global_replica(int(r));
+      std::copy_n(batch_tokens_.data() + g * n, n, rep.tokens.data_as<int32_t>());
+      // Replicas draw different masks; replica 0 the seed a single one would.
+      if (rep.dropout_seed.defined()) {
+        rep.dropout_seed.data_as<int32_t>()[0] =
+            int32_t(uint32_t(step_seed(pos.seed, pos.step)) + uint32_t(g) * 0x9e3779b9u);
+      }
+    }
   }
 
   Evaluation evaluate() override {
@@ -57,9 +72,14 @@ class TextTask : public TrainingTask {
   }
 
  private:
-  Tensor dropout_seed_, tokens_;
+  struct Replica {
+    Tensor tokens, dropout_seed;
+  };
+  TrainStep& step_;
+  std::vector<Replica> replicas_;
   TextBatcher batcher_, val_batcher_;
   int64_t eval_batches_;
+  std::vector<int32_t> batch_tokens_;
   Tensor val_tokens_, val_loss_;
   std::unique_ptr<Executor> validator_;
 };
@@ -149,15 +169,30 @@ int train(const TrainLmArgs& a, const Config& cfg, const std::optional<Checkpoin
   if (resume) load_params(*resume, model.params());
   if constexpr (std::is_same_v<Model, models::Llama>) model.set_gradient_checkpointing(a.gradient_checkpointing);
 
-  Tensor tokens = Tensor::zeros(DType::i32, {B, T + 1}).set_name("tokens");
+  // Replicas: one unless asked (a language model here is rarely small
+  // enough for replicas to beat threads); times the processes of a
+  // distributed run, they split each batch.
+  const int R = std::max(1, a.replicas), ranks = a.comm ? a.comm->size() : 1;
+  if (B % (R * ranks) != 0) {
+    throw UsageError(fmt::format("{}: {} processes x {} replicas do not divide the batch of {}", command, ranks, R, B));
+  }
+  if (a.comm) {
+    dist::check_same(*a.comm, "the training text",
+                     fmt::format("{} training tokens, hash {}", text.train.size(),
+                                 dist::fingerprint(text.train.data(), text.train.size() * sizeof(int32_t))));
+  }
+  Tensor tokens = Tensor::zeros(DType::i32, {B / (R * ranks), T + 1}).set_name("tokens");
   Tensor loss = model.next_token_loss(tokens, /*train=*/true);
   optim::AdamWConfig adamw;
   adamw.beta2 = 0.95;  // GPT-2 / nanoGPT; Llama's pre-training too
   adamw.weight_decay = a.weight_decay;
-  const bool low_memory =
-      a.low_memory || a.whole_gradients ? a.low_memory : default_low_memory(model.params().count());
-  TrainStep step(loss, model.params(), {}, adamw, exec_options(a), 1, low_memory);
-  TextTask task(model, dropout_seed_of(model), tokens, text.train, text.val, B, T, a.eval_batches, seed, a.threads);
+  // Factored gradients cannot be summed over replicas or processes.
+  const bool low_memory = a.low_memory || a.whole_gradients
+                              ? a.low_memory
+                              : R * ranks == 1 && default_low_memory(model.params().count());
+  TrainStep step(loss, model.params(), {}, adamw, exec_options(a), 1, low_memory, R, a.comm);
+  TextTask task(step, model, dropout_seed_of(model), tokens, text.train, text.val, B, T, a.eval_batches, seed,
+                a.threads);
   TrainingLoop loop(step, task, model.params(), a,
                     {.command = command,
                      .schedule_steps = a.steps,

@@ -21,8 +21,9 @@ namespace nabla::cli {
 
 namespace {
 
-// The images of each batch, split among the step's replicas; accuracy from
-// their logits; evaluation on the test set.
+// The images of each batch, split among the step's replicas (all ranks'
+// of a distributed run: this process fills its own); accuracy from their
+// logits; evaluation on the test set.
 class VitTask : public TrainingTask {
  public:
   VitTask(TrainStep& step, const models::Vit& model, BatchLoader& loader, VitEvaluator& evaluator, const Tensor& images,
@@ -51,12 +52,12 @@ class VitTask : public TrainingTask {
     const int64_t R = int64_t(replicas_.size());
     for (int64_t r = 0; r < R; ++r) {
       Replica& rep = replicas_[size_t(r)];
-      const int64_t n = rep.labels.numel(), pixels = rep.images.numel();
-      std::copy_n(batch_images_.data() + r * pixels, pixels, rep.images.data_as<float>());
-      std::copy_n(batch_labels_.data() + r * n, n, rep.labels.data_as<int32_t>());
+      const int64_t n = rep.labels.numel(), pixels = rep.images.numel(), g = step_.global_replica(int(r));
+      std::copy_n(batch_images_.data() + g * pixels, pixels, rep.images.data_as<float>());
+      std::copy_n(batch_labels_.data() + g * n, n, rep.labels.data_as<int32_t>());
       // Replicas draw different masks; replica 0 the seed a single one would.
       if (rep.dropout_seed.defined()) {
-        rep.dropout_seed.data_as<int32_t>()[0] = int32_t(uint32_t(step_seed(pos.seed, pos.step)) + uint32_t(r) * 0x9e3779b9u);
+        rep.dropout_seed.data_as<int32_t>()[0] = int32_t(uint32_t(step_seed(pos.seed, pos.step)) + uint32_t(g) * 0x9e3779b9u);
       }
     }
   }
@@ -136,9 +137,20 @@ int run_train_vit(const TrainVitArgs& a) {
   const int R = a.replicas > 0          ? a.replicas
                 : a.backend == "cpu" ? default_replicas(a.threads, B, model.params().count())
                                      : 1;
-  if (B % R != 0) throw UsageError(fmt::format("train vit: --replicas {} does not divide the batch of {}", R, B));
-  Tensor images = Tensor::zeros(DType::f32, {B / R, C, S, S}).set_name("images");
-  Tensor labels = Tensor::zeros(DType::i32, {B / R}).set_name("labels");
+  const int ranks = a.comm ? a.comm->size() : 1;
+  if (B % (R * ranks) != 0) {
+    throw UsageError(ranks > 1 ? fmt::format("train vit: {} processes x {} replicas do not divide the batch of {}", ranks,
+                                             R, B)
+                               : fmt::format("train vit: --replicas {} does not divide the batch of {}", R, B));
+  }
+  if (a.comm) {
+    dist::check_same(*a.comm, "the training data",
+                     fmt::format("{} {} training images, hash {}", a.dataset, data.train.n,
+                                 dist::fingerprint(data.train.labels.data(), data.train.labels.size() * sizeof(int32_t),
+                                                   dist::fingerprint(data.train.pixels.data(), data.train.pixels.size()))));
+  }
+  Tensor images = Tensor::zeros(DType::f32, {B / (R * ranks), C, S, S}).set_name("images");
+  Tensor labels = Tensor::zeros(DType::i32, {B / (R * ranks)}).set_name("labels");
   Tensor logits = model.forward(images, /*train=*/true);
   // Label smoothing as timm: cross-entropy against (1 - e) one-hot + e / K.
   const double e = a.label_smoothing;
@@ -146,7 +158,7 @@ int run_train_vit(const TrainVitArgs& a) {
                       : cross_entropy(logits, labels);
   optim::AdamWConfig adamw;
   adamw.weight_decay = a.weight_decay;
-  TrainStep step(loss, model.params(), {logits}, adamw, exec_options(a), 1, false, R);
+  TrainStep step(loss, model.params(), {logits}, adamw, exec_options(a), 1, false, R, a.comm);
   VitEvaluator evaluator(model, data.test, data.normalize, a.eval_batch, a.threads);
   VitTask task(step, model, loader, evaluator, images, labels, logits);
   TrainingLoop loop(step, task, model.params(), a,

@@ -105,6 +105,7 @@ struct TrainLmArgs : TrainLoopArgs {
   bool low_memory = false;       // keep small-factored weight gradients factored (TrainStep's low_memory)
   bool whole_gradients = false;  // --no-low-memory; neither: default_low_memory
   bool gradient_checkpointing = false;  // Llama's
+  int replicas = 1;  // data-parallel replicas in the process, each a share of the batch on a thread of its own
 };
 int run_train_lm(const TrainLmArgs& opt);
 

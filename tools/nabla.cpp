@@ -15,12 +15,32 @@
 #include "commands.h"
 #include "core/op.h"
 #include "core/op_check.h"
+#include "nabla/distributed.h"
 #include "nabla/error.h"
 #include "nabla/gguf.h"
 
 namespace {
 
 using namespace nabla::cli;
+
+// The job this process is a rank of, when a launcher (mpirun) started
+// several; null for one process.
+std::unique_ptr<nabla::dist::Communicator> join_job() {
+  if (!nabla::dist::launched()) return nullptr;
+#ifdef NABLA_HAVE_MPI
+  std::unique_ptr<nabla::dist::Communicator> job = nabla::dist::mpi_communicator();
+  if (job->size() == 1) return nullptr;
+  return job;
+#else
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!size) size = std::getenv("PMI_SIZE");
+  if (size && std::atoi(size) > 1) {
+    throw nabla::UsageError("this nabla was built without MPI, and mpirun started " + std::string(size) +
+                            " processes: install libopenmpi-dev and build again (scripts/build)");
+  }
+  return nullptr;
+#endif
+}
 
 // Accepts registered op names only; the error lists them all.
 CLI::Validator registered_op() {
@@ -196,6 +216,9 @@ CLI::App* add_language_model_command(CLI::App* train_cmd, TrainLmArgs& a, const 
           llama ? "Override the preset's context length (max_position_embeddings)" : "Override the preset's context length (n_positions)",
           0, 1'000'000);
   add_int(cmd, "--eval-batches", a.eval_batches, "Validation batches", 1, 100'000);
+  add_int(cmd, "--replicas", a.replicas,
+          "Data-parallel replicas, each a share of the batch on a thread of its own (under mpirun: per process)", 1,
+          4096);
   add_training_options(cmd, a, llama ? "Seed for weights and batches" : "Seed for weights, batches and dropout");
   auto* low_memory = cmd->add_flag(
       "--low-memory", a.low_memory,
@@ -205,6 +228,21 @@ CLI::App* add_language_model_command(CLI::App* train_cmd, TrainLmArgs& a, const 
   return cmd;
 }
 
+
+// The error's line (naming the rank in a job) and its status. A rank of a
+// job leaves at once, without the collective goodbye (MPI_Finalize) the
+// others, waiting in the step, would never answer: the launcher sees its
+// status and ends the job.
+int fail(const nabla::dist::Communicator* job, const std::string& message, int status) {
+  if (!job) {
+    fmt::print(stderr, "{}\n", message);
+    return status;
+  }
+  fmt::print(stderr, "{} (rank {} of {})\n", message, job->rank(), job->size());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(status);
+}
 
 }  // namespace
 
@@ -527,7 +565,18 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::unique_ptr<nabla::dist::Communicator> job;
   try {
+    job = join_job();
+    if (job) {
+      if (!vit_cmd->parsed() && !gpt_cmd->parsed() && !llama_cmd->parsed()) {
+        throw nabla::UsageError("under mpirun with " + std::to_string(job->size()) +
+                                " processes, nabla runs train vit, gpt2 and llama; this command runs in one");
+      }
+      vit.comm = gpt.comm = llama.comm = job.get();
+      // Rank 0 speaks for the job; the others report errors only.
+      if (job->rank() > 0 && !std::freopen("/dev/null", "w", stdout)) throw nabla::IoError("/dev/null: cannot open");
+    }
     if (ops_cmd->parsed()) return run_ops(ops);
     if (grad_cmd->parsed()) return run_gradcheck(grad);
     if (mlp_cmd->parsed()) return run_train_mlp(mlp);
@@ -546,11 +595,9 @@ int main(int argc, char** argv) {
     if (tok_convert_cmd->parsed()) return run_tokenizer_convert(tokenizer_args);
   } catch (const nabla::Error& e) {
     // Bad data, files or options: a one-line message and the usage status.
-    fmt::print(stderr, "nabla: error: {}\n", e.what());
-    return kExitUsage;
+    return fail(job.get(), fmt::format("nabla: error: {}", e.what()), kExitUsage);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "nabla: internal error: {}\n", e.what());
-    return kExitFailed;
+    return fail(job.get(), fmt::format("nabla: internal error: {}", e.what()), kExitFailed);
   }
   return kExitUsage;
 }

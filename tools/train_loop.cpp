@@ -19,6 +19,14 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+int64_t sum_over_ranks(dist::Communicator& comm, int64_t mine) {
+  std::vector<int64_t> all(size_t(comm.size()));
+  comm.all_gather_bytes(&mine, all.data(), sizeof mine);
+  int64_t sum = 0;
+  for (int64_t v : all) sum += v;
+  return sum;
+}
+
 }  // namespace
 
 std::optional<Checkpoint> load_resume_checkpoint(const TrainLoopArgs& args) {
@@ -95,7 +103,20 @@ TrainingLoop::TrainingLoop(TrainStep& step, TrainingTask& task, const nn::Params
   per_epoch_ = task_.batches_per_epoch();
   if (per_epoch_ > 0) opt_.schedule_steps = per_epoch_ * opt_.epochs;
   last_step_ = args.max_steps > 0 ? std::min(args.max_steps, opt_.schedule_steps) : opt_.schedule_steps;
-  logs_ = std::make_unique<Logs>(args.save, args.log, resumed_, opt_.items + "_per_s");
+  if (dist::Communicator* comm = step_.communicator()) {
+    // Ranks that disagree on the schedule or the position would part ways
+    // without an error: they stop here instead, before the first step.
+    dist::check_same(*comm, "the training options",
+                     fmt::format("{} lr {} wd {} warmup {} clip {} schedule {} last step {} {}, at step {} epoch {} batch "
+                                 "{} seed {}, micro-batches {}, eval every {}; config {}",
+                                 opt_.command, args.lr, args.weight_decay, args.warmup, args.clip, opt_.schedule_steps,
+                                 last_step_, opt_.batch, pos_.step, pos_.epoch, pos_.batch, pos_.seed,
+                                 opt_.micro_batches, args.eval_every, opt_.config_json));
+    leader_ = comm->rank() == 0;
+  }
+  // Logs and checkpoints are rank 0's.
+  logs_ = leader_ ? std::make_unique<Logs>(args.save, args.log, resumed_, opt_.items + "_per_s")
+                  : std::make_unique<Logs>("", "", false, "");
 }
 
 TrainingLoop::~TrainingLoop() = default;
@@ -105,6 +126,10 @@ std::string TrainingLoop::describe() const {
   std::string schedule = per_epoch_ > 0 ? fmt::format("{} epochs x {} steps", opt_.epochs, per_epoch_)
                                         : fmt::format("{} steps", opt_.schedule_steps);
   std::string replicas = step_.replicas() > 1 ? fmt::format(", {} replicas", step_.replicas()) : "";
+  if (const dist::Communicator* comm = step_.communicator()) {
+    replicas = fmt::format(", {} replica{} per process; {}", step_.replicas(), step_.replicas() > 1 ? "s" : "",
+                           comm->describe());
+  }
   return fmt::format(
       "training: {} of {}, AdamW lr {} (warmup {} steps, cosine to {:.2g}), wd {}, clip {}; matmul {}, {} threads{}; "
       "arena {:.1f} MiB planned ({:.1f} MiB without reuse){}",
@@ -114,12 +139,20 @@ std::string TrainingLoop::describe() const {
 }
 
 void TrainingLoop::save() {
-  if (args_.save.empty()) return;
+  if (args_.save.empty() || !leader_) return;
   if (opt_.save) return opt_.save(step_.optimizer(), pos_);
   save_checkpoint(args_.save, opt_.config_json, params_, &step_.optimizer(), &pos_);
 }
 
 void TrainingLoop::evaluate_and_save() {
+  if (!leader_) {
+    // Rank 0 evaluates and saves; the others only keep the position.
+    if (per_epoch_ > 0 && pos_.batch == per_epoch_) {
+      ++pos_.epoch;
+      pos_.batch = 0;
+    }
+    return;
+  }
   last_eval_ = task_.evaluate();
   // A resume of a finished run evaluates at its last epoch.
   const std::string where = per_epoch_ > 0 ? fmt::format("epoch {}/{}", std::min(pos_.epoch + 1, opt_.epochs), opt_.epochs)
@@ -163,7 +196,8 @@ void TrainingLoop::step_once() {
   ++pos_.step;
   if (per_epoch_ > 0) ++pos_.batch;
   ++steps_this_run_;
-  const int64_t correct = task_.correct_predictions();
+  int64_t correct = task_.correct_predictions();
+  if (correct >= 0 && step_.communicator()) correct = sum_over_ranks(*step_.communicator(), correct);
   const double seconds = seconds_since(start);
   train_seconds_ += seconds;
 
@@ -197,7 +231,9 @@ void TrainingLoop::run() {
     step_once();
     // --max-minutes counts training time only (batches, steps, updates),
     // not evaluation, so budgets compare across frameworks and eval settings.
-    const bool out_of_time = args_.max_minutes > 0 && train_seconds_ >= 60 * args_.max_minutes;
+    bool out_of_time = args_.max_minutes > 0 && train_seconds_ >= 60 * args_.max_minutes;
+    // Rank 0's clock decides for every rank.
+    if (args_.max_minutes > 0 && step_.communicator()) step_.communicator()->broadcast(&out_of_time, sizeof out_of_time, 0);
     stop = pos_.step >= last_step_ || out_of_time;
     const bool epoch_done = epochs && pos_.batch == per_epoch_;
 
@@ -206,7 +242,7 @@ void TrainingLoop::run() {
     const std::string where = epochs ? fmt::format("epoch {}/{} ", pos_.epoch + 1, opt_.epochs) : "";
     const std::string accuracy = w.accuracy ? fmt::format(" acc {:.1f}%", 100.0 * w.correct / w.seen) : "";
     const bool report = w.steps >= args_.log_every || stop;
-    progress.update(fmt::format("{}step {}/{} loss {:.4f}{} {:.0f} {} lr {:.2e} ETA {}", where, pos_.step, last_step_,
+    if (leader_) progress.update(fmt::format("{}step {}/{} loss {:.4f}{} {:.0f} {} lr {:.2e} ETA {}", where, pos_.step, last_step_,
                                 w.loss / w.steps, accuracy, rate, opt_.rate_unit, lr_,
                                 format_duration(double(last_step_ - pos_.step) * opt_.items_per_step / rate)),
                     report);

@@ -37,6 +37,9 @@ struct TrainLoopArgs {
   bool check_finite = false;
   bool bf16_matmul = false;
   std::string backend = "cpu";  // which backend runs the step (backend_names())
+  // The job's processes when mpirun started several (main sets it): each
+  // trains its share of every batch (TrainStep's comm); null otherwise.
+  dist::Communicator* comm = nullptr;
 };
 
 // The checkpoint `args.resume` names, when given, with its training position;
@@ -115,6 +118,7 @@ class TrainingLoop {
   TrainingLoopOptions opt_;
   TrainPosition pos_;
   bool resumed_ = false;
+  bool leader_ = true;  // prints, logs, evaluates and saves: rank 0 of a distributed run
   int64_t per_epoch_ = 0, last_step_ = 0, steps_this_run_ = 0;
   double train_seconds_ = 0, lr_ = 0;
   Evaluation last_eval_;

@@ -38,4 +38,11 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// Processes of one distributed job that disagree (models, options, data) or
+// a collective that cannot complete.
+class DistributedError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace nabla

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "nabla/distributed.h"
 #include "nabla/executor.h"
 #include "nabla/nn.h"
 #include "nabla/optim.h"
@@ -47,25 +48,39 @@ namespace nabla {
 // results depend on the replica count (the batch's gradient is summed in
 // that many groups), not on the thread count. Replicas and micro-batches sum
 // in host memory: backends with memory of their own run one of each.
+//
+// comm: data parallelism across processes (distributed.h). Each of its
+// comm->size() ranks runs `replicas` replicas; the step is one over all
+// size() x replicas of them, rank r's being replicas r x replicas, ...
+// (global_replica()). run() folds every replica's gradients in that order
+// across the ranks (Communicator::allreduce), so every rank updates the same
+// parameters the same way, bit for bit as one process with size() x replicas
+// replicas would. The ranks must build the same step (same parameters,
+// options and replica count): the constructor checks, a DistributedError on
+// every rank where they differ. comm must outlive the step.
 class TrainStep {
  public:
   TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
             const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches = 1,
-            bool low_memory = false, int replicas = 1);
+            bool low_memory = false, int replicas = 1, dist::Communicator* comm = nullptr);
   ~TrainStep();
 
   // Forward and backward for the batch now in the input leaves (of every
   // replica). With micro_batches > 1, gradients are summed over successive
   // calls and update() averages them.
   void run();
-  // The mean of the replicas' losses.
+  // The mean of the replicas' losses (of every rank's).
   float loss() const;
   // The gradient of each parameter (in params.list() order), readable
   // through executor() after run(); undefined for the gradients low_memory
   // keeps factored. Replica 0's alone when there are several.
   const std::vector<Tensor>& gradients() const { return grads_; }
   int factored_gradients() const { return n_factored_; }
-  int replicas() const { return replicas_; }
+  int replicas() const { return replicas_; }  // in this process
+  // Replica r of this process among all ranks' (0 without a communicator).
+  int global_replica(int replica) const;
+  int global_replicas() const { return replicas_ * ranks_; }
+  dist::Communicator* communicator() const { return comm_; }
   int threads() const { return threads_; }
   // Replica r's copy of a node of the step's graph (an input leaf to fill,
   // an extra to read through executor(r)); t itself for replica 0, and for
@@ -103,6 +118,14 @@ class TrainStep {
     int64_t begin, end;
   };
   std::vector<Chunk> chunks_;  // accum_'s elements in pieces, summed in parallel
+  // Across ranks: the gradients as one buffer (offsets_[i]: parameter i's
+  // first element), folded by fold_replicas().
+  void fold_replicas(float* acc, int64_t begin, int64_t end, bool first) const;
+  dist::Communicator* comm_ = nullptr;
+  int ranks_ = 1;
+  std::vector<int64_t> offsets_;
+  std::vector<float> reduced_;
+  float global_loss_ = 0;
   int n_factored_ = 0;
   int micro_batches_ = 1;
   int replicas_ = 1;

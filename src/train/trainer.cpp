@@ -43,6 +43,26 @@ Tensor factor_buffer(const Tensor& t) {
   return own_buffer(t);
 }
 
+// Every rank's step must be the same: its parameters (names, shapes and
+// values: the model, its initialisation or checkpoint), the optimizer and the
+// replica count.
+void check_same_step(dist::Communicator& comm, const nn::Params& params, const optim::AdamWConfig& adamw,
+                     const ExecOptions& options, int micro_batches, int replicas) {
+  std::string names;
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (const auto& [name, p] : params.list()) {
+    names += name + to_string(p.shape()) + " ";
+    hash = dist::fingerprint(p.data(), size_t(p.numel()) * dtype_size(p.dtype()), hash);
+  }
+  dist::check_same(comm, "the model's parameters", std::to_string(params.list().size()) + " tensors " + names);
+  dist::check_same(comm, "the parameters' values (seed, initialisation or checkpoint)", "hash " + std::to_string(hash));
+  char text[256];
+  std::snprintf(text, sizeof text, "AdamW betas %.17g %.17g eps %.17g wd %.17g, %d replicas, %d micro-batches, %s matmul",
+                adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay, replicas, micro_batches,
+                options.bf16_matmul ? "bf16" : "f32");
+  dist::check_same(comm, "the training step's options", text);
+}
+
 // Gradient elements per piece when summing runs and replicas into the
 // accumulation: enough pieces to share among threads.
 constexpr int64_t kSumChunk = int64_t{1} << 14;
@@ -58,8 +78,8 @@ struct TrainStep::Replica {
 
 TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
                      const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches, bool low_memory,
-                     int replicas)
-    : loss_(loss), micro_batches_(micro_batches), replicas_(replicas) {
+                     int replicas, dist::Communicator* comm)
+    : loss_(loss), micro_batches_(micro_batches), replicas_(replicas), comm_(comm), ranks_(comm ? comm->size() : 1) {
   if (micro_batches < 1) {
     throw UsageError("train step: micro_batches must be at least 1, got " + std::to_string(micro_batches));
   }
@@ -76,11 +96,14 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
     throw DTypeError("train step: the loss must be one f32 element, got " +
                      (loss.defined() ? to_string(loss) : std::string("an undefined tensor")));
   }
+  if (low_memory && ranks_ > 1) {
+    throw UsageError("train step: low_memory keeps no gradient to sum over " + std::to_string(ranks_) + " processes");
+  }
   const Backend& backend = find_backend(options.backend);
   const std::string backend_name = backend.name();
-  if ((micro_batches > 1 || replicas > 1) && !backend.host_memory()) {
-    throw UsageError("train step: micro-batches and replicas sum gradients in host memory; the '" + backend_name +
-                     "' backend has memory of its own (run one of each there)");
+  if ((micro_batches > 1 || replicas > 1 || ranks_ > 1) && !backend.host_memory()) {
+    throw UsageError("train step: micro-batches, replicas and processes sum gradients in host memory; the '" +
+                     backend_name + "' backend has memory of its own (run one of each there)");
   }
   threads_ = options.threads > 0 ? options.threads : cpu::default_threads();
   std::vector<Tensor> wrt;
@@ -132,7 +155,7 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
       graph.add_output(grads_.back());
     }
   }
-  if (micro_batches_ > 1 || replicas > 1) {
+  if (micro_batches_ > 1 || replicas > 1 || ranks_ > 1) {
     for (size_t i = 0; i < grads_.size(); ++i) {
       accum_.push_back(Tensor::zeros(DType::f32, wrt[i].shape()));
       for (int64_t b = 0; b < sizes_[i]; b += kSumChunk) chunks_.push_back({i, b, std::min(sizes_[i], b + kSumChunk)});
@@ -197,6 +220,12 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   if (!accum_.empty()) {
     for (const Tensor& g : grads_) grad_ptrs_.push_back(static_cast<const float*>(executor_->data(g)));
   }
+  if (ranks_ > 1) {
+    offsets_.push_back(0);
+    for (int64_t n : sizes_) offsets_.push_back(offsets_.back() + n);
+    reduced_.resize(size_t(offsets_.back()));
+    check_same_step(*comm_, params, adamw, options, micro_batches, replicas);
+  }
 }
 
 TrainStep::~TrainStep() = default;
@@ -216,9 +245,35 @@ void TrainStep::run() {
     });
   }
   ++runs_since_update_;
+  const bool first = runs_since_update_ == 1;
+  if (ranks_ > 1) {
+    // Every rank's replicas folded in global order, then accum (+)= it.
+    comm_->allreduce(reduced_.data(), offsets_.back(),
+                     [this](float* acc, int64_t begin, int64_t end, bool first_rank) {
+                       fold_replicas(acc, begin, end, first_rank);
+                     });
+    cpu::parallel_for(threads_, int64_t(chunks_.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        const Chunk& piece = chunks_[size_t(c)];
+        const float* s = reduced_.data() + offsets_[piece.slot];
+        float* a = accum_[piece.slot].data_as<float>();
+        for (int64_t k = piece.begin; k < piece.end; ++k) a[k] = first ? s[k] : a[k] + s[k];
+      }
+    });
+    // The losses of every replica, summed in the same order as one process's.
+    std::vector<float> mine(static_cast<size_t>(replicas_)), all(static_cast<size_t>(global_replicas()));
+    for (int r = 0; r < replicas_; ++r) {
+      const Tensor& l = r == 0 ? loss_ : copies_[size_t(r) - 1].loss;
+      mine[size_t(r)] = executor(r).read<float>(l)[0];
+    }
+    comm_->all_gather_bytes(mine.data(), all.data(), mine.size() * sizeof(float));
+    double sum = 0;
+    for (float l : all) sum += l;
+    global_loss_ = float(sum / global_replicas());
+    return;
+  }
   if (accum_.empty()) return;
   // accum (+)= g_0 + g_1 + ...: the same order whichever thread sums a piece.
-  const bool first = runs_since_update_ == 1;
   cpu::parallel_for(threads_, int64_t(chunks_.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
       const Chunk& piece = chunks_[size_t(c)];
@@ -233,7 +288,31 @@ void TrainStep::run() {
   });
 }
 
+void TrainStep::fold_replicas(float* acc, int64_t begin, int64_t end, bool first) const {
+  constexpr int64_t kGrain = 4096;
+  cpu::parallel_for(threads_, (end - begin + kGrain - 1) / kGrain, 1, [&](int64_t cb, int64_t ce) {
+    const int64_t lo = begin + cb * kGrain, hi = std::min(end, begin + ce * kGrain);
+    size_t slot = size_t(std::upper_bound(offsets_.begin(), offsets_.end(), lo) - offsets_.begin()) - 1;
+    for (int64_t k = lo; k < hi; ++slot) {
+      const int64_t stop = std::min(hi, offsets_[slot + 1]), base = offsets_[slot];
+      const float* g0 = grad_ptrs_[slot];
+      for (int64_t i = k; i < stop; ++i) {
+        float s = first ? g0[i - base] : acc[i - begin] + g0[i - base];
+        for (const Replica& r : copies_) s += r.grads[slot][i - base];
+        acc[i - begin] = s;
+      }
+      k = stop;
+    }
+  });
+}
+
+int TrainStep::global_replica(int replica) const {
+  check_replica(replica);
+  return (comm_ ? comm_->rank() : 0) * replicas_ + replica;
+}
+
 float TrainStep::loss() const {
+  if (ranks_ > 1) return global_loss_;
   double sum = executor_->read<float>(loss_)[0];  // one replica: exactly its loss again
   for (const Replica& r : copies_) sum += r.executor->read<float>(r.loss)[0];
   return float(sum / replicas());
@@ -273,7 +352,7 @@ double TrainStep::update(double lr, double clip) {
   }
   if (!(clip >= 0)) throw UsageError("train step: clip must be >= 0 (0: none), got " + std::to_string(clip));
   // Runs and replicas summed: their mean.
-  const double average = accum_.empty() ? 1.0 : 1.0 / (double(runs_since_update_) * replicas());
+  const double average = accum_.empty() ? 1.0 : 1.0 / (double(runs_since_update_) * global_replicas());
   const int64_t t = optimizer_->count_step();
   const double wd = optimizer_->config().weight_decay;
   double* hyper = hyper_.data_as<double>();
