@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Training over processes (mpirun), one case per call:
+#   equal     N processes of R replicas write checkpoints byte-identical to one
+#             process of N x R replicas (ViT with 2, 3 and 2x2; GPT-2 with
+#             dropout; Llama with gradient checkpointing)
+#   resume    a run saved by 2 processes resumes in 1 (and the reverse), ending
+#             where an uninterrupted run does
+#   mismatch  ranks started with other seeds, options or data fail before the
+#             first step, naming what differs; a command without distributed
+#             training refuses to run under mpirun
+#   kill      a rank killed with SIGKILL mid-run ends the job within 60 s,
+#             with a message naming the lost rank; the last checkpoint resumes
+# Usage: train_mpi.sh PATH_TO_NABLA WORK_DIR CASE
+set -u
+nabla=$1 dir=$2 case=$3
+rm -rf "$dir" && mkdir -p "$dir" || exit 1
+# Root in containers and CI; more ranks than cores; shared memory between them.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=(mpirun --oversubscribe --bind-to none --mca btl self,vader)
+vit=(train vit --preset fmnist --test-subset 100 --batch 24 --warmup 3 --dropout 0.1 --log-every 100
+     --train-subset 960)
+
+fail() { echo "$case: $*"; exit 1; }
+same() {  # same A B WHAT
+  cmp "$1" "$2" >/dev/null || fail "$3: the checkpoints differ"
+  echo "$3: byte-identical"
+}
+
+case $case in
+equal)
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --max-steps 12 --replicas 1 --threads 1 --save "$dir/p2.safetensors" \
+    >"$dir/p2.log" 2>&1 || { cat "$dir/p2.log"; fail "2 processes failed"; }
+  "$nabla" "${vit[@]}" --max-steps 12 --replicas 2 --threads 2 --save "$dir/r2.safetensors" >"$dir/r2.log" 2>&1 ||
+    { cat "$dir/r2.log"; fail "2 replicas failed"; }
+  same "$dir/p2.safetensors" "$dir/r2.safetensors" "ViT, 2 processes x 1 replica vs 1 process x 2 replicas"
+  grep -q "MPI (.*), 2 processes on 1 host" "$dir/p2.log" || { cat "$dir/p2.log"; fail "the banner does not name the job"; }
+  # Three terms per element: the fold's order shows in the bits.
+  "${mpi[@]}" -np 3 "$nabla" "${vit[@]}" --max-steps 6 --replicas 1 --threads 1 --save "$dir/p3.safetensors" \
+    >"$dir/p3.log" 2>&1 || { cat "$dir/p3.log"; fail "3 processes failed"; }
+  "$nabla" "${vit[@]}" --max-steps 6 --replicas 3 --threads 1 --save "$dir/r3.safetensors" >/dev/null 2>&1 ||
+    fail "3 replicas failed"
+  same "$dir/p3.safetensors" "$dir/r3.safetensors" "ViT, 3 processes vs 3 replicas"
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --max-steps 6 --replicas 2 --threads 1 --save "$dir/p2r2.safetensors" \
+    >/dev/null 2>&1 || fail "2 processes x 2 replicas failed"
+  "$nabla" "${vit[@]}" --max-steps 6 --replicas 4 --threads 2 --save "$dir/r4.safetensors" >/dev/null 2>&1 ||
+    fail "4 replicas failed"
+  same "$dir/p2r2.safetensors" "$dir/r4.safetensors" "ViT, 2 processes x 2 replicas vs 4 replicas"
+  lm=(--max-steps 6 --context 32 --batch 4 --eval-batches 2 --log-every 100)
+  "${mpi[@]}" -np 2 "$nabla" train gpt2 "${lm[@]}" --dropout 0.1 --threads 1 --save "$dir/g2.safetensors" \
+    >"$dir/g2.log" 2>&1 || { cat "$dir/g2.log"; fail "GPT-2 over 2 processes failed"; }
+  "$nabla" train gpt2 "${lm[@]}" --dropout 0.1 --replicas 2 --threads 2 --save "$dir/g1.safetensors" >/dev/null 2>&1 ||
+    fail "GPT-2 with 2 replicas failed"
+  same "$dir/g2.safetensors" "$dir/g1.safetensors" "GPT-2 with dropout, 2 processes vs 2 replicas"
+  "${mpi[@]}" -np 2 "$nabla" train llama "${lm[@]}" --gradient-checkpointing --threads 1 --save "$dir/l2.safetensors" \
+    >"$dir/l2.log" 2>&1 || { cat "$dir/l2.log"; fail "Llama over 2 processes failed"; }
+  "$nabla" train llama "${lm[@]}" --gradient-checkpointing --replicas 2 --threads 2 --save "$dir/l1.safetensors" \
+    >/dev/null 2>&1 || fail "Llama with 2 replicas failed"
+  same "$dir/l2.safetensors" "$dir/l1.safetensors" "Llama with gradient checkpointing, 2 processes vs 2 replicas"
+  ;;
+resume)
+  "$nabla" "${vit[@]}" --max-steps 14 --replicas 2 --threads 2 --save "$dir/straight.safetensors" >/dev/null 2>&1 ||
+    fail "the uninterrupted run failed"
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --max-steps 5 --threads 1 --save "$dir/a.safetensors" >/dev/null 2>&1 ||
+    fail "the first part (2 processes) failed"
+  "$nabla" "${vit[@]}" --max-steps 10 --replicas 2 --threads 2 --resume "$dir/a.safetensors" \
+    --save "$dir/b.safetensors" >"$dir/b.log" 2>&1 || { cat "$dir/b.log"; fail "resuming in 1 process failed"; }
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --max-steps 14 --threads 1 --resume "$dir/b.safetensors" \
+    --save "$dir/c.safetensors" >"$dir/c.log" 2>&1 || { cat "$dir/c.log"; fail "resuming in 2 processes failed"; }
+  grep -q "resumed from .* at step 10" "$dir/c.log" || { cat "$dir/c.log"; fail "no resume message"; }
+  same "$dir/c.safetensors" "$dir/straight.safetensors" "2 processes, then 1, then 2 again, vs one run"
+  ;;
+mismatch)
+  expect_refused() {  # WHAT PATTERN, after a run that wrote $dir/m.log with status $status
+    [ "$status" -ne 0 ] || { cat "$dir/m.log"; fail "$1: the job succeeded"; }
+    grep -q "$2" "$dir/m.log" || { cat "$dir/m.log"; fail "$1: no message matching '$2'"; }
+    if grep -q "^epoch 1/.* step\|step [0-9]*/[0-9]* loss" "$dir/m.log"; then
+      cat "$dir/m.log"; fail "$1: a step ran before the error"
+    fi
+    echo "$1: refused ($(grep -m1 "$2" "$dir/m.log"))"
+  }
+  one=("$nabla" "${vit[@]:0:$((${#vit[@]} - 2))}" --max-steps 4 --threads 1 --train-subset 960)
+  "${mpi[@]}" -np 1 "${one[@]}" --seed 1 : -np 1 "${one[@]}" --seed 2 >"$dir/m.log" 2>&1; status=$?
+  expect_refused "other seeds" "disagree on the parameters' values"
+  "${mpi[@]}" -np 1 "${one[@]}" --lr 1e-3 : -np 1 "${one[@]}" --lr 2e-3 >"$dir/m.log" 2>&1; status=$?
+  expect_refused "other learning rates" "disagree on the training options"
+  "${mpi[@]}" -np 1 "${one[@]:0:$((${#one[@]} - 1))}" 960 : -np 1 "${one[@]:0:$((${#one[@]} - 1))}" 480 \
+    >"$dir/m.log" 2>&1; status=$?
+  expect_refused "other data" "disagree on the training data"
+  "${mpi[@]}" -np 1 "${one[@]}" --replicas 1 : -np 1 "${one[@]}" --replicas 2 >"$dir/m.log" 2>&1; status=$?
+  expect_refused "other replica counts" "disagree on"
+  "${mpi[@]}" -np 2 "$nabla" train mlp --steps 5 >"$dir/m.log" 2>&1; status=$?
+  expect_refused "train mlp" "runs train vit, gpt2 and llama"
+  ;;
+kill)
+  ck="$dir/ck.safetensors"
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --epochs 100000 --threads 1 --save-every 4 --save "$ck" \
+    >"$dir/run.log" 2>&1 &
+  job=$!
+  start=$SECONDS
+  while [ ! -e "$ck" ] && [ $((SECONDS - start)) -lt 60 ]; do sleep 0.1; done
+  [ -e "$ck" ] || { kill -KILL $job; cat "$dir/run.log"; fail "no checkpoint after 60 s"; }
+  sleep 0.5
+  # Rank 1: the process whose environment says so.
+  victim=""
+  for pid in $(pgrep -f -- "--save $ck"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then victim=$pid; fi
+  done
+  [ -n "$victim" ] || { kill -KILL $job; fail "rank 1's process not found"; }
+  kill -KILL "$victim"
+  start=$SECONDS
+  while kill -0 $job 2>/dev/null && [ $((SECONDS - start)) -lt 70 ]; do sleep 0.1; done
+  if kill -0 $job 2>/dev/null; then
+    pkill -KILL -f -- "--save $ck"; kill -KILL $job; fail "the job still ran 70 s after rank 1 was killed"
+  fi
+  wait $job; status=$?
+  took=$((SECONDS - start))
+  [ "$status" -ne 0 ] || { cat "$dir/run.log"; fail "the job exited 0 after losing rank 1"; }
+  [ "$took" -le 60 ] || fail "the job took $took s to end"
+  grep -q "rank 1" "$dir/run.log" || { cat "$dir/run.log"; fail "no message names rank 1"; }
+  pgrep -f -- "--save $ck" >/dev/null && { pkill -KILL -f -- "--save $ck"; fail "a rank outlived the job"; }
+  echo "rank 1 killed: the job ended in ${took} s with status $status: $(grep -m1 'rank 1' "$dir/run.log")"
+  step=$("$nabla" "${vit[@]}" --threads 1 --resume "$ck" --max-steps 1 2>&1 | sed -n 's/^resumed from .* at step \([0-9]*\) .*/\1/p')
+  [ -n "$step" ] || fail "the last checkpoint does not load"
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --epochs 100000 --threads 1 --resume "$ck" --max-steps $((step + 2)) \
+    --save "$dir/resumed.safetensors" >"$dir/resumed.log" 2>&1 || { cat "$dir/resumed.log"; fail "the resume failed"; }
+  grep -q "resumed from .* at step $step" "$dir/resumed.log" || { cat "$dir/resumed.log"; fail "no resume message"; }
+  echo "the checkpoint of step $step resumed over 2 processes"
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
