@@ -155,6 +155,9 @@ void add_training_options(CLI::App* cmd, TrainLoopArgs& a, const std::string& se
   cmd->add_option("--log", a.log, "CSV log path");
   cmd->add_option("--save-every", a.save_every, "Also save the checkpoint every N steps (0: only when evaluating)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  cmd->add_flag("--shard-optimizer", a.shard_optimizer,
+                "Under mpirun: each process holds and updates its part of the AdamW moments (ZeRO-1; same results, "
+                "1/N of their memory)");
   cmd->add_flag("--check-finite", a.check_finite,
                 "Stop at the first op that produces NaN or Inf, naming it (also NABLA_CHECK_FINITE=1)");
   cmd->add_flag("--bf16-matmul", a.bf16_matmul,

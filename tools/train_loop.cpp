@@ -96,7 +96,11 @@ TrainingLoop::TrainingLoop(TrainStep& step, TrainingTask& task, const nn::Params
     : step_(step), task_(task), params_(params), args_(args), opt_(std::move(options)), window_(new Window) {
   pos_.seed = args.seed;
   if (resume) {
-    load_optimizer_state(*resume, step_.optimizer());
+    try {
+      step_.load_optimizer_state(resume->file.tensors, resume->position.step);
+    } catch (const IoError& e) {
+      throw IoError(resume->path + ": " + e.what());
+    }
     pos_ = resume->position;
     resumed_ = true;
   }
@@ -127,8 +131,8 @@ std::string TrainingLoop::describe() const {
                                         : fmt::format("{} steps", opt_.schedule_steps);
   std::string replicas = step_.replicas() > 1 ? fmt::format(", {} replicas", step_.replicas()) : "";
   if (const dist::Communicator* comm = step_.communicator()) {
-    replicas = fmt::format(", {} replica{} per process; {}", step_.replicas(), step_.replicas() > 1 ? "s" : "",
-                           comm->describe());
+    replicas = fmt::format(", {} replica{} per process; {}{}", step_.replicas(), step_.replicas() > 1 ? "s" : "",
+                           comm->describe(), step_.sharded() ? ", optimizer state sharded" : "");
   }
   return fmt::format(
       "training: {} of {}, AdamW lr {} (warmup {} steps, cosine to {:.2g}), wd {}, clip {}; matmul {}, {} threads{}; "
@@ -138,19 +142,26 @@ std::string TrainingLoop::describe() const {
       ex.memory().unplanned_bytes / 1048576.0, step_.replicas() > 1 ? " each" : "");
 }
 
+// Every rank calls: a sharded optimizer's moments are gathered to rank 0,
+// which writes.
 void TrainingLoop::save() {
-  if (args_.save.empty() || !leader_) return;
-  if (opt_.save) return opt_.save(step_.optimizer(), pos_);
-  save_checkpoint(args_.save, opt_.config_json, params_, &step_.optimizer(), &pos_);
+  if (args_.save.empty()) return;
+  step_.with_optimizer_state([&](const optim::AdamW& optimizer) {
+    if (!leader_) return;
+    if (opt_.save) return opt_.save(optimizer, pos_);
+    save_checkpoint(args_.save, opt_.config_json, params_, &optimizer, &pos_);
+  });
 }
 
 void TrainingLoop::evaluate_and_save() {
   if (!leader_) {
-    // Rank 0 evaluates and saves; the others only keep the position.
+    // Rank 0 evaluates and writes; the others keep the position and take
+    // part in the save.
     if (per_epoch_ > 0 && pos_.batch == per_epoch_) {
       ++pos_.epoch;
       pos_.batch = 0;
     }
+    save();
     return;
   }
   last_eval_ = task_.evaluate();
@@ -280,6 +291,14 @@ void TrainingLoop::run() {
              format_duration(train_seconds_), double(steps_this_run_ * opt_.items_per_step) / std::max(train_seconds_, 1e-9),
              opt_.items, final_figure);
   if (!args_.save.empty()) fmt::print("checkpoint: {}\n", args_.save);
+  const TrainStep::CommunicationTime comm = step_.communication();
+  if (comm.runs > 0) {
+    fmt::print("communication: {:.1f} ms a step to reduce {:.1f} MiB of gradients, {:.0f}% of it hidden behind the "
+               "backward pass ({:.1f} ms waited)\n",
+               1e3 * comm.seconds / double(comm.runs), double(comm.bytes) / 1048576.0,
+               comm.seconds > 0 ? 100 * (1 - comm.exposed_seconds / comm.seconds) : 100.0,
+               1e3 * comm.exposed_seconds / double(comm.runs));
+  }
   const std::string profile = step_.executor().profile();
   if (!profile.empty()) fmt::print("kernel time per op (training step):\n{}", profile);
 }

@@ -40,6 +40,7 @@ struct TrainLoopArgs {
   // The job's processes when mpirun started several (main sets it): each
   // trains its share of every batch (TrainStep's comm); null otherwise.
   dist::Communicator* comm = nullptr;
+  bool shard_optimizer = false;  // ZeRO-1 across the job's processes (TrainStep's shard_optimizer)
 };
 
 // The checkpoint `args.resume` names, when given, with its training position;

@@ -37,14 +37,31 @@ class Communicator {
   virtual std::string describe() const = 0;
 
   // buf[0, n) on every rank = fold of rank 0's terms, then rank 1's, ...
-  virtual void allreduce(float* buf, int64_t n, const Fold& fold) = 0;
+  void allreduce(float* buf, int64_t n, const Fold& fold) { allreduce_buckets(buf, {{0, n}}, fold, [](size_t) {}); }
+  // allreduce() of a buffer whose parts become ready at different times (a
+  // backward pass's gradients): `buckets`, disjoint ranges [begin, end) of
+  // buf, in the order they are reduced; each is folded once ready(i) returns
+  // for it, and travels while later ones are still being computed. With
+  // `bounds` (size() + 1 entries from 0 rising to buf's length), rank r ends
+  // with the sum's elements [bounds[r], bounds[r + 1]) alone, as
+  // reduce_scatter(). The ranks must pass the same buckets and bounds; ready
+  // is called on the calling thread.
+  struct Range {
+    int64_t begin, end;
+  };
+  virtual void allreduce_buckets(float* buf, const std::vector<Range>& buckets, const Fold& fold,
+                                 const std::function<void(size_t)>& ready,
+                                 const std::vector<int64_t>& bounds = {}) = 0;
   // The same fold, each rank keeping its own part: rank r ends with elements
   // [bounds[r], bounds[r + 1]) of the sum in buf (other elements undefined).
-  // bounds has size() + 1 entries, from 0 to n.
-  virtual void reduce_scatter(float* buf, int64_t n, const Fold& fold, const std::vector<int64_t>& bounds) = 0;
+  void reduce_scatter(float* buf, int64_t n, const Fold& fold, const std::vector<int64_t>& bounds) {
+    allreduce_buckets(buf, {{0, n}}, fold, [](size_t) {}, bounds);
+  }
   // The inverse: rank r holds elements [bounds[r], bounds[r + 1]) of buf;
   // every rank ends with all of them.
   virtual void all_gather(float* buf, const std::vector<int64_t>& bounds) = 0;
+  // all_gather() to `root` alone: its buf ends with every rank's part.
+  virtual void gather(float* buf, const std::vector<int64_t>& bounds, int root) = 0;
   // all[r * bytes, (r + 1) * bytes) = rank r's `mine`, on every rank.
   virtual void all_gather_bytes(const void* mine, void* all, size_t bytes) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;

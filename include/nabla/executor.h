@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +82,14 @@ class Executor {
   const void* data(const Tensor& t) const;
   // A new leaf holding a contiguous copy of t's value.
   Tensor fetch(const Tensor& t) const;
+
+  // Calls `done` in every run, on the running thread, as soon as t's value
+  // is complete (after the node that writes its memory), while the rest of
+  // the graph runs on: a training step hands each gradient to communication
+  // this way. False, registering nothing, when no node of the graph writes
+  // t (a leaf, or a constant): its value is there before any run.
+  // UsageError for a tensor outside the graph.
+  bool on_computed(const Tensor& t, std::function<void()> done);
 
  private:
   void read_checked(const Tensor& t, DType dtype, void* dst, size_t bytes) const;

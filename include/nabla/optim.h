@@ -40,7 +40,10 @@ struct AdamWConfig {
 // bias-corrected moments m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t).
 class AdamW {
  public:
-  AdamW(std::vector<Slot> slots, AdamWConfig config, int threads);
+  // hold_moments false: the moments live elsewhere (a TrainStep that shards
+  // them across processes); step() and state() are then errors, and
+  // load_state() checks the moments and takes the step count alone.
+  AdamW(std::vector<Slot> slots, AdamWConfig config, int threads, bool hold_moments = true);
   // grads[i]: contiguous f32 gradient of slots[i].param, or null to read it
   // through `range`, a chunk at a time. grad_scale
   // multiplies every gradient first (clipping, averaging micro-batches).
@@ -48,6 +51,7 @@ class AdamW {
             const GradientRange& range = {});
 
   int64_t steps() const { return t_; }
+  bool holds_moments() const { return hold_moments_; }
   const std::vector<Slot>& slots() const { return slots_; }
   const AdamWConfig& config() const { return config_; }
   // For a training graph whose adamw_update nodes step these moments in
@@ -67,6 +71,7 @@ class AdamW {
   std::vector<Slot> slots_;
   AdamWConfig config_;
   int threads_;
+  bool hold_moments_;
   int64_t t_ = 0;
   std::vector<Tensor> m_, v_;
   std::vector<int64_t> offsets_;  // start of each slot in the concatenated element space

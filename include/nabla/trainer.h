@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -55,14 +56,28 @@ namespace nabla {
 // (global_replica()). run() folds every replica's gradients in that order
 // across the ranks (Communicator::allreduce), so every rank updates the same
 // parameters the same way, bit for bit as one process with size() x replicas
-// replicas would. The ranks must build the same step (same parameters,
+// replicas would. The gradients travel in buckets (about 1 MiB, the last
+// parameters' first) as the backward pass completes them, on a thread of
+// the step's own, while the rest of the backward runs: communication() says
+// how much of that time the backward hid.
+//
+// shard_optimizer (ZeRO-1, with comm): each rank holds and updates its part
+// of the AdamW moments alone: the gradients are reduce-scattered (the same
+// fold, each rank keeping its part of the sum), each rank updates its part of
+// the parameters, and the parts are all-gathered. The parameters are the
+// same bit for bit as without sharding: the clip's norm is summed from each
+// part's fixed chunks in the same order. The moments take 1/size() of the
+// memory; optimizer_state() gathers them for a checkpoint.
+//
+// The ranks must build the same step (same parameters,
 // options and replica count): the constructor checks, a DistributedError on
 // every rank where they differ. comm must outlive the step.
 class TrainStep {
  public:
   TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
             const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches = 1,
-            bool low_memory = false, int replicas = 1, dist::Communicator* comm = nullptr);
+            bool low_memory = false, int replicas = 1, dist::Communicator* comm = nullptr,
+            bool shard_optimizer = false);
   ~TrainStep();
 
   // Forward and backward for the batch now in the input leaves (of every
@@ -81,6 +96,15 @@ class TrainStep {
   int global_replica(int replica) const;
   int global_replicas() const { return replicas_ * ranks_; }
   dist::Communicator* communicator() const { return comm_; }
+  // Across ranks, since construction: the time the gradients' reduction
+  // worked (folding, sending, waiting on other ranks; not waiting for this
+  // rank's gradients) and the part of it the step waited for after its
+  // backward pass; the rest was hidden behind the backward.
+  struct CommunicationTime {
+    double seconds = 0, exposed_seconds = 0;
+    int64_t runs = 0, bytes = 0;  // bytes: one run's reduced gradients
+  };
+  CommunicationTime communication() const;
   int threads() const { return threads_; }
   // Replica r's copy of a node of the step's graph (an input leaf to fill,
   // an extra to read through executor(r)); t itself for replica 0, and for
@@ -88,8 +112,18 @@ class TrainStep {
   Tensor in_replica(int replica, const Tensor& t) const;
   const Executor& executor(int replica = 0) const;
   Executor& executor(int replica = 0);
+  // The optimizer's configuration, slots and step count; its moments too
+  // unless sharded().
   optim::AdamW& optimizer() { return *optimizer_; }
   const optim::AdamW& optimizer() const { return *optimizer_; }
+  bool sharded() const { return sharded_; }
+  // Calls use() with an optimizer holding every moment: this step's, or
+  // when sharded, on rank 0 alone, one gathered from every rank's part (every
+  // rank must call: a collective).
+  void with_optimizer_state(const std::function<void(const optim::AdamW&)>& use);
+  // Restores the moments (AdamW::state()'s names) and the step count; when
+  // sharded, this rank's part of them.
+  void load_optimizer_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t steps);
 
   // Clips the (accumulated, averaged) gradients to global norm `clip` (0: no
   // clipping), takes one AdamW step at `lr`, and resets the accumulation.
@@ -126,6 +160,14 @@ class TrainStep {
   std::vector<int64_t> offsets_;
   std::vector<float> reduced_;
   float global_loss_ = 0;
+  struct Overlap;  // the buckets and the thread that reduces them
+  std::unique_ptr<Overlap> overlap_;
+  void start_overlap();
+  double sharded_update(double lr, double clip);
+  bool sharded_ = false;
+  std::vector<int64_t> bounds_;                 // rank r's part: [bounds_[r], bounds_[r + 1]) of offsets_' space
+  std::vector<float> shard_m_, shard_v_;        // this rank's part of the moments
+  std::vector<float> shard_sum_;                // its part of the gradients, summed over micro-batches
   int n_factored_ = 0;
   int micro_batches_ = 1;
   int replicas_ = 1;

@@ -51,6 +51,7 @@ struct Executor::Impl {
   std::unique_ptr<Program> program;
   ExecOptions options;
   std::vector<double> step_seconds;  // profiling: total per step
+  std::vector<std::vector<std::function<void()>>> after_step;  // on_computed's, by step (empty: none)
   int64_t profiled_runs = 0;
 
   void* base(const Node* n) const {
@@ -369,6 +370,10 @@ void Executor::Impl::run_steps(const std::vector<size_t>& which, bool counted) {
       step_seconds[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     if (options.check_finite) check_finite(steps[i]);
+    if (!after_step.empty() && !after_step[i].empty()) {
+      backend->synchronize();
+      for (const auto& done : after_step[i]) done();
+    }
   }
   // What update ops wrote into staged leaves goes back to the host leaves.
   backend->synchronize();
@@ -422,6 +427,21 @@ std::string Executor::profile() const {
 void Executor::reset_profile() {
   impl_->step_seconds.assign(impl_->step_seconds.size(), 0.0);
   impl_->profiled_runs = 0;
+}
+
+bool Executor::on_computed(const Tensor& given, std::function<void()> done) {
+  if (!given.defined()) throw UsageError("executor: on_computed of an undefined tensor");
+  Impl& m = *impl_;
+  const Node* root = m.compiled(given).node()->root();
+  auto it = m.pos.find(root);
+  if (it == m.pos.end()) throw UsageError("executor: " + to_string(given) + " is not part of this graph");
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    if (m.steps[i].position != it->second) continue;
+    m.after_step.resize(m.steps.size());
+    m.after_step[i].push_back(std::move(done));
+    return true;
+  }
+  return false;
 }
 
 const MemoryReport& Executor::memory() const { return impl_->plan.report; }

@@ -4,7 +4,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <thread>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,7 +23,7 @@ namespace {
 constexpr int64_t kChunk = int64_t{1} << 16;
 // MPI counts are ints: larger transfers go in pieces of this many elements.
 constexpr int64_t kMaxCount = int64_t{1} << 30;
-constexpr int kFoldTag = 17, kPartTag = 18;
+constexpr int kFoldTag = 17, kPartTag = 18, kGatherTag = 19;
 
 void check(int status, const char* call) {
   if (status == MPI_SUCCESS) return;
@@ -55,33 +57,46 @@ class MpiCommunicator final : public Communicator {
 
   std::string describe() const override { return description_; }
 
-  void allreduce(float* buf, int64_t n, const Fold& fold) override {
-    chain(buf, n, fold);
-    // The last rank holds the sum: everyone gets a copy.
-    for (int64_t b = 0; b < n; b += kMaxCount) {
-      check(MPI_Bcast(buf + b, int(std::min(kMaxCount, n - b)), MPI_FLOAT, size_ - 1, MPI_COMM_WORLD), "MPI_Bcast");
-    }
-  }
-
-  void reduce_scatter(float* buf, int64_t n, const Fold& fold, const std::vector<int64_t>& bounds) override {
-    check_bounds(n, bounds, "reduce_scatter");
-    chain(buf, n, fold);
+  void allreduce_buckets(float* buf, const std::vector<Range>& buckets, const Fold& fold,
+                         const std::function<void(size_t)>& ready, const std::vector<int64_t>& bounds) override {
+    int64_t n = 0;
+    for (const Range& b : buckets) n = std::max(n, b.end);
+    if (!bounds.empty()) check_bounds(bounds.back(), bounds, "reduce_scatter");
+    if (!bounds.empty() && bounds.back() < n) throw UsageError("reduce_scatter: buckets reach past the bounds");
     const int last = size_ - 1;
-    std::vector<MPI_Request> requests;
-    for (int r = 0; r < last; ++r) {
-      const int64_t b = bounds[size_t(r)], e = bounds[size_t(r) + 1];
-      if (rank_ != last && rank_ != r) continue;
+    std::vector<MPI_Request> pending;
+    // Elements [b, e) between the last rank and another (count-limited pieces).
+    auto transfer = [&](int64_t b, int64_t e, int peer, bool send, int tag) {
       for (int64_t k = b; k < e; k += kMaxCount) {
-        requests.emplace_back();
+        pending.emplace_back();
         const int count = int(std::min(kMaxCount, e - k));
-        if (rank_ == last) {
-          check(MPI_Isend(buf + k, count, MPI_FLOAT, r, kPartTag, MPI_COMM_WORLD, &requests.back()), "MPI_Isend");
-        } else {
-          check(MPI_Irecv(buf + k, count, MPI_FLOAT, last, kPartTag, MPI_COMM_WORLD, &requests.back()), "MPI_Irecv");
-        }
+        check(send ? MPI_Isend(buf + k, count, MPI_FLOAT, peer, tag, MPI_COMM_WORLD, &pending.back())
+                   : MPI_Irecv(buf + k, count, MPI_FLOAT, peer, tag, MPI_COMM_WORLD, &pending.back()),
+              send ? "MPI_Isend" : "MPI_Irecv");
       }
-    }
-    check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    };
+    chain(buf, buckets, fold, ready, [&](const Range& bucket, std::vector<MPI_Request>& sent) {
+      // The bucket's sum goes from the last rank to the others (to each its
+      // own part, under bounds), once this rank's send of its running sum
+      // (the same memory) is done.
+      wait(sent);
+      if (bounds.empty()) {
+        for (int64_t b = bucket.begin; b < bucket.end; b += kMaxCount) {
+          pending.emplace_back();
+          check(MPI_Ibcast(buf + b, int(std::min(kMaxCount, bucket.end - b)), MPI_FLOAT, last, MPI_COMM_WORLD,
+                           &pending.back()),
+                "MPI_Ibcast");
+        }
+        return;
+      }
+      for (int r = 0; r < last; ++r) {
+        const int64_t b = std::max(bucket.begin, bounds[size_t(r)]), e = std::min(bucket.end, bounds[size_t(r) + 1]);
+        if (b >= e) continue;
+        if (rank_ == last) transfer(b, e, r, true, kPartTag);
+        if (rank_ == r) transfer(b, e, last, false, kPartTag);
+      }
+    });
+    wait(pending);
   }
 
   void all_gather(float* buf, const std::vector<int64_t>& bounds) override {
@@ -95,6 +110,26 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts.data(), displs.data(), MPI_FLOAT,
                          MPI_COMM_WORLD),
           "MPI_Allgatherv");
+  }
+
+  void gather(float* buf, const std::vector<int64_t>& bounds, int root) override {
+    check_bounds(bounds.back(), bounds, "gather");
+    if (root < 0 || root >= size_) {
+      throw UsageError("gather: root " + std::to_string(root) + " of " + std::to_string(size_) + " ranks");
+    }
+    // Point to point: counts of any size, pieces of at most kMaxCount.
+    std::vector<MPI_Request> requests;
+    for (int r = 0; r < size_; ++r) {
+      if (r == root || (rank_ != root && rank_ != r)) continue;
+      for (int64_t k = bounds[size_t(r)]; k < bounds[size_t(r) + 1]; k += kMaxCount) {
+        requests.emplace_back();
+        const int count = int(std::min(kMaxCount, bounds[size_t(r) + 1] - k));
+        check(rank_ == root ? MPI_Irecv(buf + k, count, MPI_FLOAT, r, kGatherTag, MPI_COMM_WORLD, &requests.back())
+                            : MPI_Isend(buf + k, count, MPI_FLOAT, root, kGatherTag, MPI_COMM_WORLD, &requests.back()),
+              "MPI_Irecv/MPI_Isend");
+      }
+    }
+    wait(requests);
   }
 
   void all_gather_bytes(const void* mine, void* all, size_t bytes) override {
@@ -125,31 +160,61 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // The fold in rank order: rank r receives each chunk's running sum from
+  // The fold in rank order: rank r receives each piece's running sum from
   // r - 1, adds its terms and passes it on; the last rank ends with the sum.
-  // Every chunk's receive is posted at once, so a rank folds chunk c while
-  // the next ones are on their way.
-  void chain(float* buf, int64_t n, const Fold& fold) {
-    if (n < 0) throw UsageError("allreduce: negative length " + std::to_string(n));
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    std::vector<MPI_Request> received(size_t(rank_ > 0 ? chunks : 0)), sent;
-    for (int64_t c = 0; rank_ > 0 && c < chunks; ++c) {
-      const int64_t b = c * kChunk;
-      check(MPI_Irecv(buf + b, int(std::min(kChunk, n - b)), MPI_FLOAT, rank_ - 1, kFoldTag, MPI_COMM_WORLD,
-                      &received[size_t(c)]),
+  // Buckets in order, each in pieces of kChunk; every piece's receive is
+  // posted at once, so a rank folds one piece while the next are on their
+  // way. done(bucket, sends) follows each bucket's pieces.
+  void chain(float* buf, const std::vector<Range>& buckets, const Fold& fold, const std::function<void(size_t)>& ready,
+             const std::function<void(const Range&, std::vector<MPI_Request>&)>& done) {
+    std::vector<Range> pieces;
+    for (const Range& bucket : buckets) {
+      if (bucket.begin < 0 || bucket.end < bucket.begin) {
+        throw UsageError("allreduce: bucket [" + std::to_string(bucket.begin) + ", " + std::to_string(bucket.end) + ")");
+      }
+      for (int64_t b = bucket.begin; b < bucket.end; b += kChunk) pieces.push_back({b, std::min(bucket.end, b + kChunk)});
+    }
+    std::vector<MPI_Request> received(rank_ > 0 ? pieces.size() : 0);
+    for (size_t p = 0; p < received.size(); ++p) {
+      check(MPI_Irecv(buf + pieces[p].begin, int(pieces[p].end - pieces[p].begin), MPI_FLOAT, rank_ - 1, kFoldTag,
+                      MPI_COMM_WORLD, &received[p]),
             "MPI_Irecv");
     }
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
-      if (rank_ > 0) check(MPI_Wait(&received[size_t(c)], MPI_STATUS_IGNORE), "MPI_Wait");
-      fold(buf + b, b, e, rank_ == 0);
-      if (rank_ + 1 < size_) {
-        sent.emplace_back();
-        check(MPI_Isend(buf + b, int(e - b), MPI_FLOAT, rank_ + 1, kFoldTag, MPI_COMM_WORLD, &sent.back()),
-              "MPI_Isend");
+    size_t p = 0;
+    for (size_t k = 0; k < buckets.size(); ++k) {
+      ready(k);
+      std::vector<MPI_Request> sent;
+      for (int64_t b = buckets[k].begin; b < buckets[k].end; b += kChunk, ++p) {
+        const Range& piece = pieces[p];
+        if (rank_ > 0) wait_one(received[p]);
+        fold(buf + piece.begin, piece.begin, piece.end, rank_ == 0);
+        if (rank_ + 1 < size_) {
+          sent.emplace_back();
+          check(MPI_Isend(buf + piece.begin, int(piece.end - piece.begin), MPI_FLOAT, rank_ + 1, kFoldTag,
+                          MPI_COMM_WORLD, &sent.back()),
+                "MPI_Isend");
+        }
       }
+      done(buckets[k], sent);
     }
-    check(MPI_Waitall(int(sent.size()), sent.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
+
+  // Waits without holding a core: Open MPI's blocking calls poll, and this
+  // thread may wait beside the threads computing the backward pass.
+  static void wait(std::vector<MPI_Request>& requests) {
+    for (MPI_Request& r : requests) wait_one(r);
+    requests.clear();
+  }
+  static void wait_one(MPI_Request& request) {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    for (;;) {
+      int done = 0;
+      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return;
+      // A short spin for what is nearly there, then naps.
+      if (Clock::now() - start > std::chrono::microseconds(50)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
   // "MPI (Open MPI v4.1.4), 2 processes on 1 host": the hosts counted once,

@@ -174,8 +174,8 @@ ClipScale clip_scale(double squared_norm, double average, double clip) {
   return {norm, scale};
 }
 
-AdamW::AdamW(std::vector<Slot> slots, AdamWConfig config, int threads)
-    : slots_(std::move(slots)), config_(config), threads_(threads) {
+AdamW::AdamW(std::vector<Slot> slots, AdamWConfig config, int threads, bool hold_moments)
+    : slots_(std::move(slots)), config_(config), threads_(threads), hold_moments_(hold_moments) {
   // As PyTorch's: callers through the C API pass these unchecked.
   auto require = [](bool ok, const std::string& what, double value) {
     if (!ok) throw UsageError("adamw: " + what + ", got " + shortest(value));
@@ -187,10 +187,21 @@ AdamW::AdamW(std::vector<Slot> slots, AdamWConfig config, int threads)
           config.weight_decay);
   offsets_ = slot_offsets(slots_);
   for (const Slot& s : slots_) {
-    m_.push_back(Tensor::zeros(DType::f32, s.param.shape()));
-    v_.push_back(Tensor::zeros(DType::f32, s.param.shape()));
+    m_.push_back(hold_moments ? Tensor::zeros(DType::f32, s.param.shape()) : Tensor());
+    v_.push_back(hold_moments ? Tensor::zeros(DType::f32, s.param.shape()) : Tensor());
   }
 }
+
+namespace {
+
+void require_moments(bool held, const char* what) {
+  if (!held) {
+    throw UsageError(std::string("adamw: ") + what + " needs the moments, which this optimizer does not hold (a "
+                     "training step shards them across processes)");
+  }
+}
+
+}  // namespace
 
 void AdamW::set_decay(size_t slot, bool decay) {
   if (slot >= slots_.size()) {
@@ -200,6 +211,7 @@ void AdamW::set_decay(size_t slot, bool decay) {
 }
 
 void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_scale, const GradientRange& range) {
+  require_moments(hold_moments_, "step");
   check_grads(grads, slots_.size(), bool(range));
   if (!(lr >= 0) || !std::isfinite(lr)) {
     throw UsageError("adamw: learning rate must be finite and >= 0, got " + shortest(lr));
@@ -215,6 +227,7 @@ void AdamW::step(const std::vector<const float*>& grads, double lr, double grad_
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state() const {
+  require_moments(hold_moments_, "state");
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < slots_.size(); ++i) {
     out.emplace_back("optimizer.exp_avg." + slots_[i].name, m_[i]);
@@ -243,7 +256,7 @@ void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& tensor
     }
     moments.emplace_back(&m, &v);
   }
-  for (size_t i = 0; i < slots_.size(); ++i) {
+  for (size_t i = 0; hold_moments_ && i < slots_.size(); ++i) {
     m_[i].copy_from(moments[i].first->data(), size_t(moments[i].first->numel()) * 4);
     v_[i].copy_from(moments[i].second->data(), size_t(moments[i].second->numel()) * 4);
   }

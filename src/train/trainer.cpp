@@ -3,9 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "backend/backend.h"
 #include "backend/cpu/thread_pool.h"
@@ -47,7 +52,7 @@ Tensor factor_buffer(const Tensor& t) {
 // values: the model, its initialisation or checkpoint), the optimizer and the
 // replica count.
 void check_same_step(dist::Communicator& comm, const nn::Params& params, const optim::AdamWConfig& adamw,
-                     const ExecOptions& options, int micro_batches, int replicas) {
+                     const ExecOptions& options, int micro_batches, int replicas, bool sharded) {
   std::string names;
   uint64_t hash = 0xcbf29ce484222325ull;
   for (const auto& [name, p] : params.list()) {
@@ -57,8 +62,9 @@ void check_same_step(dist::Communicator& comm, const nn::Params& params, const o
   dist::check_same(comm, "the model's parameters", std::to_string(params.list().size()) + " tensors " + names);
   dist::check_same(comm, "the parameters' values (seed, initialisation or checkpoint)", "hash " + std::to_string(hash));
   char text[256];
-  std::snprintf(text, sizeof text, "AdamW betas %.17g %.17g eps %.17g wd %.17g, %d replicas, %d micro-batches, %s matmul",
-                adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay, replicas, micro_batches,
+  std::snprintf(text, sizeof text,
+                "AdamW betas %.17g %.17g eps %.17g wd %.17g%s, %d replicas, %d micro-batches, %s matmul", adamw.beta1,
+                adamw.beta2, adamw.eps, adamw.weight_decay, sharded ? " sharded" : "", replicas, micro_batches,
                 options.bf16_matmul ? "bf16" : "f32");
   dist::check_same(comm, "the training step's options", text);
 }
@@ -69,6 +75,25 @@ constexpr int64_t kSumChunk = int64_t{1} << 14;
 
 }  // namespace
 
+// Gradients across ranks, overlapped with the backward pass: each
+// replica's executor counts down its bucket as a gradient completes; a
+// thread of the step's own reduces the buckets in order as they reach zero.
+struct TrainStep::Overlap {
+  // About 1 MiB of f32: large enough that each message's fixed costs vanish,
+  // small enough that the first bucket leaves early in the backward.
+  static constexpr int64_t kBucket = int64_t{1} << 18;
+  std::vector<dist::Communicator::Range> buckets;  // in reduction order
+  std::vector<int> initial;                        // per bucket: gradients still to come at a run's start
+  std::unique_ptr<std::atomic<int>[]> pending;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool start = false, finished = false, stop = false;
+  std::exception_ptr error;
+  double busy_seconds = 0;  // the last run's
+  CommunicationTime time;
+  std::thread thread;
+};
+
 struct TrainStep::Replica {
   std::unique_ptr<Executor> executor;
   GradMap copies;  // original node -> this replica's
@@ -78,8 +103,9 @@ struct TrainStep::Replica {
 
 TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
                      const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches, bool low_memory,
-                     int replicas, dist::Communicator* comm)
-    : loss_(loss), micro_batches_(micro_batches), replicas_(replicas), comm_(comm), ranks_(comm ? comm->size() : 1) {
+                     int replicas, dist::Communicator* comm, bool shard_optimizer)
+    : loss_(loss), micro_batches_(micro_batches), replicas_(replicas), comm_(comm), ranks_(comm ? comm->size() : 1),
+      sharded_(shard_optimizer && ranks_ > 1) {
   if (micro_batches < 1) {
     throw UsageError("train step: micro_batches must be at least 1, got " + std::to_string(micro_batches));
   }
@@ -113,7 +139,7 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
     slots.push_back({name, p, optim::default_decay(name, p)});
     sizes_.push_back(p.numel());
   }
-  optimizer_ = std::make_unique<optim::AdamW>(std::move(slots), adamw, threads_);
+  optimizer_ = std::make_unique<optim::AdamW>(std::move(slots), adamw, threads_, /*hold_moments=*/!sharded_);
   // Factoring reads the gradients as the CPU rewrite fuses them (a weight's
   // product placed by add_slice, a tied embedding's add_rows). The loss and
   // the extras are rewritten with them, in one pass: a rewrite that touched
@@ -155,13 +181,13 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
       graph.add_output(grads_.back());
     }
   }
-  if (micro_batches_ > 1 || replicas > 1 || ranks_ > 1) {
+  if ((micro_batches_ > 1 || replicas > 1 || ranks_ > 1) && !sharded_) {
     for (size_t i = 0; i < grads_.size(); ++i) {
       accum_.push_back(Tensor::zeros(DType::f32, wrt[i].shape()));
       for (int64_t b = 0; b < sizes_[i]; b += kSumChunk) chunks_.push_back({i, b, std::min(sizes_[i], b + kSumChunk)});
     }
   }
-  {
+  if (!sharded_) {
     // Stage 1, the update, reads the gradients (or their sum over runs and
     // replicas), or a factored one's factors: their norm, the clip's scale,
     // and one AdamW node per parameter on its moments. Its numbers come in
@@ -216,19 +242,103 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
       }
     }
   }
-  // Host addresses for the sums over runs and replicas.
-  if (!accum_.empty()) {
+  // Host addresses for the sums over runs, replicas and ranks.
+  if (!accum_.empty() || ranks_ > 1) {
     for (const Tensor& g : grads_) grad_ptrs_.push_back(static_cast<const float*>(executor_->data(g)));
   }
   if (ranks_ > 1) {
     offsets_.push_back(0);
     for (int64_t n : sizes_) offsets_.push_back(offsets_.back() + n);
     reduced_.resize(size_t(offsets_.back()));
-    check_same_step(*comm_, params, adamw, options, micro_batches, replicas);
+    check_same_step(*comm_, params, adamw, options, micro_batches, replicas, sharded_);
+    if (sharded_) {
+      // Parts on the norm's chunk boundaries: each rank sums whole chunks.
+      const int64_t n = offsets_.back(), K = optim::kNormChunk;
+      for (int r = 0; r < ranks_; ++r) bounds_.push_back(std::min(n, n * r / ranks_ / K * K));
+      bounds_.push_back(n);
+      const size_t part = size_t(bounds_[size_t(comm_->rank()) + 1] - bounds_[size_t(comm_->rank())]);
+      shard_m_.assign(part, 0.0f);
+      shard_v_.assign(part, 0.0f);
+      if (micro_batches_ > 1) shard_sum_.assign(part, 0.0f);
+    }
+    start_overlap();
   }
 }
 
-TrainStep::~TrainStep() = default;
+void TrainStep::start_overlap() {
+  auto o = std::make_unique<Overlap>();
+  // Buckets of whole parameters, the last first: the backward pass meets them
+  // in about that order.
+  std::vector<int> bucket_of(sizes_.size());
+  for (size_t end = sizes_.size(); end > 0;) {
+    size_t begin = end - 1;
+    while (begin > 0 && offsets_[end] - offsets_[begin - 1] <= Overlap::kBucket) --begin;
+    for (size_t i = begin; i < end; ++i) bucket_of[i] = int(o->buckets.size());
+    o->buckets.push_back({offsets_[begin], offsets_[end]});
+    end = begin;
+  }
+  o->initial.assign(o->buckets.size(), 0);
+  o->pending = std::make_unique<std::atomic<int>[]>(o->buckets.size());
+  Overlap* ov = o.get();
+  for (int r = 0; r < replicas_; ++r) {
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      const Tensor g = r == 0 ? grads_[i] : copies_[size_t(r) - 1].copies.at(grads_[i].node());
+      const int b = bucket_of[i];
+      const bool counted = executor(r).on_computed(g, [ov, b] {
+        if (ov->pending[size_t(b)].fetch_sub(1) == 1) {
+          std::lock_guard<std::mutex> lock(ov->mu);
+          ov->cv.notify_all();
+        }
+      });
+      o->initial[size_t(b)] += counted;
+    }
+  }
+  o->time.bytes = offsets_.back() * int64_t(sizeof(float));
+  o->thread = std::thread([this, ov] {
+    std::unique_lock<std::mutex> lock(ov->mu);
+    for (;;) {
+      ov->cv.wait(lock, [&] { return ov->start || ov->stop; });
+      if (ov->stop) return;
+      ov->start = false;
+      lock.unlock();
+      try {
+        using Clock = std::chrono::steady_clock;
+        const auto begun = Clock::now();
+        Clock::duration idle{};
+        comm_->allreduce_buckets(
+            reduced_.data(), ov->buckets,
+            [this](float* acc, int64_t begin, int64_t end, bool first_rank) { fold_replicas(acc, begin, end, first_rank); },
+            [&](size_t k) {
+              const auto waiting = Clock::now();
+              std::unique_lock<std::mutex> wait(ov->mu);
+              ov->cv.wait(wait, [&] { return ov->pending[k].load() == 0 || ov->stop; });
+              if (ov->stop) throw UsageError("train step: destroyed during a run");
+              idle += Clock::now() - waiting;
+            },
+            bounds_);
+        // Time at work (folding, sending, waiting on other ranks), not
+        // waiting for this rank's gradients.
+        ov->busy_seconds = std::chrono::duration<double>(Clock::now() - begun - idle).count();
+      } catch (...) {
+        ov->error = std::current_exception();
+      }
+      lock.lock();
+      ov->finished = true;
+      ov->cv.notify_all();
+    }
+  });
+  overlap_ = std::move(o);
+}
+
+TrainStep::~TrainStep() {
+  if (!overlap_) return;
+  {
+    std::lock_guard<std::mutex> lock(overlap_->mu);
+    overlap_->stop = true;
+  }
+  overlap_->cv.notify_all();
+  overlap_->thread.join();
+}
 
 void TrainStep::run() {
   if (micro_batches_ > 1 && runs_since_update_ >= micro_batches_) {
@@ -237,6 +347,14 @@ void TrainStep::run() {
   }
   // One micro-batch: a run replaces the last one's gradients.
   if (micro_batches_ == 1) runs_since_update_ = 0;
+  if (overlap_) {
+    // The reduction starts as the first bucket completes.
+    for (size_t b = 0; b < overlap_->buckets.size(); ++b) overlap_->pending[b] = overlap_->initial[b];
+    std::lock_guard<std::mutex> lock(overlap_->mu);
+    overlap_->start = true;
+    overlap_->finished = false;
+    overlap_->cv.notify_all();
+  }
   if (copies_.empty()) {
     executor_->run(0);  // stage 1, the update, is update()'s
   } else {
@@ -247,11 +365,24 @@ void TrainStep::run() {
   ++runs_since_update_;
   const bool first = runs_since_update_ == 1;
   if (ranks_ > 1) {
-    // Every rank's replicas folded in global order, then accum (+)= it.
-    comm_->allreduce(reduced_.data(), offsets_.back(),
-                     [this](float* acc, int64_t begin, int64_t end, bool first_rank) {
-                       fold_replicas(acc, begin, end, first_rank);
-                     });
+    // Every rank's replicas folded in global order (by the overlap's
+    // thread, bucket by bucket), then accum (+)= it.
+    {
+      const auto waited = std::chrono::steady_clock::now();
+      std::unique_lock<std::mutex> lock(overlap_->mu);
+      overlap_->cv.wait(lock, [&] { return overlap_->finished; });
+      const auto now = std::chrono::steady_clock::now();
+      if (overlap_->error) std::rethrow_exception(overlap_->error);
+      CommunicationTime& t = overlap_->time;
+      t.exposed_seconds += std::chrono::duration<double>(now - waited).count();
+      t.seconds += overlap_->busy_seconds;
+      ++t.runs;
+    }
+    if (sharded_ && micro_batches_ > 1) {
+      // This rank's part alone: shard_sum (+)= it.
+      const float* s = reduced_.data() + bounds_[size_t(comm_->rank())];
+      for (size_t k = 0; k < shard_sum_.size(); ++k) shard_sum_[k] = first ? s[k] : shard_sum_[k] + s[k];
+    }
     cpu::parallel_for(threads_, int64_t(chunks_.size()), 1, [&](int64_t b, int64_t e) {
       for (int64_t c = b; c < e; ++c) {
         const Chunk& piece = chunks_[size_t(c)];
@@ -288,22 +419,24 @@ void TrainStep::run() {
   });
 }
 
+// On the overlap's thread, beside the backward pass that holds the pool:
+// one thread, memory-bound anyway.
 void TrainStep::fold_replicas(float* acc, int64_t begin, int64_t end, bool first) const {
-  constexpr int64_t kGrain = 4096;
-  cpu::parallel_for(threads_, (end - begin + kGrain - 1) / kGrain, 1, [&](int64_t cb, int64_t ce) {
-    const int64_t lo = begin + cb * kGrain, hi = std::min(end, begin + ce * kGrain);
-    size_t slot = size_t(std::upper_bound(offsets_.begin(), offsets_.end(), lo) - offsets_.begin()) - 1;
-    for (int64_t k = lo; k < hi; ++slot) {
-      const int64_t stop = std::min(hi, offsets_[slot + 1]), base = offsets_[slot];
-      const float* g0 = grad_ptrs_[slot];
-      for (int64_t i = k; i < stop; ++i) {
-        float s = first ? g0[i - base] : acc[i - begin] + g0[i - base];
-        for (const Replica& r : copies_) s += r.grads[slot][i - base];
-        acc[i - begin] = s;
-      }
-      k = stop;
+  size_t slot = size_t(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
+  for (int64_t k = begin; k < end; ++slot) {
+    const int64_t stop = std::min(end, offsets_[slot + 1]), base = offsets_[slot];
+    const float* g0 = grad_ptrs_[slot];
+    for (int64_t i = k; i < stop; ++i) {
+      float s = first ? g0[i - base] : acc[i - begin] + g0[i - base];
+      for (const Replica& r : copies_) s += r.grads[slot][i - base];
+      acc[i - begin] = s;
     }
-  });
+    k = stop;
+  }
+}
+
+TrainStep::CommunicationTime TrainStep::communication() const {
+  return overlap_ ? overlap_->time : CommunicationTime{};
 }
 
 int TrainStep::global_replica(int replica) const {
@@ -351,6 +484,7 @@ double TrainStep::update(double lr, double clip) {
     throw UsageError("adamw: learning rate must be finite and >= 0, got " + std::to_string(lr));
   }
   if (!(clip >= 0)) throw UsageError("train step: clip must be >= 0 (0: none), got " + std::to_string(clip));
+  if (sharded_) return sharded_update(lr, clip);
   // Runs and replicas summed: their mean.
   const double average = accum_.empty() ? 1.0 : 1.0 / (double(runs_since_update_) * global_replicas());
   const int64_t t = optimizer_->count_step();
@@ -365,6 +499,103 @@ double TrainStep::update(double lr, double clip) {
   executor_->run(1);
   runs_since_update_ = 0;
   return executor_->read<double>(clip_)[0];
+}
+
+double TrainStep::sharded_update(double lr, double clip) {
+  const double average = 1.0 / (double(runs_since_update_) * global_replicas());
+  runs_since_update_ = 0;
+  const int64_t t = optimizer_->count_step();
+  const size_t rank = size_t(comm_->rank());
+  const int64_t lo = bounds_[rank], hi = bounds_[rank + 1], K = optim::kNormChunk;
+  if (micro_batches_ > 1) std::copy(shard_sum_.begin(), shard_sum_.end(), reduced_.begin() + lo);
+  // The norm: this part's chunks, then every rank's partial sums added in
+  // chunk order, as squared_norm's kernel adds them in one process.
+  std::vector<const float*> grads;
+  for (size_t i = 0; i < sizes_.size(); ++i) grads.push_back(reduced_.data() + offsets_[i]);
+  int64_t most = 0;
+  for (int r = 0; r < ranks_; ++r) most = std::max(most, (bounds_[size_t(r) + 1] - bounds_[size_t(r)] + K - 1) / K);
+  std::vector<double> mine(static_cast<size_t>(most), 0.0), all(static_cast<size_t>(most * ranks_));
+  const int64_t first_chunk = lo / K, chunks = (hi - lo + K - 1) / K;
+  cpu::parallel_for(threads_, chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) mine[size_t(c)] = optim::squared_norm_chunk(grads, offsets_, first_chunk + c);
+  });
+  comm_->all_gather_bytes(mine.data(), all.data(), mine.size() * sizeof(double));
+  double squares = 0;
+  for (int r = 0; r < ranks_; ++r) {
+    const int64_t count = (bounds_[size_t(r) + 1] - bounds_[size_t(r)] + K - 1) / K;
+    for (int64_t c = 0; c < count; ++c) squares += all[size_t(r * most + c)];
+  }
+  const optim::ClipScale cs = optim::clip_scale(squares, average, clip);
+  // AdamW on this part: each parameter's elements in it, in pieces for the
+  // threads (an element's update does not depend on where a piece starts).
+  for (size_t i = 0; i < sizes_.size(); ++i) {
+    const int64_t b = std::max(lo, offsets_[i]), e = std::min(hi, offsets_[i + 1]);
+    if (b >= e) continue;
+    const optim::Slot& slot = optimizer_->slots()[i];
+    const optim::AdamWConstants k = optim::adamw_constants(optimizer_->config(), t, lr, cs.scale, slot.decay);
+    float* p = Tensor(slot.param).data_as<float>() + (b - offsets_[i]);
+    float *m = shard_m_.data() + (b - lo), *v = shard_v_.data() + (b - lo);
+    const float* g = reduced_.data() + b;
+    cpu::parallel_for(threads_, e - b, kSumChunk, [&](int64_t pb, int64_t pe) {
+      optim::adamw_update(p + pb, m + pb, v + pb, g + pb, pe - pb, k);
+    });
+  }
+  // Every rank's part of the parameters to every rank, through reduced_.
+  for (size_t i = 0; i < sizes_.size(); ++i) {
+    const int64_t b = std::max(lo, offsets_[i]), e = std::min(hi, offsets_[i + 1]);
+    const float* p = static_cast<const float*>(optimizer_->slots()[i].param.data());
+    if (b < e) std::copy_n(p + (b - offsets_[i]), e - b, reduced_.data() + b);
+  }
+  comm_->all_gather(reduced_.data(), bounds_);
+  for (size_t i = 0; i < sizes_.size(); ++i) {
+    float* p = Tensor(optimizer_->slots()[i].param).data_as<float>();
+    for (int64_t k = offsets_[i]; k < offsets_[i + 1]; ++k) {
+      if (k < lo || k >= hi) p[k - offsets_[i]] = reduced_[size_t(k)];
+    }
+  }
+  return cs.norm;
+}
+
+void TrainStep::with_optimizer_state(const std::function<void(const optim::AdamW&)>& use) {
+  if (!sharded_) return use(*optimizer_);
+  // Each moment's parts gathered to rank 0 through reduced_ (unused between
+  // steps), into an optimizer of its own there.
+  const int rank = comm_->rank();
+  const int64_t lo = bounds_[size_t(rank)];
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (const auto* part : {&shard_m_, &shard_v_}) {
+    std::copy(part->begin(), part->end(), reduced_.begin() + lo);
+    comm_->gather(reduced_.data(), bounds_, 0);
+    if (rank != 0) continue;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      const optim::Slot& slot = optimizer_->slots()[i];
+      state.emplace_back(std::string(part == &shard_m_ ? "optimizer.exp_avg." : "optimizer.exp_avg_sq.") + slot.name,
+                         Tensor::from_data(DType::f32, slot.param.shape(), reduced_.data() + offsets_[i]));
+    }
+  }
+  if (rank != 0) return;
+  optim::AdamW gathered(optimizer_->slots(), optimizer_->config(), threads_);
+  gathered.load_state(state, optimizer_->steps());
+  use(gathered);
+}
+
+void TrainStep::load_optimizer_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t steps) {
+  optimizer_->load_state(tensors, steps);  // all of them, or (sharded) checked and the step count
+  if (!sharded_) return;
+  const int64_t lo = bounds_[size_t(comm_->rank())], hi = bounds_[size_t(comm_->rank()) + 1];
+  auto find = [&](const std::string& name) -> const float* {
+    for (const auto& [n, t] : tensors) {
+      if (n == name) return static_cast<const float*>(t.data());
+    }
+    throw IoError("optimizer state: missing '" + name + "'");
+  };
+  for (size_t i = 0; i < sizes_.size(); ++i) {
+    const int64_t b = std::max(lo, offsets_[i]), e = std::min(hi, offsets_[i + 1]);
+    if (b >= e) continue;
+    const std::string& name = optimizer_->slots()[i].name;
+    std::copy_n(find("optimizer.exp_avg." + name) + (b - offsets_[i]), e - b, shard_m_.begin() + (b - lo));
+    std::copy_n(find("optimizer.exp_avg_sq." + name) + (b - offsets_[i]), e - b, shard_v_.begin() + (b - lo));
+  }
 }
 
 int default_replicas(int threads, int64_t batch, int64_t parameters) {

@@ -5,6 +5,9 @@
 #             dropout; Llama with gradient checkpointing)
 #   resume    a run saved by 2 processes resumes in 1 (and the reverse), ending
 #             where an uninterrupted run does
+#   shard     --shard-optimizer (ZeRO-1) writes the same checkpoints as without
+#             (moments gathered), and its runs resume over 4, 2 and 1 processes
+#             (4 replicas in all), ending where one uninterrupted run does
 #   mismatch  ranks started with other seeds, options or data fail before the
 #             first step, naming what differs; a command without distributed
 #             training refuses to run under mpirun
@@ -69,6 +72,29 @@ resume)
   grep -q "resumed from .* at step 10" "$dir/c.log" || { cat "$dir/c.log"; fail "no resume message"; }
   same "$dir/c.safetensors" "$dir/straight.safetensors" "2 processes, then 1, then 2 again, vs one run"
   ;;
+shard)
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --max-steps 12 --threads 1 --shard-optimizer --save "$dir/s2.safetensors" \
+    >"$dir/s2.log" 2>&1 || { cat "$dir/s2.log"; fail "2 sharded processes failed"; }
+  grep -q "optimizer state sharded" "$dir/s2.log" || { cat "$dir/s2.log"; fail "the banner does not say sharded"; }
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --max-steps 12 --threads 1 --save "$dir/u2.safetensors" >/dev/null 2>&1 ||
+    fail "2 processes failed"
+  same "$dir/s2.safetensors" "$dir/u2.safetensors" "ViT over 2 processes, sharded vs not"
+  "${mpi[@]}" -np 3 "$nabla" "${vit[@]}" --max-steps 6 --threads 1 --shard-optimizer --save "$dir/s3.safetensors" \
+    >/dev/null 2>&1 || fail "3 sharded processes failed"
+  "$nabla" "${vit[@]}" --max-steps 6 --replicas 3 --threads 1 --save "$dir/r3.safetensors" >/dev/null 2>&1 ||
+    fail "3 replicas failed"
+  same "$dir/s3.safetensors" "$dir/r3.safetensors" "ViT over 3 sharded processes vs 3 replicas"
+  "$nabla" "${vit[@]}" --max-steps 14 --replicas 4 --threads 2 --save "$dir/straight.safetensors" >/dev/null 2>&1 ||
+    fail "the uninterrupted run failed"
+  "${mpi[@]}" -np 4 "$nabla" "${vit[@]}" --max-steps 5 --threads 1 --shard-optimizer --save "$dir/a.safetensors" \
+    >/dev/null 2>&1 || fail "the first part (4 sharded processes) failed"
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --max-steps 10 --replicas 2 --threads 1 --shard-optimizer \
+    --resume "$dir/a.safetensors" --save "$dir/b.safetensors" >"$dir/b.log" 2>&1 ||
+    { cat "$dir/b.log"; fail "resuming over 2 sharded processes failed"; }
+  "$nabla" "${vit[@]}" --max-steps 14 --replicas 4 --threads 2 --resume "$dir/b.safetensors" \
+    --save "$dir/c.safetensors" >/dev/null 2>&1 || fail "resuming in 1 process failed"
+  same "$dir/c.safetensors" "$dir/straight.safetensors" "4 sharded processes, then 2, then 1, vs one run"
+  ;;
 mismatch)
   expect_refused() {  # WHAT PATTERN, after a run that wrote $dir/m.log with status $status
     [ "$status" -ne 0 ] || { cat "$dir/m.log"; fail "$1: the job succeeded"; }
@@ -93,7 +119,7 @@ mismatch)
   ;;
 kill)
   ck="$dir/ck.safetensors"
-  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --epochs 100000 --threads 1 --save-every 4 --save "$ck" \
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --epochs 100000 --threads 1 --shard-optimizer --save-every 4 --save "$ck" \
     >"$dir/run.log" 2>&1 &
   job=$!
   start=$SECONDS
@@ -121,7 +147,8 @@ kill)
   echo "rank 1 killed: the job ended in ${took} s with status $status: $(grep -m1 'rank 1' "$dir/run.log")"
   step=$("$nabla" "${vit[@]}" --threads 1 --resume "$ck" --max-steps 1 2>&1 | sed -n 's/^resumed from .* at step \([0-9]*\) .*/\1/p')
   [ -n "$step" ] || fail "the last checkpoint does not load"
-  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --epochs 100000 --threads 1 --resume "$ck" --max-steps $((step + 2)) \
+  "${mpi[@]}" -np 2 "$nabla" "${vit[@]}" --epochs 100000 --threads 1 --shard-optimizer --resume "$ck" \
+    --max-steps $((step + 2)) \
     --save "$dir/resumed.safetensors" >"$dir/resumed.log" 2>&1 || { cat "$dir/resumed.log"; fail "the resume failed"; }
   grep -q "resumed from .* at step $step" "$dir/resumed.log" || { cat "$dir/resumed.log"; fail "no resume message"; }
   echo "the checkpoint of step $step resumed over 2 processes"

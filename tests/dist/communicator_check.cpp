@@ -90,7 +90,24 @@ int main() {
   for (int64_t i = 0; i < len; ++i) wrong += buf[size_t(i)] != expected[size_t(i)];
   expect(wrong == 0, "allreduce: " + std::to_string(wrong) + " elements differ from the sum in rank order", rank);
 
+  // Buckets, the last first, each folded only once "ready": as a training
+  // step hands over its gradients.
+  const std::vector<dist::Communicator::Range> buckets{{100000, len}, {4096, 100000}, {0, 4096}};
+  std::vector<size_t> readied;
+  std::fill(buf.begin(), buf.end(), -1.0f);
+  comm->allreduce_buckets(buf.data(), buckets, fold, [&](size_t k) { readied.push_back(k); });
+  wrong = 0;
+  for (int64_t i = 0; i < len; ++i) wrong += buf[size_t(i)] != expected[size_t(i)];
+  expect(wrong == 0, "allreduce_buckets: " + std::to_string(wrong) + " elements differ", rank);
+  expect(readied == std::vector<size_t>{0, 1, 2}, "allreduce_buckets: ready() once per bucket, in order", rank);
+
   const std::vector<int64_t> bounds = dist::even_bounds(len, n);
+  std::fill(buf.begin(), buf.end(), -1.0f);
+  comm->allreduce_buckets(buf.data(), buckets, fold, [](size_t) {}, bounds);
+  wrong = 0;
+  for (int64_t i = bounds[size_t(rank)]; i < bounds[size_t(rank) + 1]; ++i) wrong += buf[size_t(i)] != expected[size_t(i)];
+  expect(wrong == 0, "allreduce_buckets with bounds: " + std::to_string(wrong) + " of this rank's elements differ", rank);
+
   std::fill(buf.begin(), buf.end(), -1.0f);
   comm->reduce_scatter(buf.data(), len, fold, bounds);
   wrong = 0;
@@ -108,6 +125,20 @@ int main() {
     for (int64_t i = bounds[size_t(r)]; i < bounds[size_t(r) + 1]; ++i) wrong += buf[size_t(i)] != float(i) * 0.5f + float(r);
   }
   expect(wrong == 0, "all_gather: " + std::to_string(wrong) + " elements differ", rank);
+
+  // gather: to the last rank alone.
+  for (int64_t i = 0; i < len; ++i) {
+    const bool mine = i >= bounds[size_t(rank)] && i < bounds[size_t(rank) + 1];
+    buf[size_t(i)] = mine ? float(i) * 0.25f - float(rank) : -1.0f;
+  }
+  comm->gather(buf.data(), bounds, n - 1);
+  if (rank == n - 1) {
+    wrong = 0;
+    for (int r = 0; r < n; ++r) {
+      for (int64_t i = bounds[size_t(r)]; i < bounds[size_t(r) + 1]; ++i) wrong += buf[size_t(i)] != float(i) * 0.25f - float(r);
+    }
+    expect(wrong == 0, "gather: " + std::to_string(wrong) + " elements differ at the root", rank);
+  }
 
   std::vector<int> all(static_cast<size_t>(n));
   const int mine = 1000 + rank * 7;
