@@ -262,6 +262,35 @@ TEST(Executor, StagesRunTheirOwnNodes) {
   }
 }
 
+// on_computed: called once a run, after the output's node and before the
+// nodes after it, with the value complete; a leaf has no node to wait for.
+TEST(Executor, OnComputedCallsBackAsEachOutputIsDone) {
+  Tensor x = Tensor::from_vector<double>({3}, {1, 2, 3});
+  Tensor first = exp(x) * 2.0;
+  Tensor second = sum(square(first));
+  Tensor view = reshape(first, {3, 1});
+  for (const std::string backend : {"cpu", "reference"}) {
+    SCOPED_TRACE(backend);
+    Executor ex(Graph({second, first}), {.backend = backend});
+    std::vector<std::string> calls;
+    std::vector<double> seen;
+    ASSERT_TRUE(ex.on_computed(first, [&] {
+      calls.push_back("first");
+      if (backend == "cpu") seen = ex.read<double>(first);
+    }));
+    ASSERT_TRUE(ex.on_computed(second, [&] { calls.push_back("second"); }));
+    ASSERT_TRUE(ex.on_computed(view, [&] { calls.push_back("view"); }));  // the node that writes its memory
+    EXPECT_FALSE(ex.on_computed(x, [&] { calls.push_back("x"); }));
+    EXPECT_THROW(ex.on_computed(exp(x), [] {}), UsageError);
+    ex.run();
+    ex.run();
+    EXPECT_EQ(calls, (std::vector<std::string>{"first", "view", "second", "first", "view", "second"}));
+    if (backend == "cpu") {
+      EXPECT_DOUBLE_EQ(seen[2], 2 * std::exp(3.0));
+    }
+  }
+}
+
 // A stage may not read an earlier stage's intermediate: the planner may have
 // given its memory to a later node by then.
 TEST(Executor, StagesRefuseToReadAnEarlierIntermediate) {
