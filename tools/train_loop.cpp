@@ -293,10 +293,9 @@ void TrainingLoop::run() {
   if (!args_.save.empty()) fmt::print("checkpoint: {}\n", args_.save);
   const TrainStep::CommunicationTime comm = step_.communication();
   if (comm.runs > 0) {
-    fmt::print("communication: {:.1f} ms a step to reduce {:.1f} MiB of gradients, {:.0f}% of it hidden behind the "
-               "backward pass ({:.1f} ms waited)\n",
-               1e3 * comm.seconds / double(comm.runs), double(comm.bytes) / 1048576.0,
-               comm.seconds > 0 ? 100 * (1 - comm.exposed_seconds / comm.seconds) : 100.0,
+    fmt::print("gradient reduction: {:.1f} MiB a step, at work {:.1f} ms a step (folding, sending, waiting on the other "
+               "processes), {:.1f} ms of it after the backward pass\n",
+               double(comm.bytes) / 1048576.0, 1e3 * comm.seconds / double(comm.runs),
                1e3 * comm.exposed_seconds / double(comm.runs));
   }
   const std::string profile = step_.executor().profile();

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -88,6 +89,9 @@ struct TrainStep::Overlap {
   std::mutex mu;
   std::condition_variable cv;
   bool start = false, finished = false, stop = false;
+  // NABLA_OVERLAP=0: every bucket waits for the whole backward pass, to
+  // measure what the overlap hides (bench/train_mpi.sh).
+  bool after_backward = false;
   std::exception_ptr error;
   double busy_seconds = 0;  // the last run's
   CommunicationTime time;
@@ -104,8 +108,8 @@ struct TrainStep::Replica {
 TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
                      const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches, bool low_memory,
                      int replicas, dist::Communicator* comm, bool shard_optimizer)
-    : loss_(loss), micro_batches_(micro_batches), replicas_(replicas), comm_(comm), ranks_(comm ? comm->size() : 1),
-      sharded_(shard_optimizer && ranks_ > 1) {
+    : loss_(loss), comm_(comm), ranks_(comm ? comm->size() : 1), sharded_(shard_optimizer && ranks_ > 1),
+      micro_batches_(micro_batches), replicas_(replicas) {
   if (micro_batches < 1) {
     throw UsageError("train step: micro_batches must be at least 1, got " + std::to_string(micro_batches));
   }
@@ -267,6 +271,8 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
 
 void TrainStep::start_overlap() {
   auto o = std::make_unique<Overlap>();
+  const char* overlap = std::getenv("NABLA_OVERLAP");
+  o->after_backward = overlap && std::string(overlap) == "0";
   // Buckets of whole parameters, the last first: the backward pass meets them
   // in about that order.
   std::vector<int> bucket_of(sizes_.size());
@@ -311,7 +317,14 @@ void TrainStep::start_overlap() {
             [&](size_t k) {
               const auto waiting = Clock::now();
               std::unique_lock<std::mutex> wait(ov->mu);
-              ov->cv.wait(wait, [&] { return ov->pending[k].load() == 0 || ov->stop; });
+              ov->cv.wait(wait, [&] {
+                if (ov->stop) return true;
+                if (!ov->after_backward) return ov->pending[k].load() == 0;
+                for (size_t j = 0; j < ov->buckets.size(); ++j) {
+                  if (ov->pending[j].load() != 0) return false;
+                }
+                return true;
+              });
               if (ov->stop) throw UsageError("train step: destroyed during a run");
               idle += Clock::now() - waiting;
             },
