@@ -42,14 +42,26 @@ FinetuneSession::FinetuneSession(const std::string& base, FinetuneConfig setting
     model_->add_lora(config_.lora, config_.seed);
   }
   model_->set_gradient_checkpointing(config_.gradient_checkpointing);
-  const int64_t B = config_.batch, T = config_.context;
+  const int64_t T = config_.context, parts = int64_t(std::max(1, config_.replicas)) * (config_.comm ? config_.comm->size() : 1);
+  if (config_.batch % parts != 0) {
+    throw UsageError("finetune: " + std::to_string(parts) + " replicas (over every process) do not divide the batch of " +
+                     std::to_string(config_.batch));
+  }
+  const int64_t B = config_.batch / parts;
   input_ids = Tensor::zeros(DType::i32, {B, T}).set_name("input_ids");
   labels = Tensor::full(DType::i32, {B, T}, -100).set_name("labels");
   segments = Tensor::zeros(DType::i32, {B, T}).set_name("segments");
   loss_weight = Tensor::full(DType::f32, {}, 1.0).set_name("loss_weight");
   const Tensor loss = model_->loss(input_ids, labels, /*train=*/true, segments) * loss_weight;
   step_ = std::make_unique<TrainStep>(loss, trained(), std::vector<Tensor>{}, config_.adamw, config_.exec,
-                                      config_.micro_batches);
+                                      config_.micro_batches, false, std::max(1, config_.replicas), config_.comm,
+                                      config_.shard_optimizer);
+}
+
+FinetuneSession::Inputs FinetuneSession::replica(int r) const {
+  const Tensor seed = model_->lora_dropout_seed();
+  return {step_->in_replica(r, input_ids), step_->in_replica(r, labels), step_->in_replica(r, segments),
+          step_->in_replica(r, loss_weight), seed.defined() ? step_->in_replica(r, seed) : Tensor()};
 }
 
 FinetuneSession::~FinetuneSession() = default;
@@ -61,8 +73,8 @@ float FinetuneSession::run() {
 
 double FinetuneSession::update(double lr, double clip) { return step_->update(lr, clip); }
 
-void FinetuneSession::save(const std::string& dir, const std::string& config_json,
-                           const TrainPosition* position) const {
+void FinetuneSession::save(const std::string& dir, const std::string& config_json, const TrainPosition* position,
+                           const optim::AdamW* optimizer) const {
   if (full()) {
     save_hf_folder(dir, config().to_json(), model_->params());
   } else {
@@ -70,7 +82,8 @@ void FinetuneSession::save(const std::string& dir, const std::string& config_jso
   }
   // The moments and position alone: the weights are the folder's own.
   if (position) {
-    save_checkpoint((fs::path(dir) / kStateFile).string(), config_json, nn::Params(), &step_->optimizer(), position);
+    save_checkpoint((fs::path(dir) / kStateFile).string(), config_json, nn::Params(),
+                    optimizer ? optimizer : &step_->optimizer(), position);
   }
 }
 

@@ -83,13 +83,16 @@ struct BatchLeaves {
 // Examples in batches by (seed, epoch); a step of M micro-batches takes M
 // consecutive batches, each weighted by its counted tokens over the step's
 // (transformers' num_items_in_batch), so the step's gradient is that of the
-// mean over all the step's counted tokens whatever the padding.
+// mean over all the step's counted tokens whatever the padding. Each batch's
+// rows are split among the replicas (every process's), each weighted by its
+// own rows' counted tokens.
 class FinetuneTask : public TrainingTask {
  public:
   FinetuneTask(models::FinetuneSession& session, FinetuneBatcher train, FinetuneBatcher val, int threads)
       : session_(session), model_(session.model()), train_(std::move(train)), val_(std::move(val)),
-        leaves_(session.input_ids, session.labels, session.segments), micro_(session.settings().micro_batches),
+        batch_leaves_(session.settings().batch, session.settings().context), micro_(session.settings().micro_batches),
         val_leaves_(session.settings().batch, session.settings().context) {
+    for (int r = 0; r < session.step().replicas(); ++r) replicas_.push_back(session.replica(r));
     train_.start_epoch(0);
     val_.start_in_order();
     val_loss_ = model_.loss(val_leaves_.ids, val_leaves_.labels, false, val_leaves_.segments);
@@ -107,17 +110,30 @@ class FinetuneTask : public TrainingTask {
     for (int64_t i = first; i < std::min(first + micro_, train_.batches_per_epoch()); ++i) {
       step_tokens += train_.counted_tokens(i);
     }
-    float& weight = session_.loss_weight.data_as<float>()[0];
-    if (index >= train_.batches_per_epoch() || step_tokens == 0) {
-      // A step past the epoch's last batch: nothing counted, nothing learnt.
-      std::fill_n(leaves_.labels.data_as<int32_t>(), leaves_.labels.numel(), -100);
-      weight = 0;
-    } else {
-      leaves_.load(train_, index);
-      weight = float(double(train_.counted_tokens(index)) * micro_ / double(step_tokens));
+    const TrainStep& step = session_.step();
+    const int64_t parts = step.global_replicas();
+    for (size_t r = 0; r < replicas_.size(); ++r) {
+      models::FinetuneSession::Inputs& in = replicas_[r];
+      float& weight = in.loss_weight.data_as<float>()[0];
+      const int64_t g = step.global_replica(int(r)), rows = in.labels.dim(0), n = in.labels.numel();
+      if (index >= train_.batches_per_epoch() || step_tokens == 0) {
+        // A step past the epoch's last batch: nothing counted, nothing learnt.
+        std::fill_n(in.labels.data_as<int32_t>(), n, -100);
+        weight = 0;
+      } else {
+        if (r == 0) batch_leaves_.load(train_, index);
+        std::copy_n(batch_leaves_.ids.data_as<int32_t>() + g * n, n, in.input_ids.data_as<int32_t>());
+        std::copy_n(batch_leaves_.labels.data_as<int32_t>() + g * n, n, in.labels.data_as<int32_t>());
+        std::copy_n(batch_leaves_.segments.data_as<int32_t>() + g * n, n, in.segments.data_as<int32_t>());
+        const int64_t counted = train_.counted_tokens(index, g * rows, (g + 1) * rows);
+        weight = float(double(counted) * double(micro_ * parts) / double(step_tokens));
+      }
+      // Replicas draw different masks; replica 0 the seed a single one would.
+      if (in.dropout_seed.defined()) {
+        in.dropout_seed.data_as<int32_t>()[0] =
+            int32_t(uint32_t(step_seed(pos.seed, pos.step * micro_ + m)) + uint32_t(g) * 0x9e3779b9u);
+      }
     }
-    Tensor seed = model_.lora_dropout_seed();
-    if (seed.defined()) seed.data_as<int32_t>()[0] = step_seed(pos.seed, pos.step * micro_ + m);
   }
 
   // The mean over every counted validation token.
@@ -138,7 +154,8 @@ class FinetuneTask : public TrainingTask {
   models::FinetuneSession& session_;
   const models::Llama& model_;
   FinetuneBatcher train_, val_;
-  BatchLeaves leaves_;
+  BatchLeaves batch_leaves_;  // the whole batch, before it is split among the replicas
+  std::vector<models::FinetuneSession::Inputs> replicas_;
   int64_t micro_;
   BatchLeaves val_leaves_;
   Tensor val_loss_;
@@ -200,6 +217,15 @@ int run_finetune(const FinetuneArgs& a) {
   fc.exec = exec_options(a);
   fc.seed = seed;
   fc.gradient_checkpointing = a.gradient_checkpointing;
+  fc.replicas = a.replicas;
+  fc.comm = a.comm;
+  fc.shard_optimizer = a.shard_optimizer;
+  if (a.comm) {
+    std::string data;
+    for (const std::string& path : {a.data, a.val_data}) data += path.empty() ? "" : read_file(path);
+    dist::check_same(*a.comm, "the fine-tuning data",
+                     fmt::format("{} bytes, hash {}", data.size(), dist::fingerprint(data.data(), data.size())));
+  }
   models::FinetuneSession session(a.full && !a.resume.empty() ? a.resume : a.base, fc,
                                   a.full ? "" : a.resume);
   const models::LlamaConfig& cfg = session.config();
@@ -248,7 +274,9 @@ int run_finetune(const FinetuneArgs& a) {
                               .eval_name = "validation",
                               .config_json = config_json,
                               .micro_batches = a.grad_accum};
-  options.save = [&](const optim::AdamW&, const TrainPosition& pos) { session.save(a.save, config_json, &pos); };
+  options.save = [&](const optim::AdamW& optimizer, const TrainPosition& pos) {
+    session.save(a.save, config_json, &pos, &optimizer);
+  };
   TrainingLoop loop(session.step(), task, session.trained(), a, std::move(options), state ? &*state : nullptr);
 
   fmt::print("base: {} ({:.2f}M parameters{}), {} layers, width {}\n", a.base, model.params().count() / 1e6,
@@ -272,7 +300,7 @@ int run_finetune(const FinetuneArgs& a) {
                                ? fmt::format(", {} of them losing every counted token", task.truncated_uncounted())
                                : ""));
   fmt::print("{}\n", loop.describe());
-  if (!state && a.resume.empty()) {
+  if (!state && a.resume.empty() && (!a.comm || a.comm->rank() == 0)) {
     // B starts at zero (or nothing has trained yet): the base's own loss.
     const Evaluation before = task.evaluate();
     fmt::print("validation loss before fine-tuning: {:.4f} ({} counted tokens)\n", before.loss, before.count);

@@ -138,6 +138,7 @@ struct FinetuneArgs : TrainLoopArgs {
   bool rslora = false;
   bool full = false;
   bool gradient_checkpointing = false;
+  int replicas = 1;  // data-parallel replicas in the process, each a share of the batch's rows
 };
 int run_finetune(const FinetuneArgs& opt);
 

@@ -377,6 +377,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"q", "k", "v", "o", "gate", "up", "down", "q_proj", "k_proj", "v_proj", "o_proj",
                              "gate_proj", "up_proj", "down_proj"}));
   finetune_cmd->add_flag("--rslora", ft.rslora, "Scale adapters by alpha / sqrt(r) (rsLoRA)");
+  add_int(finetune_cmd, "--replicas", ft.replicas,
+          "Data-parallel replicas, each a share of the batch's rows on a thread of its own (under mpirun: per process)",
+          1, 4096);
   finetune_cmd->add_flag("--gradient-checkpointing", ft.gradient_checkpointing,
                          "Recompute each block's activations and the logits in the backward: a fraction of the "
                          "memory for about a third more time");
@@ -572,11 +575,11 @@ int main(int argc, char** argv) {
   try {
     job = join_job();
     if (job) {
-      if (!vit_cmd->parsed() && !gpt_cmd->parsed() && !llama_cmd->parsed()) {
+      if (!vit_cmd->parsed() && !gpt_cmd->parsed() && !llama_cmd->parsed() && !finetune_cmd->parsed()) {
         throw nabla::UsageError("under mpirun with " + std::to_string(job->size()) +
-                                " processes, nabla runs train vit, gpt2 and llama; this command runs in one");
+                                " processes, nabla runs train vit, gpt2, llama and finetune; this command runs in one");
       }
-      vit.comm = gpt.comm = llama.comm = job.get();
+      vit.comm = gpt.comm = llama.comm = ft.comm = job.get();
       // Rank 0 speaks for the job; the others report errors only.
       if (job->rank() > 0 && !std::freopen("/dev/null", "w", stdout)) throw nabla::IoError("/dev/null: cannot open");
     }

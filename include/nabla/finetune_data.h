@@ -139,6 +139,8 @@ class FinetuneBatcher {
              int32_t* segments) const;
   // The labels other than -100 in batch `index`: the tokens its loss averages over.
   int64_t counted_tokens(int64_t index) const;
+  // Those of rows [row_begin, row_end) of batch `index` alone.
+  int64_t counted_tokens(int64_t index, int64_t row_begin, int64_t row_end) const;
 
   // Examples longer than T, of which truncated_uncounted() lost every counted
   // token (their loss is always zero: a prompt longer than T, say).

@@ -351,10 +351,16 @@ void FinetuneBatcher::batch(int64_t index, int32_t* ids, int32_t* labels, int32_
   }
 }
 
-int64_t FinetuneBatcher::counted_tokens(int64_t index) const {
+int64_t FinetuneBatcher::counted_tokens(int64_t index) const { return counted_tokens(index, 0, batch_); }
+
+int64_t FinetuneBatcher::counted_tokens(int64_t index, int64_t row_begin, int64_t row_end) const {
   check_index(index);
+  if (row_begin < 0 || row_end > batch_ || row_begin > row_end) {
+    throw UsageError("FinetuneBatcher: rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) +
+                     ") of a batch of " + std::to_string(batch_));
+  }
   int64_t counted = 0;
-  for (int64_t b = 0; b < batch_; ++b) {
+  for (int64_t b = row_begin; b < row_end; ++b) {
     const auto [first, last] = row_examples(index * batch_ + b);
     for (int64_t k = first; k < last; ++k) counted += counted_[size_t(k)];
   }

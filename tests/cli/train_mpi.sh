@@ -2,7 +2,9 @@
 # Training over processes (mpirun), one case per call:
 #   equal     N processes of R replicas write checkpoints byte-identical to one
 #             process of N x R replicas (ViT with 2, 3 and 2x2; GPT-2 with
-#             dropout; Llama with gradient checkpointing)
+#             dropout; Llama with gradient checkpointing; LoRA fine-tuning,
+#             whose losses also match one replica's, each row's tokens
+#             weighted alike)
 #   resume    a run saved by 2 processes resumes in 1 (and the reverse), ending
 #             where an uninterrupted run does
 #   shard     --shard-optimizer (ZeRO-1) writes the same checkpoints as without
@@ -24,6 +26,17 @@ vit=(train vit --preset fmnist --test-subset 100 --batch 24 --warmup 3 --dropout
      --train-subset 960)
 
 fail() { echo "$case: $*"; exit 1; }
+# A tiny Llama base and prompt/completion, chat and text lines to fine-tune it on.
+make_finetune_data() {
+  "$nabla" train llama --layers 2 --width 64 --heads 4 --kv-heads 2 --positions 64 --steps 0 \
+    --save "$dir/base.safetensors" >/dev/null 2>&1 || fail "making the base"
+  for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
+    echo "{\"prompt\": \"What is $i plus $i? \", \"completion\": \"$((i + i)).\"}"
+    echo "{\"messages\": [{\"role\": \"user\", \"content\": \"Say $i\"}, {\"role\": \"assistant\", \"content\": \"$i\"}]}"
+    echo "{\"text\": \"Fortune $i favours the prepared mind.\"}"
+  done >"$dir/data.jsonl"
+  ft=(--base "$dir/base.safetensors" --data "$dir/data.jsonl" --context 64 --batch 4 --epochs 2 --lora-r 4)
+}
 same() {  # same A B WHAT
   cmp "$1" "$2" >/dev/null || fail "$3: the checkpoints differ"
   echo "$3: byte-identical"
@@ -59,6 +72,22 @@ equal)
   "$nabla" train llama "${lm[@]}" --gradient-checkpointing --replicas 2 --threads 2 --save "$dir/l1.safetensors" \
     >/dev/null 2>&1 || fail "Llama with 2 replicas failed"
   same "$dir/l2.safetensors" "$dir/l1.safetensors" "Llama with gradient checkpointing, 2 processes vs 2 replicas"
+  make_finetune_data
+  "${mpi[@]}" -np 2 "$nabla" finetune "${ft[@]}" --threads 1 --save "$dir/f2" >"$dir/f2.log" 2>&1 ||
+    { cat "$dir/f2.log"; fail "fine-tuning over 2 processes failed"; }
+  "$nabla" finetune "${ft[@]}" --replicas 2 --threads 2 --save "$dir/f1" >/dev/null 2>&1 || fail "fine-tuning, 2 replicas"
+  for f in adapter_model.safetensors training_state.safetensors; do same "$dir/f2/$f" "$dir/f1/$f" "LoRA $f"; done
+  # Without dropout, one replica's losses are the same to rounding: each
+  # replica's rows weighted by their own counted tokens.
+  "$nabla" finetune "${ft[@]}" --lora-dropout 0 --lr 1e-2 --threads 1 --save "$dir/g1" --log-every 1 >/dev/null 2>&1 ||
+    fail "fine-tuning, 1 replica"
+  "${mpi[@]}" -np 2 "$nabla" finetune "${ft[@]}" --lora-dropout 0 --lr 1e-2 --threads 1 --save "$dir/g2" \
+    --log-every 1 >/dev/null 2>&1 || fail "fine-tuning over 2 processes without dropout"
+  paste -d, "$dir/g1.csv" "$dir/g2.csv" | awk -F, 'NR > 1 && NR <= 6 {
+      d = $3 - $(NF / 2 + 3); if (d < 0) d = -d
+      if (d > 1e-5 * $3) { print "step " $1 ": loss " $3 " (1 replica) vs " $(NF / 2 + 3); bad = 1 } }
+      END { exit bad }' || fail "fine-tuning losses differ from one replica's"
+  echo "LoRA over 2 processes: the first 5 steps' losses match one replica's to 1e-5"
   ;;
 resume)
   "$nabla" "${vit[@]}" --max-steps 14 --replicas 2 --threads 2 --save "$dir/straight.safetensors" >/dev/null 2>&1 ||
@@ -94,6 +123,14 @@ shard)
   "$nabla" "${vit[@]}" --max-steps 14 --replicas 4 --threads 2 --resume "$dir/b.safetensors" \
     --save "$dir/c.safetensors" >/dev/null 2>&1 || fail "resuming in 1 process failed"
   same "$dir/c.safetensors" "$dir/straight.safetensors" "4 sharded processes, then 2, then 1, vs one run"
+  make_finetune_data
+  "${mpi[@]}" -np 2 "$nabla" finetune "${ft[@]}" --pad --grad-accum 2 --threads 1 --shard-optimizer --save "$dir/f2" \
+    >"$dir/f2.log" 2>&1 || { cat "$dir/f2.log"; fail "sharded fine-tuning failed"; }
+  "$nabla" finetune "${ft[@]}" --pad --grad-accum 2 --replicas 2 --threads 2 --save "$dir/f1" >/dev/null 2>&1 ||
+    fail "fine-tuning, 2 replicas"
+  for f in adapter_model.safetensors training_state.safetensors; do
+    same "$dir/f2/$f" "$dir/f1/$f" "LoRA, padded, 2 micro-batches, sharded: $f"
+  done
   ;;
 mismatch)
   expect_refused() {  # WHAT PATTERN, after a run that wrote $dir/m.log with status $status
@@ -115,7 +152,7 @@ mismatch)
   "${mpi[@]}" -np 1 "${one[@]}" --replicas 1 : -np 1 "${one[@]}" --replicas 2 >"$dir/m.log" 2>&1; status=$?
   expect_refused "other replica counts" "disagree on"
   "${mpi[@]}" -np 2 "$nabla" train mlp --steps 5 >"$dir/m.log" 2>&1; status=$?
-  expect_refused "train mlp" "runs train vit, gpt2 and llama"
+  expect_refused "train mlp" "runs train vit, gpt2, llama and finetune"
   ;;
 kill)
   ck="$dir/ck.safetensors"

@@ -28,6 +28,12 @@ struct FinetuneConfig {
   // format stay so and are computed in it (QLoRA); false: read as f32.
   bool keep_stored = true;
   bool gradient_checkpointing = false;  // Llama::set_gradient_checkpointing
+  // Data parallelism (TrainStep's): replicas in this process, times the
+  // processes of a job (comm, which must outlive the session), split each
+  // batch's rows; shard_optimizer: ZeRO-1 across the processes.
+  int replicas = 1;
+  dist::Communicator* comm = nullptr;
+  bool shard_optimizer = false;
 };
 
 class FinetuneSession {
@@ -38,12 +44,17 @@ class FinetuneSession {
   FinetuneSession(const std::string& base, FinetuneConfig config, const std::string& adapter_dir = "");
   ~FinetuneSession();
 
-  // The step's inputs, [batch, context] i32: token ids, labels (Hugging
-  // Face's: -100 not counted, shifted inside the loss), segment ids
-  // (documents packed into a row attend within their own id); and the
-  // micro-batch's loss weight, an f32 scalar (its share of the update's
-  // counted tokens times micro_batches; 1 with one micro-batch).
+  // The step's inputs, [rows, context] i32 with rows = batch / (replicas x
+  // processes): token ids, labels (Hugging Face's: -100 not counted, shifted
+  // inside the loss), segment ids (documents packed into a row attend within
+  // their own id); and the loss weight, an f32 scalar (the rows' share of
+  // the update's counted tokens times micro_batches x replicas x processes;
+  // 1 with one of each). Replica 0's; replica(r) gives each one's.
   Tensor input_ids, labels, segments, loss_weight;
+  struct Inputs {
+    Tensor input_ids, labels, segments, loss_weight, dropout_seed;  // dropout_seed: undefined without LoRA dropout
+  };
+  Inputs replica(int r) const;
 
   // Forward and backward for the inputs now in the leaves; returns the
   // weighted loss. With micro-batches, gradients sum until update().
@@ -64,8 +75,10 @@ class FinetuneSession {
   // when full), and with `position` nabla's training state beside it
   // (training_state.safetensors: the AdamW moments and the position), from
   // which a session continues bit for bit (load_state).
-  void save(const std::string& dir, const std::string& config_json = "{}",
-            const TrainPosition* position = nullptr) const;
+  // `optimizer`: the moments to write (a sharded step's, gathered); null:
+  // the step's own.
+  void save(const std::string& dir, const std::string& config_json = "{}", const TrainPosition* position = nullptr,
+            const optim::AdamW* optimizer = nullptr) const;
   // The training state a save() wrote into `dir`, when there is one.
   static bool has_state(const std::string& dir);
   static Checkpoint load_state(const std::string& dir);
