@@ -136,7 +136,7 @@ Result run_model(Model& model, const nn::Params& trained, const Tensor& input, c
   optim::AdamWConfig adamw;
   r.gflop_per_step *= replicas;
   TrainStep step(loss, trained, {}, adamw, ExecOptions{.threads = threads, .bf16_matmul = bf16_matmul},
-                 1, low_memory, replicas);
+                 {.low_memory = low_memory, .replicas = replicas});
   r.factored = step.factored_gradients();
   std::mt19937 rng(7);
   for (int k = 0; k < replicas; ++k) {

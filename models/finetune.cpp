@@ -54,8 +54,10 @@ FinetuneSession::FinetuneSession(const std::string& base, FinetuneConfig setting
   loss_weight = Tensor::full(DType::f32, {}, 1.0).set_name("loss_weight");
   const Tensor loss = model_->loss(input_ids, labels, /*train=*/true, segments) * loss_weight;
   step_ = std::make_unique<TrainStep>(loss, trained(), std::vector<Tensor>{}, config_.adamw, config_.exec,
-                                      config_.micro_batches, false, std::max(1, config_.replicas), config_.comm,
-                                      config_.shard_optimizer);
+                                      StepOptions{.micro_batches = config_.micro_batches,
+                                                  .replicas = std::max(1, config_.replicas),
+                                                  .comm = config_.comm,
+                                                  .shard_optimizer = config_.shard_optimizer});
 }
 
 FinetuneSession::Inputs FinetuneSession::replica(int r) const {

@@ -190,7 +190,8 @@ int train(const TrainLmArgs& a, const Config& cfg, const std::optional<Checkpoin
   const bool low_memory = a.low_memory || a.whole_gradients
                               ? a.low_memory
                               : R * ranks == 1 && default_low_memory(model.params().count());
-  TrainStep step(loss, model.params(), {}, adamw, exec_options(a), 1, low_memory, R, a.comm, a.shard_optimizer);
+  TrainStep step(loss, model.params(), {}, adamw, exec_options(a),
+                 {.low_memory = low_memory, .replicas = R, .comm = a.comm, .shard_optimizer = a.shard_optimizer});
   TextTask task(step, model, dropout_seed_of(model), tokens, text.train, text.val, B, T, a.eval_batches, seed,
                 a.threads);
   TrainingLoop loop(step, task, model.params(), a,

@@ -158,7 +158,8 @@ int run_train_vit(const TrainVitArgs& a) {
                       : cross_entropy(logits, labels);
   optim::AdamWConfig adamw;
   adamw.weight_decay = a.weight_decay;
-  TrainStep step(loss, model.params(), {logits}, adamw, exec_options(a), 1, false, R, a.comm, a.shard_optimizer);
+  TrainStep step(loss, model.params(), {logits}, adamw, exec_options(a),
+                 {.replicas = R, .comm = a.comm, .shard_optimizer = a.shard_optimizer});
   VitEvaluator evaluator(model, data.test, data.normalize, a.eval_batch, a.threads);
   VitTask task(step, model, loader, evaluator, images, labels, logits);
   TrainingLoop loop(step, task, model.params(), a,

@@ -72,12 +72,19 @@ namespace nabla {
 // The ranks must build the same step (same parameters,
 // options and replica count): the constructor checks, a DistributedError on
 // every rank where they differ. comm must outlive the step.
+// How a TrainStep runs besides its graph: the modes described above.
+struct StepOptions {
+  int micro_batches = 1;
+  bool low_memory = false;
+  int replicas = 1;
+  dist::Communicator* comm = nullptr;
+  bool shard_optimizer = false;
+};
+
 class TrainStep {
  public:
   TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
-            const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches = 1,
-            bool low_memory = false, int replicas = 1, dist::Communicator* comm = nullptr,
-            bool shard_optimizer = false);
+            const optim::AdamWConfig& adamw, ExecOptions options, StepOptions step = {});
   ~TrainStep();
 
   // Forward and backward for the batch now in the input leaves (of every

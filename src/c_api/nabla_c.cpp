@@ -853,8 +853,8 @@ nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_
     auto trainer = std::make_unique<nabla_trainer>();
     trainer->ctx = ctx;
     trainer->step = std::make_unique<nabla::TrainStep>(
-        objective, params, outputs, nabla::optim::AdamWConfig{beta1, beta2, eps, weight_decay}, options, 1,
-        (flags & NABLA_TRAIN_LOW_MEMORY) != 0, replicas);
+        objective, params, outputs, nabla::optim::AdamWConfig{beta1, beta2, eps, weight_decay}, options,
+        nabla::StepOptions{.low_memory = (flags & NABLA_TRAIN_LOW_MEMORY) != 0, .replicas = replicas});
     for (size_t slot : undecayed) trainer->step->optimizer().set_decay(slot, false);
     context.trainers.push_back(std::move(trainer));
     *out = context.trainers.back().get();

@@ -106,10 +106,11 @@ struct TrainStep::Replica {
 };
 
 TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::vector<Tensor>& extras,
-                     const optim::AdamWConfig& adamw, ExecOptions options, int micro_batches, bool low_memory,
-                     int replicas, dist::Communicator* comm, bool shard_optimizer)
-    : loss_(loss), comm_(comm), ranks_(comm ? comm->size() : 1), sharded_(shard_optimizer && ranks_ > 1),
-      micro_batches_(micro_batches), replicas_(replicas) {
+                     const optim::AdamWConfig& adamw, ExecOptions options, StepOptions step)
+    : loss_(loss), comm_(step.comm), ranks_(step.comm ? step.comm->size() : 1),
+      sharded_(step.shard_optimizer && ranks_ > 1), micro_batches_(step.micro_batches), replicas_(step.replicas) {
+  const int micro_batches = step.micro_batches, replicas = step.replicas;
+  const bool low_memory = step.low_memory;
   if (micro_batches < 1) {
     throw UsageError("train step: micro_batches must be at least 1, got " + std::to_string(micro_batches));
   }

@@ -49,8 +49,8 @@ std::pair<std::vector<std::vector<float>>, std::vector<double>> train_tied(bool 
                                                                            TiedShape shape = {2, 8, 160, 128, 256},
                                                                            int steps = 3) {
   TiedModel m(shape.batch, shape.seq, shape.vocab, shape.dim, shape.hidden);
-  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 2, .bf16_matmul = bf16}, 1,
-                 low_memory);
+  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 2, .bf16_matmul = bf16},
+                 {.low_memory = low_memory});
   if (factored) *factored = step.factored_gradients();
   std::vector<double> norms;
   for (int i = 0; i < steps; ++i) {
@@ -114,7 +114,7 @@ TEST(TrainStep, LowMemoryFactorsOnlyWhatItShrinks) {
   // [256, 128] (proj's and qkv's likewise), wte's [64, 160], [64, 128] and
   // the lookup's rows more than its [160, 128].
   TiedModel m(8, 8, 160, 128, 256);
-  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, 1, true);
+  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, {.low_memory = true});
   EXPECT_EQ(step.factored_gradients(), 3);
   EXPECT_TRUE(step.gradients()[0].defined());   // wte
   EXPECT_FALSE(step.gradients()[1].defined());  // fc.weight
@@ -125,7 +125,9 @@ TEST(TrainStep, LowMemoryFactorsOnlyWhatItShrinks) {
 
 TEST(TrainStep, LowMemoryRefusesMicroBatches) {
   TiedModel m(2, 8, 160, 128, 256);
-  EXPECT_THROW(TrainStep(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, 2, true), UsageError);
+  EXPECT_THROW(TrainStep(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1},
+                         {.micro_batches = 2, .low_memory = true}),
+               UsageError);
 }
 
 // A factor that is a leaf (here the input x of a linear layer) is copied in
@@ -137,7 +139,7 @@ TEST(TrainStep, LowMemoryFactorsAreTheRunsValues) {
     Tensor w = params.add("w", ramp({256, 128}, 0.29));
     Tensor x = ramp({16, 128}, 0.61);
     Tensor loss = sum(square(matmul(x, transpose(w))));
-    TrainStep step(loss, params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 2}, 1, low_memory);
+    TrainStep step(loss, params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 2}, {.low_memory = low_memory});
     EXPECT_EQ(step.factored_gradients(), low_memory ? 1 : 0);
     for (int i = 0; i < 2; ++i) {
       step.run();
@@ -171,8 +173,8 @@ Trained train_replicated(int replicas, int micro_batches, int threads) {
   TiedModel whole(kBatch, kSeq, 160, 128, 256);  // the batch's tokens
   const int64_t share = kBatch / (replicas * micro_batches);
   TiedModel m(share, kSeq, 160, 128, 256);
-  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = threads}, micro_batches, false,
-                 replicas);
+  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = threads},
+                 {.micro_batches = micro_batches, .replicas = replicas});
   EXPECT_EQ(step.replicas(), replicas);
   Trained out;
   for (int i = 0; i < 3; ++i) {
@@ -238,7 +240,7 @@ TEST(TrainStep, ReplicasTrainAsOneBatch) {
 TEST(TrainStep, ReplicasHaveTheirOwnLeavesAndShareTheParameters) {
   TiedModel m(1, 8, 160, 128, 256);
   Tensor outside = ramp({3}, 0.1);
-  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 2}, 1, false, 3);
+  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 2}, {.replicas = 3});
   EXPECT_EQ(step.in_replica(0, m.tokens).node(), m.tokens.node());
   for (int r = 1; r < 3; ++r) {
     Tensor tokens = step.in_replica(r, m.tokens);
@@ -251,9 +253,9 @@ TEST(TrainStep, ReplicasHaveTheirOwnLeavesAndShareTheParameters) {
   EXPECT_THROW(step.in_replica(1, outside), UsageError);
   EXPECT_THROW(step.in_replica(3, m.tokens), UsageError);
   EXPECT_THROW(step.executor(-1), UsageError);
-  EXPECT_THROW(TrainStep(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, 1, false, 0),
+  EXPECT_THROW(TrainStep(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, {.replicas = 0}),
                UsageError);
-  EXPECT_THROW(TrainStep(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, 1, true, 2),
+  EXPECT_THROW(TrainStep(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = 1}, {.low_memory = true, .replicas = 2}),
                UsageError);
 }
 
@@ -326,8 +328,8 @@ TEST(TrainStep, LowMemoryRunsOnTheReferenceBackend) {
   std::vector<double> norms[2];
   for (int b = 0; b < 2; ++b) {
     TiedModel m(2, 8, 160, 128, 256);
-    TrainStep step(m.loss, m.params, {}, config, ExecOptions{.threads = 2, .backend = b ? "reference" : "cpu"}, 1,
-                   true);
+    TrainStep step(m.loss, m.params, {}, config, ExecOptions{.threads = 2, .backend = b ? "reference" : "cpu"},
+                   {.low_memory = true});
     EXPECT_GT(step.factored_gradients(), 0) << (b ? "reference" : "cpu");
     for (int i = 0; i < 3; ++i) {
       step.run();
