@@ -148,7 +148,10 @@ class TrainStep {
   std::unique_ptr<optim::AdamW> optimizer_;
   std::vector<const float*> grad_ptrs_;
   std::vector<int64_t> sizes_;
-  std::vector<Tensor> accum_;  // f32 leaves: the gradients summed when several runs feed one update
+  // The gradients summed when several runs, replicas or ranks feed one
+  // update: views of one f32 leaf, in offsets_' order.
+  Tensor accum_flat_;
+  std::vector<Tensor> accum_;
   // The update stage's inputs: per parameter {lr, step, weight decay} (rows
   // of f64 [P, 3]); {average, clip}. Its clip_scale node: {norm, scale}.
   Tensor hyper_, settings_, clip_;
@@ -159,13 +162,16 @@ class TrainStep {
     int64_t begin, end;
   };
   std::vector<Chunk> chunks_;  // accum_'s elements in pieces, summed in parallel
-  // Across ranks: the gradients as one buffer (offsets_[i]: parameter i's
-  // first element), folded by fold_replicas().
+  // The gradients as one buffer (offsets_[i]: parameter i's first element).
+  // Across ranks, reduced_ receives the fold of every replica's
+  // (fold_replicas()): accum_flat_'s memory itself with one run a step,
+  // unsharded; memory of its own otherwise.
   void fold_replicas(float* acc, int64_t begin, int64_t end, bool first) const;
   dist::Communicator* comm_ = nullptr;
   int ranks_ = 1;
   std::vector<int64_t> offsets_;
-  std::vector<float> reduced_;
+  float* reduced_ = nullptr;
+  std::vector<float> reduced_storage_;
   float global_loss_ = 0;
   struct Overlap;  // the buckets and the thread that reduces them
   std::unique_ptr<Overlap> overlap_;

@@ -186,9 +186,14 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
       graph.add_output(grads_.back());
     }
   }
+  offsets_.push_back(0);
+  for (int64_t n : sizes_) offsets_.push_back(offsets_.back() + n);
   if ((micro_batches_ > 1 || replicas > 1 || ranks_ > 1) && !sharded_) {
+    // One buffer, each parameter's sum a view of it: across ranks, the
+    // reduction writes it in place.
+    accum_flat_ = Tensor::zeros(DType::f32, {offsets_.back()});
     for (size_t i = 0; i < grads_.size(); ++i) {
-      accum_.push_back(Tensor::zeros(DType::f32, wrt[i].shape()));
+      accum_.push_back(reshape(slice(accum_flat_, 0, offsets_[i], offsets_[i + 1]), wrt[i].shape()));
       for (int64_t b = 0; b < sizes_[i]; b += kSumChunk) chunks_.push_back({i, b, std::min(sizes_[i], b + kSumChunk)});
     }
   }
@@ -252,9 +257,13 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
     for (const Tensor& g : grads_) grad_ptrs_.push_back(static_cast<const float*>(executor_->data(g)));
   }
   if (ranks_ > 1) {
-    offsets_.push_back(0);
-    for (int64_t n : sizes_) offsets_.push_back(offsets_.back() + n);
-    reduced_.resize(size_t(offsets_.back()));
+    // One run a step, unsharded: the fold lands in the update's buffer.
+    if (!sharded_ && micro_batches_ == 1) {
+      reduced_ = accum_flat_.data_as<float>();
+    } else {
+      reduced_storage_.resize(size_t(offsets_.back()));
+      reduced_ = reduced_storage_.data();
+    }
     check_same_step(*comm_, params, adamw, options, micro_batches, replicas, sharded_);
     if (sharded_) {
       // Parts on the norm's chunk boundaries: each rank sums whole chunks.
@@ -313,7 +322,7 @@ void TrainStep::start_overlap() {
         const auto begun = Clock::now();
         Clock::duration idle{};
         comm_->allreduce_buckets(
-            reduced_.data(), ov->buckets,
+            reduced_, ov->buckets,
             [this](float* acc, int64_t begin, int64_t end, bool first_rank) { fold_replicas(acc, begin, end, first_rank); },
             [&](size_t k) {
               const auto waiting = Clock::now();
@@ -394,17 +403,20 @@ void TrainStep::run() {
     }
     if (sharded_ && micro_batches_ > 1) {
       // This rank's part alone: shard_sum (+)= it.
-      const float* s = reduced_.data() + bounds_[size_t(comm_->rank())];
+      const float* s = reduced_ + bounds_[size_t(comm_->rank())];
       for (size_t k = 0; k < shard_sum_.size(); ++k) shard_sum_[k] = first ? s[k] : shard_sum_[k] + s[k];
     }
-    cpu::parallel_for(threads_, int64_t(chunks_.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t c = b; c < e; ++c) {
-        const Chunk& piece = chunks_[size_t(c)];
-        const float* s = reduced_.data() + offsets_[piece.slot];
-        float* a = accum_[piece.slot].data_as<float>();
-        for (int64_t k = piece.begin; k < piece.end; ++k) a[k] = first ? s[k] : a[k] + s[k];
-      }
-    });
+    if (!sharded_ && micro_batches_ > 1) {
+      float* accum = accum_flat_.data_as<float>();
+      cpu::parallel_for(threads_, int64_t(chunks_.size()), 1, [&](int64_t b, int64_t e) {
+        for (int64_t c = b; c < e; ++c) {
+          const Chunk& piece = chunks_[size_t(c)];
+          const float* s = reduced_ + offsets_[piece.slot];
+          float* a = accum + offsets_[piece.slot];
+          for (int64_t k = piece.begin; k < piece.end; ++k) a[k] = first ? s[k] : a[k] + s[k];
+        }
+      });
+    }
     // The losses of every replica, summed in the same order as one process's.
     std::vector<float> mine(static_cast<size_t>(replicas_)), all(static_cast<size_t>(global_replicas()));
     for (int r = 0; r < replicas_; ++r) {
@@ -419,11 +431,12 @@ void TrainStep::run() {
   }
   if (accum_.empty()) return;
   // accum (+)= g_0 + g_1 + ...: the same order whichever thread sums a piece.
+  float* accum = accum_flat_.data_as<float>();
   cpu::parallel_for(threads_, int64_t(chunks_.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
       const Chunk& piece = chunks_[size_t(c)];
       const float* g0 = grad_ptrs_[piece.slot];
-      float* a = accum_[piece.slot].data_as<float>();
+      float* a = accum + offsets_[piece.slot];
       for (int64_t k = piece.begin; k < piece.end; ++k) {
         float s = g0[k];
         for (const Replica& r : copies_) s += r.grads[piece.slot][k];
@@ -521,11 +534,11 @@ double TrainStep::sharded_update(double lr, double clip) {
   const int64_t t = optimizer_->count_step();
   const size_t rank = size_t(comm_->rank());
   const int64_t lo = bounds_[rank], hi = bounds_[rank + 1], K = optim::kNormChunk;
-  if (micro_batches_ > 1) std::copy(shard_sum_.begin(), shard_sum_.end(), reduced_.begin() + lo);
+  if (micro_batches_ > 1) std::copy(shard_sum_.begin(), shard_sum_.end(), reduced_ + lo);
   // The norm: this part's chunks, then every rank's partial sums added in
   // chunk order, as squared_norm's kernel adds them in one process.
   std::vector<const float*> grads;
-  for (size_t i = 0; i < sizes_.size(); ++i) grads.push_back(reduced_.data() + offsets_[i]);
+  for (size_t i = 0; i < sizes_.size(); ++i) grads.push_back(reduced_ + offsets_[i]);
   int64_t most = 0;
   for (int r = 0; r < ranks_; ++r) most = std::max(most, (bounds_[size_t(r) + 1] - bounds_[size_t(r)] + K - 1) / K);
   std::vector<double> mine(static_cast<size_t>(most), 0.0), all(static_cast<size_t>(most * ranks_));
@@ -549,7 +562,7 @@ double TrainStep::sharded_update(double lr, double clip) {
     const optim::AdamWConstants k = optim::adamw_constants(optimizer_->config(), t, lr, cs.scale, slot.decay);
     float* p = Tensor(slot.param).data_as<float>() + (b - offsets_[i]);
     float *m = shard_m_.data() + (b - lo), *v = shard_v_.data() + (b - lo);
-    const float* g = reduced_.data() + b;
+    const float* g = reduced_ + b;
     cpu::parallel_for(threads_, e - b, kSumChunk, [&](int64_t pb, int64_t pe) {
       optim::adamw_update(p + pb, m + pb, v + pb, g + pb, pe - pb, k);
     });
@@ -558,9 +571,9 @@ double TrainStep::sharded_update(double lr, double clip) {
   for (size_t i = 0; i < sizes_.size(); ++i) {
     const int64_t b = std::max(lo, offsets_[i]), e = std::min(hi, offsets_[i + 1]);
     const float* p = static_cast<const float*>(optimizer_->slots()[i].param.data());
-    if (b < e) std::copy_n(p + (b - offsets_[i]), e - b, reduced_.data() + b);
+    if (b < e) std::copy_n(p + (b - offsets_[i]), e - b, reduced_ + b);
   }
-  comm_->all_gather(reduced_.data(), bounds_);
+  comm_->all_gather(reduced_, bounds_);
   for (size_t i = 0; i < sizes_.size(); ++i) {
     float* p = Tensor(optimizer_->slots()[i].param).data_as<float>();
     for (int64_t k = offsets_[i]; k < offsets_[i + 1]; ++k) {
@@ -578,13 +591,13 @@ void TrainStep::with_optimizer_state(const std::function<void(const optim::AdamW
   const int64_t lo = bounds_[size_t(rank)];
   std::vector<std::pair<std::string, Tensor>> state;
   for (const auto* part : {&shard_m_, &shard_v_}) {
-    std::copy(part->begin(), part->end(), reduced_.begin() + lo);
-    comm_->gather(reduced_.data(), bounds_, 0);
+    std::copy(part->begin(), part->end(), reduced_ + lo);
+    comm_->gather(reduced_, bounds_, 0);
     if (rank != 0) continue;
     for (size_t i = 0; i < sizes_.size(); ++i) {
       const optim::Slot& slot = optimizer_->slots()[i];
       state.emplace_back(std::string(part == &shard_m_ ? "optimizer.exp_avg." : "optimizer.exp_avg_sq.") + slot.name,
-                         Tensor::from_data(DType::f32, slot.param.shape(), reduced_.data() + offsets_[i]));
+                         Tensor::from_data(DType::f32, slot.param.shape(), reduced_ + offsets_[i]));
     }
   }
   if (rank != 0) return;
