@@ -22,8 +22,8 @@ namespace nabla::cli {
 namespace {
 
 // The images of each batch, split among the step's replicas (all ranks'
-// of a distributed run: this process fills its own); accuracy from their
-// logits; evaluation on the test set.
+// of a distributed run: this process loads its own rows alone); accuracy
+// from their logits; evaluation on the test set.
 class VitTask : public TrainingTask {
  public:
   VitTask(TrainStep& step, const models::Vit& model, BatchLoader& loader, VitEvaluator& evaluator, const Tensor& images,
@@ -33,8 +33,11 @@ class VitTask : public TrainingTask {
       replicas_.push_back({step.in_replica(r, images), step.in_replica(r, labels), step.in_replica(r, logits),
                            model.config().drop_rate > 0 ? step.in_replica(r, model.dropout_seed) : Tensor()});
     }
-    const int64_t B = loader.batch_size();
-    batch_images_.resize(size_t(B * images.numel() / images.dim(0)));
+    // This process's rows of every batch: its replicas', in order.
+    const int64_t rows = images.dim(0);
+    if (step.global_replicas() > step.replicas()) loader.set_rows(step.global_replica(0) * rows, step.replicas() * rows);
+    const int64_t B = loader.rows_per_batch();
+    batch_images_.resize(size_t(B * images.numel() / rows));
     batch_labels_.resize(size_t(B));
   }
 
@@ -53,8 +56,8 @@ class VitTask : public TrainingTask {
     for (int64_t r = 0; r < R; ++r) {
       Replica& rep = replicas_[size_t(r)];
       const int64_t n = rep.labels.numel(), pixels = rep.images.numel(), g = step_.global_replica(int(r));
-      std::copy_n(batch_images_.data() + g * pixels, pixels, rep.images.data_as<float>());
-      std::copy_n(batch_labels_.data() + g * n, n, rep.labels.data_as<int32_t>());
+      std::copy_n(batch_images_.data() + r * pixels, pixels, rep.images.data_as<float>());
+      std::copy_n(batch_labels_.data() + r * n, n, rep.labels.data_as<int32_t>());
       // Replicas draw different masks; replica 0 the seed a single one would.
       if (rep.dropout_seed.defined()) {
         rep.dropout_seed.data_as<int32_t>()[0] = int32_t(uint32_t(step_seed(pos.seed, pos.step)) + uint32_t(g) * 0x9e3779b9u);

@@ -99,7 +99,13 @@ class BatchLoader {
   void start_epoch(int64_t epoch);
   // Moves `batches` batches forward in the current epoch without making them.
   void skip(int64_t batches);
-  // Writes the next batch: `images` [B, C, H, W] normalised, `labels` [B].
+  // Serves rows [begin, begin + count) of every batch alone, as they are in
+  // the whole batch (a process's share of a batch split across processes):
+  // next() writes count rows, batch_rows() counts the real ones among them.
+  // Restarts the current epoch. UsageError for rows outside the batch.
+  void set_rows(int64_t begin, int64_t count);
+  // Writes the next batch: `images` [B, C, H, W] normalised, `labels` [B]
+  // (B: set_rows' count, the batch size unless set).
   // Returns false, writing nothing, when the epoch is over. When drop_last is
   // false the epoch's last batch may be partial: rows past batch_rows() are
   // zero images with label 0. Rethrows an error met while preparing it.
@@ -107,6 +113,7 @@ class BatchLoader {
 
   int64_t batches_per_epoch() const { return batches_; }
   int64_t batch_size() const { return batch_size_; }
+  int64_t rows_per_batch() const { return row_count_; }  // what next() writes: set_rows' count
   int64_t batch_rows() const { return rows_; }  // real rows of the last batch next() wrote
   int64_t epoch() const { return epoch_; }
   int64_t batch_index() const { return pos_; }  // batches served (or skipped) this epoch
@@ -125,6 +132,7 @@ class BatchLoader {
 
   const ImageDataset& data_;
   int64_t batch_size_, batches_;
+  int64_t row_begin_ = 0, row_count_;  // set_rows
   bool shuffle_;
   Augment augment_;
   std::vector<float> lut_;  // [C, 256] normalised value of each pixel byte

@@ -40,6 +40,7 @@ BatchLoader::BatchLoader(const ImageDataset& data, int64_t batch_size, bool shuf
                          Augment augment, Normalize normalize, uint64_t seed, bool prefetch)
     : data_(data),
       batch_size_(batch_size),
+      row_count_(batch_size),
       shuffle_(shuffle),
       augment_(augment),
       seed_(seed),
@@ -133,6 +134,23 @@ void BatchLoader::skip(int64_t batches) {
   request(pos_);
 }
 
+void BatchLoader::set_rows(int64_t begin, int64_t count) {
+  if (begin < 0 || count < 1 || begin + count > batch_size_) {
+    throw UsageError("BatchLoader: rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                     ") of a batch of " + std::to_string(batch_size_));
+  }
+  if (prefetch_) {
+    // The worker may be filling the old rows: let it finish first.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !busy_; });
+    done_ = false;
+    job_ = {};
+  }
+  row_begin_ = begin;
+  row_count_ = count;
+  start_epoch(epoch_);
+}
+
 void BatchLoader::request(int64_t batch) {
   if (!prefetch_ || batch >= batches_) return;
   std::unique_lock<std::mutex> lock(mu_);
@@ -167,8 +185,8 @@ bool BatchLoader::next(float* images, int32_t* labels) {
     job_ = {};
     std::rethrow_exception(e);
   }
-  std::memcpy(images, images_.data(), images_.size() * sizeof(float));
-  std::memcpy(labels, labels_.data(), labels_.size() * sizeof(int32_t));
+  std::memcpy(images, images_.data(), size_t(row_count_ * data_.image_size()) * sizeof(float));
+  std::memcpy(labels, labels_.data(), size_t(row_count_) * sizeof(int32_t));
   rows_ = job_rows_;
   done_ = false;
   lock.unlock();
@@ -204,9 +222,9 @@ int64_t BatchLoader::fill(const Job& job, float* images, int32_t* labels) const 
   const ImageDataset& d = data_;
   const int64_t C = d.channels, H = d.height, W = d.width, image = d.image_size();
   const int pad = augment_.pad;
-  int64_t first = job.batch * batch_size_;
-  int64_t rows = std::min(batch_size_, d.n - first);
-  for (int64_t r = 0; r < batch_size_; ++r) {
+  int64_t first = job.batch * batch_size_ + row_begin_;
+  int64_t rows = std::clamp<int64_t>(d.n - first, 0, row_count_);
+  for (int64_t r = 0; r < row_count_; ++r) {
     float* out = images + r * image;
     if (r >= rows) {
       std::fill(out, out + image, 0.0f);

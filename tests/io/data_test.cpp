@@ -717,6 +717,42 @@ TEST(BatchLoader, PrefetchMatchesSynchronous) {
   }
 }
 
+// A process's rows of each batch are those rows of the whole batch, with
+// their own augmentation; the last, partial batch counts its real rows.
+TEST(BatchLoader, RowsOfEveryBatchAsInTheWholeBatch) {
+  ImageDataset d = make_dataset(37, 3, 5, 4);
+  Normalize norm{{0.5f, 0.4f, 0.3f}, {0.2f, 0.3f, 0.4f}};
+  const int64_t image = d.image_size();
+  for (bool prefetch : {false, true}) {
+    SCOPED_TRACE(prefetch ? "prefetch" : "synchronous");
+    BatchLoader whole(d, 8, true, false, {2, true, 0.5}, norm, 99, prefetch);
+    BatchLoader part(d, 8, true, false, {2, true, 0.5}, norm, 99, prefetch);
+    part.set_rows(3, 4);
+    EXPECT_EQ(part.rows_per_batch(), 4);
+    EXPECT_THROW(part.set_rows(6, 3), UsageError);
+    for (int64_t epoch : {0, 3}) {
+      whole.start_epoch(epoch);
+      part.start_epoch(epoch);
+      std::vector<float> wi(size_t(8 * image)), pi(size_t(4 * image));
+      std::vector<int32_t> wl(8), pl(4);
+      int64_t batches = 0;
+      while (whole.next(wi.data(), wl.data())) {
+        ASSERT_TRUE(part.next(pi.data(), pl.data()));
+        const int64_t real = std::clamp<int64_t>(whole.batch_rows() - 3, 0, 4);
+        EXPECT_EQ(part.batch_rows(), real) << "batch " << batches;
+        for (int64_t r = 0; r < real; ++r) {
+          EXPECT_EQ(pl[size_t(r)], wl[size_t(3 + r)]);
+          EXPECT_TRUE(std::equal(pi.begin() + r * image, pi.begin() + (r + 1) * image, wi.begin() + (3 + r) * image))
+              << "batch " << batches << ", row " << r;
+        }
+        ++batches;
+      }
+      EXPECT_FALSE(part.next(pi.data(), pl.data()));
+      EXPECT_EQ(batches, 5);  // 37 images: the last batch has 5, of which rows 3 and 4 are this part's
+    }
+  }
+}
+
 TEST(BatchLoader, WorkerErrorsReachTheCaller) {
   ImageDataset d = make_dataset(12, 1, 2, 2);
   d.labels[5] = 200;
