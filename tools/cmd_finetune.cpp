@@ -128,10 +128,8 @@ class FinetuneTask : public TrainingTask {
         const int64_t counted = train_.counted_tokens(index, g * rows, (g + 1) * rows);
         weight = float(double(counted) * double(micro_ * parts) / double(step_tokens));
       }
-      // Replicas draw different masks; replica 0 the seed a single one would.
       if (in.dropout_seed.defined()) {
-        in.dropout_seed.data_as<int32_t>()[0] =
-            int32_t(uint32_t(step_seed(pos.seed, pos.step * micro_ + m)) + uint32_t(g) * 0x9e3779b9u);
+        in.dropout_seed.data_as<int32_t>()[0] = replica_seed(step_seed(pos.seed, pos.step * micro_ + m), g);
       }
     }
   }

@@ -52,10 +52,8 @@ class TextTask : public TrainingTask {
       Replica& rep = replicas_[r];
       const int64_t n = rep.tokens.numel(), g = step_.global_replica(int(r));
       std::copy_n(batch_tokens_.data() + g * n, n, rep.tokens.data_as<int32_t>());
-      // Replicas draw different masks; replica 0 the seed a single one would.
       if (rep.dropout_seed.defined()) {
-        rep.dropout_seed.data_as<int32_t>()[0] =
-            int32_t(uint32_t(step_seed(pos.seed, pos.step)) + uint32_t(g) * 0x9e3779b9u);
+        rep.dropout_seed.data_as<int32_t>()[0] = replica_seed(step_seed(pos.seed, pos.step), g);
       }
     }
   }

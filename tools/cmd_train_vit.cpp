@@ -58,9 +58,8 @@ class VitTask : public TrainingTask {
       const int64_t n = rep.labels.numel(), pixels = rep.images.numel(), g = step_.global_replica(int(r));
       std::copy_n(batch_images_.data() + r * pixels, pixels, rep.images.data_as<float>());
       std::copy_n(batch_labels_.data() + r * n, n, rep.labels.data_as<int32_t>());
-      // Replicas draw different masks; replica 0 the seed a single one would.
       if (rep.dropout_seed.defined()) {
-        rep.dropout_seed.data_as<int32_t>()[0] = int32_t(uint32_t(step_seed(pos.seed, pos.step)) + uint32_t(g) * 0x9e3779b9u);
+        rep.dropout_seed.data_as<int32_t>()[0] = replica_seed(step_seed(pos.seed, pos.step), g);
       }
     }
   }
