@@ -22,6 +22,9 @@ else()
   if(NABLA_USES_OPENBLAS)
     list(APPEND NABLA_PC_DEPS -lopenblas)
   endif()
+  if(NABLA_HAS_CUDA)
+    list(APPEND NABLA_PC_DEPS -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt)
+  endif()
   # The C++ compiler's own libraries that the C compiler does not link
   # (libstdc++ and libm for g++).
   foreach(lib ${CMAKE_CXX_IMPLICIT_LINK_LIBRARIES})

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "core/op_check.h"
+#include "nabla/executor.h"
 
 namespace {
 
@@ -45,6 +46,9 @@ class ComparisonTest : public testing::Test {
 };
 
 void register_gradient_tests() {
+  std::vector<std::pair<std::string, std::string>> other_backends{{"Reference_", "reference"},
+                                                                  {"CudaEmulated_", "cuda-emulated"}};
+  if (nabla::backend_unavailable("cuda").empty()) other_backends.emplace_back("Cuda_", "cuda");
   for (const nabla::OpDef* op : nabla::all_ops()) {
     if (!op->cases) continue;  // an update op (registry_problems says which may lack cases)
     for (const nabla::GradCase& c : op->cases()) {
@@ -58,12 +62,14 @@ void register_gradient_tests() {
                                   return new ComparisonTest([=] { return nabla::check_composite(*op, c, layout, 2); });
                                 });
         }
-        {
-          std::string suite = std::string("Reference_") + op->name;
+        // Every backend with memory of its own against the CPU: the CUDA
+        // kernels under the emulator everywhere, on the GPU where there is one.
+        for (const auto& [prefix, backend] : other_backends) {
+          std::string suite = prefix + op->name;
           std::string name = c.name + "_" + nabla::layout_name(layout);
           testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
                                 [=]() -> testing::Test* {
-                                  return new ComparisonTest([=] { return nabla::check_backend(*op, c, layout, "reference"); });
+                                  return new ComparisonTest([=] { return nabla::check_backend(*op, c, layout, backend); });
                                 });
         }
         for (int threads : {1, 2, 4}) {

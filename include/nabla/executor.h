@@ -28,7 +28,8 @@ struct ExecOptions {
   int64_t max_grain = 0;
   // Time every kernel (also NABLA_PROFILE=1); see Executor::profile().
   bool profile = false;
-  // Which backend runs the graph: "cpu" or "reference" (backend_names()).
+  // Which backend runs the graph: "cpu", "reference", "cuda-emulated" (the
+  // CUDA kernels on the CPU, for tests) or "cuda" (backend_names()).
   // Leaves on the host are copied to a backend with memory of its own at
   // every run; keep what stays (parameters) there with Tensor::to.
   std::string backend = "cpu";
@@ -36,6 +37,9 @@ struct ExecOptions {
 
 // The backends this build has, "cpu" first.
 std::vector<std::string> backend_names();
+// Empty when backend `name` can run here; else why not ("cuda: no CUDA
+// device (...)", or that this build has no such backend).
+std::string backend_unavailable(const std::string& name);
 
 struct MemoryReport {
   size_t arena_bytes = 0;     // planned size of the intermediate-buffer arena

@@ -41,6 +41,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // Empty when the backend can run here; else why not ("no CUDA device").
+  virtual std::string unavailable() const { return ""; }
 
   // ---- Capabilities.
   virtual bool supports(DType dtype) const = 0;
@@ -92,8 +94,9 @@ class KernelTable {
   std::unordered_map<const OpDef*, Kernel> kernels_;
 };
 
-// The backend named `name` ("cpu", "reference"); UsageError naming the
-// known ones otherwise.
+// The backend named `name` ("cpu", "reference", "cuda-emulated", "cuda");
+// UsageError naming the known ones otherwise, or saying why the one named
+// cannot run here.
 const Backend& find_backend(const std::string& name);
 const Backend& cpu_backend();
 

@@ -45,16 +45,44 @@ NABLA_CPU_KERNEL(op_fused_cube, ops::unary_forward<Cube>);
 
 }  // namespace
 
-TEST(Backends, TheBuildHasCpuAndReference) {
-  EXPECT_EQ(backend_names(), (std::vector<std::string>{"cpu", "reference"}));
+TEST(Backends, TheBuildHasCpuReferenceAndTheCudaKernels) {
+  std::vector<std::string> want{"cpu", "reference", "cuda-emulated"};
+#if defined(NABLA_TEST_HAVE_CUDA)
+  want.push_back("cuda");
+#endif
+  EXPECT_EQ(backend_names(), want);
   Tensor x = Tensor::from_vector<float>({2}, {1, 2});
   try {
     eval(x * 2.0, {.backend = "tpu"});
     FAIL() << "an unknown backend ran";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("no backend named 'tpu'; this build has cpu, reference"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("no backend named 'tpu'; this build has cpu, reference, cuda-emulated"),
+              std::string::npos)
         << e.what();
   }
+}
+
+// Without a GPU (or without nvcc at build time) "cuda" is refused when the
+// executor is built, saying why; with one it runs.
+TEST(Backends, CudaRunsOrSaysWhyNot) {
+  const std::string why = backend_unavailable("cuda");
+  Tensor x = Tensor::from_vector<float>({2}, {1, 2});
+  if (why.empty()) {
+    EXPECT_EQ(eval(x * 2.0, {.backend = "cuda"}).to_vector<float>(), (std::vector<float>{2, 4}));
+    return;
+  }
+  try {
+    eval(x * 2.0, {.backend = "cuda"});
+    FAIL() << "cuda ran where it says: " << why;
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), why);
+  }
+#if defined(NABLA_TEST_HAVE_CUDA)
+  EXPECT_NE(why.find("backend: cuda: no CUDA device"), std::string::npos) << why;
+#else
+  EXPECT_NE(why.find("this build has no 'cuda' backend"), std::string::npos) << why;
+#endif
+  GTEST_SKIP() << why;
 }
 
 TEST(Backends, LeavesMoveExplicitly) {

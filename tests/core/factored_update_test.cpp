@@ -22,6 +22,7 @@
 #include "optim/update.h"
 #include "train/factored_gradient.h"
 #include "tied_model.h"
+#include "backends.h"
 
 using namespace nabla;
 
@@ -177,7 +178,7 @@ TEST(FactoredUpdate, GivesTheHostPathsBits) {
   }
 }
 
-// The reference backend multiplies dW out in double; the CPU's norm sums
+// The reference backend multiplies dW out in double, CUDA in f32; the CPU's norm sums
 // f32 Gram matrices, within f32 rounding of dW's squares (relative 1e-6,
 // src/train/factored_gradient.h). AdamW's first step moves each weight by
 // lr g / (|g| + eps), g scaled by the clip (to at most 7e-4 here): with eps
@@ -185,27 +186,29 @@ TEST(FactoredUpdate, GivesTheHostPathsBits) {
 // rounding (30 times the tolerance below); with eps 1e-3 it is smooth in g,
 // each entry moving by at most lr / eps times its gradient's rounding, and
 // the parameters agree to 1e-6 (1 + |p|) (the largest difference is 6% of it).
-TEST(FactoredUpdate, ReferenceBackendAgreesWithTheCpu) {
-  std::vector<std::vector<float>> params;
-  std::vector<double> norms;
-  for (const std::string backend : {"cpu", "reference"}) {
+TEST(FactoredUpdate, DeviceBackendsAgreeWithTheCpu) {
+  const std::vector<std::string> backends = testing_backends::all_backends();
+  std::vector<std::vector<std::vector<float>>> params(backends.size());
+  std::vector<std::vector<double>> norms(backends.size());
+  for (size_t b = 0; b < backends.size(); ++b) {
     FactoredStep s(false, 1e-3);
-    Executor ex(s.graph, {.threads = 2, .backend = backend});
+    Executor ex(s.graph, {.threads = 2, .backend = backends[b]});
     ex.run(0);
     s.set_hyper(1);
     ex.run(1);
     for (size_t k = 0; k < s.slots.size(); ++k) {
-      params.push_back(s.param(k).to_vector<float>());
-      norms.push_back(ex.read<double>(s.norms[k])[0]);
+      params[b].push_back(s.param(k).to_vector<float>());
+      norms[b].push_back(ex.read<double>(s.norms[k])[0]);
     }
   }
-  const size_t n = params.size() / 2;
-  for (size_t k = 0; k < n; ++k) {
-    EXPECT_NEAR(norms[n + k], norms[k], 1e-6 * norms[k]) << "norm " << k;
-    ASSERT_EQ(params[n + k].size(), params[k].size());
-    for (size_t e = 0; e < params[k].size(); ++e) {
-      EXPECT_NEAR(params[n + k][e], params[k][e], 1e-6 * (1 + std::abs(params[k][e])))
-          << "weight " << k << " entry " << e;
+  for (size_t b = 1; b < backends.size(); ++b) {
+    for (size_t k = 0; k < params[0].size(); ++k) {
+      EXPECT_NEAR(norms[b][k], norms[0][k], 1e-6 * norms[0][k]) << backends[b] << " norm " << k;
+      ASSERT_EQ(params[b][k].size(), params[0][k].size());
+      for (size_t e = 0; e < params[0][k].size(); ++e) {
+        EXPECT_NEAR(params[b][k][e], params[0][k][e], 1e-6 * (1 + std::abs(params[0][k][e])))
+            << backends[b] << " weight " << k << " entry " << e;
+      }
     }
   }
 }
@@ -269,7 +272,7 @@ TEST(FactoredUpdate, WrongOperandsNameTheOpAndWhatItExpected) {
   const Tensor bad = Tensor::from_vector<int32_t>({2}, {1, 4});
   f = good;
   f.indices = bad;
-  for (const std::string backend : {"cpu", "reference"}) {
+  for (const std::string& backend : testing_backends::all_backends()) {
     Executor norm(Graph({factored_squared_norm(f, 4, 6, false)}), {.threads = 1, .backend = backend});
     EXPECT_THROW(norm.run(), ShapeError) << backend;
     Executor update(Graph({adamw_update_factored(p, m, v, hyper, scale, f, false, 0.9, 0.999, 1e-8)}),
@@ -285,7 +288,7 @@ TEST(FactoredUpdate, WithoutAddedRows) {
   const Tensor right = Tensor::from_vector<float>({2, 1}, {1, -1});      // [T, width]
   const train::FactoredGradient f{.left = left, .blocks = {{right, 1}}};
   // dW [2, 3]: column 1 = left^T right = {1 - 3, 2 - 4}; columns 0 and 2 zero.
-  for (const std::string backend : {"cpu", "reference"}) {
+  for (const std::string& backend : testing_backends::all_backends()) {
     EXPECT_EQ(eval(factored_squared_norm(f, 2, 3, false), {.threads = 1, .backend = backend}).item(), 8.0) << backend;
   }
 }

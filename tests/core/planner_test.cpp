@@ -10,6 +10,7 @@
 #include "core/node.h"
 #include "nabla/nabla.hpp"
 #include "ops/internal_ops.h"
+#include "backends.h"
 
 using namespace nabla;
 
@@ -237,7 +238,7 @@ TEST(Executor, StagesRunTheirOwnNodes) {
   g.add_output(second, 1);
   g.add_output(third, 3);  // keeps stage 2
   EXPECT_EQ(g.stages(), (std::vector<int>{0, 2, 1}));
-  for (const std::string backend : {"cpu", "reference"}) {
+  for (const std::string& backend : testing_backends::all_backends()) {
     SCOPED_TRACE(backend);
     Executor ex(g, {.backend = backend});
     ASSERT_EQ(ex.stages(), 3);
@@ -269,7 +270,7 @@ TEST(Executor, OnComputedCallsBackAsEachOutputIsDone) {
   Tensor first = exp(x) * 2.0;
   Tensor second = sum(square(first));
   Tensor view = reshape(first, {3, 1});
-  for (const std::string backend : {"cpu", "reference"}) {
+  for (const std::string& backend : testing_backends::all_backends()) {
     SCOPED_TRACE(backend);
     Executor ex(Graph({second, first}), {.backend = backend});
     std::vector<std::string> calls;

@@ -12,6 +12,7 @@
 #include "nabla/nabla.hpp"
 #include "ops/internal_ops.h"
 #include "optim/update.h"
+#include "backends.h"
 
 using namespace nabla;
 
@@ -130,10 +131,13 @@ TEST(UpdateOps, AdamwUpdateGivesTheOptimizersBits) {
   }
   // The reference backend: its formula in double (f32 rounding once per
   // stored value, against the CPU's per operation: a few ulps of p), and the
-  // host leaves written back after each run.
-  const std::vector<Slot> reference = run_adamw_graph(c, "reference");
-  for (size_t i = 0; i < slots.size(); ++i) {
-    expect_near(graph[i].p.to_vector<float>(), reference[i].p.to_vector<float>(), 1e-6, "p" + std::to_string(i));
+  // host leaves written back after each run. The CUDA kernels: the CPU's
+  // f32 arithmetic (on the GPU with fused multiply-adds).
+  for (const std::string& backend : testing_backends::device_backends()) {
+    const std::vector<Slot> other = run_adamw_graph(c, backend);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      expect_near(graph[i].p.to_vector<float>(), other[i].p.to_vector<float>(), 1e-6, backend + " p" + std::to_string(i));
+    }
   }
 }
 
@@ -145,12 +149,14 @@ TEST(UpdateOps, SgdUpdateGivesTheOptimizersBits) {
   for (size_t i = 0; i < slots.size(); ++i) {
     EXPECT_EQ(graph[i].p.to_vector<float>(), slots[i].param.to_vector<float>()) << "p" << i;
   }
-  // The reference backend in double: within a few ulps of p and of the
-  // momentum buffer.
-  const std::vector<Slot> reference = run_sgd_graph(0.9, 0.1, "reference");
-  for (size_t i = 0; i < slots.size(); ++i) {
-    expect_near(graph[i].p.to_vector<float>(), reference[i].p.to_vector<float>(), 1e-6, "p" + std::to_string(i));
-    expect_near(graph[i].m.to_vector<float>(), reference[i].m.to_vector<float>(), 1e-6, "buf" + std::to_string(i));
+  // The reference backend in double, the CUDA kernels in f32: within a few
+  // ulps of p and of the momentum buffer.
+  for (const std::string& backend : testing_backends::device_backends()) {
+    const std::vector<Slot> other = run_sgd_graph(0.9, 0.1, backend);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      expect_near(graph[i].p.to_vector<float>(), other[i].p.to_vector<float>(), 1e-6, backend + " p" + std::to_string(i));
+      expect_near(graph[i].m.to_vector<float>(), other[i].m.to_vector<float>(), 1e-6, backend + " buf" + std::to_string(i));
+    }
   }
 }
 
@@ -174,15 +180,18 @@ TEST(UpdateOps, SquaredNormGivesTheGlobalNormsBits) {
     const double got = ex.read<double>(sq)[0];
     EXPECT_EQ(std::sqrt(got), want) << threads << " threads";
   }
-  // The reference backend sums in element order: another order of the same
-  // squares, within 1e-12 relative (the sum's rounding is ~1e-16 a term).
-  Executor ref(Graph({sq}), {.threads = 1, .backend = "reference"});
-  ref.run();
-  EXPECT_NEAR(ref.read<double>(sq)[0], want * want, 1e-12 * want * want);
+  // The device backends sum in other orders (the reference in element
+  // order, CUDA in chunks and trees): the same squares, within 1e-12
+  // relative (the sum's rounding is ~1e-16 a term).
+  for (const std::string& backend : testing_backends::device_backends()) {
+    Executor ref(Graph({sq}), {.threads = 1, .backend = backend});
+    ref.run();
+    EXPECT_NEAR(ref.read<double>(sq)[0], want * want, 1e-12 * want * want) << backend;
+  }
   // f64 inputs, strided: against the sum written out.
   Tensor x = Tensor::from_vector<double>({2, 3}, {1, -2, 3, 0.5, 4, -1});
   const std::vector<Tensor> sq64{squared_norm({transpose(x), slice(x, 1, 0, 3, 2)})};
-  for (const std::string backend : {"cpu", "reference"}) {
+  for (const std::string& backend : testing_backends::all_backends()) {
     EXPECT_EQ(eval(sq64, {.threads = 2, .backend = backend})[0].item(), 31.25 + 1 + 9 + 0.25 + 1) << backend;
   }
 }
@@ -194,7 +203,7 @@ TEST(UpdateOps, ClipScaleFollowsTheTrainersRule) {
     Tensor settings = Tensor::from_vector<double>({2}, {average, clip});
     return eval(clip_scale(sq, settings), {.threads = 1, .backend = backend}).to_vector<double>();
   };
-  for (const std::string backend : {"cpu", "reference"}) {
+  for (const std::string& backend : testing_backends::all_backends()) {
     EXPECT_EQ(run(0.5, 1.0, backend), (std::vector<double>{2, 0.25})) << backend;
     EXPECT_EQ(run(0.5, 0.0, backend), (std::vector<double>{2, 0.5})) << backend << ": clip 0 is no clipping";
     EXPECT_EQ(run(0.5, 5.0, backend), (std::vector<double>{2, 0.5})) << backend << ": under the clip";
@@ -251,7 +260,7 @@ TEST(UpdateOps, AnUpdateRunsAfterEveryOtherReader) {
   // run it before the product that reads p.
   Tensor token = adamw_update(p, g, m, v, hyper, scale, 0.9, 0.999, 1e-8);
   Tensor y = p * 2.0;
-  for (const std::string backend : {"cpu", "reference"}) {
+  for (const std::string& backend : testing_backends::all_backends()) {
     p.assign<float>(before);
     Graph graph({token, y});
     Executor ex(graph, {.threads = 1, .backend = backend});
@@ -285,14 +294,27 @@ TEST(UpdateOps, GraphsWhereAnUpdateCannotHoldAreRefused) {
   refused({sum(adamw(p, g, m, v, hyper))}, "sum: reads the token of 'adamw_update'");
   refused({sgd_update(p, g, Tensor::zeros(DType::f32, {2, 2}), hyper, scale), adamw(p, g, m, v, hyper)},
           "input 'p' (f32[2, 2] (leaf) 'w') is updated by two nodes of the graph");
-  // Bad settings are a clear error when run, not a crash.
-  const std::vector<std::vector<double>> bad_hypers{{-1, 1, 0}, {0.1, 0, 0}, {0.1, 1.5, 0}, {0.1, 1, -1}};
-  for (const std::vector<double>& bad : bad_hypers) {
-    Executor ex(Graph({adamw(p, g, m, v, Tensor::from_vector<double>({3}, bad))}), {.threads = 1});
-    EXPECT_THROW(ex.run(), UsageError);
+  // Bad settings are a clear error when run, not a crash, on every backend
+  // (a GPU finds them on the device and says so at the run's end).
+  const std::vector<std::pair<std::vector<double>, std::string>> bad_hypers{
+      {{-1, 1, 0}, "adamw_update: learning rate must be finite and >= 0"},
+      {{0.1, 0, 0}, "adamw_update: step must be 1, 2, ..."},
+      {{0.1, 1.5, 0}, "adamw_update: step must be 1, 2, ..."},
+      {{0.1, 1, -1}, "adamw_update: weight decay must be finite and >= 0"}};
+  for (const std::string& backend : testing_backends::all_backends()) {
+    for (const auto& [bad, said] : bad_hypers) {
+      Executor ex(Graph({adamw(p, g, m, v, Tensor::from_vector<double>({3}, bad))}), {.threads = 1, .backend = backend});
+      try {
+        ex.run();
+        ADD_FAILURE() << backend << ": ran with hyper " << bad[0] << ", " << bad[1] << ", " << bad[2];
+      } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << backend << ": " << e.what();
+      }
+    }
+    Executor ex(Graph({sgd_update(p, g, m, Tensor::from_vector<double>({3}, {0.1, 0.9, -1}), scale)}),
+                {.threads = 1, .backend = backend});
+    EXPECT_THROW(ex.run(), UsageError) << backend;
   }
-  Executor ex(Graph({sgd_update(p, g, m, Tensor::from_vector<double>({3}, {0.1, 0.9, -1}), scale)}), {.threads = 1});
-  EXPECT_THROW(ex.run(), UsageError);
 }
 
 TEST(UpdateOps, WrongOperandsNameTheOpAndWhatItExpected) {

@@ -1,7 +1,8 @@
 // A ViT's and a GPT-2's training step (loss and every parameter gradient) on
-// the reference backend against the CPU's: the CPU's fused kernels and
-// rewrite against plain kernels, through whole models; then whole training
-// steps (TrainStep: forward, backward, norm, clip, AdamW as one graph).
+// each backend with memory of its own (tests/backends.h) against the CPU's:
+// the CPU's fused kernels and rewrite against other kernels, through whole
+// models; then whole training steps (TrainStep: forward, backward, norm,
+// clip, AdamW as one graph).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "nabla/models/vit.h"
 #include "nabla/nabla.hpp"
 #include "nabla/trainer.h"
+#include "backends.h"
 
 using namespace nabla;
 
@@ -21,13 +23,13 @@ namespace {
 // within kTolerance of each tensor's largest value.
 constexpr double kTolerance = 2e-4;
 
-void expect_same_step(const Tensor& loss, const nn::Params& params) {
+void expect_same_step(const Tensor& loss, const nn::Params& params, const std::string& backend) {
   std::vector<Tensor> wrt;
   for (const auto& [name, p] : params.list()) wrt.push_back(p);
   std::vector<Tensor> outputs{loss};
   for (const Tensor& g : grad(loss, wrt)) outputs.push_back(g);
   const std::vector<Tensor> cpu = eval(outputs, {.threads = 2});
-  const std::vector<Tensor> reference = eval(outputs, {.backend = "reference"});
+  const std::vector<Tensor> reference = eval(outputs, {.backend = backend});
   EXPECT_NEAR(reference[0].item(), cpu[0].item(), kTolerance * std::abs(cpu[0].item()));
   for (size_t i = 1; i < outputs.size(); ++i) {
     const std::vector<float> a = cpu[i].to_vector<float>(), b = reference[i].to_vector<float>();
@@ -71,11 +73,11 @@ Trained train_steps(const Tensor& loss, const nn::Params& params, const optim::A
 // the parameters agree to about 1e-5 of lr (2026-12-05); 1e-3 of lr leaves a
 // wide margin, while a wrong update (bias correction, decay, the clip's
 // scale) is off by a sizeable fraction of lr.
-void expect_same_training(const Tensor& loss, const nn::Params& params) {
+void expect_same_training(const Tensor& loss, const nn::Params& params, const std::string& backend) {
   const optim::AdamWConfig config{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-2, .weight_decay = 0.1};
   constexpr double kLr = 1e-2;
   const Trained cpu = train_steps(loss, params, config, kLr, "cpu");
-  const Trained reference = train_steps(loss, params, config, kLr, "reference");
+  const Trained reference = train_steps(loss, params, config, kLr, backend);
   for (size_t s = 0; s < cpu.losses.size(); ++s) {
     EXPECT_NEAR(reference.losses[s], cpu.losses[s], kTolerance * cpu.losses[s]) << "step " << s;
     EXPECT_NEAR(reference.norms[s], cpu.norms[s], kTolerance * cpu.norms[s]) << "step " << s;
@@ -104,9 +106,11 @@ Tensor random_leaf(Shape shape, uint64_t seed) {
   return Tensor::from_vector<float>(std::move(shape), v);
 }
 
+class BackendModels : public testing::TestWithParam<std::string> {};
+
 }  // namespace
 
-TEST(BackendModels, VitStepAgrees) {
+TEST_P(BackendModels, VitStepAgrees) {
   // 65 tokens: attention keeps its probabilities (attention_probs), with
   // dropout drawn alike on both backends.
   models::VitConfig c = models::vit_preset("fmnist");
@@ -124,11 +128,11 @@ TEST(BackendModels, VitStepAgrees) {
   const Tensor labels = Tensor::from_vector<int32_t>({3}, {4, 0, 9});
   vit.dropout_seed.data_as<int32_t>()[0] = 77;
   const Tensor loss = cross_entropy(vit.forward(images, /*train=*/true), labels);
-  expect_same_step(loss, vit.params());
-  expect_same_training(loss, vit.params());
+  expect_same_step(loss, vit.params(), GetParam());
+  expect_same_training(loss, vit.params(), GetParam());
 }
 
-TEST(BackendModels, Gpt2StepAgrees) {
+TEST_P(BackendModels, Gpt2StepAgrees) {
   models::Gpt2Config c;
   c.vocab_size = 40;
   c.n_positions = 16;
@@ -143,6 +147,9 @@ TEST(BackendModels, Gpt2StepAgrees) {
   const Tensor tokens = Tensor::from_vector<int32_t>({2, 13}, ids);
   gpt.dropout_seed.data_as<int32_t>()[0] = 5;
   const Tensor loss = gpt.next_token_loss(tokens, /*train=*/true);
-  expect_same_step(loss, gpt.params());
-  expect_same_training(loss, gpt.params());
+  expect_same_step(loss, gpt.params(), GetParam());
+  expect_same_training(loss, gpt.params(), GetParam());
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendModels, testing::ValuesIn(testing_backends::device_backends()),
+                         [](const auto& info) { return testing_backends::test_name(info.param); });

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "nabla/nabla.hpp"
+#include "backends.h"
 
 using namespace nabla;
 
@@ -10,7 +11,7 @@ TEST(Cast, RoundsAsStaticCastOnEveryBackend) {
   const std::vector<double> values{0.1, -1.0 / 3, 1e-40, 3.4e38, 16777217.0};
   Tensor x = Tensor::from_vector<double>({5}, values);
   Tensor i = Tensor::from_vector<int32_t>({2, 2}, {-3, 0, 7, 16777217});
-  for (const std::string backend : {"cpu", "reference"}) {
+  for (const std::string& backend : testing_backends::all_backends()) {
     const std::vector<Tensor> got =
         eval({cast(x, DType::f32), cast(cast(x, DType::f32), DType::f64), cast(transpose(i), DType::f32)},
              {.threads = 2, .backend = backend});

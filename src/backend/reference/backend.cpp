@@ -1,18 +1,12 @@
 // The reference backend: a plain implementation of every primitive op
-// (src/backend/reference/*.cpp), no fusion rewrite, and memory of its own.
-// Its memory is host pages the backend keeps inaccessible (PROT_NONE)
-// except while its own kernels or copies touch them, so a code path that
-// reads or writes a tensor's device memory directly, as if it were the
-// host's, faults in tests instead of passing by luck, as it would fail on a
-// GPU.
-#include <sys/mman.h>
-#include <unistd.h>
-
+// (src/backend/reference/*.cpp), no fusion rewrite, and memory of its own:
+// guarded pages (src/backend/guarded_pages.h), so a code path that reads or
+// writes a tensor's device memory directly, as if it were the host's,
+// faults in tests instead of passing by luck, as it would fail on a GPU.
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "backend/backend.h"
+#include "backend/guarded_pages.h"
 #include "backend/reference/kernel.h"
 #include "nabla/error.h"
 #include "nabla/executor.h"
@@ -27,75 +21,6 @@ KernelTable<Kernel>& kernels() {
   return table;
 }
 
-// Live allocations: start -> length in bytes (whole pages).
-class Pages {
- public:
-  void* allocate(size_t bytes) {
-    const size_t length = round(bytes);
-    void* p = mmap(nullptr, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw Error("reference: out of memory allocating " + std::to_string(bytes) + " bytes");
-    std::lock_guard<std::mutex> lock(mutex_);
-    live_[static_cast<char*>(p)] = length;
-    return p;
-  }
-  void release(void* p) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = live_.find(static_cast<char*>(p));
-    if (it == live_.end()) return;
-    munmap(p, it->second);
-    live_.erase(it);
-  }
-  // The allocation holding p: its start and length.
-  std::pair<char*, size_t> region(const void* p) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = live_.upper_bound(static_cast<char*>(const_cast<void*>(p)));
-    if (it == live_.begin()) throw Error("internal: reference memory access outside its allocations");
-    --it;
-    if (static_cast<const char*>(p) >= it->first + it->second) {
-      throw Error("internal: reference memory access outside its allocations");
-    }
-    return {it->first, it->second};
-  }
-
- private:
-  static size_t round(size_t bytes) {
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    return bytes == 0 ? page : (bytes + page - 1) / page * page;
-  }
-  std::mutex mutex_;
-  std::map<char*, size_t> live_;
-};
-
-Pages& pages() {
-  static Pages p;
-  return p;
-}
-
-// While alive, the allocations holding the given pointers are readable and
-// writable; then inaccessible again.
-class Open {
- public:
-  explicit Open(const std::vector<const void*>& pointers) {
-    for (const void* p : pointers) {
-      if (!p) continue;
-      auto r = pages().region(p);
-      bool seen = false;
-      for (const auto& o : open_) seen = seen || o.first == r.first;
-      if (seen) continue;
-      mprotect(r.first, r.second, PROT_READ | PROT_WRITE);
-      open_.push_back(r);
-    }
-  }
-  ~Open() {
-    for (const auto& [p, n] : open_) mprotect(p, n, PROT_NONE);
-  }
-  Open(const Open&) = delete;
-  Open& operator=(const Open&) = delete;
-
- private:
-  std::vector<std::pair<char*, size_t>> open_;
-};
-
 class ReferenceProgram : public Program {
  public:
   explicit ReferenceProgram(std::vector<KernelCall> calls) : calls_(std::move(calls)) {}
@@ -103,7 +28,7 @@ class ReferenceProgram : public Program {
     const KernelCall& c = calls_[i];
     std::vector<const void*> touched{c.operands.out.data};
     for (const TensorView& v : c.operands.in) touched.push_back(v.data);
-    Open open(touched);
+    guarded_pages::Open open(touched);
     kernel_of(*c.op)(c.operands);
   }
 
@@ -127,18 +52,18 @@ class ReferenceBackend : public Backend {
   bool supports(DType) const override { return true; }
   bool has_bf16_matmul() const override { return false; }
   bool host_memory() const override { return false; }
-  void* allocate(size_t bytes) const override { return pages().allocate(bytes); }
-  void release(void* data, size_t) const override { pages().release(data); }
+  void* allocate(size_t bytes) const override { return guarded_pages::allocate(bytes, "reference"); }
+  void release(void* data, size_t) const override { guarded_pages::release(data); }
   void copy_in(void* dst, const void* src, size_t bytes) const override {
-    Open open({dst});
+    guarded_pages::Open open({dst});
     std::memcpy(dst, src, bytes);
   }
   void copy_out(void* dst, const void* src, size_t bytes) const override {
-    Open open({src});
+    guarded_pages::Open open({src});
     std::memcpy(dst, src, bytes);
   }
   void copy(void* dst, const void* src, size_t bytes) const override {
-    Open open({dst, src});
+    guarded_pages::Open open({dst, src});
     std::memmove(dst, src, bytes);
   }
   bool has_kernel(const OpDef& op) const override { return kernel_of(op) != nullptr; }

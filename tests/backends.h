@@ -1,0 +1,33 @@
+// The backends with memory of their own that tests hold against the CPU:
+// the reference kernels, the CUDA kernels under the emulator, and the CUDA
+// kernels on the GPU where this machine has one.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "nabla/executor.h"
+
+namespace nabla::testing_backends {
+
+inline std::vector<std::string> device_backends() {
+  std::vector<std::string> b{"reference", "cuda-emulated"};
+  if (backend_unavailable("cuda").empty()) b.push_back("cuda");
+  return b;
+}
+
+// "cpu" and then the device backends.
+inline std::vector<std::string> all_backends() {
+  std::vector<std::string> b{"cpu"};
+  for (const std::string& d : device_backends()) b.push_back(d);
+  return b;
+}
+
+// For INSTANTIATE_TEST_SUITE_P's names: "cuda-emulated" -> "cuda_emulated".
+inline std::string test_name(const std::string& backend) {
+  std::string s = backend;
+  for (char& c : s) c = c == '-' ? '_' : c;
+  return s;
+}
+
+}  // namespace nabla::testing_backends
