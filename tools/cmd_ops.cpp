@@ -19,14 +19,18 @@ struct OpRow {
 };
 
 // The backends with a kernel for op, and those that run its composite: "cpu,
-// reference (composite)"; "-" for a view, which has no kernel.
+// reference (composite)"; "-" for a view, which has no kernel. The CUDA
+// kernels are one table on the GPU and under the emulator, which every
+// build has: listed once, as "cuda".
 std::string describe_kernels(const OpDef& op) {
   if (op.is_view) return "-";
   std::string out;
   for (const std::string& name : backend_names()) {
-    const bool kernel = find_backend(name).has_kernel(op);
+    if (name == "cuda") continue;
+    const bool kernel = find_backend(name, /*usable=*/false).has_kernel(op);
     if (!kernel && !op.composite) continue;
-    out += (out.empty() ? "" : ", ") + name + (kernel ? "" : " (composite)");
+    out += (out.empty() ? "" : ", ") + (name == "cuda-emulated" ? std::string("cuda") : name) +
+           (kernel ? "" : " (composite)");
   }
   return out;
 }
@@ -108,7 +112,9 @@ ops write state (parameters, optimizer moments) in place and have no gradient ca
 backward rules and the library emit (the fused backward kernels, the adjoints of slice and
 get_rows, in-place gradient sums), declared in `src/ops/internal_ops.h`.
 *kernels*: the backends with a kernel for the op, and those that run its composite instead
-(src/backend/; the `Reference_` tests compare the backends on every case).
+(src/backend/; `cuda` is src/backend/cuda/, the same kernels on an NVIDIA GPU and under the
+CUDA emulator; the `Reference_`, `CudaEmulated_` and, on a GPU, `Cuda_` tests compare each
+backend with the CPU on every case).
 *layouts*: the layouts at least one case can take.
 
 )");

@@ -21,11 +21,11 @@ std::vector<const Backend*> all_backends() {
 }
 }  // namespace
 
-const Backend& find_backend(const std::string& name) {
+const Backend& find_backend(const std::string& name, bool usable) {
   std::string known;
   for (const Backend* b : all_backends()) {
     if (name == b->name()) {
-      const std::string why = b->unavailable();
+      const std::string why = usable ? b->unavailable() : "";
       if (!why.empty()) throw UsageError("backend: " + name + ": " + why);
       return *b;
     }

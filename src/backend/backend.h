@@ -95,9 +95,9 @@ class KernelTable {
 };
 
 // The backend named `name` ("cpu", "reference", "cuda-emulated", "cuda");
-// UsageError naming the known ones otherwise, or saying why the one named
-// cannot run here.
-const Backend& find_backend(const std::string& name);
+// UsageError naming the known ones otherwise, or (with `usable`) saying why
+// the one named cannot run here. Without `usable`: what it has, to describe.
+const Backend& find_backend(const std::string& name, bool usable = true);
 const Backend& cpu_backend();
 
 }  // namespace nabla

@@ -149,6 +149,7 @@ class GpuBackend : public Backend {
     register_factored_kernels();
     register_norm_kernels();
     register_softmax_kernels();
+    register_attention_kernels();
   }
   const char* name() const override { return kName; }
   std::string unavailable() const override { return NABLA_GPU::unavailable(); }

@@ -1,9 +1,23 @@
-// The CUDA emulator's scheduler (see emulator.h). Fibers are ucontext
-// contexts on stacks kept per host thread and reused from block to block.
+// The CUDA emulator's scheduler (see emulator.h). Fibers run on stacks kept
+// per host thread and reused from block to block; on x86-64 a switch saves
+// the callee-saved registers and swaps stack pointers (no system call, and
+// no swapcontext, which AddressSanitizer does not support), elsewhere it is
+// swapcontext. Under AddressSanitizer every switch is announced to it.
 #include "backend/cuda/emulator.h"
 
 #include <sys/mman.h>
 #include <ucontext.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define NABLA_EMULATOR_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NABLA_EMULATOR_ASAN 1
+#endif
+#endif
+#if defined(NABLA_EMULATOR_ASAN)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include <exception>
 #include <string>
@@ -11,9 +25,78 @@
 
 #include "nabla/error.h"
 
+#if defined(__x86_64__)
+// nabla_emulator_switch(from, to): pushes the callee-saved registers, stores
+// the stack pointer in *from, loads `to` and pops its registers: the return
+// lands where `to` last switched away (or, for a new fiber, in its entry).
+extern "C" void nabla_emulator_switch(void** from, void* to);
+asm(R"(
+  .text
+  .p2align 4
+  .globl nabla_emulator_switch
+  .type nabla_emulator_switch, @function
+nabla_emulator_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size nabla_emulator_switch, .-nabla_emulator_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+#endif
+
 namespace nabla::cuda_emulator {
 
 namespace {
+
+// A suspended execution.
+struct Context {
+#if defined(__x86_64__)
+  void* sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+};
+
+// c starts entry() on the stack [stack, stack + bytes) when switched to.
+void prepare(Context& c, char* stack, size_t bytes, void (*entry)()) {
+#if defined(__x86_64__)
+  // entry's frame as if called: its return address (never used) at a
+  // 16-byte boundary + 8, below it the address `ret` jumps to, below that
+  // the six registers the switch pops.
+  auto* top = reinterpret_cast<uintptr_t*>((reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t(15)) - 8);
+  top[0] = 0;
+  top[-1] = reinterpret_cast<uintptr_t>(entry);
+  for (int r = 2; r <= 7; ++r) top[-r] = 0;
+  c.sp = top - 7;
+#else
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+#endif
+}
+
+void switch_context(Context& from, Context& to) {
+#if defined(__x86_64__)
+  nabla_emulator_switch(&from.sp, to.sp);
+#else
+  swapcontext(&from.uc, &to.uc);
+#endif
+}
 
 constexpr size_t kStackBytes = size_t(256) << 10;
 constexpr unsigned kMaxThreads = 1024;
@@ -21,17 +104,19 @@ constexpr unsigned kMaxThreads = 1024;
 enum class Wait : uint8_t { none, block, warp, done };
 
 struct Fiber {
-  ucontext_t context;
+  Context context;
   char* stack = nullptr;
   ThreadState state;
   Wait wait = Wait::none;
   int block_syncs = 0, warp_syncs = 0;
-  uint64_t published = 0;  // this lane's value in the current exchange
 };
 
 struct Block {
   std::vector<Fiber> fibers;
-  ucontext_t scheduler;
+  Context scheduler;
+  // The scheduler's stack, for AddressSanitizer's switch announcements.
+  const void* scheduler_bottom = nullptr;
+  size_t scheduler_size = 0;
   unsigned threads = 0;
   Fiber* running = nullptr;
   std::exception_ptr failure;
@@ -56,17 +141,44 @@ thread_local HostThread host;
 
 Error emulator_error(const std::string& what) { return Error("cuda emulator: " + what); }
 
+// From the scheduler into fiber f, until it switches back.
+void enter(Block& b, Fiber& f) {
+#if defined(NABLA_EMULATOR_ASAN)
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
+  switch_context(b.scheduler, f.context);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  switch_context(b.scheduler, f.context);
+#endif
+}
+
+// From fiber f back to the scheduler; a finished fiber is never resumed.
+void leave(Block& b, Fiber& f, bool finished) {
+#if defined(NABLA_EMULATOR_ASAN)
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(finished ? nullptr : &fake, b.scheduler_bottom, b.scheduler_size);
+  switch_context(f.context, b.scheduler);
+  __sanitizer_finish_switch_fiber(fake, &b.scheduler_bottom, &b.scheduler_size);
+#else
+  (void)finished;
+  switch_context(f.context, b.scheduler);
+#endif
+}
+
 void fiber_entry() {
   Block& b = *host.block;
   Fiber& f = *b.running;
+#if defined(NABLA_EMULATOR_ASAN)
+  __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_bottom, &b.scheduler_size);
+#endif
   try {
     (*host.body)();
   } catch (...) {
     if (!b.failure) b.failure = std::current_exception();
   }
   f.wait = Wait::done;
-  // Back to the scheduler; a finished fiber is never resumed.
-  swapcontext(&f.context, &b.scheduler);
+  leave(b, f, true);
 }
 
 unsigned linear(const dim3& i, const dim3& d) { return i.x + d.x * (i.y + d.y * i.z); }
@@ -93,17 +205,13 @@ bool may_run(const Block& b, const Fiber& f, size_t index) {
   return false;
 }
 
-// Out of line: getcontext returns twice, like setjmp, which a loop's
-// variables around it would not survive.
+// Out of line: getcontext (where it is used) returns twice, like setjmp,
+// which a loop's variables around it would not survive.
 __attribute__((noinline)) void start_fiber(Fiber& f, const ThreadState& state) {
   f.state = state;
   f.wait = Wait::none;
   f.block_syncs = f.warp_syncs = 0;
-  getcontext(&f.context);
-  f.context.uc_stack.ss_sp = f.stack;
-  f.context.uc_stack.ss_size = kStackBytes;
-  f.context.uc_link = nullptr;
-  makecontext(&f.context, fiber_entry, 0);
+  prepare(f.context, f.stack, kStackBytes, fiber_entry);
 }
 
 void run_block_with_barriers(Block& b, const dim3& block_idx) {
@@ -124,7 +232,7 @@ void run_block_with_barriers(Block& b, const dim3& block_idx) {
       f.wait = Wait::none;
       b.running = &f;
       host.current = &f.state;
-      swapcontext(&b.scheduler, &f.context);
+      enter(b, f);
       host.current = nullptr;
       progress = true;
       if (b.failure) std::rethrow_exception(b.failure);
@@ -213,7 +321,7 @@ Fiber& running_fiber(const char* what) {
 
 void yield(Fiber& f, Wait wait) {
   f.wait = wait;
-  swapcontext(&f.context, &host.block->scheduler);
+  leave(*host.block, f, false);
   host.current = &f.state;
 }
 

@@ -7,7 +7,8 @@
 
 namespace nabla {
 namespace ops {
-extern const OpDef op_get_rows, op_one_hot, op_scatter_add_rows, op_scatter_slice, op_set_rows;
+extern const OpDef op_add_rows, op_add_slice, op_get_rows, op_one_hot, op_scatter_add_rows, op_scatter_slice,
+    op_set_rows;
 }  // namespace ops
 
 namespace NABLA_GPU {
@@ -206,6 +207,46 @@ void scatter_slice(const Operands& a, const Context& ctx) {
   });
 }
 
+// base copied into the output (a no-op where the output is base's memory).
+void copy_base(const Operands& a, const Context& ctx) {
+  const int64_t n = a.out.numel();
+  if (n == 0 || a.in[0].data == a.out.data) return;
+  View to = make_view(a.out);
+  dispatch_any(a.out.dtype, [&]<class T>() {
+    launch(ctx, elementwise_launch(n), copy_kernel<T>, n, make_view(a.in[0]), a.out.ptr<T>(), to);
+  });
+}
+
+// add_rows(base, values, indices): base with values added at the rows.
+void add_rows_op(const Operands& a, const Context& ctx) {
+  copy_base(a, ctx);
+  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
+    add_rows_to(ctx, a.in[1], a.in[2], a.out.ptr<T>(), a.out.shape[0], width_of(a.out.shape), true);
+  });
+}
+
+// add_slice(base, x), attrs.ints = {axis, start, stop, step}: base with x
+// added at start, start + step, ... of the axis.
+template <class T>
+__global__ void add_at_kernel(int64_t n, View x, T* out, View to) {
+  NABLA_GRID_STRIDE(i, n) out[offset_of(to, i)] += static_cast<const T*>(x.data)[offset_of(x, i)];
+}
+
+void add_slice(const Operands& a, const Context& ctx) {
+  copy_base(a, ctx);
+  const TensorView& x = a.in[1];
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const size_t axis = size_t(a.attrs->ints[0]);
+  const int64_t start = a.attrs->ints[1], step = a.attrs->ints[3];
+  const Strides os = contiguous_strides(a.out.shape);
+  View to = make_view(x);
+  for (size_t d = 0; d < os.size(); ++d) to.strides[d] = os[d] * (d == axis ? step : 1);
+  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
+    launch(ctx, elementwise_launch(n), add_at_kernel<T>, n, make_view(x), a.out.ptr<T>() + start * os[axis], to);
+  });
+}
+
 // indices [*I] -> [*I, classes]: 1 at the index, 0 elsewhere (an index
 // outside [0, classes) gives a row of zeros).
 template <class T>
@@ -237,6 +278,8 @@ void register_indexing_kernels() {
   register_kernel(ops::op_scatter_add_rows, scatter_add_rows);
   register_kernel(ops::op_scatter_slice, scatter_slice);
   register_kernel(ops::op_one_hot, one_hot);
+  register_kernel(ops::op_add_rows, add_rows_op);
+  register_kernel(ops::op_add_slice, add_slice);
 }
 
 }  // namespace NABLA_GPU

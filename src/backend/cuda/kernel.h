@@ -55,6 +55,7 @@ void register_optimizer_kernels();
 void register_factored_kernels();
 void register_norm_kernels();
 void register_softmax_kernels();
+void register_attention_kernels();
 
 // Device memory for a kernel's scratch, the call's own: kept from run to
 // run, the k-th request of a run getting the k-th buffer.

@@ -1,51 +1,42 @@
-// matmul and dequantize on the GPU. matmul: [..., M, K] x [..., K, N] ->
-// [..., M, N], batch axes broadcast. On the GPU each operand whose matrices
-// are row- or column-major with one batch stride goes to cuBLAS as it is
-// (others are first copied contiguous); f32 products are exact f32 (no
-// TF32) unless --bf16-matmul. Under the emulator a plain kernel computes
-// each output element as its dot product, k ascending.
+// The products on the GPU: matmul ([..., M, K] x [..., K, N] -> [..., M,
+// N], batch axes broadcast), matmul_heads (the result's heads after its
+// rows), matmul_add (onto an addend), matmul_quantized (a ggml-format weight
+// dequantized first), and dequantize. On the GPU an operand whose matrices
+// are row- or column-major goes to cuBLAS as it is (others are first copied
+// contiguous), one strided batched call per index of the batch axes before
+// the last; f32 products are exact f32 (no TF32) unless --bf16-matmul.
+// Under the emulator a plain kernel computes each output element as its dot
+// product, k ascending.
 #include "backend/cuda/kernel.h"
 #include "backend/cuda/runtime.h"
 #include "nabla/gguf.h"
 
 namespace nabla {
 namespace ops {
-extern const OpDef op_dequantize, op_matmul;
+extern const OpDef op_dequantize, op_matmul, op_matmul_add, op_matmul_heads, op_matmul_quantized;
 }  // namespace ops
 
 namespace NABLA_GPU {
 namespace {
 
-// An operand read as [batch, rows, cols] against the output's batch axes.
-View batched(const TensorView& x, const Shape& out_shape) {
-  Shape to(out_shape.begin(), out_shape.end() - 2);
+// An operand read as [batch..., rows, cols] against the output's batch axes.
+View batched(const TensorView& x, const Shape& batch) {
+  Shape to = batch;
   to.push_back(x.shape[x.shape.size() - 2]);
   to.push_back(x.shape.back());
   return broadcast_view(x, to);
 }
 
-#if defined(NABLA_CUDA_EMULATED)
+// A product [batch..., M, K] x [batch..., K, N] written to out at the
+// strides of `to` ([batch..., M, N]: row-major for matmul, heads after the
+// rows for matmul_heads), added to what is there with `accumulate`.
+struct Product {
+  View a, b, to;
+  int64_t M, N, K;
+  bool accumulate, bf16;
+};
 
-template <class T>
-__global__ void matmul_kernel(int64_t n, View a, View b, int64_t M, int64_t N, int64_t K, T* out) {
-  NABLA_GRID_STRIDE(i, n) {
-    const int64_t j = i % N, r = i / N % M, batch = i / (N * M);
-    // The batch offsets: the output's batch index through each operand's strides.
-    int64_t ao = 0, bo = 0;
-    int64_t rest = batch;
-    for (int d = a.rank - 3; d >= 0; --d) {
-      const int64_t idx = rest % a.shape[d];
-      rest /= a.shape[d];
-      ao += idx * a.strides[d];
-      bo += idx * b.strides[d];
-    }
-    const T* pa = static_cast<const T*>(a.data) + ao + r * a.strides[a.rank - 2];
-    const T* pb = static_cast<const T*>(b.data) + bo + j * b.strides[b.rank - 1];
-    T acc = T(0);
-    for (int64_t k = 0; k < K; ++k) acc += pa[k * a.strides[a.rank - 1]] * pb[k * b.strides[b.rank - 2]];
-    out[i] = acc;
-  }
-}
+#if defined(NABLA_CUDA_EMULATED)
 
 // f32 x -> bf16 -> f32, to nearest even (as the GPU's bf16 products read
 // their inputs).
@@ -58,116 +49,73 @@ __device__ __forceinline__ float round_bf16(float x) {
   memcpy(&x, &bits, 4);
   return x;
 }
+__device__ __forceinline__ double round_bf16(double x) { return x; }
 
-__global__ void product_kernel(int64_t n, View a, View b, int64_t N, int64_t K, float* out, int64_t ldc, bool bf16) {
+// One output element per thread, its dot product k ascending.
+template <class T>
+__global__ void product_kernel(int64_t n, Product p, T* out) {
+  const int r = p.a.rank;
   NABLA_GRID_STRIDE(i, n) {
-    const int64_t j = i % N, r = i / N;
-    const float* pa = static_cast<const float*>(a.data) + r * a.strides[0];
-    const float* pb = static_cast<const float*>(b.data) + j * b.strides[1];
-    float acc = 0;
-    for (int64_t k = 0; k < K; ++k) {
-      float x = pa[k * a.strides[1]], y = pb[k * b.strides[0]];
-      if (bf16) {
+    const int64_t j = i % p.N, row = i / p.N % p.M;
+    int64_t rest = i / (p.N * p.M), ao = 0, bo = 0, oo = 0;
+    for (int d = r - 3; d >= 0; --d) {
+      const int64_t idx = rest % p.a.shape[d];
+      rest /= p.a.shape[d];
+      ao += idx * p.a.strides[d];
+      bo += idx * p.b.strides[d];
+      oo += idx * p.to.strides[d];
+    }
+    const T* pa = static_cast<const T*>(p.a.data) + ao + row * p.a.strides[r - 2];
+    const T* pb = static_cast<const T*>(p.b.data) + bo + j * p.b.strides[r - 1];
+    T acc = T(0);
+    for (int64_t k = 0; k < p.K; ++k) {
+      T x = pa[k * p.a.strides[r - 1]], y = pb[k * p.b.strides[r - 2]];
+      if (p.bf16) {
         x = round_bf16(x);
         y = round_bf16(y);
       }
       acc += x * y;
     }
-    out[r * ldc + j] = acc;
+    T& o = out[oo + row * p.to.strides[r - 2] + j * p.to.strides[r - 1]];
+    o = p.accumulate ? o + acc : acc;
   }
 }
 
-}  // namespace
-
-void product_2d(const Context& ctx, const TensorView& A, const TensorView& B, float* C, int64_t ldc, bool bf16) {
-  const int64_t M = A.shape[0], N = B.shape[1], K = A.shape[1];
-  if (M * N == 0) return;
-  launch(ctx, elementwise_launch(M * N), product_kernel, M * N, make_view(A), make_view(B), N, K, C, ldc, bf16);
-}
-
-namespace {
-
-void matmul(const Operands& a, const Context& ctx) {
-  const int64_t n = a.out.numel();
+void run(const Context& ctx, const Product& p, DType dtype, void* out) {
+  int64_t n = p.M * p.N;
+  for (int d = 0; d < p.a.rank - 2; ++d) n *= p.a.shape[d];
   if (n == 0) return;
-  const size_t r = a.out.shape.size();
-  const int64_t M = a.out.shape[r - 2], N = a.out.shape[r - 1], K = a.in[0].shape.back();
-  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), matmul_kernel<T>, n, batched(a.in[0], a.out.shape),
-           batched(a.in[1], a.out.shape), M, N, K, a.out.ptr<T>());
+  dispatch_real(dtype, ctx.op, [&]<class T>() {
+    launch(ctx, elementwise_launch(n), product_kernel<T>, n, p, static_cast<T*>(out));
   });
 }
 
 #else
 
-// How cuBLAS reads an operand: its matrices' layout, leading dimension and
-// batch stride, or `ok` false when they have none (then it is copied).
+// How cuBLAS reads a matrix: row- or column-major with a leading dimension,
+// or `ok` false when neither (then the operand is copied first).
 struct Layout {
   bool ok = false, row_major = true;
-  int64_t ld = 0, batch_stride = 0;
+  int64_t ld = 0;
 };
 
 Layout layout_of(const View& v) {
   const int r = v.rank;
   const int64_t rows = v.shape[r - 2], cols = v.shape[r - 1];
-  Layout l;
-  // One stride for the flattened batch: each axis's stride the next one's
-  // times its size, or all 0 (broadcast).
-  int64_t stride = 0, extent = 1;
-  bool uniform = true, all_zero = true;
-  for (int d = r - 3; d >= 0; --d) {
-    if (v.shape[d] == 1) continue;
-    all_zero = all_zero && v.strides[d] == 0;
-    if (extent == 1) stride = v.strides[d];
-    else uniform = uniform && v.strides[d] == stride * extent;
-    extent *= v.shape[d];
-  }
-  if (!(uniform || all_zero)) return l;
-  l.batch_stride = all_zero ? 0 : stride;
-  const int64_t rs = rows == 1 ? cols : v.strides[r - 2], cs = cols == 1 ? 1 : v.strides[r - 1];
-  if (cs == 1 && rs >= (cols > 1 ? cols : 1)) {
-    l = {true, true, rs, l.batch_stride};
-  } else if (rs == 1 && v.strides[r - 1] >= (rows > 1 ? rows : 1)) {
-    l = {true, false, v.strides[r - 1], l.batch_stride};
-  } else if (rows == 1 && cols == 1) {
-    l = {true, true, 1, l.batch_stride};
-  }
-  return l;
+  const int64_t rs = rows == 1 ? (cols > 1 ? cols : 1) : v.strides[r - 2], cs = cols == 1 ? 1 : v.strides[r - 1];
+  if (cs == 1 && rs >= (cols > 1 ? cols : 1)) return {true, true, rs};
+  const int64_t cs2 = cols == 1 ? (rows > 1 ? rows : 1) : v.strides[r - 1], rs2 = rows == 1 ? 1 : v.strides[r - 2];
+  if (rs2 == 1 && cs2 >= (rows > 1 ? rows : 1)) return {true, false, cs2};
+  return {};
 }
 
-// Row-major C = A B is column-major C^T = B^T A^T: cuBLAS's (m, n, k) =
-// (N, M, K) with B first. A row-major operand is its own transpose in
-// column-major (op N); a column-major one needs op T.
-Gemm swapped(DType dtype, const Layout& la, const void* a, const Layout& lb, const void* b, int64_t M, int64_t N,
-             int64_t K, void* c, int64_t ldc, bool bf16) {
-  Gemm g{};
-  g.dtype = dtype;
-  g.trans_a = !lb.row_major;
-  g.trans_b = !la.row_major;
-  g.accumulate = false;
-  g.bf16 = bf16;
-  g.m = N;
-  g.n = M;
-  g.k = K;
-  g.a = b;
-  g.lda = lb.ld;
-  g.stride_a = lb.batch_stride;
-  g.b = a;
-  g.ldb = la.ld;
-  g.stride_b = la.batch_stride;
-  g.c = c;
-  g.ldc = ldc;
-  g.stride_c = M * ldc;
-  g.batch = 1;
-  return g;
-}
-
-// An operand cuBLAS cannot read as it is, copied to [batch, rows, cols] in
-// the call's scratch; returns how cuBLAS reads it.
-Layout readable(const Context& ctx, View& v, int64_t batch, DType dtype) {
+// An operand cuBLAS cannot read as it is, copied contiguous into the call's
+// scratch (its batch axes too).
+Layout readable(const Context& ctx, View& v, DType dtype) {
   Layout l = layout_of(v);
   if (l.ok) return l;
-  const int64_t n = batch * v.shape[v.rank - 2] * v.shape[v.rank - 1];
+  int64_t n = 1;
+  for (int d = 0; d < v.rank; ++d) n *= v.shape[d];
   void* copy = scratch(ctx, size_t(n) * dtype_size(dtype));
   View to = v;
   const Strides cs = contiguous_strides(Shape(v.shape, v.shape + v.rank));
@@ -180,36 +128,109 @@ Layout readable(const Context& ctx, View& v, int64_t batch, DType dtype) {
   return layout_of(v);
 }
 
-}  // namespace
-
-void product_2d(const Context& ctx, const TensorView& A, const TensorView& B, float* C, int64_t ldc, bool bf16) {
-  const int64_t M = A.shape[0], N = B.shape[1], K = A.shape[1];
-  if (M * N == 0) return;
-  View a = make_view(A), b = make_view(B);
-  const Layout la = readable(ctx, a, 1, DType::f32), lb = readable(ctx, b, 1, DType::f32);
-  if (K == 0) {
-    TensorView c{C, DType::f32, {M, ldc}, {ldc, 1}, true};
-    return fill(ctx, c, 0.0);
+// Row-major C = A B is column-major C^T = B^T A^T: cuBLAS's (m, n, k) =
+// (N, M, K) with B first. A row-major operand is its own transpose in
+// column-major (op N); a column-major one needs op T. One strided batched
+// call per index of the batch axes but the last, which cuBLAS walks.
+void run(const Context& ctx, Product p, DType dtype, void* out) {
+  const int r = p.a.rank;
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < r - 3; ++d) outer *= p.a.shape[d];
+  if (r >= 3) inner = p.a.shape[r - 3];
+  if (outer * inner * p.M * p.N == 0) return;
+  if (p.K == 0 && !p.accumulate) {
+    // Nothing to sum: zeros (the output of a product is contiguous, heads or not).
+    TensorView o{out, dtype, {outer * inner * p.M * p.N}, {1}, true};
+    return fill(ctx, o, 0.0);
   }
-  gemm(ctx.blas, swapped(DType::f32, la, a.data, lb, b.data, M, N, K, C, ldc, bf16));
-}
-
-namespace {
-
-void matmul(const Operands& a, const Context& ctx) {
-  const size_t r = a.out.shape.size();
-  const int64_t M = a.out.shape[r - 2], N = a.out.shape[r - 1], K = a.in[0].shape.back();
-  const int64_t batch = M * N == 0 ? 0 : a.out.numel() / (M * N);
-  if (a.out.numel() == 0) return;
-  if (K == 0) return fill(ctx, a.out, 0.0);
-  View A = batched(a.in[0], a.out.shape), B = batched(a.in[1], a.out.shape);
-  const Layout la = readable(ctx, A, batch, a.out.dtype), lb = readable(ctx, B, batch, a.out.dtype);
-  Gemm g = swapped(a.out.dtype, la, A.data, lb, B.data, M, N, K, a.out.data, N, ctx.bf16_matmul);
-  g.batch = batch;
-  gemm(ctx.blas, g);
+  if (p.K == 0) return;
+  const Layout la = readable(ctx, p.a, dtype), lb = readable(ctx, p.b, dtype);
+  const size_t elem = dtype_size(dtype);
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t rest = o, ao = 0, bo = 0, co = 0;
+    for (int d = r - 4; d >= 0; --d) {
+      const int64_t idx = rest % p.a.shape[d];
+      rest /= p.a.shape[d];
+      ao += idx * p.a.strides[d];
+      bo += idx * p.b.strides[d];
+      co += idx * p.to.strides[d];
+    }
+    Gemm g{};
+    g.dtype = dtype;
+    g.trans_a = !lb.row_major;
+    g.trans_b = !la.row_major;
+    g.accumulate = p.accumulate;
+    g.bf16 = p.bf16;
+    g.m = p.N;
+    g.n = p.M;
+    g.k = p.K;
+    g.a = static_cast<const char*>(p.b.data) + bo * int64_t(elem);
+    g.lda = lb.ld;
+    g.stride_a = r >= 3 ? p.b.strides[r - 3] : 0;
+    g.b = static_cast<const char*>(p.a.data) + ao * int64_t(elem);
+    g.ldb = la.ld;
+    g.stride_b = r >= 3 ? p.a.strides[r - 3] : 0;
+    g.c = static_cast<char*>(out) + co * int64_t(elem);
+    g.ldc = p.to.strides[r - 2];
+    g.stride_c = r >= 3 ? p.to.strides[r - 3] : 0;
+    g.batch = inner;
+    gemm(ctx.blas, g);
+  }
 }
 
 #endif
+
+// out [batch..., M, N] = a b (+ out with accumulate), row-major.
+Product product_of(const TensorView& a, const TensorView& b, const Shape& out_shape, bool accumulate, bool bf16) {
+  const size_t r = out_shape.size();
+  const Shape batch(out_shape.begin(), out_shape.end() - 2);
+  Product p{batched(a, batch), batched(b, batch), {}, out_shape[r - 2], out_shape[r - 1], a.shape.back(), accumulate,
+            bf16};
+  p.to = p.a;
+  const Strides cs = contiguous_strides(out_shape);
+  for (size_t d = 0; d < r; ++d) {
+    p.to.shape[d] = out_shape[d];
+    p.to.strides[d] = cs[d];
+  }
+  return p;
+}
+
+void matmul(const Operands& a, const Context& ctx) {
+  run(ctx, product_of(a.in[0], a.in[1], a.out.shape, false, ctx.bf16_matmul), a.out.dtype, a.out.data);
+}
+
+// [..., H, M, K] x [..., H, K, N] -> [..., M, H, N].
+void matmul_heads(const Operands& a, const Context& ctx) {
+  const size_t r = a.out.shape.size();
+  Shape logical = a.out.shape;  // [..., H, M, N]
+  std::swap(logical[r - 3], logical[r - 2]);
+  Product p = product_of(a.in[0], a.in[1], logical, false, ctx.bf16_matmul);
+  const Strides os = contiguous_strides(a.out.shape);  // [..., M, H, N]
+  p.to.strides[r - 3] = os[r - 2];
+  p.to.strides[r - 2] = os[r - 3];
+  run(ctx, p, a.out.dtype, a.out.data);
+}
+
+// [M, K] x [K, N] + c: c broadcast into the output, then the product added.
+void matmul_add(const Operands& a, const Context& ctx) {
+  const int64_t n = a.out.numel();
+  if (n == 0) return;
+  View to = make_view(a.out);
+  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
+    launch(ctx, elementwise_launch(n), copy_kernel<T>, n, broadcast_view(a.in[2], a.out.shape), a.out.ptr<T>(), to);
+  });
+  run(ctx, product_of(a.in[0], a.in[1], a.out.shape, true, ctx.bf16_matmul), a.out.dtype, a.out.data);
+}
+
+}  // namespace
+
+void product_2d(const Context& ctx, const TensorView& A, const TensorView& B, float* C, int64_t ldc, bool bf16) {
+  Product p = product_of(A, B, {A.shape[0], B.shape[1]}, false, bf16);
+  p.to.strides[0] = ldc;
+  run(ctx, p, DType::f32, C);
+}
+
+namespace {
 
 // ---- dequantize: ggml's block formats (src/io/ggml_quants.h), element by
 // element: row r's element k of a u8 [N, bytes] weight.
@@ -302,11 +323,59 @@ void dequantize(const Operands& a, const Context& ctx) {
   });
 }
 
+// x [..., K] W^T -> [..., N] (or, transposed, x [..., N] W -> [..., K]),
+// W a u8 [N, bytes] weight of K-element rows: dequantized into the call's
+// scratch, then multiplied. attrs.ints = {type, K, transposed}.
+void matmul_quantized(const Operands& a, const Context& ctx) {
+  const TensorView &x = a.in[0], &w = a.in[1];
+  const auto type = static_cast<GgmlType>(a.attrs->ints[0]);
+  const int64_t K = a.attrs->ints[1], N = w.shape[0];
+  const bool transposed = a.attrs->ints[2] != 0;
+  if (a.out.numel() == 0) return;
+  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
+    T* weight = static_cast<T*>(scratch(ctx, size_t(N * K > 0 ? N * K : 1) * sizeof(T)));
+    if (N * K > 0) {
+      launch(ctx, elementwise_launch(N * K), dequantize_kernel<T>, N * K, K, type, make_view(w), weight);
+    }
+    // W [N, K] as it is, or W^T [K, N] as its transpose's strides.
+    const TensorView wt = transposed ? TensorView{weight, a.out.dtype, {N, K}, {K, 1}, true}
+                                     : TensorView{weight, a.out.dtype, {K, N}, {1, K}, false};
+    // x [..., inner] as [rows, inner].
+    const int64_t inner = x.shape.back(), rows = x.numel() / (inner > 0 ? inner : 1);
+    View xv = make_view(x);
+    Shape x2{rows, inner};
+    TensorView x_flat = x;
+    if (x.shape.size() == 1) {
+      x_flat = TensorView{x.data, x.dtype, x2, {inner, x.strides[0]}, false};
+    } else if (x.shape.size() != 2) {
+      // Rows of x as one axis: its leading axes must collapse (they do for
+      // the contiguous activations this op takes; others are copied).
+      bool collapses = true;
+      for (size_t d = 0; d + 2 < x.shape.size(); ++d) {
+        collapses = collapses && (x.shape[d] == 1 || x.strides[d] == x.strides[d + 1] * x.shape[d + 1]);
+      }
+      if (!collapses) {
+        T* copy = static_cast<T*>(scratch(ctx, size_t(x.numel()) * sizeof(T)));
+        View to = xv;
+        const Strides cs = contiguous_strides(x.shape);
+        for (size_t d = 0; d < cs.size(); ++d) to.strides[d] = cs[d];
+        launch(ctx, elementwise_launch(x.numel()), copy_kernel<T>, x.numel(), xv, copy, to);
+        x_flat = TensorView{copy, x.dtype, x.shape, cs, true};
+      }
+      x_flat = TensorView{x_flat.data, x.dtype, x2, {x_flat.strides[x.shape.size() - 2], x_flat.strides.back()}, false};
+    }
+    run(ctx, product_of(x_flat, wt, {rows, a.out.shape.back()}, false, ctx.bf16_matmul), a.out.dtype, a.out.data);
+  });
+}
+
 }  // namespace
 
 void register_matmul_kernels() {
   register_kernel(ops::op_matmul, matmul);
+  register_kernel(ops::op_matmul_heads, matmul_heads);
+  register_kernel(ops::op_matmul_add, matmul_add);
   register_kernel(ops::op_dequantize, dequantize);
+  register_kernel(ops::op_matmul_quantized, matmul_quantized);
 }
 
 }  // namespace NABLA_GPU

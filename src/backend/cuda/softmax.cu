@@ -6,7 +6,7 @@
 
 namespace nabla {
 namespace ops {
-extern const OpDef op_cross_entropy, op_cross_entropy_back, op_log_softmax, op_softmax, op_softmax_back;
+extern const OpDef op_cross_entropy, op_cross_entropy_back, op_cross_entropy_soft, op_log_softmax, op_softmax, op_softmax_back;
 }  // namespace ops
 
 namespace NABLA_GPU {
@@ -182,6 +182,39 @@ void cross_entropy(const Operands& a, const Context& ctx) {
   });
 }
 
+// cross_entropy_soft: the mean over rows of sum p (lse - (x - max)).
+template <class T>
+__global__ void soft_losses_kernel(Rows x, Rows p, double* loss, int* counted) {
+  const int64_t r = block_row();
+  if (r >= x.count) return;
+  const T* xr = row_ptr<T>(x, r);
+  const T* pr = row_ptr<T>(p, r);
+  T m, ls;
+  log_sum_exp(xr, x.stride, x.len, &m, &ls);
+  double acc = 0;
+  for (int64_t j = threadIdx.x; j < x.len; j += blockDim.x) {
+    acc += double(pr[j * p.stride]) * (double(ls) - (double(xr[j * x.stride]) - double(m)));
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) {
+    loss[r] = acc;
+    counted[r] = 1;
+  }
+}
+
+void cross_entropy_soft(const Operands& a, const Context& ctx) {
+  const Rows x = rows_of(a.in[0]);
+  double* loss = static_cast<double*>(scratch(ctx, size_t(x.count > 0 ? x.count : 1) * sizeof(double)));
+  int* counted = static_cast<int*>(scratch(ctx, size_t(x.count > 0 ? x.count : 1) * sizeof(int)));
+  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
+    if (x.count > 0) {
+      launch(ctx, rows_launch(x.count, row_threads(x.len)), soft_losses_kernel<T>, x, rows_of(a.in[1]), loss, counted);
+    }
+    launch(ctx, Launch{dim3(1), dim3(1024), 0, true}, mean_loss_kernel<T>, static_cast<const double*>(loss),
+           static_cast<const int*>(counted), x.count, a.out.ptr<T>());
+  });
+}
+
 // The number of rows that count, into *count.
 __global__ void count_rows_kernel(View labels, int64_t rows, int64_t ignore, int* count) {
   int c = 0;
@@ -235,6 +268,7 @@ void register_softmax_kernels() {
   register_kernel(ops::op_log_softmax, log_softmax);
   register_kernel(ops::op_cross_entropy, cross_entropy);
   register_kernel(ops::op_cross_entropy_back, cross_entropy_back);
+  register_kernel(ops::op_cross_entropy_soft, cross_entropy_soft);
 }
 
 }  // namespace NABLA_GPU
