@@ -71,7 +71,7 @@ int run_sample(const SampleArgs& a) {
     throw UsageError(fmt::format("sample: the prompt's {} tokens fill the context of {}", ids.size(), context));
   }
   nn::DecodeStep s = llama ? llama->decode_step(max_len) : gpt2->decode_step(max_len);
-  Executor ex(Graph(s.outputs()), {.threads = a.threads});
+  Executor ex(Graph(s.outputs()), {.threads = a.threads, .backend = a.backend});
   std::mt19937_64 rng(a.seed);
   const auto step = [&](int64_t p) {  // token ids[p] at position p
     s.token.data_as<int32_t>()[0] = ids[size_t(p)];
@@ -91,7 +91,7 @@ int run_sample(const SampleArgs& a) {
   std::vector<float> logits;
   if (llama) {
     nn::DecodeStep::Prompt prompt = llama->prompt(n);
-    Executor pass(Graph(prompt.outputs()), {.threads = a.threads});
+    Executor pass(Graph(prompt.outputs()), {.threads = a.threads, .backend = a.backend});
     std::copy(ids.begin(), ids.end(), prompt.tokens.data_as<int32_t>());
     pass.run();
     s.remember_prompt(pass, prompt);

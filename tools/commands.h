@@ -152,6 +152,7 @@ struct SampleArgs {
   int top_k = 40;
   uint64_t seed = 1;
   int threads = 1;
+  std::string backend = "cpu";  // which backend runs the decoding steps
 };
 int run_sample(const SampleArgs& opt);
 

@@ -55,14 +55,24 @@ CLI::Validator registered_op() {
       "OP");
 }
 
+// A backend this build has and that can run here ("cuda" without a GPU:
+// why not).
 CLI::Validator backend_name() {
   return CLI::Validator(
       [](std::string& name) -> std::string {
         std::string valid;
         for (const std::string& b : nabla::backend_names()) {
-          if (name == b) return "";
-          valid += (valid.empty() ? "" : ", ") + b;
+          if (name != b) {
+            valid += (valid.empty() ? "" : ", ") + b;
+            continue;
+          }
+          // "backend: cuda: no CUDA device (...)", after CLI11's "--backend: ".
+          std::string why = nabla::backend_unavailable(name);
+          if (why.starts_with("backend: ")) why.erase(0, 9);
+          return why;
         }
+        // A build without nvcc says so.
+        if (name == "cuda") return nabla::backend_unavailable(name).substr(9);
         return "unknown backend '" + name + "'; backends: " + valid;
       },
       "BACKEND");
@@ -411,6 +421,9 @@ int main(int argc, char** argv) {
                          "tokenizer.json, else the checkpoint's config)")
       ->check(tokenizer_name);
   add_int(sample_cmd, "--threads", sample.threads, "Threads (0: all cores)", 0, 256);
+  sample_cmd->add_option("--backend", sample.backend, "Backend that runs the decoding steps")
+      ->check(backend_name())
+      ->capture_default_str();
   sample_cmd->add_option("--adapter", sample.adapter, "A PEFT LoRA adapter folder on the (Llama-family) model")
       ->check(CLI::ExistingDirectory);
   sample_cmd->add_flag("--timings", sample.timings, "Print the prompt's and the generation's tokens per second to stderr");

@@ -1,0 +1,49 @@
+#!/bin/sh
+# `nabla train --backend B` for a backend with memory of its own (reference,
+# cuda-emulated, cuda): the whole training step (forward, backward, clip,
+# AdamW) there through the CLI. The MLP learns the spirals (test accuracy of
+# at least 85%, as on the CPU) and a run stopped and resumed there ends with
+# a checkpoint byte-identical to a straight one; a small GPT-2 and ViT take
+# a few steps with finite losses, and the GPT-2 greedily samples there the
+# text it samples on the CPU.
+# Usage: train_backend.sh PATH_TO_NABLA WORK_DIR BACKEND
+# Exits 77 (skipped) when BACKEND cannot run here (cuda without a GPU).
+set -u
+nabla=$1 dir=$2 backend=$3
+rm -rf "$dir" && mkdir -p "$dir" || exit 1
+if ! why=$("$nabla" train mlp --backend "$backend" --steps 1 2>&1); then
+  case $why in
+    *"no CUDA device"*|*"this build has no 'cuda' backend"*) echo "skipped: $why"; exit 77 ;;
+  esac
+fi
+out=$("$nabla" train mlp --backend "$backend" --steps 300 --save "$dir/straight.safetensors" 2>&1) ||
+  { echo "$out"; echo "nabla train mlp --backend $backend failed"; exit 1; }
+echo "$out" | tail -n 3
+echo "$out" | awk -v backend="$backend" '
+  $1 == "done:" { acc = $NF; sub("%", "", acc) }
+  END {
+    if (acc == "" || acc + 0 < 85) { printf "final test accuracy %s%% is below 85%%\n", acc; exit 1 }
+    printf "%s backend: test accuracy %s%%\n", backend, acc
+  }' || exit 1
+"$nabla" train mlp --backend "$backend" --steps 300 --max-steps 120 --save "$dir/part.safetensors" >/dev/null 2>&1 ||
+  { echo "first half failed"; exit 1; }
+"$nabla" train mlp --backend "$backend" --steps 300 --resume "$dir/part.safetensors" \
+  --save "$dir/resumed.safetensors" >/dev/null 2>&1 || { echo "resumed run failed"; exit 1; }
+cmp "$dir/straight.safetensors" "$dir/resumed.safetensors" ||
+  { echo "resumed checkpoint differs from the uninterrupted run"; exit 1; }
+echo "resumed run is bit-identical to the uninterrupted one"
+out=$("$nabla" train gpt2 --backend "$backend" --layers 1 --heads 2 --width 32 --positions 32 --context 32 \
+      --batch 2 --steps 4 --warmup 1 --eval-batches 1 --log-every 1 --save "$dir/gpt2.safetensors" 2>&1) ||
+  { echo "$out"; echo "nabla train gpt2 --backend $backend failed"; exit 1; }
+echo "$out" | grep -q "step 4/4 loss [0-9]" || { echo "$out"; echo "no finite loss at step 4"; exit 1; }
+out=$("$nabla" train vit --backend "$backend" --depth 1 --embed-dim 32 --heads 2 --batch 8 --max-steps 3 \
+      --train-subset 64 --test-subset 32 --eval-batch 32 --log-every 1 2>&1) ||
+  { echo "$out"; echo "nabla train vit --backend $backend failed"; exit 1; }
+echo "$out" | grep -q "step 3/[0-9]* loss [0-9]" || { echo "$out"; echo "no finite loss at step 3"; exit 1; }
+echo "gpt2 and vit train on the $backend backend"
+cpu=$("$nabla" sample --checkpoint "$dir/gpt2.safetensors" --prompt "The " --tokens 12 --temperature 0 2>&1) ||
+  { echo "$cpu"; echo "sampling on the cpu failed"; exit 1; }
+other=$("$nabla" sample --checkpoint "$dir/gpt2.safetensors" --prompt "The " --tokens 12 --temperature 0 \
+        --backend "$backend" 2>&1) || { echo "$other"; echo "sampling on $backend failed"; exit 1; }
+[ "$cpu" = "$other" ] || { printf 'greedy samples differ:\ncpu: %s\n%s: %s\n' "$cpu" "$backend" "$other"; exit 1; }
+echo "greedy sample on $backend: the cpu's"
