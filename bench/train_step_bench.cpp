@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/node.h"
@@ -107,6 +108,7 @@ void fill_random(Tensor t, int64_t classes, std::mt19937& rng) {
 struct Result {
   double step_ms = 0, items_per_s = 0, gflop_per_step = 0, achieved_gflops = 0, rss_mib = 0, params = 0;
   double arena_mib = 0;
+  double device_mib = 0;  // peak memory of a backend's own (0 for the CPU's)
   int factored = 0;  // gradients kept as factors (--low-memory)
   float first_loss = 0, last_loss = 0;
 };
@@ -128,14 +130,15 @@ Tensor training_loss(const models::Llama& model, const Tensor& tokens, const Ten
 template <class Model>
 Result run_model(Model& model, const nn::Params& trained, const Tensor& input, const Tensor& target,
                  int64_t classes, int64_t items, int steps, int warmup, int threads, bool bf16_matmul,
-                 bool low_memory, int replicas) {
+                 bool low_memory, int replicas, const std::string& backend) {
   const Tensor loss = training_loss(model, input, target);
   Result r;
   r.gflop_per_step = matmul_flops(loss, trained) * 1e-9;
   r.params = double(trained.count());
   optim::AdamWConfig adamw;
   r.gflop_per_step *= replicas;
-  TrainStep step(loss, trained, {}, adamw, ExecOptions{.threads = threads, .bf16_matmul = bf16_matmul},
+  TrainStep step(loss, trained, {}, adamw,
+                 ExecOptions{.threads = threads, .bf16_matmul = bf16_matmul, .backend = backend},
                  {.low_memory = low_memory, .replicas = replicas});
   r.factored = step.factored_gradients();
   std::mt19937 rng(7);
@@ -160,6 +163,7 @@ Result run_model(Model& model, const nn::Params& trained, const Tensor& input, c
   r.items_per_s = double(items) / (r.step_ms / 1e3);
   r.achieved_gflops = r.gflop_per_step / (r.step_ms / 1e3);
   r.rss_mib = peak_rss_mib();
+  r.device_mib = double(find_backend(backend).peak_bytes()) / 1048576.0;
   // NABLA_PROFILE=1: kernel time per op, to stderr so the JSON line stays clean.
   if (std::string prof = step.executor().profile(); !prof.empty()) fmt::print(stderr, "{}", prof);
   return r;
@@ -285,11 +289,15 @@ int main(int argc, char** argv) {
   app.add_flag("--gradient-checkpointing", checkpointing,
                "Llama presets: recompute each block's activations and the head's logits in the backward");
   app.add_flag("--machine", machine, "Measure the FMA peak, OpenBLAS sgemm and nabla gemm rates instead");
+  std::string backend = "cpu";
+  app.add_option("--backend", backend, "Backend that runs the step (cpu, cuda, ...)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const bool replicas_given = replicas > 0, low_memory_given = low_memory_on || low_memory_off;
   // The trainers' choices where not told; replicas given rule out low memory.
   const auto choose_defaults = [&](int64_t parameters) {
-    low_memory = low_memory_given ? low_memory_on : replicas <= 1 && default_low_memory(parameters);
+    // A backend with memory of its own runs one replica, gradients whole.
+    if (backend != "cpu" && replicas == 0) replicas = 1;
+    low_memory = low_memory_given ? low_memory_on : backend == "cpu" && replicas <= 1 && default_low_memory(parameters);
     if (replicas == 0) replicas = low_memory ? 1 : default_replicas(threads, batch, parameters);
     check_replicas(batch, replicas);
   };
@@ -318,7 +326,7 @@ int main(int argc, char** argv) {
       Tensor images = Tensor::zeros(DType::f32, {batch / replicas, c.in_chans, c.img_size, c.img_size});
       Tensor labels = Tensor::zeros(DType::i32, {batch / replicas});
       r = run_model(model, model.params(), images, labels, c.num_classes, batch, steps, warmup, threads, bf16_matmul,
-                    low_memory, replicas);
+                    low_memory, replicas, backend);
       unit = "images";
     } else if (model_name == "gpt2-small-byte" || model_name == "gpt2") {
       models::Gpt2Config c = models::gpt2_preset(model_name);
@@ -329,7 +337,7 @@ int main(int argc, char** argv) {
       choose_defaults(model.params().count());
       Tensor tokens = Tensor::zeros(DType::i32, {batch / replicas, context + 1});
       r = run_model(model, model.params(), tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads,
-                    bf16_matmul, low_memory, replicas);
+                    bf16_matmul, low_memory, replicas, backend);
       unit = "tokens";
     } else if (model_name == "smollm2-135m" || model_name == "llama-tiny-byte") {
       models::LlamaConfig c = models::llama_preset(model_name);
@@ -357,7 +365,7 @@ int main(int argc, char** argv) {
       choose_defaults(trained.count());
       Tensor tokens = Tensor::zeros(DType::i32, {batch / replicas, context + 1});
       r = run_model(model, trained, tokens, Tensor(), c.vocab_size, batch * context, steps, warmup, threads,
-                    bf16_matmul, low_memory, replicas);
+                    bf16_matmul, low_memory, replicas, backend);
       unit = "tokens";
     } else {
       throw UsageError("nabla_bench_train: unknown --model '" + model_name +
@@ -367,9 +375,9 @@ int main(int argc, char** argv) {
         "{{\"framework\": \"nabla\", \"model\": \"{}\", \"bf16_matmul\": {}, \"low_memory\": {}, \"low_memory_given\": {}, \"factored\": {}, \"replicas\": {}, \"replicas_given\": {}, \"batch\": {}, \"context\": {}, \"threads\": {}, "
         "\"unit\": \"{}\", \"step_ms\": {:.2f}, \"per_s\": {:.1f}, \"matmul_gflop_per_step\": {:.3f}, "
         "\"gflops\": {:.1f}, \"peak_rss_mib\": {:.1f}, \"arena_mib\": {:.1f}, \"params\": {:.0f}, "
-        "\"first_loss\": {:.4f}, \"last_loss\": {:.4f}}}\n",
+        "\"first_loss\": {:.4f}, \"last_loss\": {:.4f}, \"backend\": \"{}\", \"peak_device_mib\": {:.1f}}}\n",
         model_name, bf16_matmul, low_memory, low_memory_given, r.factored, replicas, replicas_given, batch, context, threads, unit, r.step_ms, r.items_per_s, r.gflop_per_step,
-        r.achieved_gflops, r.rss_mib, r.arena_mib, r.params, r.first_loss, r.last_loss);
+        r.achieved_gflops, r.rss_mib, r.arena_mib, r.params, r.first_loss, r.last_loss, backend, r.device_mib);
     return 0;
   } catch (const UsageError& e) {
     fmt::print(stderr, "{}\n", e.what());

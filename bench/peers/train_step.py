@@ -94,7 +94,15 @@ def main():
                          "frozen base, PEFT's LoraLayer, instead of training every weight")
     ap.add_argument("--class-token-last-block", action="store_true",
                     help="a class-token ViT's last block on the class token alone, as nabla's")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (PyTorch eager on the GPU)")
+    ap.add_argument("--explicit-attention", action="store_true",
+                    help="on the GPU: attention as its product and softmax, not F.scaled_dot_product_attention")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    if dev.type == "cuda" and not a.explicit_attention:
+        import gpt2_oracle
+        import vit_oracle
+        gpt2_oracle.FUSED_ATTENTION = vit_oracle.FUSED_ATTENTION = True
     torch.set_num_threads(a.torch_threads)
     torch.manual_seed(7)
     config = json.loads(a.config)
@@ -109,6 +117,7 @@ def main():
         from lora_oracle import add_lora
         targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
         add_lora(model, targets, a.lora, 2.0, torch.Generator().manual_seed(7))
+    model.to(dev)
     model.train()
     # nabla's default decay set: matrices and conv kernels, not biases, norms,
     # embeddings' tokens (same cost either way; kept for an identical update).
@@ -119,28 +128,32 @@ def main():
                             lr=1e-4, betas=(0.9, 0.999), eps=1e-8)
     if config["architecture"] == "vit":
         c = config
-        x = torch.randn(a.batch, c["in_chans"], c["img_size"], c["img_size"])
-        y = torch.randint(0, c["num_classes"], (a.batch,))
+        x = torch.randn(a.batch, c["in_chans"], c["img_size"], c["img_size"]).to(dev)
+        y = torch.randint(0, c["num_classes"], (a.batch,)).to(dev)
         items, unit = a.batch, "images"
 
         def loss_fn():
             return F.cross_entropy(model(x), y)
     else:
-        tokens = torch.randint(0, config["vocab_size"], (a.batch, a.context + 1))
+        tokens = torch.randint(0, config["vocab_size"], (a.batch, a.context + 1)).to(dev)
         items, unit = a.batch * a.context, "tokens"
 
         def loss_fn():
             logits = model(tokens[:, :-1])
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
+    # On the GPU a step's time is from the queue empty to the queue empty.
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times, first, last = [], None, None
     for i in range(a.warmup + a.steps):
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn()
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for _, p in trained], 1.0)
         opt.step()
+        sync()
         dt = (time.perf_counter() - t0) * 1e3
         if i == 0:
             first = loss.item()
@@ -157,7 +170,8 @@ def main():
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "unit": unit, "step_ms": round(ms, 2),
         "per_s": round(items / (ms / 1e3), 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
-        "first_loss": round(first, 4), "last_loss": round(last, 4)}))
+        "first_loss": round(first, 4), "last_loss": round(last, 4), "device": a.device,
+        "peak_device_mib": round(torch.cuda.max_memory_allocated() / 1048576.0, 1) if dev.type == "cuda" else 0.0}))
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes) const = 0;
   // Waits for work queued so far (kernels, copies) to finish.
   virtual void synchronize() const {}
+  // The most of its own memory it has held at once (0: host memory).
+  virtual size_t peak_bytes() const { return 0; }
 
   // ---- Compiling a graph.
   // The backend's own rewrite of the graph (fusions); `replaced` receives

@@ -39,6 +39,11 @@ except ImportError as e:
     sys.exit(f"gpt2_oracle: PyTorch is required ({e}); install Debian's python3-torch (scripts/install-deps) "
              f"and run with /usr/bin/python3")
 
+# Attention through F.scaled_dot_product_attention (PyTorch 2's fused kernels),
+# as the libraries use it on a GPU; the gradient oracles keep the explicit
+# product and softmax (PyTorch 1.13 has no fused attention).
+FUSED_ATTENTION = False
+
 import grad_compare
 from grad_compare import Report, nabla_grad
 from safetensors_io import DTYPE_NAMES, read_safetensors, write_safetensors
@@ -98,15 +103,19 @@ class Attention(nn.Module):
         self.c_attn = Conv1D(d, 3 * d, c["bias"])
         self.c_proj = Conv1D(d, d, c["bias"])
 
-    def forward(self, x):  # GPT2Attention._attn, eager
+    def forward(self, x):  # GPT2Attention, eager; sdpa where FUSED_ATTENTION (Hugging Face's default)
         b, t, d = x.shape
         q, k, v = self.c_attn(x).split(d, dim=2)
         heads = lambda y: y.view(b, t, self.n_head, d // self.n_head).transpose(1, 2)  # [B, H, T, hd]
         q, k, v = heads(q), heads(k), heads(v)
-        w = (q @ k.transpose(-1, -2)) / math.sqrt(v.shape[-1])
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
-        w = w.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        y = (w @ v).transpose(1, 2).reshape(b, t, d)
+        if FUSED_ATTENTION:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            w = (q @ k.transpose(-1, -2)) / math.sqrt(v.shape[-1])
+            causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+            w = w.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+            y = w @ v
+        y = y.transpose(1, 2).reshape(b, t, d)
         return self.c_proj(y)
 
 

@@ -36,6 +36,11 @@ except ImportError as e:
     sys.exit(f"vit_oracle: PyTorch is required ({e}); install Debian's python3-torch (scripts/install-deps) "
              f"and run with /usr/bin/python3")
 
+# Attention through F.scaled_dot_product_attention (PyTorch 2's fused kernels),
+# as the libraries use it on a GPU; the gradient oracles keep the explicit
+# product and softmax (PyTorch 1.13 has no fused attention).
+FUSED_ATTENTION = False
+
 import grad_compare
 from grad_compare import Report, nabla_grad
 from safetensors_io import DTYPE_NAMES, read_safetensors, write_safetensors
@@ -91,12 +96,16 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(d, 3 * d, bias=c["qkv_bias"])
         self.proj = nn.Linear(d, d)
 
-    def forward(self, x):  # timm's Attention.forward without the fused kernel
+    def forward(self, x):  # timm's Attention.forward, fused where FUSED_ATTENTION (timm's default)
         n, t, d = x.shape
         qkv = self.qkv(x).reshape(n, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
-        attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
-        x = (attn @ v).transpose(1, 2).reshape(n, t, d)
+        if FUSED_ATTENTION:
+            x = F.scaled_dot_product_attention(q, k, v)
+        else:
+            attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+            x = attn @ v
+        x = x.transpose(1, 2).reshape(n, t, d)
         return self.proj(x)
 
 

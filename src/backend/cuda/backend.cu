@@ -2,6 +2,7 @@
 // emulator): memory through runtime.h, a program that launches each call's
 // kernels on one stream, the error record kernels write and synchronize
 // throws, and the kernel table the files' register_*_kernels() fill.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,6 +36,22 @@ KernelTable<Kernel>& kernels() {
 
 }  // namespace
 
+// The backend's memory now and at most (allocations and scratch).
+struct Usage {
+  std::atomic<size_t> now{0}, peak{0};
+  void add(size_t bytes) {
+    const size_t n = now += bytes;
+    size_t p = peak.load();
+    while (n > p && !peak.compare_exchange_weak(p, n)) {
+    }
+  }
+  void remove(size_t bytes) { now -= bytes; }
+};
+Usage& usage() {
+  static Usage u;
+  return u;
+}
+
 // A call's scratch buffers, kept from run to run: the k-th request of a run
 // gets the k-th buffer, grown when asked for more.
 struct ScratchList {
@@ -45,7 +62,11 @@ struct ScratchList {
   std::vector<Piece> pieces;
   size_t next = 0;
   ~ScratchList() {
-    for (Piece& p : pieces) scratch_release(p.data);
+    for (Piece& p : pieces) {
+      if (!p.data) continue;
+      scratch_release(p.data);
+      usage().remove(p.bytes);
+    }
   }
 };
 
@@ -54,10 +75,15 @@ void* scratch(const Context& ctx, size_t bytes) {
   if (s.next == s.pieces.size()) s.pieces.emplace_back();
   ScratchList::Piece& p = s.pieces[s.next++];
   if (p.bytes < bytes) {
-    if (p.data) scratch_release(p.data);
+    if (p.data) {
+      scratch_release(p.data);
+      usage().remove(p.bytes);
+    }
     p.data = nullptr;
+    p.bytes = 0;
     p.data = scratch_allocate(bytes);
     p.bytes = bytes;
+    usage().add(bytes);
   }
   return p.data;
 }
@@ -156,8 +182,16 @@ class GpuBackend : public Backend {
   bool supports(DType) const override { return true; }
   bool has_bf16_matmul() const override { return false; }
   bool host_memory() const override { return false; }
-  void* allocate(size_t bytes) const override { return device_allocate(bytes); }
-  void release(void* data, size_t) const override { device_release(data); }
+  void* allocate(size_t bytes) const override {
+    void* p = device_allocate(bytes);
+    usage().add(bytes);
+    return p;
+  }
+  void release(void* data, size_t bytes) const override {
+    device_release(data);
+    usage().remove(bytes);
+  }
+  size_t peak_bytes() const override { return usage().peak.load(); }
   void copy_in(void* dst, const void* src, size_t bytes) const override {
     copy_to_device(dst, src, bytes, device().stream);
   }

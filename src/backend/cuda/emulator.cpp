@@ -16,6 +16,7 @@
 #endif
 #endif
 #if defined(NABLA_EMULATOR_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -72,6 +73,11 @@ struct Context {
 
 // c starts entry() on the stack [stack, stack + bytes) when switched to.
 void prepare(Context& c, char* stack, size_t bytes, void (*entry)()) {
+#if defined(NABLA_EMULATOR_ASAN)
+  // A finished fiber never unwound its frames: their redzones would still
+  // be poisoned for the next fiber on this stack.
+  __asan_unpoison_memory_region(stack, bytes);
+#endif
 #if defined(__x86_64__)
   // entry's frame as if called: its return address (never used) at a
   // 16-byte boundary + 8, below it the address `ret` jumps to, below that
