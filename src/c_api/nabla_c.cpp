@@ -277,6 +277,10 @@ nabla_status nabla_context_set_backend(nabla_context* ctx, const char* backend) 
       throw nabla::UsageError(std::string("nabla_context_set_backend: no backend named '") + backend +
                               "'; this build has " + known);
     }
+    // "cuda" on a machine without a GPU: why not, now rather than at the first compute.
+    if (const std::string why = nabla::backend_unavailable(backend); !why.empty()) {
+      throw nabla::UsageError("nabla_context_set_backend: " + why);
+    }
     if (context.backend != backend) context.executor.reset();
     context.backend = backend;
   });

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends.h"
 #include "nabla.h"
 
 namespace {
@@ -308,7 +309,7 @@ TEST_F(CApi, ComputeAgainSeesRewrittenLeaves) {
   EXPECT_EQ(nabla_tensor_write(ctx, prod, nx, sizeof nx), NABLA_ERROR_USAGE);
 }
 
-TEST_F(CApi, ComputesOnTheReferenceBackend) {
+TEST_F(CApi, ComputesOnEveryBackend) {
   nabla_tensor* x = leaf({2}, {1, 2});
   nabla_tensor* w = leaf({2}, {3, 4}, true);
   nabla_tensor *prod = nullptr, *loss = nullptr, *dw = nullptr;
@@ -321,15 +322,37 @@ TEST_F(CApi, ComputesOnTheReferenceBackend) {
   const std::vector<float> cpu = read(dw);
   EXPECT_EQ(nabla_context_set_backend(ctx, "nosuch"), NABLA_ERROR_USAGE);
   EXPECT_NE(error().find("cpu, reference"), std::string::npos) << error();
-  ASSERT_EQ(nabla_context_set_backend(ctx, "reference"), NABLA_OK);
-  compute({prod});
-  const std::vector<float> reference = read(dw);
-  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(reference[i], cpu[i], 1e-6 * std::abs(cpu[i]));
-  // Leaves stay the caller's host memory, copied in at every compute.
-  float nx[2] = {0, 0};
-  ASSERT_EQ(nabla_tensor_write(ctx, x, nx, sizeof nx), NABLA_OK);
-  compute({prod});
-  EXPECT_EQ(read(dw), (std::vector<float>{0, 0}));
+  for (const std::string& backend : nabla::testing_backends::device_backends()) {
+    ASSERT_EQ(nabla_context_set_backend(ctx, backend.c_str()), NABLA_OK);
+    float ones[2] = {1, 2};
+    ASSERT_EQ(nabla_tensor_write(ctx, x, ones, sizeof ones), NABLA_OK);
+    compute({prod});
+    const std::vector<float> other = read(dw);
+    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(other[i], cpu[i], 1e-6 * std::abs(cpu[i])) << backend;
+    // Leaves stay the caller's host memory, copied in at every compute.
+    float nx[2] = {0, 0};
+    ASSERT_EQ(nabla_tensor_write(ctx, x, nx, sizeof nx), NABLA_OK);
+    compute({prod});
+    EXPECT_EQ(read(dw), (std::vector<float>{0, 0})) << backend;
+  }
+}
+
+// A backend without a GPU says why, through the C API too.
+TEST_F(CApi, CudaRunsOrSaysWhyNot) {
+  nabla_tensor* x = leaf({2}, {1, 2});
+  nabla_tensor* y = nullptr;
+  ASSERT_EQ(nabla_exp(ctx, x, &y), NABLA_OK);
+  const nabla_status s = nabla_context_set_backend(ctx, "cuda");
+  if (s == NABLA_OK) {
+    EXPECT_EQ(nabla_compute(ctx, &y, 1, 1), NABLA_OK);  // a GPU is here
+    return;
+  }
+  EXPECT_EQ(s, NABLA_ERROR_USAGE);
+  // No GPU, or a build without the cuda backend.
+  const std::string why = error();
+  EXPECT_TRUE(why.find("cuda: no CUDA device") != std::string::npos || why.find("no backend named 'cuda'") != std::string::npos)
+      << why;
+  EXPECT_EQ(nabla_compute(ctx, &y, 1, 1), NABLA_OK);  // still on the CPU
 }
 
 TEST_F(CApi, RunTimeErrorLeavesTheContextUsable) {
@@ -339,16 +362,20 @@ TEST_F(CApi, RunTimeErrorLeavesTheContextUsable) {
   nabla_tensor *indices = nullptr, *rows = nullptr;
   ASSERT_EQ(nabla_tensor_from_data(ctx, NABLA_I32, 1, ishape, idx, &indices), NABLA_OK);
   ASSERT_EQ(nabla_get_rows(ctx, table, indices, &rows), NABLA_OK);
-  compute({rows});
-  int32_t bad[2] = {0, 7};
-  ASSERT_EQ(nabla_tensor_write(ctx, indices, bad, sizeof bad), NABLA_OK);
-  EXPECT_EQ(nabla_compute(ctx, &rows, 1, 1), NABLA_ERROR_SHAPE);
-  EXPECT_EQ(error(), "get_rows: index 7 at position 1 is out of range for 2 rows");
-  float buf[4];
-  EXPECT_EQ(nabla_tensor_read(ctx, rows, buf, sizeof buf), NABLA_ERROR_USAGE);
-  ASSERT_EQ(nabla_tensor_write(ctx, indices, idx, sizeof idx), NABLA_OK);
-  compute({rows});
-  EXPECT_EQ(read(rows), (std::vector<float>{1, 2, 3, 4}));
+  // A GPU finds the bad index on the device and says so, in the CPU's words.
+  for (const std::string& backend : nabla::testing_backends::all_backends()) {
+    ASSERT_EQ(nabla_context_set_backend(ctx, backend.c_str()), NABLA_OK);
+    compute({rows});
+    int32_t bad[2] = {0, 7};
+    ASSERT_EQ(nabla_tensor_write(ctx, indices, bad, sizeof bad), NABLA_OK);
+    EXPECT_EQ(nabla_compute(ctx, &rows, 1, 1), NABLA_ERROR_SHAPE) << backend;
+    EXPECT_EQ(error(), "get_rows: index 7 at position 1 is out of range for 2 rows") << backend;
+    float buf[4];
+    EXPECT_EQ(nabla_tensor_read(ctx, rows, buf, sizeof buf), NABLA_ERROR_USAGE) << backend;
+    ASSERT_EQ(nabla_tensor_write(ctx, indices, idx, sizeof idx), NABLA_OK);
+    compute({rows});
+    EXPECT_EQ(read(rows), (std::vector<float>{1, 2, 3, 4})) << backend;
+  }
 }
 
 TEST_F(CApi, LastErrorIsPerThread) {
