@@ -180,7 +180,9 @@ class GpuBackend : public Backend {
   const char* name() const override { return kName; }
   std::string unavailable() const override { return NABLA_GPU::unavailable(); }
   bool supports(DType) const override { return true; }
-  bool has_bf16_matmul() const override { return false; }
+  // Products round their operands to bf16 (cuBLAS's tensor cores); attention
+  // stays f32.
+  bool has_bf16_matmul() const override { return true; }
   bool host_memory() const override { return false; }
   void* allocate(size_t bytes) const override {
     void* p = device_allocate(bytes);
