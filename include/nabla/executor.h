@@ -31,7 +31,8 @@ struct ExecOptions {
   // Which backend runs the graph: "cpu", "reference", "cuda-emulated" (the
   // CUDA kernels on the CPU, for tests) or "cuda" (backend_names()).
   // Leaves on the host are copied to a backend with memory of its own at
-  // every run; keep what stays (parameters) there with Tensor::to.
+  // every run, except parameters and what update ops write: those stay
+  // there between runs, copied back only when the host reads them.
   std::string backend = "cpu";
 };
 

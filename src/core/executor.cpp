@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/backend.h"
 #include "backend/cpu/strided.h"
@@ -39,6 +40,14 @@ struct Executor::Impl {
   // there, refreshed at every run.
   std::unordered_map<const Node*, std::unique_ptr<Buffer>> staged;
   std::vector<const Node*> staged_updates;  // staged leaves an update op writes: copied back after a run
+  // Host leaves kept there between runs instead (parameters, what update ops
+  // write): their Buffer's mirror, sent when the host has written them and
+  // brought back when the host reads them (Buffer::sync_host).
+  std::vector<Node*> mirrored;
+  std::vector<Node*> mirrored_updates;  // mirrored leaves an update op writes
+  // On a host backend: every host leaf, brought up to date before a run, and
+  // those an update op writes, whose mirrors a run makes stale.
+  std::vector<Node*> host_leaves, host_updates;
   std::vector<bool> readable;  // by position: leaf, output, or a view of one
   struct Step {
     const OpDef* op;
@@ -58,7 +67,9 @@ struct Executor::Impl {
     const Node* r = n->root();
     if (r->is_leaf()) {
       auto s = staged.find(r);
-      return s != staged.end() ? s->second->data : r->buffer->data;
+      if (s != staged.end()) return s->second->data;
+      if (!r->buffer->device && r->buffer->mirror && r->buffer->mirror->device == backend) return r->buffer->mirror->data;
+      return r->buffer->data;
     }
     return static_cast<char*>(arena->data) + plan.offset[pos.at(r)];
   }
@@ -275,8 +286,12 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
   m.outputs = backend.rewrite(m.given, &m.replaced);
   m.outputs = lower_to_kernels(m.outputs, backend, &m.replaced);
   m.order = order_updates_last(locality_order(topo_order(backward_first(m.outputs, graph.stages()))));
+  std::unordered_set<const Node*> updated;  // leaves update ops write
+  for (const Tensor& t : m.order) {
+    for (int i : t.node()->op->mutates) updated.insert(t.node()->inputs[size_t(i)].node());
+  }
   for (size_t i = 0; i < m.order.size(); ++i) {
-    const Node* n = m.order[i].node();
+    Node* n = m.order[i].node();
     m.pos[n] = static_cast<int64_t>(i);
     if (n->shape.size() > static_cast<size_t>(cpu::kMaxRank)) {
       throw ShapeError(std::string(n->op->name) + ": rank " + std::to_string(n->shape.size()) +
@@ -293,12 +308,30 @@ Executor::Executor(const Graph& graph, ExecOptions options) : impl_(std::make_un
                        " lives on '" + device->name() + "' and the graph runs on '" + backend.name() +
                        "': move it with to(\"" + backend.name() + "\")");
     }
-    if (!device && !backend.host_memory()) m.staged.emplace(n, std::make_unique<Buffer>(backend, n->buffer->bytes));
+    if (device) continue;
+    if (backend.host_memory()) {
+      m.host_leaves.push_back(n);
+      continue;
+    }
+    // Parameters and what update ops write stay on the backend between runs
+    // (unless another backend's mirror holds them: then copied every run).
+    Buffer& b = *n->buffer;
+    if ((n->is_param || updated.count(n)) && (!b.mirror || b.mirror->device == &backend)) {
+      if (!b.mirror) {
+        b.mirror = std::make_unique<Buffer>(backend, b.bytes);
+        b.mirror_current = false;
+      }
+      m.mirrored.push_back(n);
+      if (updated.count(n)) m.mirrored_updates.push_back(n);
+      continue;
+    }
+    m.staged.emplace(n, std::make_unique<Buffer>(backend, n->buffer->bytes));
   }
   for (const Tensor& t : m.order) {
     for (int i : t.node()->op->mutates) {
-      const Node* leaf = t.node()->inputs[size_t(i)].node();
+      Node* leaf = t.node()->inputs[size_t(i)].node();
       if (m.staged.count(leaf)) m.staged_updates.push_back(leaf);
+      if (backend.host_memory() && !leaf->buffer->device) m.host_updates.push_back(leaf);
     }
   }
   m.plan = plan_memory(m.order, m.outputs, options.plan_memory, options.inplace);
@@ -355,7 +388,18 @@ void Executor::run(int stage) {
 int Executor::stages() const { return int(impl_->stage_steps.size()); }
 
 void Executor::Impl::run_steps(const std::vector<size_t>& which, bool counted) {
-  for (const auto& [leaf, copy] : staged) backend->copy_in(copy->data, leaf->buffer->data, copy->bytes);
+  for (Node* leaf : host_leaves) leaf->buffer->sync_host();
+  for (const auto& [leaf, copy] : staged) {
+    leaf->buffer->sync_host();
+    backend->copy_in(copy->data, leaf->buffer->data, copy->bytes);
+  }
+  for (Node* leaf : mirrored) {
+    Buffer& b = *leaf->buffer;
+    if (b.mirror_current) continue;
+    b.sync_host();
+    backend->copy_in(b.mirror->data, b.data, b.bytes);
+    b.mirror_current = true;
+  }
   if (options.profile) {
     step_seconds.resize(steps.size(), 0.0);
     if (counted) ++profiled_runs;
@@ -378,6 +422,10 @@ void Executor::Impl::run_steps(const std::vector<size_t>& which, bool counted) {
   // What update ops wrote into staged leaves goes back to the host leaves.
   backend->synchronize();
   for (const Node* leaf : staged_updates) backend->copy_out(leaf->buffer->data, staged.at(leaf)->data, leaf->buffer->bytes);
+  // The updated leaves' latest values are their mirrors' now (or, on the
+  // host, their own).
+  for (Node* leaf : mirrored_updates) leaf->buffer->host_current = false;
+  for (Node* leaf : host_updates) leaf->buffer->mirror_current = false;
 }
 
 std::string Executor::profile() const {

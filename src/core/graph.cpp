@@ -112,6 +112,7 @@ std::vector<Tensor> clone_graph(const std::vector<Tensor>& outputs, const NodeSe
         copy.emplace(&n, t);
         continue;
       }
+      n.buffer->sync_host();
       Tensor c = Tensor::from_data(n.dtype, n.shape, n.buffer->data);
       c.node()->name = n.name;
       copy.emplace(&n, c);

@@ -42,6 +42,21 @@ struct Buffer {
   void* data = nullptr;
   size_t bytes = 0;
   const Backend* device = nullptr;  // null: host memory
+
+  // A host leaf's copy in the memory of a backend that runs it and keeps it
+  // between runs (the executor's choice: parameters and what update ops
+  // write), so a training step on a GPU sends them once and brings them back
+  // only when the host reads them. Which copies hold the latest values:
+  std::unique_ptr<Buffer> mirror;
+  bool mirror_current = false;
+  bool host_current = true;
+  // Before the host reads `data`: the mirror's values, if newer.
+  void sync_host();
+  // Before the host writes `data` (or may): synced, then the mirror is stale.
+  void host_writes() {
+    sync_host();
+    mirror_current = false;
+  }
 };
 
 struct Node {

@@ -64,6 +64,12 @@ Buffer::Buffer(const Backend& backend, size_t n) : bytes(n), device(backend.host
   data = device ? device->allocate(n) : host_allocate(n, /*huge_pages=*/true);
 }
 
+void Buffer::sync_host() {
+  if (host_current) return;
+  if (mirror && mirror_current) mirror->device->copy_out(data, mirror->data, bytes);
+  host_current = true;
+}
+
 Buffer::~Buffer() {
   if (device) {
     device->release(data, bytes);
@@ -200,13 +206,30 @@ static Node& leaf(const Tensor& t, const char* what) {
   return n;
 }
 
-void* Tensor::data() {
-  Node& n = leaf(*this, "data()");
+namespace {
+
+// The host memory of a leaf on the host; UsageError for one on a backend.
+Buffer& host_buffer(const Tensor& t, Node& n) {
   if (n.buffer->device) {
-    throw UsageError("tensor: data() of a " + to_string(*this) + " on '" + n.buffer->device->name() +
+    throw UsageError("tensor: data() of a " + to_string(t) + " on '" + n.buffer->device->name() +
                      "', whose memory is that backend's: copy it with to(\"cpu\") or to_vector()");
   }
-  return n.buffer->data;
+  return *n.buffer;
+}
+
+}  // namespace
+
+// The caller may write: the backend's mirror, if any, is stale from now on.
+void* Tensor::data() {
+  Buffer& b = host_buffer(*this, leaf(*this, "data()"));
+  b.host_writes();
+  return b.data;
+}
+
+const void* Tensor::data() const {
+  Buffer& b = host_buffer(*this, leaf(*this, "data()"));
+  b.sync_host();
+  return b.data;
 }
 
 std::string Tensor::device() const {
@@ -223,6 +246,7 @@ void Tensor::copy_to(void* dst, size_t bytes) const {
   if (n.buffer->device) {
     n.buffer->device->copy_out(dst, n.buffer->data, bytes);
   } else {
+    n.buffer->sync_host();
     std::memcpy(dst, n.buffer->data, bytes);
   }
 }
@@ -234,6 +258,7 @@ Tensor Tensor::to(const std::string& device) const {
   Tensor out = leaf_of(n.dtype, n.shape,
                        target.host_memory() ? std::make_shared<Buffer>(bytes) : std::make_shared<Buffer>(target, bytes));
   if (!n.buffer->device && !out.node()->buffer->device) {
+    n.buffer->sync_host();
     std::memcpy(out.node()->buffer->data, n.buffer->data, bytes);
   } else {
     std::vector<char> host(bytes);
@@ -245,7 +270,6 @@ Tensor Tensor::to(const std::string& device) const {
   return out;
 }
 
-const void* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
 
 void Tensor::copy_from(const void* src, size_t bytes) {
   Node& n = leaf(*this, "copy_from()");
@@ -257,6 +281,7 @@ void Tensor::copy_from(const void* src, size_t bytes) {
   if (n.buffer->device) {
     n.buffer->device->copy_in(n.buffer->data, src, bytes);
   } else {
+    n.buffer->host_writes();
     std::memcpy(n.buffer->data, src, bytes);
   }
 }

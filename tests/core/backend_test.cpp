@@ -13,6 +13,8 @@
 #include "core/op.h"
 #include "nabla/nabla.hpp"
 #include "ops/elementwise.h"
+#include "ops/internal_ops.h"
+#include "backends.h"
 
 using namespace nabla;
 
@@ -157,4 +159,37 @@ TEST(BackendsDeathTest, ReferenceMemoryIsNotHostMemory) {
       },
       testing::ExitedWithCode(3), "");
   EXPECT_EQ(d.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+}
+
+// A parameter a step updates on a backend with memory of its own stays
+// there between runs: the host's copy is brought back only when read, and a
+// host write is sent before the next run. Each backend with memory of its
+// own, then the CPU reading what it left.
+TEST(Backends, UpdatedParametersStayOnTheBackendBetweenRuns) {
+  for (const std::string& backend : testing_backends::device_backends()) {
+    Tensor p = Tensor::from_vector<float>({3}, {1, 2, 3});
+    p.requires_grad();
+    Tensor g = Tensor::from_vector<float>({3}, {1, 1, 1});
+    Tensor buf = Tensor::zeros(DType::f32, {3});
+    Tensor hyper = Tensor::from_vector<double>({3}, {0.5, 0, 0});  // lr 0.5, no momentum, no decay
+    Tensor scale = Tensor::scalar(1.0, DType::f64);
+    Executor ex(Graph({sgd_update(p, g, buf, hyper, scale)}), {.threads = 1, .backend = backend});
+    ex.run();
+    ex.run();
+    Buffer& host = *p.node()->buffer;
+    EXPECT_FALSE(host.host_current) << backend << ": the step's result was copied back unasked";
+    EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{0, 1, 2})) << backend;
+    EXPECT_TRUE(host.host_current) << backend;
+    p.assign<float>({10, 20, 30});  // a host write: sent before the next run
+    ex.run();
+    EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{9.5f, 19.5f, 29.5f})) << backend;
+    ex.run();
+    // The CPU reads the backend's latest values.
+    EXPECT_EQ(eval(p * 2.0, {.threads = 1}).to_vector<float>(), (std::vector<float>{18, 38, 58})) << backend;
+    // The CPU's own update makes the backend's copy stale.
+    Executor cpu(Graph({sgd_update(p, g, buf, hyper, scale)}), {.threads = 1});
+    cpu.run();
+    ex.run();
+    EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{8, 18, 28})) << backend;
+  }
 }
