@@ -213,6 +213,17 @@ struct Rows {
   int64_t stride, len, count;
 };
 Rows rows_of(const TensorView& v);
+template <class T>
+__device__ __forceinline__ const T* row_ptr(const Rows& r, int64_t row) {
+  return static_cast<const T*>(r.rows.data) + offset_of(r.rows, row);
+}
+// Threads for a block that walks a row of `len` elements: a warp at least,
+// 512 at most.
+inline unsigned row_threads(int64_t len) {
+  unsigned t = 32;
+  while (t < 512 && int64_t(t) < len) t *= 2;
+  return t;
+}
 
 // Calls fn<T>() with T the C++ type of a floating dtype (f32 or f64).
 template <class F>

@@ -14,11 +14,6 @@ extern const OpDef op_layer_norm, op_layer_norm_back, op_layer_norm_affine, op_l
 namespace NABLA_GPU {
 namespace {
 
-template <class T>
-__device__ __forceinline__ const T* row_ptr(const Rows& r, int64_t row) {
-  return static_cast<const T*>(r.rows.data) + offset_of(r.rows, row);
-}
-
 // A row's mean and 1 / sqrt(var + eps) (var biased, by two passes); with
 // `rms`, 0 and 1 / sqrt(mean(x^2) + eps).
 template <class T>
@@ -52,12 +47,6 @@ __global__ void norm_kernel(Rows x, const T* gamma, View gv, const T* beta, View
     if (gamma) v = v * gamma[j * gv.strides[0]] + beta[j * bv.strides[0]];
     yr[j] = v;
   }
-}
-
-unsigned row_threads(int64_t len) {
-  unsigned t = 32;
-  while (t < 512 && int64_t(t) < len) t *= 2;
-  return t;
 }
 
 void norm(const Operands& a, const Context& ctx, bool affine, bool rms) {

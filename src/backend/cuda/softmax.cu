@@ -12,17 +12,6 @@ extern const OpDef op_cross_entropy, op_cross_entropy_back, op_cross_entropy_sof
 namespace NABLA_GPU {
 namespace {
 
-template <class T>
-__device__ __forceinline__ const T* row_ptr(const Rows& r, int64_t row) {
-  return static_cast<const T*>(r.rows.data) + offset_of(r.rows, row);
-}
-
-unsigned row_threads(int64_t len) {
-  unsigned t = 32;
-  while (t < 512 && int64_t(t) < len) t *= 2;
-  return t;
-}
-
 // softmax(scale x + mask) over the last axis; causal hides key j > i +
 // (Tk - Tq) of query row i (the row's index along the second-to-last axis).
 template <class T>
