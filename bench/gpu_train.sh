@@ -32,6 +32,8 @@ for r in $(seq "$reps"); do
       echo "{\"framework\": \"torch\", \"model\": \"$c\", \"failed\": true}" >>"$results"
   done
 done
+# The raw results beside the device tool's other files, where there is one.
+[ -n "${OUT:-}" ] && cp "$results" "$OUT/gpu_train.jsonl"
 "$py" - "$results" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -15,6 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 b=$PWD/.gpu
 export LD_LIBRARY_PATH=$b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PATH=$PATH:/usr/local/cuda/bin  # compute-sanitizer
 o=${OUT:-/tmp/gpu-check}
 mkdir -p "$o"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$o/gpu.txt"
