@@ -1,4 +1,5 @@
-// A ViT's and a GPT-2's training step (loss and every parameter gradient) on
+// A ViT's, a GPT-2's and a Llama's training step (loss and every parameter
+// gradient; the Llama's also with LoRA adapters on a frozen base) on
 // each backend with memory of its own (tests/backends.h) against the CPU's:
 // the CPU's fused kernels and rewrite against other kernels, through whole
 // models; then whole training steps (TrainStep: forward, backward, norm,
@@ -10,6 +11,7 @@
 #include <random>
 
 #include "nabla/models/gpt2.h"
+#include "nabla/models/llama.h"
 #include "nabla/models/vit.h"
 #include "nabla/nabla.hpp"
 #include "nabla/trainer.h"
@@ -149,6 +151,54 @@ TEST_P(BackendModels, Gpt2StepAgrees) {
   const Tensor loss = gpt.next_token_loss(tokens, /*train=*/true);
   expect_same_step(loss, gpt.params(), GetParam());
   expect_same_training(loss, gpt.params(), GetParam());
+}
+
+// GQA (6 query heads on 2 key/value heads), rope, RMS norm, SwiGLU, biases,
+// an untied head: every parameter trained, then LoRA adapters (with
+// dropout) on a frozen base.
+models::LlamaConfig small_llama() {
+  models::LlamaConfig c;
+  c.vocab_size = 37;
+  c.hidden_size = 24;
+  c.intermediate_size = 40;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 2;
+  c.head_dim = 6;
+  c.max_position_embeddings = 32;
+  c.rope_theta = 500.0;
+  c.attention_bias = true;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+Tensor llama_tokens() {
+  std::vector<int32_t> ids(2 * 13);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((7 * i + i * i) % 37);
+  return Tensor::from_vector<int32_t>({2, 13}, ids);
+}
+
+TEST_P(BackendModels, LlamaStepAgrees) {
+  models::Llama llama(small_llama(), 3);
+  const Tensor loss = llama.next_token_loss(llama_tokens(), /*train=*/true);
+  expect_same_step(loss, llama.params(), GetParam());
+  expect_same_training(loss, llama.params(), GetParam());
+}
+
+TEST_P(BackendModels, LlamaLoraStepAgrees) {
+  models::Llama llama(small_llama(), 3);
+  llama.add_lora({.r = 4, .alpha = 8, .dropout = 0.1, .targets = models::llama_lora_modules()}, 5);
+  // B starts at zero (PEFT's init): give it values, so A's gradients are not all zero.
+  int k = 0;
+  for (const auto& [name, p] : llama.adapter().list()) {
+    Tensor t = p;
+    std::vector<float> v(size_t(t.numel()));
+    for (float& x : v) x = 0.05f * float((k++ % 7) - 3);
+    t.assign<float>(v);
+  }
+  const Tensor loss = llama.next_token_loss(llama_tokens(), /*train=*/true);
+  expect_same_step(loss, llama.adapter(), GetParam());
+  expect_same_training(loss, llama.adapter(), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendModels, testing::ValuesIn(testing_backends::device_backends()),
