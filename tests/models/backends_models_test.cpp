@@ -16,6 +16,7 @@
 #include "nabla/nabla.hpp"
 #include "nabla/trainer.h"
 #include "backends.h"
+#include "small_llama.h"
 
 using namespace nabla;
 
@@ -153,24 +154,10 @@ TEST_P(BackendModels, Gpt2StepAgrees) {
   expect_same_training(loss, gpt.params(), GetParam());
 }
 
-// GQA (6 query heads on 2 key/value heads), rope, RMS norm, SwiGLU, biases,
-// an untied head: every parameter trained, then LoRA adapters (with
-// dropout) on a frozen base.
-models::LlamaConfig small_llama() {
-  models::LlamaConfig c;
-  c.vocab_size = 37;
-  c.hidden_size = 24;
-  c.intermediate_size = 40;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 6;
-  c.num_key_value_heads = 2;
-  c.head_dim = 6;
-  c.max_position_embeddings = 32;
-  c.rope_theta = 500.0;
-  c.attention_bias = true;
-  c.tie_word_embeddings = false;
-  return c;
-}
+// The small Llama (tests/models/small_llama.h): GQA, rope, RMS norm,
+// SwiGLU, biases, an untied head: every parameter trained, then LoRA
+// adapters (with dropout) on a frozen base.
+using testing_models::small_llama;
 
 Tensor llama_tokens() {
   std::vector<int32_t> ids(2 * 13);

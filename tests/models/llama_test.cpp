@@ -16,6 +16,7 @@
 
 #include "models/decoding_check.h"
 #include "temp_dir.h"
+#include "small_llama.h"
 
 using namespace nabla;
 using models::Llama;
@@ -23,23 +24,7 @@ using models::LlamaConfig;
 
 namespace {
 
-// GQA 3 (6 query heads, 2 key/value heads), a head size that is not
-// hidden / heads, q/k/v biases, an untied head.
-LlamaConfig small_config() {
-  LlamaConfig c;
-  c.vocab_size = 37;
-  c.hidden_size = 24;
-  c.intermediate_size = 40;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 6;
-  c.num_key_value_heads = 2;
-  c.head_dim = 6;
-  c.max_position_embeddings = 32;
-  c.rope_theta = 500.0;
-  c.attention_bias = true;
-  c.tie_word_embeddings = false;
-  return c;
-}
+LlamaConfig small_config() { return testing_models::small_llama(); }
 
 Tensor tokens(int64_t B, int64_t T, int64_t vocab, int64_t seed) {
   std::vector<int32_t> ids(size_t(B * T));

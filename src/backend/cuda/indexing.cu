@@ -93,18 +93,21 @@ __global__ void set_rows_kernel(int64_t n, int64_t width, View idx, View values,
   }
 }
 
+// base (input 0) copied into the output (a no-op where the output is base's memory).
+void copy_base(const Operands& a, const Context& ctx) {
+  const int64_t n = a.out.numel();
+  if (n == 0 || a.in[0].data == a.out.data) return;
+  View to = make_view(a.out);
+  dispatch_any(a.out.dtype, [&]<class T>() {
+    launch(ctx, elementwise_launch(n), copy_kernel<T>, n, make_view(a.in[0]), a.out.ptr<T>(), to);
+  });
+}
+
 void set_rows(const Operands& a, const Context& ctx) {
   const TensorView &dst = a.in[0], &idx = a.in[1], &values = a.in[2];
   const int64_t rows = dst.shape[0], positions = idx.numel(), width = width_of(dst.shape);
+  copy_base(a, ctx);
   dispatch_any(a.out.dtype, [&]<class T>() {
-    if (a.out.numel() > 0) {
-      View to = make_view(dst);
-      const Strides os = contiguous_strides(a.out.shape);
-      for (size_t d = 0; d < os.size(); ++d) to.strides[d] = os[d];
-      // dst copied as `contiguous` does it.
-      launch(ctx, elementwise_launch(a.out.numel()), copy_kernel<T>, a.out.numel(), make_view(dst), a.out.ptr<T>(),
-             to);
-    }
     if (positions == 0 || rows == 0) return;
     int* last = static_cast<int*>(scratch(ctx, size_t(rows) * sizeof(int)));
     launch(ctx, elementwise_launch(rows), fill_int_kernel, rows, last, -1);
@@ -204,16 +207,6 @@ void scatter_slice(const Operands& a, const Context& ctx) {
   for (size_t d = 0; d < os.size(); ++d) to.strides[d] = os[d] * (d == axis ? step : 1);
   dispatch_any(a.out.dtype, [&]<class T>() {
     launch(ctx, elementwise_launch(n), copy_kernel<T>, n, make_view(x), a.out.ptr<T>() + start * os[axis], to);
-  });
-}
-
-// base copied into the output (a no-op where the output is base's memory).
-void copy_base(const Operands& a, const Context& ctx) {
-  const int64_t n = a.out.numel();
-  if (n == 0 || a.in[0].data == a.out.data) return;
-  View to = make_view(a.out);
-  dispatch_any(a.out.dtype, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), copy_kernel<T>, n, make_view(a.in[0]), a.out.ptr<T>(), to);
   });
 }
 
