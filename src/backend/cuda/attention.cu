@@ -1,20 +1,28 @@
 // Attention on the GPU (definitions in src/ops/attention.cpp): q [B, Tq, H,
 // D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], token-major, any strides; query
-// head h reads key/value head h / (H / Hk).
+// head h reads key/value head h / (H / Hk). Under the bf16 matmul option
+// every product rounds its operands to bf16, as the CPU's do.
 //
+// attention and attention_back run on tiles (below: flash attention 2's
+// blocks of queries and keys in shared memory, their products on tensor
+// cores under the bf16 option); heads too wide for the tiles take the
+// warp-per-row kernels first here:
 // attention: flash attention's online softmax, a warp per query row: the
 // lanes take 32 keys at a time (each lane one key's score, its dot product
 // over D), the warp's max and sum update the row's running max m and sum l,
 // and each lane accumulates its own output dimensions (lane, lane + 32, ...,
-// up to 256 per pass) from the 32 probabilities broadcast one by one. The
-// scores never reach memory.
+// up to 256 per pass) from the 32 probabilities broadcast one by one.
 // attention_back: recomputes the scores. A warp per query row finds the
 // row's log-sum-exp and D = sum_j P dP (dP = dO . v_j), then dq; a warp per
 // key row sums dk and dv over the queries (and over its group's query
 // heads, in head order): no atomics, the same sums every run.
 // attention_probs and its backwards: P itself [B, H, Tq, Tk], a warp per
 // row; dq and dk one thread per element.
+#include <type_traits>
+
 #include "backend/cuda/kernel.h"
+#include "backend/cuda/runtime.h"
+#include "backend/cuda/tiles.h"
 
 namespace nabla {
 namespace ops {
@@ -33,12 +41,14 @@ constexpr int64_t kRowsPerBlock = 16;
 struct Attn {
   View q, k, v, seg;
   bool segmented, causal;
+  bool bf16;  // products round their operands to bf16 (the bf16 matmul option)
   double scale;
   int64_t B, Tq, Tk, H, Hk, D, Dv;
 };
 
-Attn attn_of(const Operands& a, size_t segments_at, bool values = true) {
+Attn attn_of(const Operands& a, const Context& ctx, size_t segments_at, bool values = true) {
   Attn t{};
+  t.bf16 = ctx.bf16_matmul;
   t.q = make_view(a.in[0]);
   t.k = make_view(a.in[1]);
   if (values) t.v = make_view(a.in[2]);
@@ -55,6 +65,12 @@ Attn attn_of(const Operands& a, size_t segments_at, bool values = true) {
   t.Hk = a.in[1].shape[2];
   t.Dv = values ? a.in[2].shape[3] : 0;
   return t;
+}
+
+// x as a product's operand: rounded to bf16 under the bf16 matmul option.
+template <class T>
+__device__ __forceinline__ T operand(const Attn& a, T x) {
+  return a.bf16 ? round_bf16(x) : x;
 }
 
 template <class T>
@@ -80,7 +96,7 @@ __device__ __forceinline__ T score(const Attn& a, int64_t b, int64_t i, int64_t 
   const T* q = at4<T>(a.q, b, i, h);
   const T* k = at4<T>(a.k, b, j, h / (a.H / a.Hk));
   T s = T(0);
-  for (int64_t d = 0; d < a.D; ++d) s += q[d * a.q.strides[3]] * k[d * a.k.strides[3]];
+  for (int64_t d = 0; d < a.D; ++d) s += operand(a, q[d * a.q.strides[3]]) * operand(a, k[d * a.k.strides[3]]);
   return s * T(a.scale);
 }
 template <class T>
@@ -117,7 +133,7 @@ __global__ void attention_kernel(Attn a, T* out) {
         const T* vr = at4<T>(a.v, b, j0 + src, hk);
         for (int e = 0; e < kPerLane; ++e) {
           const int64_t d = d0 + lane + 32 * e;
-          if (d < a.Dv) o[e] += ps * vr[d * a.v.strides[3]];
+          if (d < a.Dv) o[e] += operand(a, ps) * operand(a, vr[d * a.v.strides[3]]);
         }
       }
       m = m_new;
@@ -135,15 +151,6 @@ Launch rows_grid(int64_t rows, int64_t heads, int64_t z) {
           dim3(32 * kWarps), 0, true};
 }
 
-void attention(const Operands& a, const Context& ctx) {
-  const Attn t = attn_of(a, 3);
-  if (a.out.numel() == 0) return;
-  const int64_t chunks = (t.Dv + kChunk - 1) / kChunk;
-  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
-    launch(ctx, rows_grid(t.Tq, t.H, t.B * chunks), attention_kernel<T>, t, a.out.ptr<T>());
-  });
-}
-
 // ---- attention_back: flat [dq, dk, dv]; inputs q, k, v, dout, segments.
 
 // dO_i . v_j.
@@ -152,7 +159,7 @@ __device__ __forceinline__ T dout_dot_v(const Attn& a, const View& dout, int64_t
   const T* g = at4<T>(dout, b, i, h);
   const T* v = at4<T>(a.v, b, j, h / (a.H / a.Hk));
   T s = T(0);
-  for (int64_t d = 0; d < a.Dv; ++d) s += g[d * dout.strides[3]] * v[d * a.v.strides[3]];
+  for (int64_t d = 0; d < a.Dv; ++d) s += operand(a, g[d * dout.strides[3]]) * operand(a, v[d * a.v.strides[3]]);
   return s;
 }
 
@@ -211,7 +218,7 @@ __global__ void attention_rows_back_kernel(Attn a, View dout, T* stats, T* dq) {
           const T* kr = at4<T>(a.k, b, j0 + src, hk);
           for (int e = 0; e < kPerLane; ++e) {
             const int64_t d = d0 + lane + 32 * e;
-            if (d < a.D) acc[e] += dss * kr[d * a.k.strides[3]];
+            if (d < a.D) acc[e] += operand(a, dss) * operand(a, kr[d * a.k.strides[3]]);
           }
         }
       }
@@ -256,8 +263,8 @@ __global__ void attention_keys_back_kernel(Attn a, View dout, const T* stats, T*
           const T* gr = at4<T>(dout, b, i0 + src, h);
           for (int e = 0; e < kPerLane; ++e) {
             const int64_t d = d0 + lane + 32 * e;
-            if (d < a.D) gk[e] += dss * qr[d * a.q.strides[3]];
-            if (d < a.Dv) gv[e] += ps * gr[d * dout.strides[3]];
+            if (d < a.D) gk[e] += operand(a, dss) * operand(a, qr[d * a.q.strides[3]]);
+            if (d < a.Dv) gv[e] += operand(a, ps) * operand(a, gr[d * dout.strides[3]]);
           }
         }
       }
@@ -272,24 +279,391 @@ __global__ void attention_keys_back_kernel(Attn a, View dout, const T* stats, T*
   }
 }
 
+// ---- Tiled attention and attention_back: a block of kTileThreads per tile
+// of query rows (of key rows for dk and dv), its operands' tiles in shared
+// memory and every product a block_product (tiles.h): on tensor cores from
+// bf16 under the bf16 matmul option (f32), on CUDA cores otherwise. The
+// backward is flash attention 2's: the rows kernel recomputes a query tile's
+// output (its log-sum-exp, and D = dO . O) then dq; the keys kernel sums a
+// key tile's dk and dv over its group's query heads in order, then its
+// queries in order: no atomics. Heads too wide for any tile's shared memory
+// take the warp-per-row kernels above.
+
+constexpr int kTileThreads = 128;
+// Shared memory a block aims to stay within, so that several blocks share a
+// multiprocessor (larger tiles only where nothing smaller fits it).
+constexpr size_t kTileBudget = size_t(64) << 10;
+
+enum class TileKernel { forward, rows_back, keys_back };
+
+// A tiled kernel's arrays: byte offsets into its dynamic shared memory and
+// row strides (in elements: E for operands, T for scores and sums).
+struct Tiles {
+  int br = 0, bc = 0, dp = 0, dvp = 0;  // query rows, key rows, D and Dv padded to 16
+  int ldq = 0, ldv = 0, ldp = 0;        // E rows: D wide, Dv wide, bc wide
+  int lds = 0, ldcq = 0, ldcv = 0;      // T rows: bc wide, D wide, Dv wide
+  uint32_t q = 0, k = 0, v = 0, dout = 0, s = 0, p = 0, dp_ = 0, ds = 0, acc = 0, acc_v = 0;
+  uint32_t m = 0, l = 0, alpha = 0, lse = 0, dd = 0, bytes = 0;
+};
+
+Tiles tiles_for(TileKernel kind, int br, int bc, int64_t D, int64_t Dv, size_t t_bytes, bool tensor) {
+  Tiles t;
+  t.br = br;
+  t.bc = bc;
+  t.dp = int((D + 15) / 16 * 16);
+  t.dvp = int((Dv + 15) / 16 * 16);
+  // Padding: CUDA cores read columns across threads (one more element
+  // spreads them over the banks); wmma needs 16-byte multiples.
+  const int pe = tensor ? 8 : 1, pc = tensor ? 4 : 1;
+  const size_t e_bytes = tensor ? 2 : t_bytes;
+  t.ldq = t.dp + pe;
+  t.ldv = t.dvp + pe;
+  t.lds = bc + pc;
+  t.ldp = tensor ? bc + pe : t.lds;
+  t.ldcq = t.dp + pc;
+  t.ldcv = t.dvp + pc;
+  size_t at = 0;
+  auto take = [&](int64_t rows, int64_t ld, size_t bytes) {
+    const size_t o = at;
+    at = (at + size_t(rows * ld) * bytes + 31) / 32 * 32;
+    return uint32_t(o);
+  };
+  auto e = [&](int64_t rows, int64_t ld) { return take(rows, ld, e_bytes); };
+  auto f = [&](int64_t rows, int64_t ld) { return take(rows, ld, t_bytes); };
+  // Without tensor cores P and dS overwrite the scores and dP in place.
+  auto scores = [&](int rows) {
+    t.s = f(rows, t.lds);
+    t.p = tensor ? e(rows, t.ldp) : t.s;
+  };
+  switch (kind) {
+    case TileKernel::forward:
+      t.q = e(br, t.ldq);
+      t.k = t.v = e(bc, t.ldq > t.ldv ? t.ldq : t.ldv);  // v replaces k once S is made
+      scores(br);
+      t.acc = f(br, t.ldcv);
+      break;
+    case TileKernel::rows_back:
+    case TileKernel::keys_back:
+      t.q = e(br, t.ldq);
+      t.dout = e(br, t.ldv);
+      t.k = e(bc, t.ldq);
+      t.v = e(bc, t.ldv);
+      scores(br);
+      t.dp_ = f(br, t.lds);
+      t.ds = tensor ? e(br, t.ldp) : t.dp_;
+      if (kind == TileKernel::rows_back) {
+        t.acc = f(br, t.ldcq > t.ldcv ? t.ldcq : t.ldcv);  // O, then dq
+      } else {
+        t.acc = f(bc, t.ldcq);  // dk
+        t.acc_v = f(bc, t.ldcv);
+      }
+      break;
+  }
+  t.m = f(1, br);
+  t.l = f(1, br);
+  t.alpha = f(1, br);
+  t.lse = f(1, br);
+  t.dd = f(1, br);
+  t.bytes = uint32_t(at);
+  return t;
+}
+
+// The largest tiles within kTileBudget, else the largest within the
+// device's limit; br 0 where none fit.
+Tiles choose_tiles(TileKernel kind, int64_t D, int64_t Dv, size_t t_bytes, bool tensor) {
+  constexpr int sizes[][2] = {{64, 64}, {64, 32}, {32, 32}, {16, 16}};
+  for (size_t limit : {kTileBudget, max_shared_bytes()}) {
+    for (const auto& sz : sizes) {
+      const Tiles t = tiles_for(kind, sz[0], sz[1], D, Dv, t_bytes, tensor);
+      if (t.bytes <= limit) return t;
+    }
+  }
+  return {};
+}
+
+template <class X>
+__device__ __forceinline__ X* shared_at(uint32_t offset) {
+  return reinterpret_cast<X*>(dynamic_shared<unsigned char>() + offset);
+}
+
+// dst [rows, width] (row stride ld) = x's rows t0.. of head h in batch b,
+// zero past row t_end and column cols.
+template <class T, class E>
+__device__ void load_tile(E* dst, int ld, int rows, int width, const View& x, int64_t b, int64_t t0, int64_t t_end,
+                          int64_t h, int64_t cols) {
+  for (int e = int(threadIdx.x); e < rows * width; e += int(blockDim.x)) {
+    const int r = e / width, c = e % width;
+    T value = T(0);
+    if (t0 + r < t_end && c < cols) value = at4<T>(x, b, t0 + r, h)[c * x.strides[3]];
+    dst[r * ld + c] = to_element<E>(value);
+  }
+}
+
+// The query tile at i0 (q loaded) against every key it may see: O (acc, not
+// yet divided by l), and each row's running max m and sum l. Ends synced.
+template <class T, class E>
+__device__ void attend_tile(const Attn& a, const Tiles& t, int64_t b, int64_t h, int64_t i0) {
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, warps = int(blockDim.x) / 32;
+  const int64_t hk = h / (a.H / a.Hk);
+  const E* q = shared_at<E>(t.q);
+  E* k = shared_at<E>(t.k);
+  E* v = shared_at<E>(t.v);
+  T* s = shared_at<T>(t.s);
+  E* p = shared_at<E>(t.p);
+  T* o = shared_at<T>(t.acc);
+  T *m = shared_at<T>(t.m), *l = shared_at<T>(t.l), *alpha = shared_at<T>(t.alpha);
+  const T lowest = -T(INFINITY);
+  for (int e = int(threadIdx.x); e < t.br * t.ldcv; e += int(blockDim.x)) o[e] = T(0);
+  for (int r = int(threadIdx.x); r < t.br; r += int(blockDim.x)) {
+    m[r] = lowest;
+    l[r] = T(0);
+  }
+  const int64_t last = (i0 + t.br < a.Tq ? i0 + t.br : a.Tq) - 1;
+  const int64_t end = key_end(a, last);
+  for (int64_t j0 = 0; j0 < end; j0 += t.bc) {
+    __syncthreads();
+    load_tile<T>(k, t.ldq, t.bc, t.dp, a.k, b, j0, a.Tk, hk, a.D);
+    __syncthreads();
+    block_product<T, E>({q, t.ldq, false}, {k, t.ldq, true}, s, t.lds, t.br, t.bc, t.dp, false);
+    __syncthreads();
+    for (int r = warp; r < t.br; r += warps) {
+      const int64_t i = i0 + r;
+      T x[2], mx = lowest;
+      for (int e = 0; e < 2; ++e) {
+        const int c = lane + 32 * e;
+        const int64_t j = j0 + c;
+        x[e] = c < t.bc && i < a.Tq && j < a.Tk && visible(a, b, i, j) ? s[r * t.lds + c] * T(a.scale) : lowest;
+        mx = max_of(mx, x[e]);
+      }
+      mx = warp_max(mx);
+      const T m_old = m[r], m_new = max_of(m_old, mx);
+      const T scale_old = m_new == lowest ? T(1) : gpu_math::exp(m_old - m_new);
+      T sum = T(0);
+      for (int e = 0; e < 2; ++e) {
+        const int c = lane + 32 * e;
+        if (c >= t.bc) continue;
+        const T pv = x[e] == lowest ? T(0) : gpu_math::exp(x[e] - m_new);
+        p[r * t.ldp + c] = to_element<E>(pv);
+        sum += pv;
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        m[r] = m_new;
+        l[r] = l[r] * scale_old + sum;
+        alpha[r] = scale_old;
+      }
+    }
+    // v may take k's memory: the product above was k's last reader.
+    load_tile<T>(v, t.ldv, t.bc, t.dvp, a.v, b, j0, a.Tk, hk, a.Dv);
+    __syncthreads();
+    block_product<T, E>({p, t.ldp, false}, {v, t.ldv, false}, o, t.ldcv, t.br, t.dvp, t.bc, true, alpha);
+  }
+  __syncthreads();
+}
+
+// grid: (query tiles, H, B).
+template <class T, class E>
+__global__ void attention_tiles_kernel(Attn a, Tiles t, T* out) {
+  const int64_t h = blockIdx.y, b = blockIdx.z, i0 = int64_t(blockIdx.x) * t.br;
+  load_tile<T>(shared_at<E>(t.q), t.ldq, t.br, t.dp, a.q, b, i0, a.Tq, h, a.D);
+  attend_tile<T, E>(a, t, b, h, i0);
+  const T* o = shared_at<T>(t.acc);
+  const T* l = shared_at<T>(t.l);
+  for (int64_t e = threadIdx.x; e < t.br * a.Dv; e += blockDim.x) {
+    const int64_t r = e / a.Dv, d = e % a.Dv, i = i0 + r;
+    if (i < a.Tq) out[((b * a.Tq + i) * a.H + h) * a.Dv + d] = o[r * t.ldcv + d] / l[r];
+  }
+}
+
+// P and dS = P (dP - D) of the scores s and dP (masked ones 0), as E.
+template <class T, class E>
+__device__ void scores_back(const Attn& a, const Tiles& t, int64_t b, int64_t i0, int64_t j0) {
+  const T* s = shared_at<T>(t.s);
+  const T* dp = shared_at<T>(t.dp_);
+  E* p = shared_at<E>(t.p);
+  E* ds = shared_at<E>(t.ds);
+  const T *lse = shared_at<T>(t.lse), *dd = shared_at<T>(t.dd);
+  for (int e = int(threadIdx.x); e < t.br * t.bc; e += int(blockDim.x)) {
+    const int r = e / t.bc, c = e % t.bc;
+    const int64_t i = i0 + r, j = j0 + c;
+    T pv = T(0), dsv = T(0);
+    if (i < a.Tq && j < a.Tk && visible(a, b, i, j)) {
+      pv = gpu_math::exp(s[r * t.lds + c] * T(a.scale) - lse[r]);
+      dsv = pv * (dp[r * t.lds + c] - dd[r]);
+    }
+    p[r * t.ldp + c] = to_element<E>(pv);
+    ds[r * t.ldp + c] = to_element<E>(dsv);
+  }
+}
+
+// S = Q K^T and dP = dO V^T of the loaded tiles.
+template <class T, class E>
+__device__ void scores_and_dp(const Tiles& t) {
+  const E *q = shared_at<E>(t.q), *k = shared_at<E>(t.k), *v = shared_at<E>(t.v), *g = shared_at<E>(t.dout);
+  block_product<T, E>({q, t.ldq, false}, {k, t.ldq, true}, shared_at<T>(t.s), t.lds, t.br, t.bc, t.dp, false);
+  block_product<T, E>({g, t.ldv, false}, {v, t.ldv, true}, shared_at<T>(t.dp_), t.lds, t.br, t.bc, t.dvp, false);
+}
+
+// A query tile's log-sum-exp and D (into stats [B, H, Tq, 2]), then dq.
+// grid: (query tiles, H, B).
+template <class T, class E>
+__global__ void attention_rows_tiles_kernel(Attn a, View dout, Tiles t, T* stats, T* dq) {
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, warps = int(blockDim.x) / 32;
+  const int64_t h = blockIdx.y, b = blockIdx.z, i0 = int64_t(blockIdx.x) * t.br;
+  const int64_t hk = h / (a.H / a.Hk);
+  load_tile<T>(shared_at<E>(t.q), t.ldq, t.br, t.dp, a.q, b, i0, a.Tq, h, a.D);
+  load_tile<T>(shared_at<E>(t.dout), t.ldv, t.br, t.dvp, dout, b, i0, a.Tq, h, a.Dv);
+  attend_tile<T, E>(a, t, b, h, i0);
+  T* acc = shared_at<T>(t.acc);
+  const T *m = shared_at<T>(t.m), *l = shared_at<T>(t.l);
+  T *lse = shared_at<T>(t.lse), *dd = shared_at<T>(t.dd);
+  for (int r = warp; r < t.br; r += warps) {
+    const int64_t i = i0 + r;
+    T x = T(0);
+    if (i < a.Tq) {
+      const T* g = at4<T>(dout, b, i, h);
+      for (int64_t d = lane; d < a.Dv; d += 32) x += g[d * dout.strides[3]] * acc[r * t.ldcv + d];
+    }
+    x = warp_sum(x);
+    if (lane == 0) {
+      lse[r] = i < a.Tq ? m[r] + gpu_math::log(l[r]) : T(0);
+      dd[r] = i < a.Tq ? x / l[r] : T(0);
+      if (i < a.Tq) {
+        T* st = stats + ((b * a.H + h) * a.Tq + i) * 2;
+        st[0] = lse[r];
+        st[1] = dd[r];
+      }
+    }
+  }
+  __syncthreads();
+  for (int e = int(threadIdx.x); e < t.br * t.ldcq; e += int(blockDim.x)) acc[e] = T(0);
+  const int64_t last = (i0 + t.br < a.Tq ? i0 + t.br : a.Tq) - 1;
+  const int64_t end = key_end(a, last);
+  E* k = shared_at<E>(t.k);
+  for (int64_t j0 = 0; j0 < end; j0 += t.bc) {
+    __syncthreads();
+    load_tile<T>(k, t.ldq, t.bc, t.dp, a.k, b, j0, a.Tk, hk, a.D);
+    load_tile<T>(shared_at<E>(t.v), t.ldv, t.bc, t.dvp, a.v, b, j0, a.Tk, hk, a.Dv);
+    __syncthreads();
+    scores_and_dp<T, E>(t);
+    __syncthreads();
+    scores_back<T, E>(a, t, b, i0, j0);
+    __syncthreads();
+    block_product<T, E>({shared_at<E>(t.ds), t.ldp, false}, {k, t.ldq, false}, acc, t.ldcq, t.br, t.dp, t.bc, true);
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < t.br * a.D; e += blockDim.x) {
+    const int64_t r = e / a.D, d = e % a.D, i = i0 + r;
+    if (i < a.Tq) dq[((b * a.Tq + i) * a.H + h) * a.D + d] = acc[r * t.ldcq + d] * T(a.scale);
+  }
+}
+
+// A key tile's dk and dv, summed over its group's query heads in order and
+// the queries that may see it. grid: (key tiles, Hk, B).
+template <class T, class E>
+__global__ void attention_keys_tiles_kernel(Attn a, View dout, Tiles t, const T* stats, T* dk, T* dv) {
+  const int64_t hk = blockIdx.y, b = blockIdx.z, j0 = int64_t(blockIdx.x) * t.bc;
+  const int64_t group = a.H / a.Hk;
+  load_tile<T>(shared_at<E>(t.k), t.ldq, t.bc, t.dp, a.k, b, j0, a.Tk, hk, a.D);
+  load_tile<T>(shared_at<E>(t.v), t.ldv, t.bc, t.dvp, a.v, b, j0, a.Tk, hk, a.Dv);
+  T *gk = shared_at<T>(t.acc), *gv = shared_at<T>(t.acc_v);
+  for (int e = int(threadIdx.x); e < t.bc * t.ldcq; e += int(blockDim.x)) gk[e] = T(0);
+  for (int e = int(threadIdx.x); e < t.bc * t.ldcv; e += int(blockDim.x)) gv[e] = T(0);
+  T *lse = shared_at<T>(t.lse), *dd = shared_at<T>(t.dd);
+  // Causal: the first query that sees key j0 is j0 - (Tk - Tq).
+  int64_t i_begin = a.causal ? j0 - (a.Tk - a.Tq) : 0;
+  if (i_begin < 0) i_begin = 0;
+  for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+    for (int64_t i0 = i_begin; i0 < a.Tq; i0 += t.br) {
+      __syncthreads();
+      load_tile<T>(shared_at<E>(t.q), t.ldq, t.br, t.dp, a.q, b, i0, a.Tq, h, a.D);
+      load_tile<T>(shared_at<E>(t.dout), t.ldv, t.br, t.dvp, dout, b, i0, a.Tq, h, a.Dv);
+      for (int r = int(threadIdx.x); r < t.br; r += int(blockDim.x)) {
+        const bool in = i0 + r < a.Tq;
+        const T* st = stats + ((b * a.H + h) * a.Tq + (i0 + r)) * 2;
+        lse[r] = in ? st[0] : T(0);
+        dd[r] = in ? st[1] : T(0);
+      }
+      __syncthreads();
+      scores_and_dp<T, E>(t);
+      __syncthreads();
+      scores_back<T, E>(a, t, b, i0, j0);
+      __syncthreads();
+      block_product<T, E>({shared_at<E>(t.p), t.ldp, true}, {shared_at<E>(t.dout), t.ldv, false}, gv, t.ldcv, t.bc,
+                          t.dvp, t.br, true);
+      block_product<T, E>({shared_at<E>(t.ds), t.ldp, true}, {shared_at<E>(t.q), t.ldq, false}, gk, t.ldcq, t.bc,
+                          t.dp, t.br, true);
+    }
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < t.bc * a.D; e += blockDim.x) {
+    const int64_t c = e / a.D, d = e % a.D, j = j0 + c;
+    if (j < a.Tk) dk[((b * a.Tk + j) * a.Hk + hk) * a.D + d] = gk[c * t.ldcq + d] * T(a.scale);
+  }
+  for (int64_t e = threadIdx.x; e < t.bc * a.Dv; e += blockDim.x) {
+    const int64_t c = e / a.Dv, d = e % a.Dv, j = j0 + c;
+    if (j < a.Tk) dv[((b * a.Tk + j) * a.Hk + hk) * a.Dv + d] = gv[c * t.ldcv + d];
+  }
+}
+
+Launch tiles_launch(int64_t rows, int tile, int64_t heads, int64_t batch, const Tiles& t) {
+  return {dim3(unsigned((rows + tile - 1) / tile), unsigned(heads), unsigned(batch)), dim3(kTileThreads), t.bytes, true};
+}
+
+// fn<E>(): E the tiles' element, bf16 for f32 under the bf16 matmul option.
+template <class T, class F>
+void with_elements(const Context& ctx, F&& fn) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (ctx.bf16_matmul) return fn.template operator()<bf16>();
+  }
+  fn.template operator()<T>();
+}
+
+void attention(const Operands& a, const Context& ctx) {
+  const Attn t = attn_of(a, ctx, 3);
+  if (a.out.numel() == 0) return;
+  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
+    with_elements<T>(ctx, [&]<class E>() {
+      const Tiles tiles = choose_tiles(TileKernel::forward, t.D, t.Dv, sizeof(T), kTensorCores<E>);
+      if (tiles.br > 0) {
+        launch(ctx, tiles_launch(t.Tq, tiles.br, t.H, t.B, tiles), attention_tiles_kernel<T, E>, t, tiles,
+               a.out.ptr<T>());
+        return;
+      }
+      const int64_t chunks = (t.Dv + kChunk - 1) / kChunk;
+      launch(ctx, rows_grid(t.Tq, t.H, t.B * chunks), attention_kernel<T>, t, a.out.ptr<T>());
+    });
+  });
+}
+
 void attention_back(const Operands& a, const Context& ctx) {
-  const Attn t = attn_of(a, 4);
+  const Attn t = attn_of(a, ctx, 4);
   const int64_t nq = a.in[0].numel(), nk = a.in[1].numel();
   if (a.out.numel() == 0) return;
+  if (t.Tq == 0) return fill(ctx, a.out, 0.0);
   const View dout = make_view(a.in[3]);
   dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
     T* out = a.out.ptr<T>();
-    if (t.Tq > 0) {
-      T* stats = static_cast<T*>(scratch(ctx, size_t(t.B * t.H * t.Tq * 2) * sizeof(T)));
+    T* stats = static_cast<T*>(scratch(ctx, size_t(t.B * t.H * t.Tq * 2) * sizeof(T)));
+    with_elements<T>(ctx, [&]<class E>() {
+      const Tiles rows = choose_tiles(TileKernel::rows_back, t.D, t.Dv, sizeof(T), kTensorCores<E>);
+      const Tiles keys = choose_tiles(TileKernel::keys_back, t.D, t.Dv, sizeof(T), kTensorCores<E>);
+      if (rows.br > 0 && keys.br > 0) {
+        launch(ctx, tiles_launch(t.Tq, rows.br, t.H, t.B, rows), attention_rows_tiles_kernel<T, E>, t, dout, rows,
+               stats, out);
+        if (t.Tk > 0) {
+          launch(ctx, tiles_launch(t.Tk, keys.bc, t.Hk, t.B, keys), attention_keys_tiles_kernel<T, E>, t, dout, keys,
+                 static_cast<const T*>(stats), out + nq, out + nq + nk);
+        }
+        return;
+      }
       launch(ctx, rows_grid(t.Tq, t.H, t.B), attention_rows_back_kernel<T>, t, dout, stats, out);
       const int64_t width = t.D > t.Dv ? t.D : t.Dv, chunks = (width + kChunk - 1) / kChunk;
       if (t.Tk > 0 && chunks > 0) {
         launch(ctx, rows_grid(t.Tk, t.Hk, t.B * chunks), attention_keys_back_kernel<T>, t, dout,
                static_cast<const T*>(stats), out + nq, out + nq + nk);
       }
-    } else {
-      fill(ctx, a.out, 0.0);
-    }
+    });
   });
 }
 
@@ -318,7 +692,7 @@ __global__ void probs_kernel(Attn a, T* out) {
 }
 
 void attention_probs(const Operands& a, const Context& ctx) {
-  const Attn t = attn_of(a, 0, false);
+  const Attn t = attn_of(a, ctx, 0, false);
   if (a.out.numel() == 0) return;
   dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
     launch(ctx, rows_grid(t.Tq, t.H, t.B), probs_kernel<T>, t, a.out.ptr<T>());
@@ -355,7 +729,7 @@ __global__ void probs_dq_kernel(int64_t n, Attn a, View p, View dp, const T* r, 
     T acc = T(0);
     for (int64_t j = 0; j < a.Tk; ++j) {
       const T ds = at_probs<T>(p, b, h, i, j) * (at_probs<T>(dp, b, h, i, j) - ri);
-      acc += ds * at4<T>(a.k, b, j, h)[d * a.k.strides[3]];
+      acc += operand(a, ds) * operand(a, at4<T>(a.k, b, j, h)[d * a.k.strides[3]]);
     }
     dq[x] = acc * T(a.scale);
   }
@@ -367,7 +741,7 @@ __global__ void probs_dk_kernel(int64_t n, Attn a, View p, View dp, const T* r, 
     T acc = T(0);
     for (int64_t i = 0; i < a.Tq; ++i) {
       const T ds = at_probs<T>(p, b, h, i, j) * (at_probs<T>(dp, b, h, i, j) - r[(b * a.H + h) * a.Tq + i]);
-      acc += ds * at4<T>(a.q, b, i, h)[d * a.q.strides[3]];
+      acc += operand(a, ds) * operand(a, at4<T>(a.q, b, i, h)[d * a.q.strides[3]]);
     }
     dk[x] = acc * T(a.scale);
   }
@@ -375,7 +749,7 @@ __global__ void probs_dk_kernel(int64_t n, Attn a, View p, View dp, const T* r, 
 
 // q, k, p, dp -> flat [dq, dk].
 void probs_back_from(const Operands& a, const Context& ctx, const View& p, const View& dp) {
-  const Attn t = attn_of(a, 0, false);
+  const Attn t = attn_of(a, ctx, 0, false);
   const int64_t nq = a.in[0].numel(), nk = a.in[1].numel(), rows = t.B * t.H * t.Tq;
   dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
     T* out = a.out.ptr<T>();
@@ -396,14 +770,17 @@ void attention_probs_back(const Operands& a, const Context& ctx) {
 
 // dP [B, H, Tq, Tk] = dO v^T, then as attention_probs_back.
 template <class T>
-__global__ void values_dp_kernel(int64_t n, View dout, View v, int64_t H, int64_t Tq, int64_t Tk, T* dp) {
+__global__ void values_dp_kernel(int64_t n, View dout, View v, int64_t H, int64_t Tq, int64_t Tk, bool bf16, T* dp) {
   const int64_t Dv = v.shape[3];
   NABLA_GRID_STRIDE(x, n) {
     const int64_t j = x % Tk, i = x / Tk % Tq, h = x / (Tk * Tq) % H, b = x / (Tk * Tq * H);
     const T* g = at4<T>(dout, b, i, h);
     const T* vr = at4<T>(v, b, j, h);
     T s = T(0);
-    for (int64_t d = 0; d < Dv; ++d) s += g[d * dout.strides[3]] * vr[d * v.strides[3]];
+    for (int64_t d = 0; d < Dv; ++d) {
+      const T x = g[d * dout.strides[3]], y = vr[d * v.strides[3]];
+      s += bf16 ? round_bf16(x) * round_bf16(y) : x * y;
+    }
     dp[x] = s;
   }
 }
@@ -415,7 +792,7 @@ void attention_probs_values_back(const Operands& a, const Context& ctx) {
     T* dp = static_cast<T*>(scratch(ctx, size_t(n > 0 ? n : 1) * sizeof(T)));
     if (n > 0) {
       launch(ctx, elementwise_launch(n), values_dp_kernel<T>, n, make_view(a.in[4]), make_view(a.in[3]), p.shape[1],
-             p.shape[2], p.shape[3], dp);
+             p.shape[2], p.shape[3], ctx.bf16_matmul, dp);
     }
     const TensorView dpv{dp, p.dtype, p.shape, contiguous_strides(p.shape), true};
     probs_back_from(a, ctx, make_view(p), make_view(dpv));

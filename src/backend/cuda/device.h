@@ -15,6 +15,7 @@
 #if defined(NABLA_CUDA_EMULATED)
 
 #include <cmath>
+#include <cstring>
 
 #include "backend/cuda/emulator.h"
 
@@ -35,6 +36,26 @@ namespace nabla::cuda_emulated {
 using dim3 = ::nabla::cuda_emulator::dim3;
 inline void __syncthreads() { ::nabla::cuda_emulator::sync_block(); }
 inline int lane_id() { return ::nabla::cuda_emulator::lane(); }
+// __syncwarp: every lane of the warp arrives.
+inline void warp_sync() { ::nabla::cuda_emulator::exchange(0, 0); }
+// __nv_bfloat16: the upper half of an f32's bits, rounded to nearest even
+// (subnormals kept, NaN kept a NaN), as __float2bfloat16_rn rounds.
+struct bf16 {
+  uint16_t bits;
+};
+inline bf16 to_bf16(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return {uint16_t((b >> 16) | 0x40u)};
+  b += 0x7fffu + ((b >> 16) & 1u);
+  return {uint16_t(b >> 16)};
+}
+inline float to_float(bf16 x) {
+  const uint32_t b = uint32_t(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
 template <class T>
 T shuffle_xor(T v, int mask) {
   return ::nabla::cuda_emulator::shuffle(v, lane_id() ^ mask);
@@ -68,6 +89,7 @@ inline int atomic_max(int* p, int v) {
 
 #else  // nvcc
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #define NABLA_GPU cuda
@@ -88,11 +110,15 @@ template <class T>
 __device__ __forceinline__ T shuffle_from(T v, int source) {
   return __shfl_sync(0xffffffffu, v, source);
 }
+__device__ __forceinline__ void warp_sync() { __syncwarp(); }
+using bf16 = __nv_bfloat16;
+__device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ int atomic_add(int* p, int v) { return atomicAdd(p, v); }
 __device__ __forceinline__ int atomic_max(int* p, int v) { return atomicMax(p, v); }
 template <class T>
 __device__ __forceinline__ T* dynamic_shared() {
-  extern __shared__ __align__(16) unsigned char nabla_dynamic_shared[];
+  extern __shared__ __align__(128) unsigned char nabla_dynamic_shared[];
   return reinterpret_cast<T*>(nabla_dynamic_shared);
 }
 }  // namespace nabla::cuda
@@ -147,5 +173,10 @@ __device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); 
 __device__ __forceinline__ float ldexp(float x, int e) { return ldexpf(x, e); }
 #endif
 }  // namespace gpu_math
+
+// x rounded to bf16 and back (f64 is never rounded: the bf16 matmul option
+// is for f32).
+__device__ __forceinline__ float round_bf16(float x) { return to_float(to_bf16(x)); }
+__device__ __forceinline__ double round_bf16(double x) { return x; }
 
 }  // namespace nabla::NABLA_GPU

@@ -269,9 +269,15 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, bool barriers, c
   }
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) throw emulator_error("an empty grid");
   if (host.body) throw emulator_error("a launch inside a kernel");
+  if (dynamic_shared_bytes > kMaxSharedBytes) {
+    throw emulator_error("a block of " + std::to_string(dynamic_shared_bytes) + " bytes of shared memory (at most " +
+                         std::to_string(kMaxSharedBytes) + ")");
+  }
   host.launch = {grid, block, nullptr};
-  host.dynamic_shared.assign(dynamic_shared_bytes + 16, 0xA5);  // garbage, as on the device
-  host.launch.dynamic_shared = host.dynamic_shared.data();
+  host.dynamic_shared.assign(dynamic_shared_bytes + 128, 0xA5);  // garbage, as on the device
+  // Aligned as the device's (device.h declares it 128-byte aligned).
+  const uintptr_t base = reinterpret_cast<uintptr_t>(host.dynamic_shared.data());
+  host.launch.dynamic_shared = host.dynamic_shared.data() + ((128 - base % 128) % 128);
   struct Reset {
     ~Reset() {
       host.body = nullptr;

@@ -30,6 +30,11 @@ struct LaunchState {
   unsigned char* dynamic_shared = nullptr;
 };
 
+// A block's dynamic shared memory at most: the smallest opt-in limit of
+// the GPUs the backend is built for (sm_120/sm_121: 99 KiB; sm_90: 227
+// KiB), so the emulator runs the tiles the smallest target can hold.
+inline constexpr size_t kMaxSharedBytes = size_t(99) << 10;
+
 // The running thread and launch (valid inside a kernel only).
 const ThreadState& thread();
 const LaunchState& launch_state();

@@ -159,6 +159,8 @@ void launch(const Context& ctx, const Launch& l, void (*kernel)(P...), const A&.
 #elif defined(__CUDACC__)
 template <class... P, class... A>
 void launch(const Context& ctx, const Launch& l, void (*kernel)(P...), const A&... args) {
+  // Past 48 KiB a kernel's dynamic shared memory must be asked for.
+  if (l.shared > (size_t(48) << 10)) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(l.shared));
   kernel<<<l.grid, l.block, l.shared, static_cast<cudaStream_t>(ctx.stream)>>>(args...);
   check_launch(ctx);
 }

@@ -38,19 +38,6 @@ struct Product {
 
 #if defined(NABLA_CUDA_EMULATED)
 
-// f32 x -> bf16 -> f32, to nearest even (as the GPU's bf16 products read
-// their inputs).
-__device__ __forceinline__ float round_bf16(float x) {
-  uint32_t bits;
-  memcpy(&bits, &x, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return x;
-  bits += 0x7fffu + ((bits >> 16) & 1);
-  bits &= 0xffff0000u;
-  memcpy(&x, &bits, 4);
-  return x;
-}
-__device__ __forceinline__ double round_bf16(double x) { return x; }
-
 // One output element per thread, its dot product k ascending.
 template <class T>
 __global__ void product_kernel(int64_t n, Product p, T* out) {

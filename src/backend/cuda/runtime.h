@@ -17,6 +17,9 @@ std::string unavailable();
 // The device's name and memory, for messages and benchmarks.
 std::string device_description();
 
+// The most dynamic shared memory a block may ask for (the opt-in limit).
+size_t max_shared_bytes();
+
 // Memory the executor plans in (guarded pages in the emulator).
 void* device_allocate(size_t bytes);
 void device_release(void* p);

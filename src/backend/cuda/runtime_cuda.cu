@@ -32,6 +32,16 @@ std::string device_description() {
          std::to_string(p.major) + "." + std::to_string(p.minor);
 }
 
+size_t max_shared_bytes() {
+  static const size_t bytes = [] {
+    int device = 0, value = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+    return size_t(value);
+  }();
+  return bytes;
+}
+
 void* device_allocate(size_t bytes) {
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);

@@ -17,6 +17,8 @@ namespace nabla::cuda_emulated {
 std::string unavailable() { return ""; }
 std::string device_description() { return "the CUDA emulator (host threads as CUDA threads)"; }
 
+size_t max_shared_bytes() { return cuda_emulator::kMaxSharedBytes; }
+
 void* device_allocate(size_t bytes) { return guarded_pages::allocate(bytes, "cuda-emulated"); }
 void device_release(void* p) { guarded_pages::release(p); }
 void* scratch_allocate(size_t bytes) {
