@@ -294,7 +294,7 @@ constexpr int kTileThreads = 128;
 // multiprocessor (larger tiles only where nothing smaller fits it).
 constexpr size_t kTileBudget = size_t(64) << 10;
 
-enum class TileKernel { forward, rows_back, keys_back };
+enum class TileKernel { forward, rows_back, keys_back, probs, probs_back, values_dp };
 
 // A tiled kernel's arrays: byte offsets into its dynamic shared memory and
 // row strides (in elements: E for operands, T for scores and sums).
@@ -302,8 +302,11 @@ struct Tiles {
   int br = 0, bc = 0, dp = 0, dvp = 0;  // query rows, key rows, D and Dv padded to 16
   int ldq = 0, ldv = 0, ldp = 0;        // E rows: D wide, Dv wide, bc wide
   int lds = 0, ldcq = 0, ldcv = 0;      // T rows: bc wide, D wide, Dv wide
-  uint32_t q = 0, k = 0, v = 0, dout = 0, s = 0, p = 0, dp_ = 0, ds = 0, acc = 0, acc_v = 0;
-  uint32_t m = 0, l = 0, alpha = 0, lse = 0, dd = 0, bytes = 0;
+  // Arrays a kernel has no use for stay kUnset (the emulator refuses them).
+  static constexpr uint32_t kUnset = 0xffffffffu;
+  uint32_t q = kUnset, k = kUnset, v = kUnset, dout = kUnset, s = kUnset, p = kUnset, dp_ = kUnset, ds = kUnset;
+  uint32_t acc = kUnset, acc_v = kUnset, m = kUnset, l = kUnset, alpha = kUnset, lse = kUnset, dd = kUnset;
+  uint32_t bytes = 0;
 };
 
 Tiles tiles_for(TileKernel kind, int br, int bc, int64_t D, int64_t Dv, size_t t_bytes, bool tensor) {
@@ -358,6 +361,22 @@ Tiles tiles_for(TileKernel kind, int br, int bc, int64_t D, int64_t Dv, size_t t
         t.acc_v = f(bc, t.ldcv);
       }
       break;
+    case TileKernel::probs:
+      t.q = e(br, t.ldq);
+      t.k = e(bc, t.ldq);
+      t.s = f(br, t.lds);
+      break;
+    case TileKernel::probs_back:  // k for dq's tiles, q for dk's
+      t.q = e(br, t.ldq);
+      t.k = e(bc, t.ldq);
+      t.ds = e(br, t.ldp);
+      t.acc = f(br > bc ? br : bc, t.ldcq);
+      break;
+    case TileKernel::values_dp:
+      t.dout = e(br, t.ldv);
+      t.v = e(bc, t.ldv);
+      t.s = f(br, t.lds);
+      break;
   }
   t.m = f(1, br);
   t.l = f(1, br);
@@ -383,6 +402,11 @@ Tiles choose_tiles(TileKernel kind, int64_t D, int64_t Dv, size_t t_bytes, bool 
 
 template <class X>
 __device__ __forceinline__ X* shared_at(uint32_t offset) {
+#if defined(NABLA_CUDA_EMULATED)
+  if (offset >= cuda_emulator::launch_state().dynamic_shared_bytes) {
+    throw std::logic_error("attention: a tile array past the block's shared memory (or never laid out)");
+  }
+#endif
   return reinterpret_cast<X*>(dynamic_shared<unsigned char>() + offset);
 }
 
@@ -400,20 +424,25 @@ __device__ void load_tile(E* dst, int ld, int rows, int width, const View& x, in
 }
 
 // The query tile at i0 (q loaded) against every key it may see: O (acc, not
-// yet divided by l), and each row's running max m and sum l. Ends synced.
+// yet divided by l), and each row's running max m and sum l; or, given
+// `scores` (attention_probs' P [B, H, Tq, Tk]), the scaled scores written
+// there (masked ones -inf) instead of O. Ends synced.
 template <class T, class E>
-__device__ void attend_tile(const Attn& a, const Tiles& t, int64_t b, int64_t h, int64_t i0) {
+__device__ void attend_tile(const Attn& a, const Tiles& t, int64_t b, int64_t h, int64_t i0, T* scores = nullptr) {
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, warps = int(blockDim.x) / 32;
   const int64_t hk = h / (a.H / a.Hk);
   const E* q = shared_at<E>(t.q);
   E* k = shared_at<E>(t.k);
-  E* v = shared_at<E>(t.v);
   T* s = shared_at<T>(t.s);
-  E* p = shared_at<E>(t.p);
-  T* o = shared_at<T>(t.acc);
   T *m = shared_at<T>(t.m), *l = shared_at<T>(t.l), *alpha = shared_at<T>(t.alpha);
+  // Only attention's O needs values.
+  E* v = scores ? nullptr : shared_at<E>(t.v);
+  E* p = scores ? nullptr : shared_at<E>(t.p);
+  T* o = scores ? nullptr : shared_at<T>(t.acc);
   const T lowest = -T(INFINITY);
-  for (int e = int(threadIdx.x); e < t.br * t.ldcv; e += int(blockDim.x)) o[e] = T(0);
+  if (!scores) {
+    for (int e = int(threadIdx.x); e < t.br * t.ldcv; e += int(blockDim.x)) o[e] = T(0);
+  }
   for (int r = int(threadIdx.x); r < t.br; r += int(blockDim.x)) {
     m[r] = lowest;
     l[r] = T(0);
@@ -434,6 +463,7 @@ __device__ void attend_tile(const Attn& a, const Tiles& t, int64_t b, int64_t h,
         const int64_t j = j0 + c;
         x[e] = c < t.bc && i < a.Tq && j < a.Tk && visible(a, b, i, j) ? s[r * t.lds + c] * T(a.scale) : lowest;
         mx = max_of(mx, x[e]);
+        if (scores && c < t.bc && i < a.Tq && j < a.Tk) scores[((b * a.H + h) * a.Tq + i) * a.Tk + j] = x[e];
       }
       mx = warp_max(mx);
       const T m_old = m[r], m_new = max_of(m_old, mx);
@@ -443,7 +473,7 @@ __device__ void attend_tile(const Attn& a, const Tiles& t, int64_t b, int64_t h,
         const int c = lane + 32 * e;
         if (c >= t.bc) continue;
         const T pv = x[e] == lowest ? T(0) : gpu_math::exp(x[e] - m_new);
-        p[r * t.ldp + c] = to_element<E>(pv);
+        if (!scores) p[r * t.ldp + c] = to_element<E>(pv);
         sum += pv;
       }
       sum = warp_sum(sum);
@@ -453,6 +483,7 @@ __device__ void attend_tile(const Attn& a, const Tiles& t, int64_t b, int64_t h,
         alpha[r] = scale_old;
       }
     }
+    if (scores) continue;
     // v may take k's memory: the product above was k's last reader.
     load_tile<T>(v, t.ldv, t.bc, t.dvp, a.v, b, j0, a.Tk, hk, a.Dv);
     __syncthreads();
@@ -691,13 +722,6 @@ __global__ void probs_kernel(Attn a, T* out) {
   }
 }
 
-void attention_probs(const Operands& a, const Context& ctx) {
-  const Attn t = attn_of(a, ctx, 0, false);
-  if (a.out.numel() == 0) return;
-  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
-    launch(ctx, rows_grid(t.Tq, t.H, t.B), probs_kernel<T>, t, a.out.ptr<T>());
-  });
-}
 
 // r_i = sum_j P_ij dP_ij into r [B, H, Tq].
 template <class T>
@@ -747,6 +771,124 @@ __global__ void probs_dk_kernel(int64_t n, Attn a, View p, View dp, const T* r, 
   }
 }
 
+// ---- attention_probs and its backwards on tiles (heads too wide for them
+// take the per-row kernels below).
+
+// grid: (query tiles, H, B): the tile's scores, then its rows' P.
+template <class T, class E>
+__global__ void probs_tiles_kernel(Attn a, Tiles t, T* out) {
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, warps = int(blockDim.x) / 32;
+  const int64_t h = blockIdx.y, b = blockIdx.z, i0 = int64_t(blockIdx.x) * t.br;
+  load_tile<T>(shared_at<E>(t.q), t.ldq, t.br, t.dp, a.q, b, i0, a.Tq, h, a.D);
+  attend_tile<T, E>(a, t, b, h, i0, out);
+  const T *m = shared_at<T>(t.m), *l = shared_at<T>(t.l);
+  for (int r = warp; r < t.br; r += warps) {
+    const int64_t i = i0 + r;
+    if (i >= a.Tq) break;
+    T* row = out + ((b * a.H + h) * a.Tq + i) * a.Tk;
+    // Keys past the tile's last visible one were never scored.
+    const int64_t end = key_end(a, i);
+    for (int64_t j = lane; j < a.Tk; j += 32) row[j] = j < end ? gpu_math::exp(row[j] - m[r]) / l[r] : T(0);
+  }
+}
+
+// dS = P (dP - r) of rows i0.. and keys j0.. (r: the rows' sums of P dP) as
+// E [br, bc], zero outside.
+template <class T, class E>
+__device__ void load_ds(const Attn& a, const Tiles& t, const View& p, const View& dp, const T* r, int64_t b,
+                        int64_t h, int64_t i0, int64_t j0) {
+  E* ds = shared_at<E>(t.ds);
+  for (int e = int(threadIdx.x); e < t.br * t.bc; e += int(blockDim.x)) {
+    const int row = e / t.bc, c = e % t.bc;
+    const int64_t i = i0 + row, j = j0 + c;
+    T x = T(0);
+    if (i < a.Tq && j < a.Tk) x = at_probs<T>(p, b, h, i, j) * (at_probs<T>(dp, b, h, i, j) - r[(b * a.H + h) * a.Tq + i]);
+    ds[row * t.ldp + c] = to_element<E>(x);
+  }
+}
+
+// dq of a query tile: scale sum over key tiles of dS k. grid: (query tiles, H, B).
+template <class T, class E>
+__global__ void probs_dq_tiles_kernel(Attn a, Tiles t, View p, View dp, const T* r, T* dq) {
+  const int64_t h = blockIdx.y, b = blockIdx.z, i0 = int64_t(blockIdx.x) * t.br;
+  T* acc = shared_at<T>(t.acc);
+  E* k = shared_at<E>(t.k);
+  for (int e = int(threadIdx.x); e < t.br * t.ldcq; e += int(blockDim.x)) acc[e] = T(0);
+  const int64_t end = key_end(a, (i0 + t.br < a.Tq ? i0 + t.br : a.Tq) - 1);
+  for (int64_t j0 = 0; j0 < end; j0 += t.bc) {
+    __syncthreads();
+    load_ds<T, E>(a, t, p, dp, r, b, h, i0, j0);
+    load_tile<T>(k, t.ldq, t.bc, t.dp, a.k, b, j0, a.Tk, h, a.D);
+    __syncthreads();
+    block_product<T, E>({shared_at<E>(t.ds), t.ldp, false}, {k, t.ldq, false}, acc, t.ldcq, t.br, t.dp, t.bc, true);
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < t.br * a.D; e += blockDim.x) {
+    const int64_t row = e / a.D, d = e % a.D, i = i0 + row;
+    if (i < a.Tq) dq[((b * a.Tq + i) * a.H + h) * a.D + d] = acc[row * t.ldcq + d] * T(a.scale);
+  }
+}
+
+// dk of a key tile: scale sum over query tiles of dS^T q. grid: (key tiles, H, B).
+template <class T, class E>
+__global__ void probs_dk_tiles_kernel(Attn a, Tiles t, View p, View dp, const T* r, T* dk) {
+  const int64_t h = blockIdx.y, b = blockIdx.z, j0 = int64_t(blockIdx.x) * t.bc;
+  T* acc = shared_at<T>(t.acc);
+  E* q = shared_at<E>(t.q);
+  for (int e = int(threadIdx.x); e < t.bc * t.ldcq; e += int(blockDim.x)) acc[e] = T(0);
+  int64_t i_begin = a.causal ? j0 - (a.Tk - a.Tq) : 0;
+  if (i_begin < 0) i_begin = 0;
+  for (int64_t i0 = i_begin; i0 < a.Tq; i0 += t.br) {
+    __syncthreads();
+    load_ds<T, E>(a, t, p, dp, r, b, h, i0, j0);
+    load_tile<T>(q, t.ldq, t.br, t.dp, a.q, b, i0, a.Tq, h, a.D);
+    __syncthreads();
+    block_product<T, E>({shared_at<E>(t.ds), t.ldp, true}, {q, t.ldq, false}, acc, t.ldcq, t.bc, t.dp, t.br, true);
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < t.bc * a.D; e += blockDim.x) {
+    const int64_t c = e / a.D, d = e % a.D, j = j0 + c;
+    if (j < a.Tk) dk[((b * a.Tk + j) * a.H + h) * a.D + d] = acc[c * t.ldcq + d] * T(a.scale);
+  }
+}
+
+// dP [B, H, Tq, Tk] = dO v^T for a query tile. grid: (query tiles, H, B).
+template <class T, class E>
+__global__ void values_dp_tiles_kernel(Attn a, Tiles t, View dout, View v, T* dp) {
+  const int64_t h = blockIdx.y, b = blockIdx.z, i0 = int64_t(blockIdx.x) * t.br;
+  const int64_t Dv = v.shape[3];
+  E *g = shared_at<E>(t.dout), *vs = shared_at<E>(t.v);
+  T* s = shared_at<T>(t.s);
+  load_tile<T>(g, t.ldv, t.br, t.dvp, dout, b, i0, a.Tq, h, Dv);
+  for (int64_t j0 = 0; j0 < a.Tk; j0 += t.bc) {
+    __syncthreads();
+    load_tile<T>(vs, t.ldv, t.bc, t.dvp, v, b, j0, a.Tk, h, Dv);
+    __syncthreads();
+    block_product<T, E>({g, t.ldv, false}, {vs, t.ldv, true}, s, t.lds, t.br, t.bc, t.dvp, false);
+    __syncthreads();
+    for (int e = int(threadIdx.x); e < t.br * t.bc; e += int(blockDim.x)) {
+      const int row = e / t.bc, c = e % t.bc;
+      const int64_t i = i0 + row, j = j0 + c;
+      if (i < a.Tq && j < a.Tk) dp[((b * a.H + h) * a.Tq + i) * a.Tk + j] = s[row * t.lds + c];
+    }
+  }
+}
+
+void attention_probs(const Operands& a, const Context& ctx) {
+  const Attn t = attn_of(a, ctx, 0, false);
+  if (a.out.numel() == 0) return;
+  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
+    with_elements<T>(ctx, [&]<class E>() {
+      const Tiles tiles = choose_tiles(TileKernel::probs, t.D, 0, sizeof(T), kTensorCores<E>);
+      if (tiles.br > 0) {
+        launch(ctx, tiles_launch(t.Tq, tiles.br, t.H, t.B, tiles), probs_tiles_kernel<T, E>, t, tiles, a.out.ptr<T>());
+      } else {
+        launch(ctx, rows_grid(t.Tq, t.H, t.B), probs_kernel<T>, t, a.out.ptr<T>());
+      }
+    });
+  });
+}
+
 // q, k, p, dp -> flat [dq, dk].
 void probs_back_from(const Operands& a, const Context& ctx, const View& p, const View& dp) {
   const Attn t = attn_of(a, ctx, 0, false);
@@ -757,10 +899,20 @@ void probs_back_from(const Operands& a, const Context& ctx, const View& p, const
     if (rows > 0) {
       launch(ctx, rows_launch((rows + kWarps - 1) / kWarps, 32 * kWarps), probs_rowsum_kernel<T>, rows, p, dp, r);
     }
-    if (nq > 0) launch(ctx, elementwise_launch(nq), probs_dq_kernel<T>, nq, t, p, dp, static_cast<const T*>(r), out);
-    if (nk > 0) {
-      launch(ctx, elementwise_launch(nk), probs_dk_kernel<T>, nk, t, p, dp, static_cast<const T*>(r), out + nq);
-    }
+    with_elements<T>(ctx, [&]<class E>() {
+      const Tiles tiles = choose_tiles(TileKernel::probs_back, t.D, 0, sizeof(T), kTensorCores<E>);
+      const T* rs = r;
+      if (tiles.br > 0) {
+        if (nq > 0) launch(ctx, tiles_launch(t.Tq, tiles.br, t.H, t.B, tiles), probs_dq_tiles_kernel<T, E>, t, tiles, p, dp, rs, out);
+        if (nk > 0) {
+          launch(ctx, tiles_launch(t.Tk, tiles.bc, t.H, t.B, tiles), probs_dk_tiles_kernel<T, E>, t, tiles, p, dp, rs,
+                 out + nq);
+        }
+        return;
+      }
+      if (nq > 0) launch(ctx, elementwise_launch(nq), probs_dq_kernel<T>, nq, t, p, dp, rs, out);
+      if (nk > 0) launch(ctx, elementwise_launch(nk), probs_dk_kernel<T>, nk, t, p, dp, rs, out + nq);
+    });
   });
 }
 
@@ -791,8 +943,17 @@ void attention_probs_values_back(const Operands& a, const Context& ctx) {
   dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
     T* dp = static_cast<T*>(scratch(ctx, size_t(n > 0 ? n : 1) * sizeof(T)));
     if (n > 0) {
-      launch(ctx, elementwise_launch(n), values_dp_kernel<T>, n, make_view(a.in[4]), make_view(a.in[3]), p.shape[1],
-             p.shape[2], p.shape[3], ctx.bf16_matmul, dp);
+      const Attn t = attn_of(a, ctx, 0, false);
+      const View dout = make_view(a.in[4]), v = make_view(a.in[3]);
+      with_elements<T>(ctx, [&]<class E>() {
+        const Tiles tiles = choose_tiles(TileKernel::values_dp, 0, v.shape[3], sizeof(T), kTensorCores<E>);
+        if (tiles.br > 0) {
+          launch(ctx, tiles_launch(t.Tq, tiles.br, t.H, t.B, tiles), values_dp_tiles_kernel<T, E>, t, tiles, dout, v, dp);
+        } else {
+          launch(ctx, elementwise_launch(n), values_dp_kernel<T>, n, dout, v, p.shape[1], p.shape[2], p.shape[3],
+                 ctx.bf16_matmul, dp);
+        }
+      });
     }
     const TensorView dpv{dp, p.dtype, p.shape, contiguous_strides(p.shape), true};
     probs_back_from(a, ctx, make_view(p), make_view(dpv));

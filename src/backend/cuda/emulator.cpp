@@ -273,7 +273,7 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, bool barriers, c
     throw emulator_error("a block of " + std::to_string(dynamic_shared_bytes) + " bytes of shared memory (at most " +
                          std::to_string(kMaxSharedBytes) + ")");
   }
-  host.launch = {grid, block, nullptr};
+  host.launch = {grid, block, nullptr, dynamic_shared_bytes};
   host.dynamic_shared.assign(dynamic_shared_bytes + 128, 0xA5);  // garbage, as on the device
   // Aligned as the device's (device.h declares it 128-byte aligned).
   const uintptr_t base = reinterpret_cast<uintptr_t>(host.dynamic_shared.data());

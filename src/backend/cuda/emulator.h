@@ -28,6 +28,7 @@ struct ThreadState {
 struct LaunchState {
   dim3 grid, block;
   unsigned char* dynamic_shared = nullptr;
+  size_t dynamic_shared_bytes = 0;
 };
 
 // A block's dynamic shared memory at most: the smallest opt-in limit of
