@@ -5,8 +5,7 @@
 // are row- or column-major goes to cuBLAS as it is (others are first copied
 // contiguous), one strided batched call per index of the batch axes before
 // the last; f32 products are exact f32 (no TF32) unless --bf16-matmul.
-// Under the emulator a plain kernel computes each output element as its dot
-// product, k ascending.
+// Under the emulator the same calls reach an emulated cuBLAS (runtime.h).
 #include "backend/cuda/kernel.h"
 #include "backend/cuda/runtime.h"
 #include "nabla/gguf.h"
@@ -35,49 +34,6 @@ struct Product {
   int64_t M, N, K;
   bool accumulate, bf16;
 };
-
-#if defined(NABLA_CUDA_EMULATED)
-
-// One output element per thread, its dot product k ascending.
-template <class T>
-__global__ void product_kernel(int64_t n, Product p, T* out) {
-  const int r = p.a.rank;
-  NABLA_GRID_STRIDE(i, n) {
-    const int64_t j = i % p.N, row = i / p.N % p.M;
-    int64_t rest = i / (p.N * p.M), ao = 0, bo = 0, oo = 0;
-    for (int d = r - 3; d >= 0; --d) {
-      const int64_t idx = rest % p.a.shape[d];
-      rest /= p.a.shape[d];
-      ao += idx * p.a.strides[d];
-      bo += idx * p.b.strides[d];
-      oo += idx * p.to.strides[d];
-    }
-    const T* pa = static_cast<const T*>(p.a.data) + ao + row * p.a.strides[r - 2];
-    const T* pb = static_cast<const T*>(p.b.data) + bo + j * p.b.strides[r - 1];
-    T acc = T(0);
-    for (int64_t k = 0; k < p.K; ++k) {
-      T x = pa[k * p.a.strides[r - 1]], y = pb[k * p.b.strides[r - 2]];
-      if (p.bf16) {
-        x = round_bf16(x);
-        y = round_bf16(y);
-      }
-      acc += x * y;
-    }
-    T& o = out[oo + row * p.to.strides[r - 2] + j * p.to.strides[r - 1]];
-    o = p.accumulate ? o + acc : acc;
-  }
-}
-
-void run(const Context& ctx, const Product& p, DType dtype, void* out) {
-  int64_t n = p.M * p.N;
-  for (int d = 0; d < p.a.rank - 2; ++d) n *= p.a.shape[d];
-  if (n == 0) return;
-  dispatch_real(dtype, ctx.op, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), product_kernel<T>, n, p, static_cast<T*>(out));
-  });
-}
-
-#else
 
 // How cuBLAS reads a matrix: row- or column-major with a leading dimension,
 // or `ok` false when neither (then the operand is copied first).
@@ -164,8 +120,6 @@ void run(const Context& ctx, Product p, DType dtype, void* out) {
     gemm(ctx.blas, g);
   }
 }
-
-#endif
 
 // out [batch..., M, N] = a b (+ out with accumulate), row-major.
 Product product_of(const TensorView& a, const TensorView& b, const Shape& out_shape, bool accumulate, bool bf16) {

@@ -38,9 +38,11 @@ void stream_synchronize(void* stream);
 // Throws the last kernel launch's error (a bad configuration), naming the op.
 void check_last_launch(const char* op);
 
-#if !defined(NABLA_CUDA_EMULATED)
 // cuBLAS's strided batched product, column-major: C = op(A) op(B) (+ C with
 // `accumulate`), f32 or f64; `bf16` rounds f32 inputs to bf16 (tensor cores).
+// The emulator's follows cuBLAS's definition and refuses what cuBLAS refuses
+// (a leading dimension too small for its matrix), so matmul.cu's mapping
+// of nabla's layouts onto it is checked on every machine.
 struct Gemm {
   DType dtype;
   bool trans_a, trans_b, accumulate, bf16;
@@ -54,6 +56,5 @@ struct Gemm {
   int64_t batch;
 };
 void gemm(void* blas, const Gemm& g);
-#endif
 
 }  // namespace nabla::NABLA_GPU

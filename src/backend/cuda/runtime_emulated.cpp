@@ -1,7 +1,7 @@
 // The CUDA backend's runtime under the emulator (runtime.h): device memory
 // is guarded host pages (opened while a kernel or copy uses them), the
-// stream runs everything at once, and there is no cuBLAS (matmul.cu has
-// kernels of its own for the emulator).
+// stream runs everything at once, and cuBLAS's gemm is a loop that follows
+// its definition.
 #define NABLA_CUDA_EMULATED 1
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +57,49 @@ void fill_zero(void* dst, size_t bytes, void*) {
   guarded_pages::Open open(guarded({dst}));
   std::memset(dst, 0, bytes);
 }
+namespace {
+template <class T>
+void gemm_as(const Gemm& g) {
+  const T* a = static_cast<const T*>(g.a);
+  const T* b = static_cast<const T*>(g.b);
+  T* c = static_cast<T*>(g.c);
+  for (int64_t batch = 0; batch < g.batch; ++batch) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      for (int64_t i = 0; i < g.m; ++i) {
+        T acc = T(0);
+        for (int64_t k = 0; k < g.k; ++k) {
+          T x = g.trans_a ? a[k + i * g.lda] : a[i + k * g.lda];
+          T y = g.trans_b ? b[j + k * g.ldb] : b[k + j * g.ldb];
+          if (g.bf16) {
+            x = round_bf16(x);
+            y = round_bf16(y);
+          }
+          acc += x * y;
+        }
+        T& out = c[i + j * g.ldc];
+        out = g.accumulate ? out + acc : acc;
+      }
+    }
+    a += g.stride_a;
+    b += g.stride_b;
+    c += g.stride_c;
+  }
+}
+}  // namespace
+
+void gemm(void*, const Gemm& g) {
+  // cuBLAS's CUBLAS_STATUS_INVALID_VALUE cases.
+  const auto at_least = [](int64_t ld, int64_t rows) { return ld >= (rows > 1 ? rows : 1); };
+  if (g.m < 0 || g.n < 0 || g.k < 0 || g.batch < 0 || !at_least(g.lda, g.trans_a ? g.k : g.m) ||
+      !at_least(g.ldb, g.trans_b ? g.n : g.k) || !at_least(g.ldc, g.m)) {
+    throw Error("cuda-emulated: cublasGemmStridedBatchedEx failed (cuBLAS status 7: invalid value): m " +
+                std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k) + ", lda " +
+                std::to_string(g.lda) + ", ldb " + std::to_string(g.ldb) + ", ldc " + std::to_string(g.ldc));
+  }
+  if (g.dtype == DType::f64) gemm_as<double>(g);
+  else gemm_as<float>(g);
+}
+
 void stream_synchronize(void*) {}
 void check_last_launch(const char*) {}
 
