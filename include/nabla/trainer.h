@@ -47,8 +47,9 @@ namespace nabla {
 // cross-core traffic costing much of the gain, this scales better than
 // splitting every kernel (Fashion-MNIST ViT: see docs/performance.md). The
 // results depend on the replica count (the batch's gradient is summed in
-// that many groups), not on the thread count. Replicas and micro-batches sum
-// in host memory: backends with memory of their own run one of each.
+// that many groups), not on the thread count. Replicas sum in host memory:
+// backends with memory of their own run one (micro-batches alone are summed
+// by graph nodes, on any backend).
 //
 // comm: data parallelism across processes (distributed.h). Each of its
 // comm->size() ranks runs `replicas` replicas; the step is one over all
@@ -149,9 +150,13 @@ class TrainStep {
   std::vector<const float*> grad_ptrs_;
   std::vector<int64_t> sizes_;
   // The gradients summed when several runs, replicas or ranks feed one
-  // update: views of one f32 leaf, in offsets_' order.
+  // update: views of one f32 leaf, in offsets_' order, summed on the host;
+  // with micro-batches alone (graph_sums_), a leaf each, summed by the
+  // step's accumulate_update nodes (restart_: 1 on a run after an update).
   Tensor accum_flat_;
   std::vector<Tensor> accum_;
+  bool graph_sums_ = false;
+  Tensor restart_;
   // The update stage's inputs: per parameter {lr, step, weight decay} (rows
   // of f64 [P, 3]); {average, clip}. Its clip_scale node: {norm, scale}.
   Tensor hyper_, settings_, clip_;

@@ -124,6 +124,9 @@ Tensor factored_squared_norm(const train::FactoredGradient& f, int64_t rows, int
 // grad_scale is one f64 (any shape: e.g. a [1] slice of clip_scale's output)
 // that multiplies every gradient first; hyper an f64 [3] (may be a view, a row
 // of an f64 [P, 3] leaf).
+// acc (an f32 leaf) = g where restart (one f64) is nonzero, else acc + g:
+// a gradient summed over micro-batches (TrainStep).
+Tensor accumulate_update(const Tensor& acc, const Tensor& g, const Tensor& restart);
 // One SGD step of parameter p and its momentum buffer buf (f32 leaves) from
 // gradient g, hyper = {lr, momentum, weight_decay}: optim::Sgd's bits.
 Tensor sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const Tensor& hyper, const Tensor& grad_scale);

@@ -132,9 +132,9 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   }
   const Backend& backend = find_backend(options.backend);
   const std::string backend_name = backend.name();
-  if ((micro_batches > 1 || replicas > 1 || ranks_ > 1) && !backend.host_memory()) {
-    throw UsageError("train step: micro-batches, replicas and processes sum gradients in host memory; the '" +
-                     backend_name + "' backend has memory of its own (run one of each there)");
+  if ((replicas > 1 || ranks_ > 1) && !backend.host_memory()) {
+    throw UsageError("train step: replicas and processes sum gradients in host memory; the '" + backend_name +
+                     "' backend has memory of its own (one replica in one process there; micro-batches sum on it)");
   }
   threads_ = options.threads > 0 ? options.threads : cpu::default_threads();
   std::vector<Tensor> wrt;
@@ -188,7 +188,15 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   }
   offsets_.push_back(0);
   for (int64_t n : sizes_) offsets_.push_back(offsets_.back() + n);
-  if ((micro_batches_ > 1 || replicas > 1 || ranks_ > 1) && !sharded_) {
+  graph_sums_ = micro_batches_ > 1 && replicas == 1 && ranks_ == 1;
+  if (graph_sums_) {
+    // Micro-batches alone: their sums are graph nodes, on the step's backend.
+    restart_ = Tensor::zeros(DType::f64, {1});
+    for (size_t i = 0; i < grads_.size(); ++i) {
+      accum_.push_back(Tensor::zeros(DType::f32, wrt[i].shape()));
+      graph.add_output(accumulate_update(accum_.back(), grads_[i], restart_), 0);
+    }
+  } else if ((micro_batches_ > 1 || replicas > 1 || ranks_ > 1) && !sharded_) {
     // One buffer, each parameter's sum a view of it: across ranks, the
     // reduction writes it in place.
     accum_flat_ = Tensor::zeros(DType::f32, {offsets_.back()});
@@ -253,7 +261,7 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
     }
   }
   // Host addresses for the sums over runs, replicas and ranks.
-  if (!accum_.empty() || ranks_ > 1) {
+  if ((!accum_.empty() && !graph_sums_) || ranks_ > 1) {
     for (const Tensor& g : grads_) grad_ptrs_.push_back(static_cast<const float*>(executor_->data(g)));
   }
   if (ranks_ > 1) {
@@ -378,6 +386,7 @@ void TrainStep::run() {
     overlap_->finished = false;
     overlap_->cv.notify_all();
   }
+  if (graph_sums_) restart_.assign<double>({runs_since_update_ == 0 ? 1.0 : 0.0});
   if (copies_.empty()) {
     executor_->run(0);  // stage 1, the update, is update()'s
   } else {
@@ -429,7 +438,7 @@ void TrainStep::run() {
     global_loss_ = float(sum / global_replicas());
     return;
   }
-  if (accum_.empty()) return;
+  if (accum_.empty() || graph_sums_) return;
   // accum (+)= g_0 + g_1 + ...: the same order whichever thread sums a piece.
   float* accum = accum_flat_.data_as<float>();
   cpu::parallel_for(threads_, int64_t(chunks_.size()), 1, [&](int64_t b, int64_t e) {

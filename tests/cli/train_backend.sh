@@ -4,8 +4,9 @@
 # AdamW) there through the CLI. The MLP learns the spirals (test accuracy of
 # at least 85%, as on the CPU) and a run stopped and resumed there ends with
 # a checkpoint byte-identical to a straight one; a small GPT-2 and ViT take
-# a few steps with finite losses, and the GPT-2 greedily samples there the
-# text it samples on the CPU.
+# a few steps with finite losses, the GPT-2 greedily samples there the text
+# it samples on the CPU, and QLoRA fine-tuning with gradient accumulation
+# logs the CPU's losses.
 # Usage: train_backend.sh PATH_TO_NABLA WORK_DIR BACKEND
 # Exits 77 (skipped) when BACKEND cannot run here (cuda without a GPU).
 set -u
@@ -47,3 +48,29 @@ other=$("$nabla" sample --checkpoint "$dir/gpt2.safetensors" --prompt "The " --t
         --backend "$backend" 2>&1) || { echo "$other"; echo "sampling on $backend failed"; exit 1; }
 [ "$cpu" = "$other" ] || { printf 'greedy samples differ:\ncpu: %s\n%s: %s\n' "$cpu" "$backend" "$other"; exit 1; }
 echo "greedy sample on $backend: the cpu's"
+
+# QLoRA fine-tuning there with gradient accumulation (micro-batches summed on
+# the backend): a Q8_0 GGUF base, LoRA adapters; every step's loss and the
+# final validation loss are the CPU's within 2e-4 (the log's 4 decimals).
+"$nabla" train llama --layers 1 --width 32 --heads 4 --kv-heads 2 --positions 64 --steps 0 \
+  --save "$dir/llama.safetensors" >/dev/null 2>&1 || { echo "making the llama base failed"; exit 1; }
+"$nabla" export gguf "$dir/llama.safetensors" --type q8_0 --out "$dir/llama.q8_0.gguf" >/dev/null ||
+  { echo "export gguf q8_0 failed"; exit 1; }
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18; do
+  echo "{\"prompt\": \"What is $i plus $i? \", \"completion\": \"$((i + i)).\"}"
+done > "$dir/data.jsonl"
+for b in cpu "$backend"; do
+  "$nabla" finetune --base "$dir/llama.q8_0.gguf" --data "$dir/data.jsonl" --context 64 --batch 2 --grad-accum 2 \
+    --epochs 3 --lora-r 4 --lr 1e-2 --log-every 1 --backend "$b" --save "$dir/finetune_$b" > "$dir/finetune_$b.log" 2>&1 ||
+    { cat "$dir/finetune_$b.log"; echo "nabla finetune --backend $b failed"; exit 1; }
+done
+losses() { awk '/ step [0-9]+\/[0-9]+ loss / { for (i = 1; i < NF; ++i) if ($i == "loss") print $(i + 1) }
+                /final validation loss/ { print $NF }' "$1"; }
+losses "$dir/finetune_cpu.log" > "$dir/losses_cpu"
+losses "$dir/finetune_$backend.log" > "$dir/losses_$backend"
+[ "$(wc -l < "$dir/losses_cpu")" -ge 4 ] || { cat "$dir/finetune_cpu.log"; echo "too few losses logged"; exit 1; }
+paste "$dir/losses_cpu" "$dir/losses_$backend" | awk '
+  { d = $1 - $2; if (NF != 2 || d > 2e-4 * $1 || -d > 2e-4 * $1) bad = 1 }
+  END { exit bad }' || { paste "$dir/losses_cpu" "$dir/losses_$backend"; echo "fine-tuning losses differ from the cpu's"; exit 1; }
+grep -q "x 2 accumulated" "$dir/finetune_$backend.log" || { echo "no accumulation"; exit 1; }
+echo "QLoRA fine-tuning with accumulation on $backend: the cpu's losses ($(wc -l < "$dir/losses_cpu") of them)"

@@ -1,6 +1,8 @@
 // TrainStep: what it compiles for the optimizer.
 #include <gtest/gtest.h>
 
+#include "backends.h"
+
 #include <cmath>
 
 #include "backend/cpu/gemm.h"
@@ -168,12 +170,12 @@ struct Trained {
 // Trains TiedModel on a batch of 4 sequences as `replicas` replicas of
 // 4 / (replicas * micro_batches) sequences each, over `micro_batches` runs
 // per update.
-Trained train_replicated(int replicas, int micro_batches, int threads) {
+Trained train_replicated(int replicas, int micro_batches, int threads, const std::string& backend = "cpu") {
   constexpr int64_t kBatch = 4, kSeq = 8;
   TiedModel whole(kBatch, kSeq, 160, 128, 256);  // the batch's tokens
   const int64_t share = kBatch / (replicas * micro_batches);
   TiedModel m(share, kSeq, 160, 128, 256);
-  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = threads},
+  TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.threads = threads, .backend = backend},
                  {.micro_batches = micro_batches, .replicas = replicas});
   EXPECT_EQ(step.replicas(), replicas);
   Trained out;
@@ -209,7 +211,7 @@ Trained train_replicated(int replicas, int micro_batches, int threads) {
 // bits.
 TEST(TrainStep, ReplicasTrainAsOneBatch) {
   const Trained want = train_replicated(1, 1, 2);
-  for (auto [replicas, micro_batches] : {std::pair{2, 1}, {4, 1}, {2, 2}}) {
+  for (auto [replicas, micro_batches] : {std::pair{2, 1}, {4, 1}, {2, 2}, {1, 2}, {1, 4}}) {
     SCOPED_TRACE(std::to_string(replicas) + " replicas x " + std::to_string(micro_batches) + " micro-batches");
     const Trained got = train_replicated(replicas, micro_batches, 2);
     for (size_t i = 0; i < got.losses.size(); ++i) {
@@ -234,6 +236,40 @@ TEST(TrainStep, ReplicasTrainAsOneBatch) {
     const Trained one_thread = train_replicated(replicas, micro_batches, 1);
     EXPECT_EQ(one_thread.params, got.params);
     EXPECT_EQ(one_thread.losses, got.losses);
+  }
+}
+
+// Micro-batches alone are summed by graph nodes (accumulate_update), so a
+// backend with memory of its own sums them where the gradients are: the
+// same training as the CPU's to rounding. Replicas sum in host memory and
+// are refused there, saying why.
+TEST(TrainStep, MicroBatchesSumOnEveryBackend) {
+  const Trained cpu = train_replicated(1, 2, 2);
+  for (const std::string& backend : testing_backends::device_backends()) {
+    SCOPED_TRACE(backend);
+    const Trained got = train_replicated(1, 2, 2, backend);
+    for (size_t i = 0; i < got.losses.size(); ++i) {
+      EXPECT_NEAR(got.losses[i], cpu.losses[i], 1e-5 * cpu.losses[i]);
+      EXPECT_NEAR(got.norms[i], cpu.norms[i], 1e-5 * cpu.norms[i]);
+    }
+    // The norms (of the summed gradients) hold the sums to f32 rounding. The
+    // parameters move lr = 1e-2 a step, AdamW's first steps close to lr *
+    // sign(g): where g is near zero a backend's own rounding (the reference
+    // sums in double) moves an element by up to 1.5% of lr with one
+    // micro-batch too, so 2% of lr is allowed.
+    for (size_t i = 0; i < got.params.size(); ++i) {
+      for (size_t j = 0; j < got.params[i].size(); ++j) {
+        ASSERT_NEAR(got.params[i][j], cpu.params[i][j], 2e-4) << "parameter " << i << " element " << j;
+      }
+    }
+    TiedModel m(1, 8, 160, 128, 256);
+    try {
+      TrainStep step(m.loss, m.params, {}, optim::AdamWConfig{}, ExecOptions{.backend = backend}, {.replicas = 2});
+      FAIL() << "two replicas on " << backend;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("replicas and processes sum gradients in host memory"), std::string::npos)
+          << e.what();
+    }
   }
 }
 

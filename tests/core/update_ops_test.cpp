@@ -342,4 +342,26 @@ TEST(UpdateOps, WrongOperandsNameTheOpAndWhatItExpected) {
   EXPECT_EQ(message([&] { clip_scale(Tensor::scalar(4.0, DType::f64), Tensor::zeros(DType::f64, {3})); }),
             "clip_scale: settings must be f64 [2] {average, clip}, got f64[3] (leaf)");
   EXPECT_THROW(clip_scale(Tensor::scalar(4.0, DType::f32), Tensor::zeros(DType::f64, {2})), DTypeError);
+  EXPECT_EQ(message([&] { accumulate_update(p, g, Tensor::zeros(DType::f32, {1})); }),
+            "accumulate_update: restart must be f64 with one element, got f32[1] (leaf)");
+  EXPECT_THROW(accumulate_update(p, Tensor::zeros(DType::f32, {3}), scale), ShapeError);
+}
+
+// accumulate_update sums a gradient over runs in place: acc = g on a run
+// with restart set, acc + g after, read through any layout, on every backend.
+TEST(UpdateOps, AccumulateSumsOverRunsOnEveryBackend) {
+  for (const std::string& backend : testing_backends::all_backends()) {
+    SCOPED_TRACE(backend);
+    Tensor acc = Tensor::zeros(DType::f32, {2, 3}), restart = Tensor::zeros(DType::f64, {1});
+    Tensor g = Tensor::from_vector<float>({3, 2}, {1, 2, 3, 4, 5, 6});
+    Executor ex(Graph({accumulate_update(acc, transpose(g, 0, 1), restart)}), {.threads = 1, .backend = backend});
+    acc.assign<float>({9, 9, 9, 9, 9, 9});
+    restart.assign<double>({1});
+    ex.run();
+    EXPECT_EQ(acc.to_vector<float>(), (std::vector<float>{1, 3, 5, 2, 4, 6}));
+    restart.assign<double>({0});
+    g.assign<float>({0.5f, 1, 1.5f, 2, 2.5f, 3});
+    ex.run();
+    EXPECT_EQ(acc.to_vector<float>(), (std::vector<float>{1.5f, 4.5f, 7.5f, 3, 6, 9}));
+  }
 }

@@ -6,7 +6,7 @@
 
 namespace nabla {
 namespace ops {
-extern const OpDef op_adamw_update, op_clip_scale, op_sgd_update;
+extern const OpDef op_accumulate_update, op_adamw_update, op_clip_scale, op_sgd_update;
 }  // namespace ops
 
 namespace NABLA_GPU {
@@ -32,6 +32,22 @@ void clip_scale(const Operands& a, const Context& ctx) {
   dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
     launch(ctx, Launch{dim3(1), dim3(1)}, clip_scale_kernel<T>, make_view(a.in[0]), make_view(a.in[1]), a.out.ptr<T>());
   });
+}
+
+// acc = g (restart) or acc + g.
+__global__ void accumulate_kernel(int64_t n, float* acc, View g, const double* restart) {
+  const bool first = *restart != 0;
+  NABLA_GRID_STRIDE(i, n) {
+    const float gi = static_cast<const float*>(g.data)[offset_of(g, i)];
+    acc[i] = first ? gi : acc[i] + gi;
+  }
+}
+
+void accumulate_update(const Operands& a, const Context& ctx) {
+  const int64_t n = a.in[0].numel();
+  if (n == 0) return;
+  launch(ctx, elementwise_launch(n), accumulate_kernel, n, a.in[0].ptr<float>(), make_view(a.in[1]),
+         static_cast<const double*>(a.in[2].data));
 }
 
 // p, g, buf, hyper {lr, momentum, weight_decay}, grad_scale.
@@ -99,6 +115,7 @@ void adamw(const Context& ctx, const Operands& a, size_t first, const View& g) {
 
 void register_optimizer_kernels() {
   register_kernel(ops::op_clip_scale, clip_scale);
+  register_kernel(ops::op_accumulate_update, accumulate_update);
   register_kernel(ops::op_sgd_update, sgd_update);
   register_kernel(ops::op_adamw_update, adamw_update);
 }

@@ -8,7 +8,7 @@
 
 namespace nabla {
 namespace ops {
-extern const OpDef op_adamw_update, op_adamw_update_factored, op_clip_scale, op_sgd_update;
+extern const OpDef op_accumulate_update, op_adamw_update, op_adamw_update_factored, op_clip_scale, op_sgd_update;
 }  // namespace ops
 
 namespace reference {
@@ -24,6 +24,13 @@ void clip_scale_kernel(const Operands& a) {
   const double scale = clip > 0 && norm > clip ? average * (clip / norm) : average;
   set_at(a.out, 0, norm);
   set_at(a.out, 1, scale);
+}
+
+// acc, g, restart.
+void accumulate_update_kernel(const Operands& a) {
+  const TensorView &acc = a.in[0], &g = a.in[1];
+  const bool restart = get_at(a.in[2], 0) != 0;
+  for_each_index(acc.shape, [&](const Index& i) { set(acc, i, restart ? get(g, i) : get(acc, i) + get(g, i)); });
 }
 
 // p, g, buf, hyper {lr, momentum, weight_decay}, grad_scale.
@@ -83,6 +90,7 @@ void adamw_update_factored_kernel(const Operands& a) {
 
 void register_optimizer_kernels() {
   register_kernel(ops::op_clip_scale, clip_scale_kernel);
+  register_kernel(ops::op_accumulate_update, accumulate_update_kernel);
   register_kernel(ops::op_sgd_update, sgd_update_kernel);
   register_kernel(ops::op_adamw_update, adamw_update_kernel);
   register_kernel(ops::op_adamw_update_factored, adamw_update_factored_kernel);
