@@ -21,6 +21,7 @@
 #endif
 
 #include <exception>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -220,6 +221,23 @@ __attribute__((noinline)) void start_fiber(Fiber& f, const ThreadState& state) {
   prepare(f.context, f.stack, kStackBytes, fiber_entry);
 }
 
+// The k-th of n items to run: a fixed permutation of [0, n), so that
+// blocks, and threads between barriers, run in no particular order, as on
+// a GPU (a kernel whose results hang on the order of its blocks or threads,
+// through integer atomics say, shows it here too).
+size_t scrambled(size_t k, size_t n) {
+  if (n <= 2) return n - 1 - k;
+  size_t step = 7919;  // a prime
+  while (n % step == 0) step += 2;  // coprime to n: another odd number
+  while (std::gcd(step, n) != 1) step += 2;
+  return size_t((uint64_t(k) * step + n / 2) % n);
+}
+
+dim3 block_at(size_t k, const dim3& grid) {
+  const size_t b = scrambled(k, size_t(grid.x) * grid.y * grid.z);
+  return dim3(unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (size_t(grid.x) * grid.y)));
+}
+
 void run_block_with_barriers(Block& b, const dim3& block_idx) {
   const dim3 d = host.launch.block;
   b.failure = nullptr;
@@ -230,7 +248,8 @@ void run_block_with_barriers(Block& b, const dim3& block_idx) {
   }
   for (;;) {
     bool progress = false, all_done = true;
-    for (size_t i = 0; i < b.fibers.size(); ++i) {
+    for (size_t k = 0; k < b.fibers.size(); ++k) {
+      const size_t i = scrambled(k, b.fibers.size());
       Fiber& f = b.fibers[i];
       if (f.wait == Wait::done) continue;
       all_done = false;
@@ -286,20 +305,14 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, bool barriers, c
     }
   } reset;
   host.body = &body;
+  const size_t blocks = size_t(grid.x) * grid.y * grid.z;
   if (!barriers) {
-    for (unsigned bz = 0; bz < grid.z; ++bz) {
-      for (unsigned by = 0; by < grid.y; ++by) {
-        for (unsigned bx = 0; bx < grid.x; ++bx) {
-          for (unsigned z = 0; z < block.z; ++z) {
-            for (unsigned y = 0; y < block.y; ++y) {
-              for (unsigned x = 0; x < block.x; ++x) {
-                host.plain = {dim3(x, y, z), dim3(bx, by, bz)};
-                host.current = &host.plain;
-                body();
-              }
-            }
-          }
-        }
+    for (size_t k = 0; k < blocks; ++k) {
+      const dim3 block_idx = block_at(k, grid);
+      for (size_t j = 0; j < threads; ++j) {
+        host.plain = {block_at(j, block), block_idx};
+        host.current = &host.plain;
+        body();
       }
     }
     return;
@@ -315,11 +328,7 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, bool barriers, c
   for (unsigned t = 0; t < threads; ++t) b.fibers[t].stack = host.stacks[t];
   b.slots.assign(size_t((threads + 31) / 32) * 2 * 32, 0);
   host.block = &b;
-  for (unsigned bz = 0; bz < grid.z; ++bz) {
-    for (unsigned by = 0; by < grid.y; ++by) {
-      for (unsigned bx = 0; bx < grid.x; ++bx) run_block_with_barriers(b, dim3(bx, by, bz));
-    }
-  }
+  for (size_t k = 0; k < blocks; ++k) run_block_with_barriers(b, block_at(k, grid));
 }
 
 namespace {

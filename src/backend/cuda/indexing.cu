@@ -2,7 +2,8 @@
 // indices in row-major order of the index tensor. Duplicate indices are
 // resolved without float atomics, so results are the same run to run:
 // set_rows lets the last position win (an integer max picks it), and
-// scatter_add_rows sums each row's values in position order.
+// scatter_add_rows sums each row's values in position order (a counting
+// sort lists each row's positions).
 #include "backend/cuda/kernel.h"
 
 namespace nabla {
@@ -120,52 +121,94 @@ void set_rows(const Operands& a, const Context& ctx) {
   });
 }
 
-// scatter_add_rows: values [*I, *rest], indices [*I] -> [R, *rest].
-// count[r]: how many positions add to row r (integer atomics: exact).
+// scatter_add_rows: values [*I, *rest], indices [*I] -> [R, *rest]. Each
+// row's positions are listed (a counting sort: integer atomics, exact), put
+// in position order, and summed in that order: the same sums every run, and
+// work in proportion to the positions, not rows x positions.
+// count[r]: how many positions add to row r.
 __global__ void count_rows_kernel(int64_t n, View idx, int64_t rows, int* count, DeviceError* e, const char* op) {
   NABLA_GRID_STRIDE(p, n) atomic_add(&count[row_at(idx, p, rows, e, op)], 1);
 }
 
+// start[r] = count[0] + ... + count[r - 1]: one block, kScanThreads rows at a
+// time, each chunk scanned in shared memory (Hillis-Steele).
+constexpr unsigned kScanThreads = 256;
+__global__ void exclusive_scan_kernel(int64_t n, const int* count, int* start) {
+  NABLA_SHARED int buf[kScanThreads];
+  NABLA_SHARED int carry;
+  const int t = int(threadIdx.x);
+  if (t == 0) carry = 0;
+  for (int64_t base = 0; base < n; base += kScanThreads) {
+    const int v = base + t < n ? count[base + t] : 0;
+    __syncthreads();  // carry written; buf's last reads done
+    buf[t] = v;
+    __syncthreads();
+    for (int d = 1; d < int(kScanThreads); d *= 2) {
+      const int y = t >= d ? buf[t - d] : 0;
+      __syncthreads();
+      buf[t] += y;
+      __syncthreads();
+    }
+    if (base + t < n) start[base + t] = carry + buf[t] - v;
+    __syncthreads();
+    if (t == int(kScanThreads) - 1) carry += buf[t];
+  }
+}
+
+// list[start[r] + k], k < count[r]: row r's positions, in no set order.
+__global__ void list_rows_kernel(int64_t n, View idx, int64_t rows, const int* start, int* cursor, int* list) {
+  NABLA_GRID_STRIDE(p, n) {
+    const int64_t r = static_cast<const int32_t*>(idx.data)[offset_of(idx, p)];
+    if (r < 0 || r >= rows) continue;  // reported by count_rows_kernel
+    list[start[r] + atomic_add(&cursor[r], 1)] = int(p);
+  }
+}
+
 // One block per output row: rows no index names keep their values (or are
-// zeros); the others sum their positions' values in position order,
-// threads across the row.
+// zeros); the others put their positions in order (each one's rank: the
+// positions below it) and sum their values in that order, threads across
+// the row.
 template <class T>
-__global__ void add_rows_kernel(int64_t rows, int64_t width, int64_t positions, View idx, View values,
-                                const int* count, T* out, bool accumulate) {
+__global__ void add_rows_kernel(int64_t rows, int64_t width, View idx, View values, const int* count, const int* start,
+                                const int* list, int* ordered, T* out, bool accumulate) {
   const int64_t r = block_row();
   if (r >= rows) return;
   T* row = out + r * width;
-  if (count[r] == 0) {
+  const int c = count[r];
+  if (c == 0) {
     if (!accumulate) {
       for (int64_t e = threadIdx.x; e < width; e += blockDim.x) row[e] = T(0);
     }
     return;
   }
-  const int32_t* ip = static_cast<const int32_t*>(idx.data);
+  const int* mine = list + start[r];
+  int* sorted = ordered + start[r];
+  for (int j = int(threadIdx.x); j < c; j += int(blockDim.x)) {
+    const int p = mine[j];
+    int rank = 0;
+    for (int k = 0; k < c; ++k) rank += mine[k] < p;
+    sorted[rank] = p;
+  }
+  __syncthreads();
   const T* vp = static_cast<const T*>(values.data);
   const int ir = idx.rank;
-  for (int64_t e0 = 0; e0 < width; e0 += blockDim.x) {
-    const int64_t e = e0 + threadIdx.x;
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) {
     // values' offset of element e within a position's row.
     int64_t inner = 0;
     for (int64_t d = values.rank - 1, q = e; d >= ir; --d) {
       inner += (q % values.shape[d]) * values.strides[d];
       q /= values.shape[d];
     }
-    T acc = accumulate && e < width ? row[e] : T(0);
-    int seen = 0;
-    for (int64_t p = 0; p < positions && seen < count[r]; ++p) {
-      if (ip[offset_of(idx, p)] != r) continue;
-      ++seen;
-      if (e >= width) continue;
+    T acc = accumulate ? row[e] : T(0);
+    for (int k = 0; k < c; ++k) {
       int64_t outer = 0;
-      for (int64_t d = ir - 1, q = p; d >= 0; --d) {
+      for (int64_t d = ir - 1, q = sorted[k]; d >= 0; --d) {
         outer += (q % values.shape[d]) * values.strides[d];
         q /= values.shape[d];
       }
       acc += vp[outer + inner];
     }
-    if (e < width) row[e] = acc;
+    row[e] = acc;
   }
 }
 
@@ -174,17 +217,27 @@ void add_rows_to(const Context& ctx, const TensorView& values, const TensorView&
                  int64_t width, bool accumulate) {
   const int64_t positions = idx.numel();
   if (rows == 0) return;
+  if (positions > INT32_MAX) throw ShapeError(std::string(ctx.op) + ": more than 2^31 - 1 indices");
   int* count = static_cast<int*>(scratch(ctx, size_t(rows) * sizeof(int)));
+  int* start = static_cast<int*>(scratch(ctx, size_t(rows) * sizeof(int)));
+  int* cursor = static_cast<int*>(scratch(ctx, size_t(rows) * sizeof(int)));
+  const size_t listed = size_t(positions > 0 ? positions : 1) * sizeof(int);
+  int* list = static_cast<int*>(scratch(ctx, listed));
+  int* ordered = static_cast<int*>(scratch(ctx, listed));
   launch(ctx, elementwise_launch(rows), fill_int_kernel, rows, count, 0);
   if (positions > 0) {
+    launch(ctx, elementwise_launch(rows), fill_int_kernel, rows, cursor, 0);
     launch(ctx, elementwise_launch(positions), count_rows_kernel, positions, make_view(idx), rows, count, ctx.error,
            ctx.op);
+    launch(ctx, Launch{dim3(1), dim3(kScanThreads), 0, true}, exclusive_scan_kernel, rows,
+           static_cast<const int*>(count), start);
+    launch(ctx, elementwise_launch(positions), list_rows_kernel, positions, make_view(idx), rows,
+           static_cast<const int*>(start), cursor, list);
   }
   if (width == 0) return;
-  Launch l = rows_launch(rows, 128);
-  l.barriers = false;
-  launch(ctx, l, add_rows_kernel<T>, rows, width, positions, make_view(idx), make_view(values),
-         static_cast<const int*>(count), out, accumulate);
+  launch(ctx, rows_launch(rows, 128), add_rows_kernel<T>, rows, width, make_view(idx), make_view(values),
+         static_cast<const int*>(count), static_cast<const int*>(start), static_cast<const int*>(list), ordered, out,
+         accumulate);
 }
 
 void scatter_add_rows(const Operands& a, const Context& ctx) {
