@@ -49,7 +49,8 @@ namespace nabla {
 // results depend on the replica count (the batch's gradient is summed in
 // that many groups), not on the thread count. Replicas sum in host memory:
 // backends with memory of their own run one (micro-batches alone are summed
-// by graph nodes, on any backend).
+// by graph nodes, on any backend; processes fold host copies of the
+// gradients made after the backward pass, without the overlap below).
 //
 // comm: data parallelism across processes (distributed.h). Each of its
 // comm->size() ranks runs `replicas` replicas; the step is one over all
@@ -177,6 +178,10 @@ class TrainStep {
   std::vector<int64_t> offsets_;
   float* reduced_ = nullptr;
   std::vector<float> reduced_storage_;
+  // Across ranks on a backend with memory of its own: the gradients copied to
+  // the host after the backward pass (offsets_' order), which the fold reads.
+  bool staged_ = false;
+  std::vector<float> staging_;
   float global_loss_ = 0;
   struct Overlap;  // the buckets and the thread that reduces them
   std::unique_ptr<Overlap> overlap_;

@@ -132,10 +132,17 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
   }
   const Backend& backend = find_backend(options.backend);
   const std::string backend_name = backend.name();
-  if ((replicas > 1 || ranks_ > 1) && !backend.host_memory()) {
-    throw UsageError("train step: replicas and processes sum gradients in host memory; the '" + backend_name +
-                     "' backend has memory of its own (one replica in one process there; micro-batches sum on it)");
+  if (replicas > 1 && !backend.host_memory()) {
+    throw UsageError("train step: replicas sum gradients in host memory; the '" + backend_name +
+                     "' backend has memory of its own (one replica a process there; micro-batches sum on it)");
   }
+  if (sharded_ && !backend.host_memory()) {
+    throw UsageError("train step: a sharded optimizer updates its part on the host; the '" + backend_name +
+                     "' backend keeps the parameters in memory of its own (train there without sharding)");
+  }
+  // Processes on such a backend fold host copies of the gradients, made
+  // once the backward pass is over.
+  staged_ = ranks_ > 1 && !backend.host_memory();
   threads_ = options.threads > 0 ? options.threads : cpu::default_threads();
   std::vector<Tensor> wrt;
   std::vector<optim::Slot> slots;
@@ -261,7 +268,10 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
     }
   }
   // Host addresses for the sums over runs, replicas and ranks.
-  if ((!accum_.empty() && !graph_sums_) || ranks_ > 1) {
+  if (staged_) {
+    staging_.resize(size_t(offsets_.back()));
+    for (size_t i = 0; i < grads_.size(); ++i) grad_ptrs_.push_back(staging_.data() + offsets_[i]);
+  } else if ((!accum_.empty() && !graph_sums_) || ranks_ > 1) {
     for (const Tensor& g : grads_) grad_ptrs_.push_back(static_cast<const float*>(executor_->data(g)));
   }
   if (ranks_ > 1) {
@@ -304,7 +314,8 @@ void TrainStep::start_overlap() {
   o->initial.assign(o->buckets.size(), 0);
   o->pending = std::make_unique<std::atomic<int>[]>(o->buckets.size());
   Overlap* ov = o.get();
-  for (int r = 0; r < replicas_; ++r) {
+  // Staged gradients are all there when the reduction starts.
+  for (int r = 0; r < replicas_ && !staged_; ++r) {
     for (size_t i = 0; i < sizes_.size(); ++i) {
       const Tensor g = r == 0 ? grads_[i] : copies_[size_t(r) - 1].copies.at(grads_[i].node());
       const int b = bucket_of[i];
@@ -378,14 +389,15 @@ void TrainStep::run() {
   }
   // One micro-batch: a run replaces the last one's gradients.
   if (micro_batches_ == 1) runs_since_update_ = 0;
-  if (overlap_) {
-    // The reduction starts as the first bucket completes.
+  const auto start_reduction = [&] {
     for (size_t b = 0; b < overlap_->buckets.size(); ++b) overlap_->pending[b] = overlap_->initial[b];
     std::lock_guard<std::mutex> lock(overlap_->mu);
     overlap_->start = true;
     overlap_->finished = false;
     overlap_->cv.notify_all();
-  }
+  };
+  // The reduction starts as the first bucket completes.
+  if (overlap_ && !staged_) start_reduction();
   if (graph_sums_) restart_.assign<double>({runs_since_update_ == 0 ? 1.0 : 0.0});
   if (copies_.empty()) {
     executor_->run(0);  // stage 1, the update, is update()'s
@@ -393,6 +405,12 @@ void TrainStep::run() {
     cpu::parallel_for(threads_, replicas(), 1, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) executor(int(r)).run(0);
     });
+  }
+  if (staged_) {
+    for (size_t i = 0; i < grads_.size(); ++i) {
+      executor_->read(grads_[i], staging_.data() + offsets_[i], size_t(sizes_[i]) * sizeof(float));
+    }
+    start_reduction();
   }
   ++runs_since_update_;
   const bool first = runs_since_update_ == 1;

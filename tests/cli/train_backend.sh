@@ -64,13 +64,7 @@ for b in cpu "$backend"; do
     --epochs 3 --lora-r 4 --lr 1e-2 --log-every 1 --backend "$b" --save "$dir/finetune_$b" > "$dir/finetune_$b.log" 2>&1 ||
     { cat "$dir/finetune_$b.log"; echo "nabla finetune --backend $b failed"; exit 1; }
 done
-losses() { awk '/ step [0-9]+\/[0-9]+ loss / { for (i = 1; i < NF; ++i) if ($i == "loss") print $(i + 1) }
-                /final validation loss/ { print $NF }' "$1"; }
-losses "$dir/finetune_cpu.log" > "$dir/losses_cpu"
-losses "$dir/finetune_$backend.log" > "$dir/losses_$backend"
-[ "$(wc -l < "$dir/losses_cpu")" -ge 4 ] || { cat "$dir/finetune_cpu.log"; echo "too few losses logged"; exit 1; }
-paste "$dir/losses_cpu" "$dir/losses_$backend" | awk '
-  { d = $1 - $2; if (NF != 2 || d > 2e-4 * $1 || -d > 2e-4 * $1) bad = 1 }
-  END { exit bad }' || { paste "$dir/losses_cpu" "$dir/losses_$backend"; echo "fine-tuning losses differ from the cpu's"; exit 1; }
+agree=$(awk -f "$(dirname "$0")/close_losses.awk" "$dir/finetune_cpu.log" "$dir/finetune_$backend.log") ||
+  { echo "$agree"; echo "fine-tuning on $backend: not the cpu's losses"; exit 1; }
 grep -q "x 2 accumulated" "$dir/finetune_$backend.log" || { echo "no accumulation"; exit 1; }
-echo "QLoRA fine-tuning with accumulation on $backend: the cpu's losses ($(wc -l < "$dir/losses_cpu") of them)"
+echo "QLoRA fine-tuning with accumulation on $backend: the cpu's losses ($agree)"

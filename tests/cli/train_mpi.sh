@@ -15,6 +15,10 @@
 #             training refuses to run under mpirun
 #   kill      a rank killed with SIGKILL mid-run ends the job within 60 s,
 #             with a message naming the lost rank; the last checkpoint resumes
+#   backend   processes on a backend with memory of its own (the CUDA
+#             kernels under the emulator): LoRA fine-tuning over 2 logs the
+#             losses it logs over 2 on the CPU; --shard-optimizer is refused
+#             there, saying why
 # Usage: train_mpi.sh PATH_TO_NABLA WORK_DIR CASE
 set -u
 nabla=$1 dir=$2 case=$3
@@ -189,6 +193,21 @@ kill)
     --save "$dir/resumed.safetensors" >"$dir/resumed.log" 2>&1 || { cat "$dir/resumed.log"; fail "the resume failed"; }
   grep -q "resumed from .* at step $step" "$dir/resumed.log" || { cat "$dir/resumed.log"; fail "no resume message"; }
   echo "the checkpoint of step $step resumed over 2 processes"
+  ;;
+backend)
+  make_finetune_data
+  for b in cpu cuda-emulated; do
+    "${mpi[@]}" -np 2 "$nabla" finetune "${ft[@]}" --threads 1 --log-every 1 --backend "$b" --save "$dir/ft_$b" \
+      >"$dir/ft_$b.log" 2>&1 || { cat "$dir/ft_$b.log"; fail "2 processes on $b failed"; }
+  done
+  agree=$(awk -f "$(dirname "$0")/close_losses.awk" "$dir/ft_cpu.log" "$dir/ft_cuda-emulated.log") ||
+    { echo "$agree"; fail "LoRA over 2 processes on cuda-emulated: not the cpu's losses"; }
+  echo "LoRA over 2 processes on cuda-emulated: the cpu's ($agree)"
+  "${mpi[@]}" -np 2 "$nabla" finetune "${ft[@]}" --threads 1 --backend cuda-emulated --shard-optimizer \
+    --save "$dir/sharded" >"$dir/sharded.log" 2>&1 && fail "--shard-optimizer ran on cuda-emulated"
+  grep -q "a sharded optimizer updates its part on the host" "$dir/sharded.log" ||
+    { cat "$dir/sharded.log"; fail "--shard-optimizer on cuda-emulated: no reason given"; }
+  echo "--shard-optimizer on cuda-emulated is refused, saying why"
   ;;
 *)
   fail "unknown case"
