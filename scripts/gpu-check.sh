@@ -7,7 +7,8 @@
 #   2. compute-sanitizer memcheck over a sample of those cases;
 #   3. training and greedy sampling through the CLI (tests/cli/train_backend.sh);
 #   4. bench/gpu_train.sh, one round: ViT-Tiny and GPT-2 124M against PyTorch;
-#   5. the gradient checks (finite differences) of every op on the GPU.
+#   5. the gradient checks (finite differences) of every op on the GPU;
+#   6. compute-sanitizer racecheck over the kernels that share memory in a block.
 # About 9 minutes: run(command="bash .gpu/gpu-check.sh", carry=[".gpu"], timeout_s=570).
 # Each step has its own time limit, so a hang costs one step, not the run.
 # Logs go to $OUT (the device tool brings them back).
@@ -28,10 +29,15 @@ step() {  # step NAME SECONDS COMMAND...: runs it, its output to $o/NAME.log, an
   echo "== $name: exit $status in $((SECONDS - t0)) s"
   tail -n 25 "$o/$name.log"
 }
-step tests 170 "$b/nabla_tests" --gtest_brief=1 \
+step tests 150 "$b/nabla_tests" --gtest_brief=1 \
   --gtest_filter='Cuda_*:Backends.*:Backends/*:UpdateOps.*:FactoredUpdate.*:CudaAttention.*:CudaRowSums.*:TrainStep.MicroBatchesSumOnEveryBackend'
-step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$b/nabla_tests" --gtest_brief=1 \
+step memcheck 80 compute-sanitizer --tool memcheck --error-exitcode 99 "$b/nabla_tests" --gtest_brief=1 \
   --gtest_filter='Cuda_add.*:Cuda_sum.*:Cuda_softmax.*:Cuda_layer_norm_affine_back.*:Cuda_attention.*:Cuda_attention_back.*:Cuda_matmul.*:Cuda_scatter_add_rows.*:Cuda_cross_entropy.*:Cuda_rope.*:CudaAttention.*/cuda:CudaRowSums.*'
 step cli 60 sh tests/cli/train_backend.sh "$b/nabla" /tmp/gpu-check-cli cuda
 NABLA_BENCH_BIN=$b/nabla_bench_train step bench 170 bench/gpu_train.sh 1
-step gradcheck 60 "$b/nabla" gradcheck --backend cuda
+step gradcheck 50 "$b/nabla" gradcheck --backend cuda
+# Shared-memory races inside a block (the tiles', the row kernels'): what the
+# emulator, which runs a block's threads one at a time, cannot see.
+step racecheck 50 compute-sanitizer --tool racecheck --error-exitcode 99 \
+  "$b/nabla_tests" --gtest_brief=1 \
+  --gtest_filter='Cuda_attention*.*_contiguous:Cuda_softmax.*_contiguous:Cuda_layer_norm_affine_back.*_contiguous:Cuda_scatter_add_rows.*_contiguous:CudaRowSums.*:CudaAttention.*/cuda'
