@@ -81,6 +81,11 @@ void expect_same_training(const Tensor& loss, const nn::Params& params, const st
   constexpr double kLr = 1e-2;
   const Trained cpu = train_steps(loss, params, config, kLr, "cpu");
   const Trained reference = train_steps(loss, params, config, kLr, backend);
+  // Identical run to run (no float atomics, no order left to the device).
+  const Trained again = train_steps(loss, params, config, kLr, backend);
+  EXPECT_EQ(again.losses, reference.losses);
+  EXPECT_EQ(again.norms, reference.norms);
+  EXPECT_EQ(again.params, reference.params);
   for (size_t s = 0; s < cpu.losses.size(); ++s) {
     EXPECT_NEAR(reference.losses[s], cpu.losses[s], kTolerance * cpu.losses[s]) << "step " << s;
     EXPECT_NEAR(reference.norms[s], cpu.norms[s], kTolerance * cpu.norms[s]) << "step " << s;
