@@ -6,7 +6,8 @@
 #      backend, update and whole-model tests;
 #   2. compute-sanitizer memcheck over a sample of those cases;
 #   3. training and greedy sampling through the CLI (tests/cli/train_backend.sh);
-#   4. bench/gpu_train.sh, one round: ViT-Tiny and GPT-2 124M against PyTorch;
+#   4. bench/gpu_train.sh, one round: ViT-Tiny and GPT-2 124M against PyTorch,
+#      f32 then bf16 (raw results land in $OUT as they come);
 #   5. the gradient checks (finite differences) of every op on the GPU;
 #   6. compute-sanitizer racecheck over the kernels that share memory in a block.
 # About 9 minutes: run(command="bash .gpu/gpu-check.sh", carry=[".gpu"], timeout_s=570).

@@ -95,6 +95,9 @@ def main():
     ap.add_argument("--class-token-last-block", action="store_true",
                     help="a class-token ViT's last block on the class token alone, as nabla's")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (PyTorch eager on the GPU)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="on the GPU: the forward and backward under torch.autocast(bfloat16), mixed precision "
+                         "as PyTorch users train (nabla's peer under --bf16-matmul)")
     ap.add_argument("--explicit-attention", action="store_true",
                     help="on the GPU: attention as its product and softmax, not F.scaled_dot_product_attention")
     a = ap.parse_args()
@@ -142,6 +145,15 @@ def main():
             logits = model(tokens[:, :-1])
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
+    if a.bf16:
+        if dev.type != "cuda":
+            sys.exit("train_step.py: --bf16 is for --device cuda")
+        unmixed = loss_fn
+
+        def loss_fn():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return unmixed()
+
     # On the GPU a step's time is from the queue empty to the queue empty.
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times, first, last = [], None, None
@@ -170,7 +182,7 @@ def main():
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "unit": unit, "step_ms": round(ms, 2),
         "per_s": round(items / (ms / 1e3), 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
-        "first_loss": round(first, 4), "last_loss": round(last, 4), "device": a.device,
+        "first_loss": round(first, 4), "last_loss": round(last, 4), "device": a.device, "bf16": a.bf16,
         "peak_device_mib": round(torch.cuda.max_memory_allocated() / 1048576.0, 1) if dev.type == "cuda" else 0.0}))
 
 
