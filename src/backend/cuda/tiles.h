@@ -1,7 +1,7 @@
 // Products of small matrices in a block's shared memory, for kernels that
 // tile their work (attention.cu): C (+)= op(A) op(B), computed by the whole
 // block. Two kinds: on CUDA cores in the operands' own type (f32, f64), each
-// thread a 4 x 4 piece of C, k ascending; and on tensor cores from bf16
+// thread 4 x 4 elements of C (rows and columns a quarter apart), k ascending; and on tensor cores from bf16
 // operands with f32 sums (wmma's 16 x 16 x 16 mma), each warp a 16 x 16
 // piece. Every dimension is a multiple of 16 (callers pad their tiles with
 // zeros). Under the emulator a tensor-core piece is a warp-wide operation as
@@ -136,26 +136,30 @@ __device__ void block_product(TileOperand<E> A, TileOperand<E> B, T* C, int ldc,
       warp_mma(A.p + r0 * a_row, A.ld, a_row, a_step, B.p + c0 * b_col, B.ld, b_col, b_step, c, ldc, K, accumulate);
     }
   } else {
-    const int tn = N / 4, tiles = (M / 4) * tn;
-    for (int t = int(threadIdx.x); t < tiles; t += int(blockDim.x)) {
-      const int r0 = t / tn * 4, c0 = t % tn * 4;
+    // Thread t: rows t / tn + {0, 1, 2, 3} M/4 and columns t % tn + {0, 1,
+    // 2, 3} N/4, so that a warp's lanes read consecutive columns (or rows
+    // of a transposed B) of shared memory: different banks.
+    const int tm = M / 4, tn = N / 4, pieces = tm * tn;
+    for (int t = int(threadIdx.x); t < pieces; t += int(blockDim.x)) {
+      const int r0 = t / tn, c0 = t % tn;
       T acc[4][4];
       for (int i = 0; i < 4; ++i) {
-        const T s = accumulate && row_scale ? row_scale[r0 + i] : T(1);
-        for (int j = 0; j < 4; ++j) acc[i][j] = accumulate ? C[(r0 + i) * ldc + c0 + j] * s : T(0);
+        const int r = r0 + i * tm;
+        const T s = accumulate && row_scale ? row_scale[r] : T(1);
+        for (int j = 0; j < 4; ++j) acc[i][j] = accumulate ? C[r * ldc + c0 + j * tn] * s : T(0);
       }
       const E* a = A.p + r0 * a_row;
       const E* b = B.p + c0 * b_col;
       for (int k = 0; k < K; ++k) {
         T x[4], y[4];
-        for (int i = 0; i < 4; ++i) x[i] = a[i * a_row + k * a_step];
-        for (int j = 0; j < 4; ++j) y[j] = b[j * b_col + k * b_step];
+        for (int i = 0; i < 4; ++i) x[i] = a[i * tm * a_row + k * a_step];
+        for (int j = 0; j < 4; ++j) y[j] = b[j * tn * b_col + k * b_step];
         for (int i = 0; i < 4; ++i) {
           for (int j = 0; j < 4; ++j) acc[i][j] += x[i] * y[j];
         }
       }
       for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 4; ++j) C[(r0 + i) * ldc + c0 + j] = acc[i][j];
+        for (int j = 0; j < 4; ++j) C[(r0 + i * tm) * ldc + c0 + j * tn] = acc[i][j];
       }
     }
   }
