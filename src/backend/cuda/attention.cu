@@ -423,6 +423,19 @@ __device__ void load_tile(E* dst, int ld, int rows, int width, const View& x, in
   }
 }
 
+// out [B, T, heads, width]'s rows t0.. (below t_end) of head h in batch b =
+// acc [rows, ld] times scale, each row divided by divisor[row] where given.
+template <class T>
+__device__ void store_rows(T* out, int64_t b, int64_t t_end, int64_t heads, int64_t h, int64_t width, int64_t t0,
+                           int rows, const T* acc, int ld, T scale, const T* divisor = nullptr) {
+  for (int64_t e = threadIdx.x; e < rows * width; e += blockDim.x) {
+    const int64_t r = e / width, d = e % width, t = t0 + r;
+    if (t >= t_end) continue;
+    const T x = acc[r * ld + d] * scale;
+    out[((b * t_end + t) * heads + h) * width + d] = divisor ? x / divisor[r] : x;
+  }
+}
+
 // The query tile at i0 (q loaded) against every key it may see: O (acc, not
 // yet divided by l), and each row's running max m and sum l; or, given
 // `scores` (attention_probs' P [B, H, Tq, Tk]), the scaled scores written
@@ -500,10 +513,7 @@ __global__ void attention_tiles_kernel(Attn a, Tiles t, T* out) {
   attend_tile<T, E>(a, t, b, h, i0);
   const T* o = shared_at<T>(t.acc);
   const T* l = shared_at<T>(t.l);
-  for (int64_t e = threadIdx.x; e < t.br * a.Dv; e += blockDim.x) {
-    const int64_t r = e / a.Dv, d = e % a.Dv, i = i0 + r;
-    if (i < a.Tq) out[((b * a.Tq + i) * a.H + h) * a.Dv + d] = o[r * t.ldcv + d] / l[r];
-  }
+  store_rows(out, b, a.Tq, a.H, h, a.Dv, i0, t.br, o, t.ldcv, T(1), l);
 }
 
 // P and dS = P (dP - D) of the scores s and dP (masked ones 0), as E.
@@ -583,10 +593,7 @@ __global__ void attention_rows_tiles_kernel(Attn a, View dout, Tiles t, T* stats
     block_product<T, E>({shared_at<E>(t.ds), t.ldp, false}, {k, t.ldq, false}, acc, t.ldcq, t.br, t.dp, t.bc, true);
   }
   __syncthreads();
-  for (int64_t e = threadIdx.x; e < t.br * a.D; e += blockDim.x) {
-    const int64_t r = e / a.D, d = e % a.D, i = i0 + r;
-    if (i < a.Tq) dq[((b * a.Tq + i) * a.H + h) * a.D + d] = acc[r * t.ldcq + d] * T(a.scale);
-  }
+  store_rows(dq, b, a.Tq, a.H, h, a.D, i0, t.br, acc, t.ldcq, T(a.scale));
 }
 
 // A key tile's dk and dv, summed over its group's query heads in order and
@@ -627,14 +634,8 @@ __global__ void attention_keys_tiles_kernel(Attn a, View dout, Tiles t, const T*
     }
   }
   __syncthreads();
-  for (int64_t e = threadIdx.x; e < t.bc * a.D; e += blockDim.x) {
-    const int64_t c = e / a.D, d = e % a.D, j = j0 + c;
-    if (j < a.Tk) dk[((b * a.Tk + j) * a.Hk + hk) * a.D + d] = gk[c * t.ldcq + d] * T(a.scale);
-  }
-  for (int64_t e = threadIdx.x; e < t.bc * a.Dv; e += blockDim.x) {
-    const int64_t c = e / a.Dv, d = e % a.Dv, j = j0 + c;
-    if (j < a.Tk) dv[((b * a.Tk + j) * a.Hk + hk) * a.Dv + d] = gv[c * t.ldcv + d];
-  }
+  store_rows(dk, b, a.Tk, a.Hk, hk, a.D, j0, t.bc, gk, t.ldcq, T(a.scale));
+  store_rows(dv, b, a.Tk, a.Hk, hk, a.Dv, j0, t.bc, gv, t.ldcv, T(1));
 }
 
 Launch tiles_launch(int64_t rows, int tile, int64_t heads, int64_t batch, const Tiles& t) {
@@ -823,10 +824,7 @@ __global__ void probs_dq_tiles_kernel(Attn a, Tiles t, View p, View dp, const T*
     block_product<T, E>({shared_at<E>(t.ds), t.ldp, false}, {k, t.ldq, false}, acc, t.ldcq, t.br, t.dp, t.bc, true);
   }
   __syncthreads();
-  for (int64_t e = threadIdx.x; e < t.br * a.D; e += blockDim.x) {
-    const int64_t row = e / a.D, d = e % a.D, i = i0 + row;
-    if (i < a.Tq) dq[((b * a.Tq + i) * a.H + h) * a.D + d] = acc[row * t.ldcq + d] * T(a.scale);
-  }
+  store_rows(dq, b, a.Tq, a.H, h, a.D, i0, t.br, acc, t.ldcq, T(a.scale));
 }
 
 // dk of a key tile: scale sum over query tiles of dS^T q. grid: (key tiles, H, B).
@@ -846,10 +844,7 @@ __global__ void probs_dk_tiles_kernel(Attn a, Tiles t, View p, View dp, const T*
     block_product<T, E>({shared_at<E>(t.ds), t.ldp, true}, {q, t.ldq, false}, acc, t.ldcq, t.bc, t.dp, t.br, true);
   }
   __syncthreads();
-  for (int64_t e = threadIdx.x; e < t.bc * a.D; e += blockDim.x) {
-    const int64_t c = e / a.D, d = e % a.D, j = j0 + c;
-    if (j < a.Tk) dk[((b * a.Tk + j) * a.H + h) * a.D + d] = acc[c * t.ldcq + d] * T(a.scale);
-  }
+  store_rows(dk, b, a.Tk, a.H, h, a.D, j0, t.bc, acc, t.ldcq, T(a.scale));
 }
 
 // dP [B, H, Tq, Tk] = dO v^T for a query tile. grid: (query tiles, H, B).
