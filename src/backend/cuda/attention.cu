@@ -808,43 +808,29 @@ __device__ void load_ds(const Attn& a, const Tiles& t, const View& p, const View
   }
 }
 
-// dq of a query tile: scale sum over key tiles of dS k. grid: (query tiles, H, B).
+// dq of a query tile (scale times the sum over key tiles of dS k) or, with
+// `keys`, dk of a key tile (over query tiles, of dS^T q). grid: (tiles, H, B).
 template <class T, class E>
-__global__ void probs_dq_tiles_kernel(Attn a, Tiles t, View p, View dp, const T* r, T* dq) {
-  const int64_t h = blockIdx.y, b = blockIdx.z, i0 = int64_t(blockIdx.x) * t.br;
+__global__ void probs_grad_tiles_kernel(Attn a, Tiles t, View p, View dp, const T* r, bool keys, T* out) {
+  const int rows = keys ? t.bc : t.br, others = keys ? t.br : t.bc;
+  const int64_t h = blockIdx.y, b = blockIdx.z, first = int64_t(blockIdx.x) * rows;
   T* acc = shared_at<T>(t.acc);
-  E* k = shared_at<E>(t.k);
-  for (int e = int(threadIdx.x); e < t.br * t.ldcq; e += int(blockDim.x)) acc[e] = T(0);
-  const int64_t end = key_end(a, (i0 + t.br < a.Tq ? i0 + t.br : a.Tq) - 1);
-  for (int64_t j0 = 0; j0 < end; j0 += t.bc) {
+  E* x = shared_at<E>(keys ? t.q : t.k);
+  for (int e = int(threadIdx.x); e < rows * t.ldcq; e += int(blockDim.x)) acc[e] = T(0);
+  // The other side's rows that meet these: causal skips the rest.
+  int64_t begin = 0, end = a.Tq;
+  if (keys && a.causal) begin = first - (a.Tk - a.Tq) > 0 ? first - (a.Tk - a.Tq) : 0;
+  if (!keys) end = key_end(a, (first + rows < a.Tq ? first + rows : a.Tq) - 1);
+  for (int64_t o0 = begin; o0 < end; o0 += others) {
     __syncthreads();
-    load_ds<T, E>(a, t, p, dp, r, b, h, i0, j0);
-    load_tile<T>(k, t.ldq, t.bc, t.dp, a.k, b, j0, a.Tk, h, a.D);
+    if (keys) load_ds<T, E>(a, t, p, dp, r, b, h, o0, first);
+    else load_ds<T, E>(a, t, p, dp, r, b, h, first, o0);
+    load_tile<T>(x, t.ldq, others, t.dp, keys ? a.q : a.k, b, o0, keys ? a.Tq : a.Tk, h, a.D);
     __syncthreads();
-    block_product<T, E>({shared_at<E>(t.ds), t.ldp, false}, {k, t.ldq, false}, acc, t.ldcq, t.br, t.dp, t.bc, true);
+    block_product<T, E>({shared_at<E>(t.ds), t.ldp, keys}, {x, t.ldq, false}, acc, t.ldcq, rows, t.dp, others, true);
   }
   __syncthreads();
-  store_rows(dq, b, a.Tq, a.H, h, a.D, i0, t.br, acc, t.ldcq, T(a.scale));
-}
-
-// dk of a key tile: scale sum over query tiles of dS^T q. grid: (key tiles, H, B).
-template <class T, class E>
-__global__ void probs_dk_tiles_kernel(Attn a, Tiles t, View p, View dp, const T* r, T* dk) {
-  const int64_t h = blockIdx.y, b = blockIdx.z, j0 = int64_t(blockIdx.x) * t.bc;
-  T* acc = shared_at<T>(t.acc);
-  E* q = shared_at<E>(t.q);
-  for (int e = int(threadIdx.x); e < t.bc * t.ldcq; e += int(blockDim.x)) acc[e] = T(0);
-  int64_t i_begin = a.causal ? j0 - (a.Tk - a.Tq) : 0;
-  if (i_begin < 0) i_begin = 0;
-  for (int64_t i0 = i_begin; i0 < a.Tq; i0 += t.br) {
-    __syncthreads();
-    load_ds<T, E>(a, t, p, dp, r, b, h, i0, j0);
-    load_tile<T>(q, t.ldq, t.br, t.dp, a.q, b, i0, a.Tq, h, a.D);
-    __syncthreads();
-    block_product<T, E>({shared_at<E>(t.ds), t.ldp, true}, {q, t.ldq, false}, acc, t.ldcq, t.bc, t.dp, t.br, true);
-  }
-  __syncthreads();
-  store_rows(dk, b, a.Tk, a.H, h, a.D, j0, t.bc, acc, t.ldcq, T(a.scale));
+  store_rows(out, b, keys ? a.Tk : a.Tq, a.H, h, a.D, first, rows, acc, t.ldcq, T(a.scale));
 }
 
 // dP [B, H, Tq, Tk] = dO v^T for a query tile. grid: (query tiles, H, B).
@@ -898,10 +884,13 @@ void probs_back_from(const Operands& a, const Context& ctx, const View& p, const
       const Tiles tiles = choose_tiles(TileKernel::probs_back, t.D, 0, sizeof(T), kTensorCores<E>);
       const T* rs = r;
       if (tiles.br > 0) {
-        if (nq > 0) launch(ctx, tiles_launch(t.Tq, tiles.br, t.H, t.B, tiles), probs_dq_tiles_kernel<T, E>, t, tiles, p, dp, rs, out);
+        if (nq > 0) {
+          launch(ctx, tiles_launch(t.Tq, tiles.br, t.H, t.B, tiles), probs_grad_tiles_kernel<T, E>, t, tiles, p, dp, rs,
+                 false, out);
+        }
         if (nk > 0) {
-          launch(ctx, tiles_launch(t.Tk, tiles.bc, t.H, t.B, tiles), probs_dk_tiles_kernel<T, E>, t, tiles, p, dp, rs,
-                 out + nq);
+          launch(ctx, tiles_launch(t.Tk, tiles.bc, t.H, t.B, tiles), probs_grad_tiles_kernel<T, E>, t, tiles, p, dp, rs,
+                 true, out + nq);
         }
         return;
       }
