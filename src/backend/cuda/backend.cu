@@ -143,6 +143,7 @@ class GpuProgram : public Program {
   void run(size_t i) override {
     Call& c = calls_[i];
     c.scratch.next = 0;
+    use_device();  // the thread running the graph may not be the one that made it
 #if defined(NABLA_CUDA_EMULATED)
     std::vector<const void*> touched{c.operands.out.data};
     for (const TensorView& v : c.operands.in) touched.push_back(v.data);

@@ -14,6 +14,10 @@ namespace nabla::NABLA_GPU {
 
 // Empty when a device can be used; else why not ("no CUDA device: ...").
 std::string unavailable();
+// Makes the process's device the calling thread's current one
+// (NABLA_CUDA_DEVICE, else the MPI/Slurm local rank, else 0; none in the
+// emulator).
+void use_device();
 // The device's name and memory, for messages and benchmarks.
 std::string device_description();
 

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <cstdlib>
+
 #include "backend/cuda/runtime.h"
 #include "nabla/error.h"
 
@@ -25,9 +27,45 @@ std::string unavailable() {
   return "";
 }
 
+namespace {
+
+// The device this process uses, of those it sees: NABLA_CUDA_DEVICE, else
+// its rank on its machine under MPI or Slurm (one GPU a rank; ranks beyond
+// the GPUs share them in turn), else 0.
+int chosen_device() {
+  static const int device = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return 0;
+    if (const char* v = std::getenv("NABLA_CUDA_DEVICE")) {
+      char* end = nullptr;
+      const long d = std::strtol(v, &end, 10);
+      if (!*v || *end || d < 0 || d >= count) {
+        throw UsageError(std::string("NABLA_CUDA_DEVICE=") + v + ": not a device of the " + std::to_string(count) +
+                         " this process sees (0 to " + std::to_string(count - 1) + ")");
+      }
+      return int(d);
+    }
+    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+      const char* v = std::getenv(name);
+      if (!v || !*v) continue;
+      char* end = nullptr;
+      const long rank = std::strtol(v, &end, 10);
+      if (!*end && rank >= 0) return int(rank % count);
+    }
+    return 0;
+  }();
+  return device;
+}
+
+}  // namespace
+
+// The runtime's current device is the calling thread's: set it wherever
+// the backend enters from (a caller may run graphs on any thread).
+void use_device() { check(cudaSetDevice(chosen_device()), "cudaSetDevice"); }
+
 std::string device_description() {
   cudaDeviceProp p{};
-  check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+  check(cudaGetDeviceProperties(&p, chosen_device()), "cudaGetDeviceProperties");
   return std::string(p.name) + ", " + std::to_string(p.totalGlobalMem >> 20) + " MiB, compute capability " +
          std::to_string(p.major) + "." + std::to_string(p.minor);
 }
@@ -43,6 +81,7 @@ size_t max_shared_bytes() {
 }
 
 void* device_allocate(size_t bytes) {
+  use_device();
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
   if (e != cudaSuccess) {
@@ -54,11 +93,15 @@ void* device_allocate(size_t bytes) {
   }
   return p;
 }
-void device_release(void* p) { cudaFree(p); }
+void device_release(void* p) {
+  use_device();
+  cudaFree(p);
+}
 void* scratch_allocate(size_t bytes) { return device_allocate(bytes); }
 void scratch_release(void* p) { cudaFree(p); }
 
 void* create_stream() {
+  use_device();
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   return s;
@@ -134,21 +177,26 @@ void gemm(void* handle, const Gemm& g) {
 }
 
 void copy_to_device(void* dst, const void* src, size_t bytes, void* stream) {
+  use_device();
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)), "copy to device");
   // The host buffer may change as soon as this returns.
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "copy to device");
 }
 void copy_to_host(void* dst, const void* src, size_t bytes, void* stream) {
+  use_device();
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)), "copy to host");
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "copy to host");
 }
 void copy_device(void* dst, const void* src, size_t bytes, void* stream) {
+  use_device();
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)), "copy");
 }
 void fill_zero(void* dst, size_t bytes, void* stream) {
+  use_device();
   check(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(stream)), "memset");
 }
 void stream_synchronize(void* stream) {
+  use_device();
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "synchronize");
 }
 

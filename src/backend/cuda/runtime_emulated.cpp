@@ -15,6 +15,7 @@
 namespace nabla::cuda_emulated {
 
 std::string unavailable() { return ""; }
+void use_device() {}
 std::string device_description() { return "the CUDA emulator (host threads as CUDA threads)"; }
 
 size_t max_shared_bytes() { return cuda_emulator::kMaxSharedBytes; }
