@@ -52,8 +52,12 @@ Usage& usage() {
   return u;
 }
 
-// A call's scratch buffers, kept from run to run: the k-th request of a run
-// gets the k-th buffer, grown when asked for more.
+// A program's scratch buffers, shared by its calls and kept from run to
+// run: the k-th request of a call gets the k-th buffer, grown when a call
+// asks for more. The calls run in order on one stream, so one call's
+// kernels are done with a buffer before the next call's touch it; scratch
+// costs the largest call's, not the sum of all (a QLoRA step dequantizes
+// every frozen weight into it in turn).
 struct ScratchList {
   struct Piece {
     void* data = nullptr;
@@ -137,12 +141,12 @@ class GpuProgram : public Program {
       Call& c = calls_[i];
       c.kernel = kernel_of(*calls[i].op);
       c.operands = std::move(calls[i].operands);
-      c.context = {stream, blas, error, calls[i].op->name, options.bf16_matmul, &c.scratch};
+      c.context = {stream, blas, error, calls[i].op->name, options.bf16_matmul, &scratch_};
     }
   }
   void run(size_t i) override {
     Call& c = calls_[i];
-    c.scratch.next = 0;
+    scratch_.next = 0;
     use_device();  // the thread running the graph may not be the one that made it
 #if defined(NABLA_CUDA_EMULATED)
     std::vector<const void*> touched{c.operands.out.data};
@@ -156,9 +160,9 @@ class GpuProgram : public Program {
   struct Call {
     Kernel kernel = nullptr;
     Operands operands;
-    ScratchList scratch;
     Context context;
   };
+  ScratchList scratch_;
   std::vector<Call> calls_;
 };
 

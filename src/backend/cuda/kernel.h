@@ -30,7 +30,7 @@ enum BadHyper : int64_t { kBadLearningRate = 0, kBadStep = 1, kBadWeightDecay = 
 
 struct ScratchList;
 // What a kernel runs with: the stream and cuBLAS handle (opaque here), the
-// error record, the op being run (for its errors), and its call's scratch.
+// error record, the op being run (for its errors), and the scratch it may use.
 struct Context {
   void* stream = nullptr;
   void* blas = nullptr;
@@ -57,8 +57,9 @@ void register_norm_kernels();
 void register_softmax_kernels();
 void register_attention_kernels();
 
-// Device memory for a kernel's scratch, the call's own: kept from run to
-// run, the k-th request of a run getting the k-th buffer.
+// Device memory for a kernel's scratch, valid until the call returns (the
+// next call's kernels may reuse it): the k-th request of a call gets the
+// program's k-th buffer (backend.cu).
 void* scratch(const Context& ctx, size_t bytes);
 
 // A view as the device reads it: rank, shape and strides in elements, dtype.
