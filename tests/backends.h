@@ -10,9 +10,16 @@
 
 namespace nabla::testing_backends {
 
-inline std::vector<std::string> device_backends() {
-  std::vector<std::string> b{"reference", "cuda-emulated"};
+// The CUDA kernels: under the emulator, and on the GPU where there is one.
+inline std::vector<std::string> cuda_backends() {
+  std::vector<std::string> b{"cuda-emulated"};
   if (backend_unavailable("cuda").empty()) b.push_back("cuda");
+  return b;
+}
+
+inline std::vector<std::string> device_backends() {
+  std::vector<std::string> b{"reference"};
+  for (const std::string& c : cuda_backends()) b.push_back(c);
   return b;
 }
 

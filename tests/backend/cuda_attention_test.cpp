@@ -18,12 +18,6 @@ using namespace nabla;
 
 namespace {
 
-std::vector<std::string> cuda_backends() {
-  std::vector<std::string> b{"cuda-emulated"};
-  if (backend_unavailable("cuda").empty()) b.push_back("cuda");
-  return b;
-}
-
 Tensor random_tensor(DType dtype, const Shape& shape, unsigned seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -128,7 +122,7 @@ TEST_P(CudaAttention, WideHeadsMatchTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(, CudaAttention, ::testing::ValuesIn(cuda_backends()),
+INSTANTIATE_TEST_SUITE_P(, CudaAttention, ::testing::ValuesIn(testing_backends::cuda_backends()),
                          [](const auto& info) { return testing_backends::test_name(info.param); });
 
 }  // namespace

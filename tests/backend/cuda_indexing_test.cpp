@@ -32,9 +32,7 @@ TEST(CudaRowSums, EachRowSumsItsPositionsInOrder) {
   const Tensor base = Tensor::from_vector<float>({kRows, kWidth}, b);
   const std::vector<Tensor> outs{scatter_add_rows(values, indices, kRows), add_rows(base, values, indices)};
   const std::vector<Tensor> cpu = eval(outs, {.threads = 2});
-  std::vector<std::string> backends{"cuda-emulated"};
-  if (backend_unavailable("cuda").empty()) backends.push_back("cuda");
-  for (const std::string& backend : backends) {
+  for (const std::string& backend : testing_backends::cuda_backends()) {
     const std::vector<Tensor> got = eval(outs, {.backend = backend});
     EXPECT_EQ(got[0].to_vector<float>(), cpu[0].to_vector<float>()) << backend << ": scatter_add_rows";
     EXPECT_EQ(got[1].to_vector<float>(), cpu[1].to_vector<float>()) << backend << ": add_rows";

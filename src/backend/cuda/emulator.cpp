@@ -221,21 +221,21 @@ __attribute__((noinline)) void start_fiber(Fiber& f, const ThreadState& state) {
   prepare(f.context, f.stack, kStackBytes, fiber_entry);
 }
 
-// The k-th of n items to run: a fixed permutation of [0, n), so that
-// blocks, and threads between barriers, run in no particular order, as on
-// a GPU (a kernel whose results hang on the order of its blocks or threads,
-// through integer atomics say, shows it here too).
-size_t scrambled(size_t k, size_t n) {
-  if (n <= 2) return n - 1 - k;
-  size_t step = 7919;  // a prime
-  while (n % step == 0) step += 2;  // coprime to n: another odd number
-  while (std::gcd(step, n) != 1) step += 2;
-  return size_t((uint64_t(k) * step + n / 2) % n);
-}
+// The order blocks, and threads between barriers, run in: a fixed
+// permutation of [0, n) instead of 0, 1, 2, ..., as a GPU promises no
+// order (a kernel whose results hang on it, through integer atomics say,
+// shows it here too). order[k]: the k-th to run.
+struct Order {
+  size_t n, step = 7919;  // a prime, moved to the next odd number coprime to n
+  explicit Order(size_t count) : n(count) {
+    while (std::gcd(step, n) != 1) step += 2;
+  }
+  size_t operator[](size_t k) const { return n <= 2 ? n - 1 - k : size_t((uint64_t(k) * step + n / 2) % n); }
+};
 
-dim3 block_at(size_t k, const dim3& grid) {
-  const size_t b = scrambled(k, size_t(grid.x) * grid.y * grid.z);
-  return dim3(unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (size_t(grid.x) * grid.y)));
+// Linear index i of a grid or block as its (x, y, z).
+dim3 position(size_t i, const dim3& extent) {
+  return dim3(unsigned(i % extent.x), unsigned(i / extent.x % extent.y), unsigned(i / (size_t(extent.x) * extent.y)));
 }
 
 void run_block_with_barriers(Block& b, const dim3& block_idx) {
@@ -246,10 +246,11 @@ void run_block_with_barriers(Block& b, const dim3& block_idx) {
       for (unsigned x = 0; x < d.x; ++x, ++t) start_fiber(b.fibers[t], {dim3(x, y, z), block_idx});
     }
   }
+  const Order order(b.fibers.size());
   for (;;) {
     bool progress = false, all_done = true;
     for (size_t k = 0; k < b.fibers.size(); ++k) {
-      const size_t i = scrambled(k, b.fibers.size());
+      const size_t i = order[k];
       Fiber& f = b.fibers[i];
       if (f.wait == Wait::done) continue;
       all_done = false;
@@ -305,12 +306,13 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, bool barriers, c
     }
   } reset;
   host.body = &body;
-  const size_t blocks = size_t(grid.x) * grid.y * grid.z;
+  const Order blocks(size_t(grid.x) * grid.y * grid.z);
   if (!barriers) {
-    for (size_t k = 0; k < blocks; ++k) {
-      const dim3 block_idx = block_at(k, grid);
+    const Order in_block(threads);
+    for (size_t k = 0; k < blocks.n; ++k) {
+      const dim3 block_idx = position(blocks[k], grid);
       for (size_t j = 0; j < threads; ++j) {
-        host.plain = {block_at(j, block), block_idx};
+        host.plain = {position(in_block[j], block), block_idx};
         host.current = &host.plain;
         body();
       }
@@ -328,7 +330,7 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, bool barriers, c
   for (unsigned t = 0; t < threads; ++t) b.fibers[t].stack = host.stacks[t];
   b.slots.assign(size_t((threads + 31) / 32) * 2 * 32, 0);
   host.block = &b;
-  for (size_t k = 0; k < blocks; ++k) run_block_with_barriers(b, block_at(k, grid));
+  for (size_t k = 0; k < blocks.n; ++k) run_block_with_barriers(b, position(blocks[k], grid));
 }
 
 namespace {
