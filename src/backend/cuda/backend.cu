@@ -121,6 +121,39 @@ View broadcast_view(const TensorView& v, const Shape& to) {
   return d;
 }
 
+void coalesce(View* const* views, int count) {
+  if (count == 0) return;
+  const int rank = views[0]->rank;
+  int kept = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (views[0]->shape[d] == 1) continue;
+    bool merge = kept > 0;
+    for (int k = 0; k < count && merge; ++k) {
+      const View& v = *views[k];
+      merge = v.strides[kept - 1] == v.strides[d] * v.shape[d];
+    }
+    for (int k = 0; k < count; ++k) {
+      View& v = *views[k];
+      if (merge) {
+        v.shape[kept - 1] *= v.shape[d];
+        v.strides[kept - 1] = v.strides[d];
+      } else {
+        v.shape[kept] = v.shape[d];
+        v.strides[kept] = v.strides[d];
+      }
+    }
+    if (!merge) ++kept;
+  }
+  for (int k = 0; k < count; ++k) views[k]->rank = kept;
+}
+
+View flat_view(const TensorView& v) {
+  View d = make_view(v);
+  View* views[] = {&d};
+  coalesce(views, 1);
+  return d;
+}
+
 Rows rows_of(const TensorView& v) {
   Rows r{make_view(v), v.shape.empty() ? 1 : v.strides.back(), v.shape.empty() ? 1 : v.shape.back(), 1};
   if (!v.shape.empty()) r.rows.rank -= 1;

@@ -2,6 +2,8 @@
 // strides broadcast NumPy-style against the contiguous output, computed in
 // the output's dtype (f32 or f64). One grid-stride kernel per arity; each
 // op is a functor.
+#include <array>
+
 #include "backend/cuda/kernel.h"
 
 namespace nabla {
@@ -28,9 +30,18 @@ struct In {
 };
 __device__ __forceinline__ int64_t at(const In& x, int64_t i) { return x.dense ? i : offset_of(x.view, i); }
 
-In input(const Operands& a, size_t k) {
-  const TensorView& v = a.in[k];
-  return {broadcast_view(v, a.out.shape), v.contiguous && v.shape == a.out.shape};
+// The op's inputs against its output's shape, their axes coalesced together.
+template <size_t N>
+std::array<In, N> inputs(const Operands& a) {
+  std::array<In, N> in;
+  View* views[N];
+  for (size_t k = 0; k < N; ++k) {
+    const TensorView& v = a.in[k];
+    in[k] = {broadcast_view(v, a.out.shape), v.contiguous && v.shape == a.out.shape};
+    views[k] = &in[k].view;
+  }
+  coalesce(views, int(N));
+  return in;
 }
 
 template <class T, class F>
@@ -56,7 +67,7 @@ void unary(const Operands& a, const Context& ctx) {
   const int64_t n = a.out.numel();
   if (n == 0) return;
   dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), unary_kernel<T, F>, n, a.out.ptr<T>(), input(a, 0), p);
+    launch(ctx, elementwise_launch(n), unary_kernel<T, F>, n, a.out.ptr<T>(), inputs<1>(a)[0], p);
   });
 }
 template <class F>
@@ -64,14 +75,16 @@ void binary(const Operands& a, const Context& ctx) {
   const int64_t n = a.out.numel();
   if (n == 0) return;
   dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), binary_kernel<T, F>, n, a.out.ptr<T>(), input(a, 0), input(a, 1));
+    const std::array<In, 2> in = inputs<2>(a);
+    launch(ctx, elementwise_launch(n), binary_kernel<T, F>, n, a.out.ptr<T>(), in[0], in[1]);
   });
 }
 void where(const Operands& a, const Context& ctx) {
   const int64_t n = a.out.numel();
   if (n == 0) return;
   dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), where_kernel<T>, n, a.out.ptr<T>(), input(a, 0), input(a, 1), input(a, 2));
+    const std::array<In, 3> in = inputs<3>(a);
+    launch(ctx, elementwise_launch(n), where_kernel<T>, n, a.out.ptr<T>(), in[0], in[1], in[2]);
   });
 }
 

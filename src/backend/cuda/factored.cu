@@ -39,7 +39,7 @@ void factored_squared_norm(const Operands& a, const Context& ctx) {
 void adamw_update_factored(const Operands& a, const Context& ctx) {
   const int64_t rows = a.attrs->ints[0], cols = a.attrs->ints[1];
   float* dw = factored_gradient(a, ctx, 5);
-  adamw(ctx, a, 1, make_view(TensorView{dw, DType::f32, {rows, cols}, {cols, 1}, true}));
+  adamw(ctx, a, 1, flat_view(TensorView{dw, DType::f32, {rows, cols}, {cols, 1}, true}));
 }
 
 }  // namespace

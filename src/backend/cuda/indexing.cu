@@ -98,10 +98,7 @@ __global__ void set_rows_kernel(int64_t n, int64_t width, View idx, View values,
 void copy_base(const Operands& a, const Context& ctx) {
   const int64_t n = a.out.numel();
   if (n == 0 || a.in[0].data == a.out.data) return;
-  View to = make_view(a.out);
-  dispatch_any(a.out.dtype, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), copy_kernel<T>, n, make_view(a.in[0]), a.out.ptr<T>(), to);
-  });
+  copy_view(ctx, make_view(a.in[0]), make_view(a.out), a.out.dtype);
 }
 
 void set_rows(const Operands& a, const Context& ctx) {
@@ -257,10 +254,9 @@ void scatter_slice(const Operands& a, const Context& ctx) {
   const int64_t start = a.attrs->ints[1], step = a.attrs->ints[3];
   const Strides os = contiguous_strides(a.out.shape);
   View to = make_view(x);
+  to.data = static_cast<char*>(a.out.data) + start * os[axis] * int64_t(dtype_size(a.out.dtype));
   for (size_t d = 0; d < os.size(); ++d) to.strides[d] = os[d] * (d == axis ? step : 1);
-  dispatch_any(a.out.dtype, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), copy_kernel<T>, n, make_view(x), a.out.ptr<T>() + start * os[axis], to);
-  });
+  copy_view(ctx, make_view(x), to, a.out.dtype);
 }
 
 // add_rows(base, values, indices): base with values added at the rows.

@@ -76,16 +76,25 @@ struct View {
 // output's shape.
 View make_view(const TensorView& v);
 View broadcast_view(const TensorView& v, const Shape& to);
+// Views of one shape with their axes merged wherever every view steps
+// through two neighbours as through one axis, and size-1 axes dropped: the
+// same offsets for the same positions, with fewer divisions per element in
+// offset_of (a bias [C] against [B, T, C] reads as [B*T, C], a contiguous
+// tensor as one axis).
+void coalesce(View* const* views, int count);
+// `v` as a view of its elements in row-major order, coalesced: for kernels
+// that only ask offset_of(v, i).
+View flat_view(const TensorView& v);
 
-// The element offset of row-major position `i` of v's shape.
+// The element offset of row-major position `i` (in range) of v's shape.
 __host__ __device__ __forceinline__ int64_t offset_of(const View& v, int64_t i) {
   int64_t at = 0;
-  for (int d = v.rank - 1; d >= 0; --d) {
+  for (int d = v.rank - 1; d > 0; --d) {
     const int64_t n = v.shape[d];
     at += (i % n) * v.strides[d];
     i /= n;
   }
-  return at;
+  return v.rank > 0 ? at + i * v.strides[0] : at;
 }
 
 // v's element at `at` converted to T.
@@ -247,12 +256,9 @@ void dispatch_any(DType dtype, F&& fn) {
   }
 }
 
-// Copies x (any strides) to out at the offsets `to` gives x's elements (x's
-// shape, the destination's strides).
-template <class T>
-__global__ void copy_kernel(int64_t n, View x, T* out, View to) {
-  NABLA_GRID_STRIDE(i, n) out[offset_of(to, i)] = static_cast<const T*>(x.data)[offset_of(x, i)];
-}
+// Copies the elements of `from` (any strides) to where `to` (the same
+// shape; its data the destination) puts them, in `dtype` (layout.cu).
+void copy_view(const Context& ctx, View from, View to, DType dtype);
 
 // Sets every element of the contiguous `out` to value (layout.cu).
 void fill(const Context& ctx, const TensorView& out, double value);

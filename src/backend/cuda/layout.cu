@@ -12,6 +12,11 @@ namespace {
 
 
 template <class T>
+__global__ void copy_kernel(int64_t n, View from, View to) {
+  NABLA_GRID_STRIDE(i, n) static_cast<T*>(to.data)[offset_of(to, i)] = static_cast<const T*>(from.data)[offset_of(from, i)];
+}
+
+template <class T>
 __global__ void fill_kernel(int64_t n, T* out, T value) {
   NABLA_GRID_STRIDE(i, n) out[i] = value;
 }
@@ -22,11 +27,10 @@ void place(const Context& ctx, const TensorView& x, const TensorView& out, int64
   const int64_t n = x.numel();
   if (n == 0) return;
   View to = make_view(x);
+  to.data = static_cast<char*>(out.data) + base * int64_t(dtype_size(out.dtype));
   const Strides os = contiguous_strides(out.shape);
   for (size_t d = 0; d < x.shape.size(); ++d) to.strides[d] = os[d];
-  dispatch_any(out.dtype, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), copy_kernel<T>, n, make_view(x), out.ptr<T>() + base, to);
-  });
+  copy_view(ctx, make_view(x), to, out.dtype);
 }
 
 void contiguous(const Operands& a, const Context& ctx) { place(ctx, a.in[0], a.out, 0); }
@@ -74,6 +78,15 @@ void repeat(const Operands& a, const Context& ctx) {
 }
 
 }  // namespace
+
+void copy_view(const Context& ctx, View from, View to, DType dtype) {
+  int64_t n = 1;
+  for (int d = 0; d < from.rank; ++d) n *= from.shape[d];
+  if (n == 0) return;
+  View* views[] = {&from, &to};
+  coalesce(views, 2);
+  dispatch_any(dtype, [&]<class T>() { launch(ctx, elementwise_launch(n), copy_kernel<T>, n, from, to); });
+}
 
 void fill(const Context& ctx, const TensorView& out, double value) {
   const int64_t n = out.numel();

@@ -61,11 +61,10 @@ Layout readable(const Context& ctx, View& v, DType dtype) {
   for (int d = 0; d < v.rank; ++d) n *= v.shape[d];
   void* copy = scratch(ctx, size_t(n) * dtype_size(dtype));
   View to = v;
+  to.data = copy;
   const Strides cs = contiguous_strides(Shape(v.shape, v.shape + v.rank));
   for (int d = 0; d < v.rank; ++d) to.strides[d] = cs[size_t(d)];
-  dispatch_real(dtype, ctx.op, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), copy_kernel<T>, n, v, static_cast<T*>(copy), to);
-  });
+  copy_view(ctx, v, to, dtype);
   v.data = copy;
   for (int d = 0; d < v.rank; ++d) v.strides[d] = cs[size_t(d)];
   return layout_of(v);
@@ -156,10 +155,7 @@ void matmul_heads(const Operands& a, const Context& ctx) {
 void matmul_add(const Operands& a, const Context& ctx) {
   const int64_t n = a.out.numel();
   if (n == 0) return;
-  View to = make_view(a.out);
-  dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
-    launch(ctx, elementwise_launch(n), copy_kernel<T>, n, broadcast_view(a.in[2], a.out.shape), a.out.ptr<T>(), to);
-  });
+  copy_view(ctx, broadcast_view(a.in[2], a.out.shape), make_view(a.out), a.out.dtype);
   run(ctx, product_of(a.in[0], a.in[1], a.out.shape, true, ctx.bf16_matmul), a.out.dtype, a.out.data);
 }
 
@@ -298,9 +294,10 @@ void matmul_quantized(const Operands& a, const Context& ctx) {
       if (!collapses) {
         T* copy = static_cast<T*>(scratch(ctx, size_t(x.numel()) * sizeof(T)));
         View to = xv;
+        to.data = copy;
         const Strides cs = contiguous_strides(x.shape);
         for (size_t d = 0; d < cs.size(); ++d) to.strides[d] = cs[d];
-        launch(ctx, elementwise_launch(x.numel()), copy_kernel<T>, x.numel(), xv, copy, to);
+        copy_view(ctx, xv, to, x.dtype);
         x_flat = TensorView{copy, x.dtype, x.shape, cs, true};
       }
       x_flat = TensorView{x_flat.data, x.dtype, x2, {x_flat.strides[x.shape.size() - 2], x_flat.strides.back()}, false};

@@ -46,7 +46,7 @@ __global__ void accumulate_kernel(int64_t n, float* acc, View g, const double* r
 void accumulate_update(const Operands& a, const Context& ctx) {
   const int64_t n = a.in[0].numel();
   if (n == 0) return;
-  launch(ctx, elementwise_launch(n), accumulate_kernel, n, a.in[0].ptr<float>(), make_view(a.in[1]),
+  launch(ctx, elementwise_launch(n), accumulate_kernel, n, a.in[0].ptr<float>(), flat_view(a.in[1]),
          static_cast<const double*>(a.in[2].data));
 }
 
@@ -69,7 +69,7 @@ __global__ void sgd_kernel(int64_t n, float* p, View g, float* buf, View hyper, 
 void sgd_update(const Operands& a, const Context& ctx) {
   const int64_t n = a.in[0].numel();
   if (n == 0) return;
-  launch(ctx, elementwise_launch(n), sgd_kernel, n, a.in[0].ptr<float>(), make_view(a.in[1]), a.in[2].ptr<float>(),
+  launch(ctx, elementwise_launch(n), sgd_kernel, n, a.in[0].ptr<float>(), flat_view(a.in[1]), a.in[2].ptr<float>(),
          make_view(a.in[3]), static_cast<const double*>(a.in[4].data), ctx.error, ctx.op);
 }
 
@@ -100,7 +100,7 @@ __global__ void adamw_kernel(int64_t n, float* p, View g, float* m, float* v, Vi
   }
 }
 
-void adamw_update(const Operands& a, const Context& ctx) { adamw(ctx, a, 2, make_view(a.in[1])); }
+void adamw_update(const Operands& a, const Context& ctx) { adamw(ctx, a, 2, flat_view(a.in[1])); }
 
 }  // namespace
 

@@ -38,7 +38,7 @@ void dropout(const Operands& a, const Context& ctx) {
   const auto threshold = static_cast<uint64_t>(p * 4294967296.0);
   dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
     const T scale = p < 1 ? T(1.0 / (1.0 - p)) : T(0);
-    launch(ctx, elementwise_launch(n), dropout_kernel<T>, n, make_view(a.in[0]), make_view(a.in[1]), salt, threshold,
+    launch(ctx, elementwise_launch(n), dropout_kernel<T>, n, flat_view(a.in[0]), make_view(a.in[1]), salt, threshold,
            scale, a.out.ptr<T>());
   });
 }
