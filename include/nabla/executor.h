@@ -95,6 +95,16 @@ class Executor {
   // t (a leaf, or a constant): its value is there before any run.
   // UsageError for a tensor outside the graph.
   bool on_computed(const Tensor& t, std::function<void()> done);
+  // In every run, a host copy of t's values (t contiguous), begun as soon as
+  // the node that writes t has run, without waiting for it there: on a
+  // backend with memory of its own the copy is queued behind that node,
+  // into page-locked host memory, and overlaps the kernels after it (a
+  // training step on a GPU hands each gradient to communication this way).
+  // `queued` is called on the running thread once the copy is under way;
+  // host_copied(id) waits for the run's copy to land and returns it (valid
+  // until the next run). -1, registering nothing, when no node writes t.
+  int host_copy(const Tensor& t, std::function<void()> queued);
+  const void* host_copied(int id) const;
 
  private:
   void read_checked(const Tensor& t, DType dtype, void* dst, size_t bytes) const;

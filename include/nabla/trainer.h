@@ -178,10 +178,11 @@ class TrainStep {
   std::vector<int64_t> offsets_;
   float* reduced_ = nullptr;
   std::vector<float> reduced_storage_;
-  // Across ranks on a backend with memory of its own: the gradients copied to
-  // the host after the backward pass (offsets_' order), which the fold reads.
+  // Across ranks on a backend with memory of its own: each gradient's host
+  // copy (Executor::host_copy; -1: a constant, read where it is), which
+  // the fold reads.
   bool staged_ = false;
-  std::vector<float> staging_;
+  std::vector<int> host_copies_;
   float global_loss_ = 0;
   struct Overlap;  // the buckets and the thread that reduces them
   std::unique_ptr<Overlap> overlap_;

@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <cstdlib>
+
 #include "nabla/error.h"
 #include "nabla/executor.h"
 
@@ -20,6 +22,17 @@ std::vector<const Backend*> all_backends() {
   };
 }
 }  // namespace
+
+void* Backend::allocate_host(size_t bytes) const {
+  void* p = std::malloc(bytes ? bytes : 1);
+  if (!p) throw Error(std::string(name()) + ": out of memory allocating " + std::to_string(bytes) + " host bytes");
+  return p;
+}
+void Backend::release_host(void* host) const { std::free(host); }
+std::unique_ptr<Fence> Backend::copy_out_queued(void* host_dst, const void* src, size_t bytes) const {
+  copy_out(host_dst, src, bytes);
+  return std::make_unique<Fence>();
+}
 
 const Backend& find_backend(const std::string& name, bool usable) {
   std::string known;

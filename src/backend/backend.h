@@ -29,6 +29,15 @@ struct KernelCall {
   Operands operands;
 };
 
+// A point in a backend's queued work a host thread can wait for.
+class Fence {
+ public:
+  virtual ~Fence() = default;
+  // Returns once the work queued before the fence is done (at once where
+  // the backend works as it is asked).
+  virtual void wait() {}
+};
+
 // A compiled graph's kernels, in order.
 class Program {
  public:
@@ -60,6 +69,12 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes) const = 0;
   // Waits for work queued so far (kernels, copies) to finish.
   virtual void synchronize() const {}
+  // Copies that overlap the work queued after them: host memory they land
+  // in without stalling the queue (page-locked on a GPU), and a copy to it
+  // queued behind the work so far, landed once its fence is reached.
+  virtual void* allocate_host(size_t bytes) const;
+  virtual void release_host(void* host) const;
+  virtual std::unique_ptr<Fence> copy_out_queued(void* host_dst, const void* src, size_t bytes) const;
   // The most of its own memory it has held at once (0: host memory).
   virtual size_t peak_bytes() const { return 0; }
 

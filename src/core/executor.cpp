@@ -61,6 +61,18 @@ struct Executor::Impl {
   ExecOptions options;
   std::vector<double> step_seconds;  // profiling: total per step
   std::vector<std::vector<std::function<void()>>> after_step;  // on_computed's, by step (empty: none)
+  // host_copy's: where from, into what, this run's fence; by step.
+  struct HostCopy {
+    const Backend* backend;
+    const void* src;
+    size_t bytes;
+    void* host;
+    std::unique_ptr<Fence> fence;
+    std::function<void()> queued;
+    ~HostCopy() { backend->release_host(host); }
+  };
+  std::vector<std::unique_ptr<HostCopy>> host_copies;
+  std::vector<std::vector<size_t>> copies_after_step;
   int64_t profiled_runs = 0;
 
   void* base(const Node* n) const {
@@ -414,6 +426,13 @@ void Executor::Impl::run_steps(const std::vector<size_t>& which, bool counted) {
       step_seconds[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     if (options.check_finite) check_finite(steps[i]);
+    if (!copies_after_step.empty()) {
+      for (size_t c : copies_after_step[i]) {
+        HostCopy& h = *host_copies[c];
+        h.fence = backend->copy_out_queued(h.host, h.src, h.bytes);
+        if (h.queued) h.queued();
+      }
+    }
     if (!after_step.empty() && !after_step[i].empty()) {
       backend->synchronize();
       for (const auto& done : after_step[i]) done();
@@ -490,6 +509,42 @@ bool Executor::on_computed(const Tensor& given, std::function<void()> done) {
     return true;
   }
   return false;
+}
+
+int Executor::host_copy(const Tensor& given, std::function<void()> queued) {
+  if (!given.defined()) throw UsageError("executor: host_copy of an undefined tensor");
+  Impl& m = *impl_;
+  const Tensor t = m.compiled(given);
+  auto it = m.pos.find(t.node());
+  if (it == m.pos.end()) throw UsageError("executor: " + to_string(given) + " is not part of this graph");
+  if (!m.readable[it->second]) {
+    throw UsageError("executor: host_copy of " + to_string(t) + ", an intermediate whose memory the plan reuses");
+  }
+  if (!t.is_contiguous()) throw UsageError("executor: host_copy of the strided " + to_string(t));
+  const int64_t root = m.pos.at(t.node()->root());
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    if (m.steps[i].position != root) continue;
+    const size_t bytes = size_t(t.numel()) * dtype_size(t.dtype());
+    std::unique_ptr<Impl::HostCopy> h(
+        new Impl::HostCopy{m.backend, m.view(t).data, bytes, m.backend->allocate_host(bytes), nullptr, std::move(queued)});
+    m.copies_after_step.resize(m.steps.size());
+    m.copies_after_step[i].push_back(m.host_copies.size());
+    m.host_copies.push_back(std::move(h));
+    return int(m.host_copies.size()) - 1;
+  }
+  return -1;
+}
+
+const void* Executor::host_copied(int id) const {
+  const Impl& m = *impl_;
+  if (id < 0 || size_t(id) >= m.host_copies.size()) {
+    throw UsageError("executor: no host copy " + std::to_string(id) + " (" + std::to_string(m.host_copies.size()) +
+                     " registered)");
+  }
+  const Impl::HostCopy& h = *m.host_copies[size_t(id)];
+  if (!h.fence) throw UsageError("executor: host copy " + std::to_string(id) + " read before a run");
+  h.fence->wait();
+  return h.host;
 }
 
 const MemoryReport& Executor::memory() const { return impl_->plan.report; }

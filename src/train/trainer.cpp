@@ -85,6 +85,7 @@ struct TrainStep::Overlap {
   static constexpr int64_t kBucket = int64_t{1} << 18;
   std::vector<dist::Communicator::Range> buckets;  // in reduction order
   std::vector<int> initial;                        // per bucket: gradients still to come at a run's start
+  std::vector<std::vector<size_t>> params;         // per bucket: its parameters (staged: their host copies to wait for)
   std::unique_ptr<std::atomic<int>[]> pending;
   std::mutex mu;
   std::condition_variable cv;
@@ -140,8 +141,8 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
     throw UsageError("train step: a sharded optimizer updates its part on the host; the '" + backend_name +
                      "' backend keeps the parameters in memory of its own (train there without sharding)");
   }
-  // Processes on such a backend fold host copies of the gradients, made
-  // once the backward pass is over.
+  // Processes on such a backend fold host copies of the gradients, each
+  // queued behind the kernel that completes it.
   staged_ = ranks_ > 1 && !backend.host_memory();
   threads_ = options.threads > 0 ? options.threads : cpu::default_threads();
   std::vector<Tensor> wrt;
@@ -267,10 +268,10 @@ TrainStep::TrainStep(const Tensor& loss, const nn::Params& params, const std::ve
       }
     }
   }
-  // Host addresses for the sums over runs, replicas and ranks.
+  // Host addresses for the sums over runs, replicas and ranks (staged: the
+  // host copies', set as the reduction waits for them).
   if (staged_) {
-    staging_.resize(size_t(offsets_.back()));
-    for (size_t i = 0; i < grads_.size(); ++i) grad_ptrs_.push_back(staging_.data() + offsets_[i]);
+    grad_ptrs_.assign(grads_.size(), nullptr);
   } else if ((!accum_.empty() && !graph_sums_) || ranks_ > 1) {
     for (const Tensor& g : grads_) grad_ptrs_.push_back(static_cast<const float*>(executor_->data(g)));
   }
@@ -307,25 +308,36 @@ void TrainStep::start_overlap() {
   for (size_t end = sizes_.size(); end > 0;) {
     size_t begin = end - 1;
     while (begin > 0 && offsets_[end] - offsets_[begin - 1] <= Overlap::kBucket) --begin;
-    for (size_t i = begin; i < end; ++i) bucket_of[i] = int(o->buckets.size());
+    o->params.emplace_back();
+    for (size_t i = begin; i < end; ++i) {
+      bucket_of[i] = int(o->buckets.size());
+      o->params.back().push_back(i);
+    }
     o->buckets.push_back({offsets_[begin], offsets_[end]});
     end = begin;
   }
   o->initial.assign(o->buckets.size(), 0);
   o->pending = std::make_unique<std::atomic<int>[]>(o->buckets.size());
   Overlap* ov = o.get();
-  // Staged gradients are all there when the reduction starts.
-  for (int r = 0; r < replicas_ && !staged_; ++r) {
+  for (int r = 0; r < replicas_; ++r) {
     for (size_t i = 0; i < sizes_.size(); ++i) {
       const Tensor g = r == 0 ? grads_[i] : copies_[size_t(r) - 1].copies.at(grads_[i].node());
       const int b = bucket_of[i];
-      const bool counted = executor(r).on_computed(g, [ov, b] {
+      const auto arrived = [ov, b] {
         if (ov->pending[size_t(b)].fetch_sub(1) == 1) {
           std::lock_guard<std::mutex> lock(ov->mu);
           ov->cv.notify_all();
         }
-      });
-      o->initial[size_t(b)] += counted;
+      };
+      if (staged_) {
+        // The copy is queued (not landed) when `arrived` runs; the reduction
+        // waits for it before reading.
+        host_copies_.push_back(executor_->host_copy(g, arrived));
+        if (host_copies_.back() < 0) grad_ptrs_[i] = static_cast<const float*>(g.data());  // a constant
+        o->initial[size_t(b)] += host_copies_.back() >= 0;
+      } else {
+        o->initial[size_t(b)] += executor(r).on_computed(g, arrived);
+      }
     }
   }
   o->time.bytes = offsets_.back() * int64_t(sizeof(float));
@@ -355,6 +367,10 @@ void TrainStep::start_overlap() {
                 return true;
               });
               if (ov->stop) throw UsageError("train step: destroyed during a run");
+              wait.unlock();
+              for (size_t i : staged_ ? ov->params[k] : std::vector<size_t>{}) {
+                if (host_copies_[i] >= 0) grad_ptrs_[i] = static_cast<const float*>(executor_->host_copied(host_copies_[i]));
+              }
               idle += Clock::now() - waiting;
             },
             bounds_);
@@ -397,7 +413,7 @@ void TrainStep::run() {
     overlap_->cv.notify_all();
   };
   // The reduction starts as the first bucket completes.
-  if (overlap_ && !staged_) start_reduction();
+  if (overlap_) start_reduction();
   if (graph_sums_) restart_.assign<double>({runs_since_update_ == 0 ? 1.0 : 0.0});
   if (copies_.empty()) {
     executor_->run(0);  // stage 1, the update, is update()'s
@@ -405,12 +421,6 @@ void TrainStep::run() {
     cpu::parallel_for(threads_, replicas(), 1, [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) executor(int(r)).run(0);
     });
-  }
-  if (staged_) {
-    for (size_t i = 0; i < grads_.size(); ++i) {
-      executor_->read(grads_[i], staging_.data() + offsets_[i], size_t(sizes_[i]) * sizeof(float));
-    }
-    start_reduction();
   }
   ++runs_since_update_;
   const bool first = runs_since_update_ == 1;

@@ -292,6 +292,36 @@ TEST(Executor, OnComputedCallsBackAsEachOutputIsDone) {
   }
 }
 
+// host_copy: each run's value of an output in host memory, begun after its
+// node and before the nodes after it (queued behind it on a device), read
+// once landed; a leaf has no node to copy after.
+TEST(Executor, HostCopyHasEachRunsValue) {
+  Tensor x = Tensor::from_vector<double>({3}, {1, 2, 3});
+  Tensor first = exp(x) * 2.0;
+  Tensor second = sum(square(first));
+  Tensor m = exp(reshape(x, {3, 1}) * Tensor::from_vector<double>({1, 2}, {1, -1}));
+  for (const std::string& backend : testing_backends::all_backends()) {
+    SCOPED_TRACE(backend);
+    Executor ex(Graph({second, first, m, transpose(m)}), {.backend = backend});
+    std::vector<std::string> calls;
+    const int id = ex.host_copy(first, [&] { calls.push_back("first"); });
+    ASSERT_GE(id, 0);
+    ASSERT_TRUE(ex.on_computed(second, [&] { calls.push_back("second"); }));
+    EXPECT_EQ(ex.host_copy(x, [] {}), -1);
+    EXPECT_THROW(ex.host_copied(id), UsageError);  // before a run
+    EXPECT_THROW(ex.host_copied(id + 1), UsageError);
+    EXPECT_THROW(ex.host_copy(transpose(m), [] {}), UsageError);  // strided
+    EXPECT_THROW(ex.host_copy(square(first), [] {}), UsageError);  // not in the graph
+    for (double shift : {0.0, 1.0}) {
+      x.assign<double>({1 + shift, 2 + shift, 3 + shift});
+      ex.run();
+      const auto* got = static_cast<const double*>(ex.host_copied(id));
+      for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(got[i], 2 * std::exp(i + 1 + shift)) << i;
+    }
+    EXPECT_EQ(calls, (std::vector<std::string>{"first", "second", "first", "second"}));
+  }
+}
+
 // A stage may not read an earlier stage's intermediate: the planner may have
 // given its memory to a later node by then.
 TEST(Executor, StagesRefuseToReadAnEarlierIntermediate) {

@@ -199,6 +199,17 @@ class GpuProgram : public Program {
   std::vector<Call> calls_;
 };
 
+// A fence on the stream: an event recorded there.
+class EventFence : public Fence {
+ public:
+  explicit EventFence(void* event) : event_(event) {}
+  ~EventFence() override { event_release(event_); }
+  void wait() override { event_wait(event_); }
+
+ private:
+  void* event_;
+};
+
 class GpuBackend : public Backend {
  public:
   GpuBackend() {
@@ -239,6 +250,14 @@ class GpuBackend : public Backend {
     copy_to_host(dst, src, bytes, device().stream);
   }
   void copy(void* dst, const void* src, size_t bytes) const override { copy_device(dst, src, bytes, device().stream); }
+  void* allocate_host(size_t bytes) const override {
+    device();
+    return host_allocate(bytes);
+  }
+  void release_host(void* host) const override { host_release(host); }
+  std::unique_ptr<Fence> copy_out_queued(void* host_dst, const void* src, size_t bytes) const override {
+    return std::make_unique<EventFence>(copy_to_host_queued(host_dst, src, bytes, device().stream));
+  }
   void synchronize() const override {
     const Device& d = device();
     stream_synchronize(d.stream);

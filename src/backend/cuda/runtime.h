@@ -39,6 +39,15 @@ void copy_to_host(void* host_dst, const void* src, size_t bytes, void* stream);
 void copy_device(void* dst, const void* src, size_t bytes, void* stream);
 void fill_zero(void* dst, size_t bytes, void* stream);
 void stream_synchronize(void* stream);
+// Page-locked host memory (plain in the emulator): copies into it run
+// behind the stream's work without holding up the caller.
+void* host_allocate(size_t bytes);
+void host_release(void* p);
+// Queues a copy to the host behind the stream's work so far and returns an
+// event after it; event_wait returns once the copy has landed.
+void* copy_to_host_queued(void* host_dst, const void* src, size_t bytes, void* stream);
+void event_wait(void* event);
+void event_release(void* event);
 // Throws the last kernel launch's error (a bad configuration), naming the op.
 void check_last_launch(const char* op);
 

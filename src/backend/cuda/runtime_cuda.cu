@@ -199,6 +199,30 @@ void stream_synchronize(void* stream) {
   use_device();
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "synchronize");
 }
+void* host_allocate(size_t bytes) {
+  use_device();
+  void* p = nullptr;
+  if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+    cudaGetLastError();
+    throw Error("cuda: out of page-locked host memory allocating " + std::to_string(bytes) + " bytes");
+  }
+  return p;
+}
+void host_release(void* p) { cudaFreeHost(p); }
+void* copy_to_host_queued(void* dst, const void* src, size_t bytes, void* stream) {
+  use_device();
+  const auto s = static_cast<cudaStream_t>(stream);
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s), "copy to host");
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventRecord(e, s), "cudaEventRecord");
+  return e;
+}
+void event_wait(void* event) {
+  use_device();
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+}
+void event_release(void* event) { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 
 void check_last_launch(const char* op) {
   const cudaError_t e = cudaGetLastError();
