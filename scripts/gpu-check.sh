@@ -31,9 +31,9 @@ step() {  # step NAME SECONDS COMMAND...: runs it, its output to $o/NAME.log, an
   tail -n 25 "$o/$name.log"
 }
 step tests 150 "$b/nabla_tests" --gtest_brief=1 \
-  --gtest_filter='Cuda_*:Backends.*:Backends/*:UpdateOps.*:FactoredUpdate.*:CudaAttention.*:CudaRowSums.*:TrainStep.MicroBatchesSumOnEveryBackend'
+  --gtest_filter='Cuda_*:Backends.*:Backends/*:UpdateOps.*:FactoredUpdate.*:CudaAttention.*:CudaRowSums.*:CudaColumnFolds.*:Executor.HostCopyHasEachRunsValue:TrainStep.MicroBatchesSumOnEveryBackend'
 step memcheck 80 compute-sanitizer --tool memcheck --error-exitcode 99 "$b/nabla_tests" --gtest_brief=1 \
-  --gtest_filter='Cuda_add.*:Cuda_sum.*:Cuda_softmax.*:Cuda_layer_norm_affine_back.*:Cuda_attention.*:Cuda_attention_back.*:Cuda_matmul.*:Cuda_scatter_add_rows.*:Cuda_cross_entropy.*:Cuda_rope.*:CudaAttention.*/cuda:CudaRowSums.*'
+  --gtest_filter='Cuda_add.*:Cuda_sum.*:Cuda_softmax.*:Cuda_layer_norm_affine_back.*:Cuda_attention.*:Cuda_attention_back.*:Cuda_matmul.*:Cuda_scatter_add_rows.*:Cuda_cross_entropy.*:Cuda_rope.*:CudaAttention.*/cuda:CudaRowSums.*:CudaColumnFolds.*'
 step cli 60 sh tests/cli/train_backend.sh "$b/nabla" /tmp/gpu-check-cli cuda
 NABLA_BENCH_BIN=$b/nabla_bench_train step bench 170 bench/gpu_train.sh 1
 step gradcheck 50 "$b/nabla" gradcheck --backend cuda
@@ -41,4 +41,4 @@ step gradcheck 50 "$b/nabla" gradcheck --backend cuda
 # emulator, which runs a block's threads one at a time, cannot see.
 step racecheck 50 compute-sanitizer --tool racecheck --error-exitcode 99 \
   "$b/nabla_tests" --gtest_brief=1 \
-  --gtest_filter='Cuda_attention*.*_contiguous:Cuda_softmax.*_contiguous:Cuda_layer_norm_affine_back.*_contiguous:Cuda_scatter_add_rows.*_contiguous:CudaRowSums.*:CudaAttention.*/cuda'
+  --gtest_filter='Cuda_attention*.*_contiguous:Cuda_softmax.*_contiguous:Cuda_layer_norm_affine_back.*_contiguous:Cuda_scatter_add_rows.*_contiguous:CudaRowSums.*:CudaColumnFolds.*:CudaAttention.*/cuda'
