@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Writes src/text/unicode_tables.cpp: the code point classes GPT-2's
-pre-tokeniser needs (letters \\p{L}, numbers \\p{N}, white space \\s).
+pre-tokeniser needs (letters \\p{L}, numbers \\p{N}, white space \\s), and
+what Unicode normalization form C needs (canonical combining classes,
+canonical decompositions one level deep, and the primary composites: pairs
+whose composition is not excluded). Hangul syllables are computed, not listed.
 
 Letters are the general categories Lu Ll Lt Lm Lo and numbers Nd Nl No, read
 from this Python's unicodedata (the committed table comes from Python 3.11,
@@ -40,6 +43,39 @@ def ranges():
     return out
 
 
+def combining_ranges():
+    out, start, cls = [], 0, 0
+    for cp in range(0x110001):
+        c = unicodedata.combining(chr(cp)) if cp <= 0x10FFFF else 0
+        if c != cls:
+            if cls:
+                out.append((start, cp - 1, cls))
+            start, cls = cp, c
+    return out
+
+
+def decompositions():
+    """(code point, first, second or 0) for every canonical decomposition."""
+    out = []
+    for cp in range(0x110000):
+        d = unicodedata.decomposition(chr(cp))
+        if d and not d.startswith("<"):
+            parts = [int(x, 16) for x in d.split()]
+            out.append((cp, parts[0], parts[1] if len(parts) > 1 else 0))
+    return out
+
+
+def compositions(decomposed):
+    """(first, second, composite), sorted: the pairs NFC composes (a
+    composite's own NFD composes back to it only if it is not excluded)."""
+    out = []
+    for cp, a, b in decomposed:
+        c = chr(cp)
+        if b and unicodedata.normalize("NFC", unicodedata.normalize("NFD", c)) == c:
+            out.append((a, b, cp))
+    return sorted(out)
+
+
 def main():
     rows = ranges()
     w = sys.stdout.write
@@ -56,6 +92,25 @@ def main():
     w("};\n")
     w("// clang-format on\n")
     w("const size_t kCodePointRangeCount = sizeof(kCodePointRanges) / sizeof(kCodePointRanges[0]);\n\n")
+    w("// Canonical combining classes other than 0, as ranges.\n// clang-format off\n")
+    w("const CombiningRange kCombiningRanges[] = {\n")
+    for lo, hi, c in combining_ranges():
+        w("    {0x%X, 0x%X, %d},\n" % (lo, hi, c))
+    w("};\n// clang-format on\n")
+    w("const size_t kCombiningRangeCount = sizeof(kCombiningRanges) / sizeof(kCombiningRanges[0]);\n\n")
+    dec = decompositions()
+    w("// Canonical decompositions, one level, by code point (second 0: a singleton).\n// clang-format off\n")
+    w("const Decomposition kDecompositions[] = {\n")
+    for cp, a, b in dec:
+        w("    {0x%X, 0x%X, 0x%X},\n" % (cp, a, b))
+    w("};\n// clang-format on\n")
+    w("const size_t kDecompositionCount = sizeof(kDecompositions) / sizeof(kDecompositions[0]);\n\n")
+    w("// Primary composites by (first, second).\n// clang-format off\n")
+    w("const Composition kCompositions[] = {\n")
+    for a, b, cp in compositions(dec):
+        w("    {0x%X, 0x%X, 0x%X},\n" % (a, b, cp))
+    w("};\n// clang-format on\n")
+    w("const size_t kCompositionCount = sizeof(kCompositions) / sizeof(kCompositions[0]);\n\n")
     w("}  // namespace nabla::text\n")
 
 

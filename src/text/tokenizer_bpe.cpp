@@ -105,6 +105,7 @@ struct BpeTokenizer::Impl {
   std::string name = "bpe";
   PreTokenizer pre = PreTokenizer::gpt2;
   bool ignore_merges = false;
+  bool nfc = false;  // the text between added tokens is put in NFC first (Qwen2's normalizer)
   std::vector<std::string> id_bytes;  // [vocab] each token's bytes ("" for unused ids)
   std::array<int32_t, 256> byte_id{};
   std::unordered_map<std::string, int32_t> bytes_id;  // model tokens by their bytes
@@ -252,7 +253,8 @@ void BpeTokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_
 }
 
 void BpeTokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& out) const {
-  for (std::string_view piece : pre_tokenize(text, pre)) encode_piece(piece, out);
+  const std::string normalized = nfc ? text::nfc(text) : std::string();
+  for (std::string_view piece : pre_tokenize(nfc ? std::string_view(normalized) : text, pre)) encode_piece(piece, out);
 }
 
 BpeTokenizer::BpeTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -419,10 +421,12 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
   if (!model.is_object() || model.value("type", "") != "BPE") {
     throw fail("model.type must be \"BPE\" (byte-level BPE), got " + (model.is_object() ? model.value("type", json()).dump() : model.dump()));
   }
-  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-    throw fail("normalizer " + j["normalizer"].dump().substr(0, 100) + " is not supported (nabla reads none)");
+  const json normalizer = j.value("normalizer", json());
+  if (!normalizer.is_null() && normalizer != json{{"type", "NFC"}}) {
+    throw fail("normalizer " + normalizer.dump().substr(0, 100) + " is not supported (nabla reads NFC, or none)");
   }
   auto impl = std::make_unique<Impl>();
+  impl->nfc = !normalizer.is_null();
   impl->byte_id.fill(-1);
   impl->pre = parse_pre_tokenizer_json(j.value("pre_tokenizer", json()), path);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -536,7 +540,7 @@ void BpeTokenizer::save_json(const std::string& path) const {
                   {"truncation", nullptr},
                   {"padding", nullptr},
                   {"added_tokens", added},
-                  {"normalizer", nullptr},
+                  {"normalizer", m.nfc ? json{{"type", "NFC"}} : json(nullptr)},
                   {"pre_tokenizer", pre_tokenizer_json(m.pre)},
                   {"post_processor", post_processor},
                   {"decoder", byte_level(true)},

@@ -1,8 +1,10 @@
-// The Unicode classes GPT-2's pre-tokeniser tells apart, and UTF-8 decoding.
+// The Unicode classes GPT-2's pre-tokeniser tells apart, UTF-8 decoding,
+// and normalization form C (a tokenizer.json's NFC normalizer: Qwen2's).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace nabla::text {
@@ -22,6 +24,30 @@ extern const CodePointRange kCodePointRanges[];
 extern const size_t kCodePointRangeCount;
 
 CodeClass code_class(uint32_t cp);
+
+// What NFC needs (the same script generates them).
+struct CombiningRange {
+  uint32_t first, last;
+  uint8_t cls;  // canonical combining class, 1..254
+};
+struct Decomposition {
+  uint32_t cp, first, second;  // second 0: a singleton
+};
+struct Composition {
+  uint32_t first, second, composite;
+};
+extern const CombiningRange kCombiningRanges[];
+extern const size_t kCombiningRangeCount;
+extern const Decomposition kDecompositions[];
+extern const size_t kDecompositionCount;
+extern const Composition kCompositions[];
+extern const size_t kCompositionCount;
+
+// `text` in Unicode normalization form C (UAX #15: canonical decomposition,
+// canonical ordering, canonical composition), as Python's
+// unicodedata.normalize("NFC", ...) of the same Unicode version gives it.
+// Bytes that are not UTF-8 pass through unchanged and block composition.
+std::string nfc(std::string_view text);
 
 // Decodes the UTF-8 sequence at text[pos], setting `len` to its byte count.
 // A malformed or truncated sequence, an overlong form or a surrogate yields

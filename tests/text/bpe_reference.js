@@ -44,7 +44,10 @@ const HAND = [
   "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3001\u4e2d\u6587\u6587\u672c\u3002\ud55c\uad6d\uc5b4", "\u6771\u4eac\u306f2024\u5e74",
   "Hindi \u0939\u093f\u0928\u094d\u0926\u0940", "Thai \u0e20\u0e32\u0e29\u0e32\u0e44\u0e17\u0e22",
   "Arabic \u0627\u0644\u0639\u0631\u0628\u064a\u0629", "Hebrew \u05e2\u05d1\u05e8\u05d9\u05ea",
-  "combining e\u0301 a\u0308 n\u0303", "\ufb01 ligature \ufb02", "\ud835\udd18\ud835\udd2b\ud835\udd26 math letters",
+  "combining e\u0301 a\u0308 n\u0303",
+  // NFC's cases: marks to compose, to reorder, excluded compositions, singletons, Hangul jamo
+  "decomposed cafe\u0301 Vie\u0323\u0302t a\u0302\u0323 q\u0307\u0323 \u1e0b\u0323 \u03b1\u0313\u0301 e\u0300\u0301",
+  "\u212b \u2126 \u212a \u0958 \u2adc \u1100\u1161\u11a8 \uac00\u11a8 \u0301x", "\ufb01 ligature \ufb02", "\ud835\udd18\ud835\udd2b\ud835\udd26 math letters",
   "\u01c5 titlecase \u01c8", "\u02b0 modifier \u02b2", "ideographic\u3000space", "em\u2003space en\u2002space",
   "non\u00a0breaking\u00a0space", "narrow\u202fnbsp", "ogham\u1680space", "zero\u200bwidth\u200cjoiner\u200d",
   "math \u2211\u222b\u221a\u221e \u2260 \u2264 \u2265 \u00b1", "arrows \u2192 \u2190 \u2191 \u2193", "box \u2500\u2502\u250c\u2510",

@@ -9,7 +9,9 @@
 #   llama3_trained  the same with Llama 3's pattern; llama3_ignore_merges
 #                   that file with ignore_merges on, as Llama 3's has it
 #   qwen2_trained, digits_trained   Qwen2's pattern, SmolLM2's digit split
-# Every id must be the same, and decoding the ids must give the text back.
+#   qwen2_nfc       qwen2_trained with Qwen2's NFC normalizer
+# Every id must be the same, and decoding the ids must give the text back
+# (in NFC for qwen2_nfc).
 # Usage: hf_tokenizers.sh NABLA_BIN WORK_DIR
 # Fails, never skips, when Node.js, npm or the registry is missing.
 set -eu
@@ -35,9 +37,15 @@ const j = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
 j.model.ignore_merges = true;
 fs.writeFileSync(process.argv[2], JSON.stringify(j));
 ' "$work/llama3_trained.json" "$work/llama3_ignore_merges.json"
+node -e '
+const fs = require("fs");
+const j = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+j.normalizer = {type: "NFC"};
+fs.writeFileSync(process.argv[2], JSON.stringify(j));
+' "$work/qwen2_trained.json" "$work/qwen2_nfc.json"
 
 status=0
-for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained digits_trained; do
+for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained qwen2_nfc digits_trained; do
   json="$work/$name.json" dir="$work/$name"
   mkdir -p "$dir"
   echo "== $name"
@@ -48,7 +56,13 @@ for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained 
   node "$here/bpe_reference.js" compare "$dir/lines.ids" "$dir/lines.actual" "$dir/lines.txt" || status=1
   node "$here/bpe_reference.js" compare "$dir/whole.ids" "$dir/whole.actual" || status=1
   tokenize --decode <"$dir/lines.ids" >"$dir/lines.decoded" || fail "nabla tokenize --decode failed"
-  cmp -s "$dir/lines.txt" "$dir/lines.decoded" || { echo "decoding $dir/lines.ids does not give $dir/lines.txt back"; status=1; }
+  want="$dir/lines.txt"
+  if [ $name = qwen2_nfc ]; then
+    want="$dir/lines.nfc"
+    node -e 'process.stdout.write(require("fs").readFileSync(0, "utf8").normalize("NFC"))' <"$dir/lines.txt" >"$want"
+    cmp -s "$dir/lines.txt" "$want" && { echo "no text of $dir/lines.txt changes in NFC: the check checks nothing"; status=1; }
+  fi
+  cmp -s "$want" "$dir/lines.decoded" || { echo "decoding $dir/lines.ids does not give $want back"; status=1; }
 done
 [ $status -eq 0 ] || fail "nabla's ids differ from @huggingface/tokenizers' (texts and ids in $work)"
-echo "ok: nabla encodes as @huggingface/tokenizers with all six tokenizer.json files, and decodes back to the text"
+echo "ok: nabla encodes as @huggingface/tokenizers with all seven tokenizer.json files, and decodes back to the text"

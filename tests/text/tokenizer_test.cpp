@@ -373,6 +373,50 @@ TEST(TokenizerBpe, TrainsSavesAndReadsBack) {
   EXPECT_THROW(BpeTokenizer::train(text, 100, PreTokenizer::gpt2), UsageError);
 }
 
+// NFC (UAX #15) on cases whose answers Unicode's data fixes.
+TEST(TokenizerUnicode, NormalizationFormC) {
+  using text::nfc;
+  EXPECT_EQ(nfc("plain ascii\n\t~"), "plain ascii\n\t~");
+  EXPECT_EQ(nfc(""), "");
+  EXPECT_EQ(nfc("caf\u00e9"), "caf\u00e9");                            // already composed
+  EXPECT_EQ(nfc("cafe\u0301"), "caf\u00e9");                           // e + acute
+  EXPECT_EQ(nfc("\u212b \u2126 \u212a"), "\u00c5 \u03a9 K");           // singletons: Angstrom, ohm, kelvin signs
+  EXPECT_EQ(nfc("a\u0323\u0302"), "\u1ead");                           // a, dot below, circumflex: one letter
+  EXPECT_EQ(nfc("a\u0302\u0323"), "\u1ead");                           // the marks in the other order
+  EXPECT_EQ(nfc("\u1e0b\u0323"), "\u1e0d\u0307");                      // d-dot-above + dot below reorders
+  EXPECT_EQ(nfc("q\u0307\u0323"), "q\u0323\u0307");                    // no composite: reordered only
+  EXPECT_EQ(nfc("\u0958"), "\u0915\u093c");                            // composition excluded: stays apart
+  EXPECT_EQ(nfc("\u0915\u093c"), "\u0915\u093c");
+  EXPECT_EQ(nfc("\u1100\u1161\u11a8 \u1112\u1161\u11ab"), "\uac01 \ud55c");  // Hangul jamo: syllables
+  EXPECT_EQ(nfc("\uac00\u11a8"), "\uac01");                            // LV + T
+  EXPECT_EQ(nfc("\uac01\u11a8"), "\uac01\u11a8");                      // LVT takes no second T
+  EXPECT_EQ(nfc("\u03b1\u0313\u0301"), "\u1f04");                      // Greek: psili then oxia
+  EXPECT_EQ(nfc("\u0301e"), "\u0301e");                                // a mark before any starter
+  EXPECT_EQ(nfc("e\u0300\u0301"), "\u00e8\u0301");                     // the second mark is blocked (same class)
+  EXPECT_EQ(nfc("\U0001d15e"), "\U0001d157\U0001d165");                  // musical half note: excluded
+  // Bytes that are not UTF-8 pass through and compose with nothing.
+  EXPECT_EQ(nfc("e\xff\u0301"), "e\xff\u0301");
+  EXPECT_EQ(nfc("\xc3"), "\xc3");
+}
+
+// A tokenizer.json with Qwen2's NFC normalizer: the text between added tokens
+// is normalized before the pre-tokenizer; written back, it is still there.
+TEST(TokenizerBpe, NfcNormalizerComposesFirst) {
+  TempDir dir;
+  auto tok = BpeTokenizer::train("caf\u00e9 caf\u00e9 caf\u00e9 na\u00efve na\u00efve", 270, PreTokenizer::qwen2);
+  tok->save_json(dir.file("plain.json"));
+  nlohmann::json j = nlohmann::json::parse(read_file(dir.file("plain.json")));
+  j["normalizer"] = {{"type", "NFC"}};
+  write_text(dir.file("nfc.json"), j.dump());
+  auto nfc = BpeTokenizer::from_json(dir.file("nfc.json"));
+  EXPECT_EQ(nfc->encode("cafe\u0301 nai\u0308ve"), tok->encode("caf\u00e9 na\u00efve"));
+  EXPECT_NE(tok->encode("cafe\u0301"), tok->encode("caf\u00e9"));
+  EXPECT_EQ(nfc->encode("e\u0301<|endoftext|>\u0301"), tok->encode("\u00e9<|endoftext|>\u0301"));
+  nfc->save_json(dir.file("again.json"));
+  auto again = BpeTokenizer::from_json(dir.file("again.json"));
+  EXPECT_EQ(again->encode("cafe\u0301"), tok->encode("caf\u00e9"));
+}
+
 TEST(TokenizerBpe, UnsupportedTokenizerJsonIsAnIoErrorNamingTheFile) {
   TempDir dir;
   auto tok = BpeTokenizer::train("aaa bbb aaa bbb ccc ccc", 260, PreTokenizer::gpt2);
@@ -391,7 +435,9 @@ TEST(TokenizerBpe, UnsupportedTokenizerJsonIsAnIoErrorNamingTheFile) {
     }
   };
   expect_error([](auto& j) { j["model"]["type"] = "WordPiece"; }, "model.type must be \"BPE\"");
-  expect_error([](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }, "normalizer");
+  expect_error([](auto& j) { j["normalizer"] = {{"type", "NFKC"}}; }, "normalizer");
+  expect_error([](auto& j) { j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}}; },
+               "normalizer");
   expect_error([](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "pre_tokenizer");
   expect_error([](auto& j) { j["pre_tokenizer"]["add_prefix_space"] = true; }, "pre_tokenizer");
   expect_error([](auto& j) { j["model"]["byte_fallback"] = true; }, "byte_fallback");
