@@ -8,7 +8,8 @@
 # installed libnabla.so.0 by name. Also checks that the installed headers
 # include only each other and the standard library (nothing under src/, no
 # nlohmann_json), and that the installed package files do not point into the
-# source or build tree.
+# source or build tree, and that the installed command line tool runs from
+# there.
 # Usage: check.sh CMAKE BUILD_DIR WORK_DIR LIBDIR GENERATOR MAKE_PROGRAM CC CXX
 set -eu
 cmake=$1 build=$2 work=$3 libdir=$4 generator=$5 make_program=$6 cc=$7 cxx=$8
@@ -37,6 +38,9 @@ if grep -rn -e "$src" -e "$build" "$prefix/$libdir/cmake/nabla" "$prefix/$libdir
   status=1
 fi
 [ $status -eq 0 ] || exit 1
+# The command line tool, installed and run from outside the tree.
+(cd "$work" && "$prefix/bin/nabla" ops >"$work/ops.txt") || { echo "the installed $prefix/bin/nabla ops failed"; exit 1; }
+grep -q "attention" "$work/ops.txt" || { echo "the installed nabla ops lists no attention op"; exit 1; }
 
 # (a) CMake: find_package(nabla) + nabla::nabla, same generator and compiler.
 "$cmake" -S "$here/app" -B "$work/app" -G "$generator" -DCMAKE_MAKE_PROGRAM="$make_program" \
