@@ -167,7 +167,7 @@ class GgufWriter {
   // An f32 leaf stored as `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K):
   // its last dimension must be a multiple of the type's block (ShapeError).
   void add_tensor(const std::string& name, const Tensor& leaf, GgmlType type);
-  // Writes the file atomically (write_file_atomic).
+  // Writes the file atomically, in pieces (AtomicFile).
   void write(const std::string& path) const;
 
   uint32_t alignment() const { return alignment_; }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -56,5 +57,28 @@ std::string read_file(const std::string& path);
 // Writes a file atomically: to a temporary beside it, fsync, rename. Stale
 // temporaries of `path` left by writers that were killed are removed first.
 void write_file_atomic(const std::string& path, const std::string& bytes);
+
+// The same in pieces, so a large file (a model's tensors) is never whole in
+// memory: write() appends to the temporary, commit() makes it `path`.
+// Destroyed without commit() (an error on the way), the temporary is removed
+// and `path` is as it was.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void write(const void* data, size_t bytes);
+  void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  // Zero bytes up to the next multiple of `alignment` of the bytes written.
+  void pad_to(uint64_t alignment);
+  uint64_t written() const { return written_; }
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+};
 
 }  // namespace nabla

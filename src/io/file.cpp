@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -52,49 +53,76 @@ std::string read_file(const std::string& path) {
   return bytes;
 }
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  remove_stale_temporaries(path);
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  remove_stale_temporaries(path_);
   // The pid and a counter keep concurrent writers of one path (processes or
   // threads) from sharing a temporary.
   static std::atomic<uint64_t> counter{0};
-  std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(path + ": cannot create " + tmp + ": " + std::strerror(errno));
+  tmp_ = path_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw IoError(path_ + ": cannot create " + tmp_ + ": " + std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  if (fd_ < 0) throw UsageError(path_ + ": write after commit");
+  const char* p = static_cast<const char*>(data);
   size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < bytes) {
+    const ssize_t n = ::write(fd_, p + done, bytes - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw IoError(path + ": write failed: " + std::strerror(e));
-    }
+    if (n <= 0) throw IoError(path_ + ": write failed: " + std::strerror(n < 0 ? errno : ENOSPC));
     done += static_cast<size_t>(n);
   }
-  // The data must be on disk before the rename makes it the file.
-  int synced = ::fsync(fd), sync_errno = errno;
-  int closed = ::close(fd), close_errno = errno;
-  if (synced != 0 || closed != 0) {
-    int e = synced != 0 ? sync_errno : close_errno;
-    ::unlink(tmp.c_str());
-    throw IoError(path + ": flush failed: " + std::strerror(e));
+  written_ += bytes;
+}
+
+void AtomicFile::pad_to(uint64_t alignment) {
+  static const char zeros[256] = {};
+  uint64_t gap = (alignment - written_ % alignment) % alignment;
+  while (gap > 0) {
+    const size_t n = size_t(std::min<uint64_t>(gap, sizeof zeros));
+    write(zeros, n);
+    gap -= n;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    throw IoError(path + ": rename failed: " + std::strerror(e));
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0) throw UsageError(path_ + ": committed twice");
+  // The data must be on disk before the rename makes it the file.
+  const int synced = ::fsync(fd_), sync_errno = errno;
+  const int closed = ::close(fd_), close_errno = errno;
+  fd_ = -1;
+  if (synced != 0 || closed != 0) {
+    ::unlink(tmp_.c_str());
+    throw IoError(path_ + ": flush failed: " + std::strerror(synced != 0 ? sync_errno : close_errno));
+  }
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp_.c_str());
+    throw IoError(path_ + ": rename failed: " + std::strerror(e));
   }
   // Persist the rename itself: fsync the directory.
   // NOTE: one initialisation: assigning "/" afterwards made g++ 12 warn (a
   // false -Wrestrict in the inlined string copy).
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const size_t slash = path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  AtomicFile file(path);
+  file.write(bytes);
+  file.commit();
 }
 
 }  // namespace nabla

@@ -402,14 +402,17 @@ void GgufWriter::write(const std::string& path) const {
     put_u64(out, offset);
     offset = align_up(offset + e.bytes.size(), alignment_);
   }
-  out.resize(align_up(out.size(), alignment_), '\0');
-  // Each tensor is padded to the alignment, the last one too: ggml reads the
-  // data section as the sum of the padded sizes and fails on a short file.
+  // The header, then each tensor padded to the alignment, the last one too:
+  // ggml reads the data section as the sum of the padded sizes and fails on
+  // a short file. In pieces: the tensors are not copied into one buffer.
+  AtomicFile file(path);
+  file.write(out);
+  file.pad_to(alignment_);
   for (const Entry& e : tensors_) {
-    out += e.bytes;
-    out.resize(align_up(out.size(), alignment_), '\0');
+    file.write(e.bytes);
+    file.pad_to(alignment_);
   }
-  write_file_atomic(path, out);
+  file.commit();
 }
 
 // ---- reader

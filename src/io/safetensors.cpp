@@ -74,15 +74,15 @@ void save_safetensors(const std::string& path,
   std::string h = header.dump();
   // Pad the header with spaces so the data starts 8-byte aligned.
   while ((8 + h.size()) % 8) h.push_back(' ');
-  std::string out;
-  out.reserve(8 + h.size() + offset);
-  uint64_t n = h.size();
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  out += h;
-  for (const auto& [name, t] : tensors) {
-    out.append(static_cast<const char*>(t.data()), size_t(t.numel()) * dtype_size(t.dtype()));
-  }
-  write_file_atomic(path, out);
+  // Written in pieces: a model's tensors are never copied into one buffer.
+  AtomicFile out(path);
+  char length[8];
+  const uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out.write(length, 8);
+  out.write(h);
+  for (const auto& [name, t] : tensors) out.write(t.data(), size_t(t.numel()) * dtype_size(t.dtype()));
+  out.commit();
 }
 
 Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep_half) {

@@ -275,6 +275,48 @@ TEST(WriteFileAtomic, RemovesTemporariesOfKilledWriters) {
   EXPECT_EQ(text, "new");
 }
 
+// A file written in pieces: the old file stays until commit(); abandoned (an
+// exception on the way) it leaves the old file and no temporary.
+TEST(WriteFileAtomic, PiecesReplaceTheFileOnlyOnCommit) {
+  TempDir dir;
+  const std::string path = dir.file("model.gguf");
+  write_file_atomic(path, "old");
+  const auto text = [&] {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const auto files = [&] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++n;
+    return n;
+  };
+  try {
+    AtomicFile f(path);
+    f.write("abc");
+    throw IoError("a failure while writing");
+  } catch (const IoError&) {
+  }
+  EXPECT_EQ(text(), "old");
+  EXPECT_EQ(files(), 1u);
+  {
+    AtomicFile f(path);
+    f.write("abc");
+    f.pad_to(8);
+    EXPECT_EQ(f.written(), 8u);
+    f.pad_to(8);
+    EXPECT_EQ(f.written(), 8u);
+    f.write(std::string(300, 'x'));
+    f.pad_to(256);
+    EXPECT_EQ(f.written(), 512u);
+    EXPECT_EQ(text(), "old");
+    f.commit();
+    EXPECT_THROW(f.write("late"), UsageError);
+    EXPECT_THROW(f.commit(), UsageError);
+  }
+  EXPECT_EQ(text(), std::string("abc") + std::string(5, '\0') + std::string(300, 'x') + std::string(204, '\0'));
+  EXPECT_EQ(files(), 1u);
+}
+
 TEST(ShapeLimits, ShapesTooLargeToDescribeAreShapeErrors) {
   // numel of these would overflow int64: refused before anything is computed or allocated.
   EXPECT_THROW(Tensor::zeros(DType::f32, {int64_t(1) << 32, int64_t(1) << 32}), ShapeError);
