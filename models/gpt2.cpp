@@ -144,6 +144,10 @@ Gpt2::Gpt2(const Gpt2Config& config, uint64_t seed) : config_(config) {
 }
 
 Tensor Gpt2::forward(const Tensor& tokens, bool train) const {
+  return matmul(hidden(tokens, train), transpose(wte_.weight));  // tied head: [B, T, V]
+}
+
+Tensor Gpt2::hidden(const Tensor& tokens, bool train) const {
   const Gpt2Config& c = config_;
   if (tokens.rank() != 2 || tokens.dtype() != DType::i32) {
     throw ShapeError("gpt2: tokens must be i32 [B, T], got " + to_string(tokens));
@@ -155,8 +159,7 @@ Tensor Gpt2::forward(const Tensor& tokens, bool train) const {
   Tensor positions = slice(wpe_.weight, 0, 0, T);                 // [T, D]
   Tensor x = drop_(wte_(tokens) + positions, train, 1000);        // [B, T, D]
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i](x, train, int64_t(2 * i));
-  x = ln_f_(x);
-  return matmul(x, transpose(wte_.weight));                        // tied head: [B, T, V]
+  return ln_f_(x);
 }
 
 Tensor Gpt2::next_token_loss(const Tensor& tokens, bool train) const {
@@ -164,8 +167,12 @@ Tensor Gpt2::next_token_loss(const Tensor& tokens, bool train) const {
     throw ShapeError("gpt2: next-token loss needs tokens [B, T + 1] with T >= 1, got " + to_string(tokens));
   }
   int64_t T = tokens.dim(1) - 1;
-  Tensor logits = forward(slice(tokens, 1, 0, T), train);     // [B, T, V]
-  return cross_entropy(logits, slice(tokens, 1, 1, T + 1));  // mean over B * T
+  const Tensor targets = slice(tokens, 1, 1, T + 1);
+  if (!checkpointing_) return cross_entropy(forward(slice(tokens, 1, 0, T), train), targets);  // mean over B * T
+  return nn::chunked_cross_entropy(
+      hidden(slice(tokens, 1, 0, T), train), targets,
+      [&](const Tensor& rows) { return matmul(rows, transpose(wte_.weight)); },
+      std::max<int64_t>(1, chunk_logits_ / config_.vocab_size));
 }
 
 // Decoding with a key/value cache: each block's attention reads the keys and

@@ -349,30 +349,16 @@ Tensor Llama::hidden(const Tensor& input_ids, bool train, const Tensor& segments
                      std::to_string(c.max_position_embeddings));
   }
   Tensor x = embed_(input_ids);  // [B, T, D]
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    auto block = [&, i, x] { return layers_[i](x, train, int64_t(2 * i), 0, segments); };
-    x = checkpointing_ ? recompute(block) : block();
-  }
+  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i](x, train, int64_t(2 * i), 0, segments);
   return norm_(x);
 }
 
 Tensor Llama::head_loss(const Tensor& h, const Tensor& targets) const {
   if (!checkpointing_) return cross_entropy(lm_head_.logits(h), targets, -100);
   // Chunks of chunk_logits_ logits (by default 8M, 32 MiB: SmolLM2's
-  // 49,152-token vocabulary in 170-row chunks). Each chunk's mean, weighted
-  // by its counted rows, over all counted rows: the unchunked mean.
-  const int64_t rows = h.dim(0) * h.dim(1), chunk = std::max<int64_t>(1, chunk_logits_ / config_.vocab_size);
-  const Tensor flat = reshape(h, {rows, config_.hidden_size}), labels = reshape(targets, {rows});
-  Tensor weighted, counted;
-  for (int64_t r = 0; r < rows; r += chunk) {
-    const int64_t e = std::min(rows, r + chunk);
-    const Tensor l = slice(labels, 0, r, e);
-    const Tensor n = scalar_like(double(e - r), h) - sum(eq(cast(l, h.dtype()), scalar_like(-100, h)));
-    const Tensor ce = recompute([&] { return cross_entropy(lm_head_.logits(slice(flat, 0, r, e)), l, -100); });
-    weighted = weighted.defined() ? weighted + ce * n : ce * n;
-    counted = counted.defined() ? counted + n : n;
-  }
-  return weighted / clamp(counted, 1.0, std::numeric_limits<double>::infinity());
+  // 49,152-token vocabulary in 170-row chunks).
+  return nn::chunked_cross_entropy(h, targets, [&](const Tensor& rows) { return lm_head_.logits(rows); },
+                                   std::max<int64_t>(1, chunk_logits_ / config_.vocab_size));
 }
 
 Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels, bool train, const Tensor& segments) const {

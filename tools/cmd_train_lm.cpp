@@ -165,7 +165,7 @@ int train(const TrainLmArgs& a, const Config& cfg, const std::optional<Checkpoin
 
   Model model(cfg, seed);
   if (resume) load_params(*resume, model.params());
-  if constexpr (std::is_same_v<Model, models::Llama>) model.set_gradient_checkpointing(a.gradient_checkpointing);
+  model.set_gradient_checkpointing(a.gradient_checkpointing);
 
   // Replicas: one unless asked (a language model here is rarely small
   // enough for replicas to beat threads); times the processes of a

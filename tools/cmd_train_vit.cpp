@@ -125,6 +125,7 @@ int run_train_vit(const TrainVitArgs& a) {
 
   models::Vit model(cfg, seed);
   if (resume) load_params(*resume, model.params());
+  model.set_gradient_checkpointing(a.gradient_checkpointing);
 
   const int64_t B = a.batch, C = cfg.in_chans, S = cfg.img_size;
   const int crop_pad = a.crop_pad >= 0 ? a.crop_pad : (a.dataset == "cifar10" ? 2 : 0);
@@ -185,6 +186,7 @@ int run_train_vit(const TrainVitArgs& a) {
              data.description, data.train.n, data.test.n, data.train.classes, crop_pad, a.hflip ? "on" : "off",
              a.erase_prob, e);
   fmt::print("{}\n", loop.describe());
+  if (a.gradient_checkpointing) fmt::print("gradient checkpointing: blocks recomputed in the backward\n");
   std::fflush(stdout);
   loop.run();
   return kExitOk;

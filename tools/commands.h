@@ -74,6 +74,7 @@ struct TrainVitArgs : TrainLoopArgs {
   int64_t test_subset = 0;
   int eval_batch = 500;
   int replicas = 0;  // data-parallel replicas (0: default_replicas)
+  bool gradient_checkpointing = false;
 };
 int run_train_vit(const TrainVitArgs& opt);
 
@@ -104,7 +105,7 @@ struct TrainLmArgs : TrainLoopArgs {
   int eval_batches = 16;
   bool low_memory = false;       // keep small-factored weight gradients factored (TrainStep's low_memory)
   bool whole_gradients = false;  // --no-low-memory; neither: default_low_memory
-  bool gradient_checkpointing = false;  // Llama's
+  bool gradient_checkpointing = false;
   int replicas = 1;  // data-parallel replicas in the process, each a share of the batch on a thread of its own
 };
 int run_train_lm(const TrainLmArgs& opt);

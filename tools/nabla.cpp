@@ -210,11 +210,10 @@ CLI::App* add_language_model_command(CLI::App* train_cmd, TrainLmArgs& a, const 
   add_int(cmd, "--context", a.context, "Tokens per sequence (0: the preset's, at most 256)", 0, 1'000'000);
   if (!llama) {
     cmd->add_option("--dropout", a.dropout, "Dropout rate (default: the preset's)")->check(CLI::Range(0.0, 0.99));
-  } else {
-    cmd->add_flag("--gradient-checkpointing", a.gradient_checkpointing,
-                  "Recompute each block's activations and the logits in the backward: a fraction of the memory "
-                  "for about a third more time");
   }
+  cmd->add_flag("--gradient-checkpointing", a.gradient_checkpointing,
+                "Recompute each block's activations and the logits in the backward: a fraction of the memory "
+                "for about a third more time");
   add_int(cmd, "--layers", a.n_layer,
           llama ? "Override the preset's number of blocks (num_hidden_layers)" : "Override the preset's number of blocks (n_layer)",
           0, 1024);
@@ -326,6 +325,9 @@ int main(int argc, char** argv) {
   vit_cmd->add_option("--pool", vit.pool, "Override the preset's pooling: token or avg")
       ->check(CLI::IsMember({"token", "avg"}));
   vit_cmd->add_flag("--resize", vit.resize, "Resize images to the model's size and channels (e.g. vit-tiny)");
+  vit_cmd->add_flag("--gradient-checkpointing", vit.gradient_checkpointing,
+                    "Recompute each block's activations in the backward: a fraction of the memory for about a "
+                    "third more time");
   add_int(vit_cmd, "--replicas", vit.replicas,
           "Data-parallel replicas, each a share of the batch on a thread of its own (0: one per thread for "
           "models of up to 2M parameters, else 1)",

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
@@ -331,6 +332,9 @@ struct TransformerBlock {
   Attention attn;
   Mlp mlp;
   Dropout drop;
+  // Gradient checkpointing: operator()'s activations are recomputed in the
+  // backward from the block's input (recompute()), not kept.
+  bool checkpointed = false;
   TransformerBlock() = default;
   TransformerBlock(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
   // segments: as Attention's.
@@ -349,6 +353,14 @@ struct TransformerBlock {
   // The two residual branches around attention's output a.
   Tensor residuals(const Tensor& x, const Tensor& a, bool train, int64_t salt) const;
 };
+
+// A language model's loss under gradient checkpointing: the cross-entropy of
+// logits(rows of h) against targets (h [..., D], targets i32 [...],
+// ignore_index not counted), the mean over counted rows, taken `chunk_rows`
+// rows at a time, each chunk's logits recomputed in the backward: never all
+// [rows, V] logits at once. The unchunked loss's value and gradients.
+Tensor chunked_cross_entropy(const Tensor& h, const Tensor& targets, const std::function<Tensor(const Tensor&)>& logits,
+                             int64_t chunk_rows, int64_t ignore_index = -100);
 
 // Non-overlapping patches by a conv with stride = kernel = patch:
 // [N, C, H, W] -> tokens [N, (H/P)(W/P), D].

@@ -5,6 +5,7 @@
 #include "nabla/error.h"
 #include "nabla/executor.h"
 #include "nabla/gguf.h"
+#include "nabla/graph.h"
 #include "nabla/nn.h"
 #include "ops/internal_ops.h"
 
@@ -529,8 +530,33 @@ Tensor TransformerBlock::residuals(const Tensor& x, const Tensor& a, bool train,
 
 Tensor TransformerBlock::operator()(const Tensor& x, bool train, int64_t salt, int64_t keep,
                                     const Tensor& segments) const {
-  const Tensor a = attn(norm1(x), keep, nullptr, train, segments);  // checks keep
-  return residuals(keep > 0 && keep < x.dim(1) ? slice(x, 1, 0, keep) : x, a, train, salt);
+  const auto block = [&] {
+    const Tensor a = attn(norm1(x), keep, nullptr, train, segments);  // checks keep
+    return residuals(keep > 0 && keep < x.dim(1) ? slice(x, 1, 0, keep) : x, a, train, salt);
+  };
+  return checkpointed ? recompute(block) : block();
+}
+
+Tensor chunked_cross_entropy(const Tensor& h, const Tensor& targets, const std::function<Tensor(const Tensor&)>& logits,
+                             int64_t chunk_rows, int64_t ignore_index) {
+  if (h.rank() < 1 || targets.shape() != Shape(h.shape().begin(), h.shape().end() - 1)) {
+    throw ShapeError("chunked_cross_entropy: h [..., D] and targets [...] must agree, got " + to_string(h) + " and " +
+                     to_string(targets));
+  }
+  if (chunk_rows < 1) throw UsageError("chunked_cross_entropy: chunk_rows must be at least 1");
+  // Each chunk's mean, weighted by its counted rows, over all counted rows.
+  const int64_t D = h.dim(-1), rows = h.numel() / std::max<int64_t>(D, 1);
+  const Tensor flat = reshape(h, {rows, D}), labels = reshape(targets, {rows});
+  Tensor weighted, counted;
+  for (int64_t r = 0; r < rows; r += chunk_rows) {
+    const int64_t e = std::min(rows, r + chunk_rows);
+    const Tensor l = slice(labels, 0, r, e);
+    const Tensor n = scalar_like(double(e - r), h) - sum(eq(cast(l, h.dtype()), scalar_like(double(ignore_index), h)));
+    const Tensor ce = recompute([&] { return cross_entropy(logits(slice(flat, 0, r, e)), l, ignore_index); });
+    weighted = weighted.defined() ? weighted + ce * n : ce * n;
+    counted = counted.defined() ? counted + n : n;
+  }
+  return weighted / clamp(counted, 1.0, std::numeric_limits<double>::infinity());
 }
 
 Tensor TransformerBlock::decode(const Tensor& x, KvCache& cache) const {

@@ -56,6 +56,18 @@ class Gpt2 {
   // loss, also used by validation and `nabla grad`.
   Tensor next_token_loss(const Tensor& tokens, bool train) const;
 
+  // Gradient checkpointing, as Llama's: each block recomputed in the
+  // backward from its input, and next_token_loss's logits and their
+  // cross-entropy taken `chunk_logits` logits at a time, each chunk
+  // recomputed likewise. The same values and gradients for a fraction of the
+  // activation memory (a block's forward runs twice).
+  void set_gradient_checkpointing(bool on, int64_t chunk_logits = int64_t(8) << 20) {
+    checkpointing_ = on;
+    chunk_logits_ = chunk_logits;
+    for (nn::TransformerBlock& b : blocks_) b.checkpointed = on;
+  }
+  bool gradient_checkpointing() const { return checkpointing_; }
+
   // One decoding step with a key/value cache (see gpt2.cpp): built once,
   // run once per generated token.
   using DecodeStep = nn::DecodeStep;
@@ -73,6 +85,9 @@ class Gpt2 {
   std::vector<nn::TransformerBlock> blocks_;
   nn::Norm ln_f_;
   nn::Dropout drop_;
+  bool checkpointing_ = false;
+  int64_t chunk_logits_ = int64_t(8) << 20;
+  Tensor hidden(const Tensor& tokens, bool train) const;  // forward's, before the head
 };
 
 }  // namespace nabla::models

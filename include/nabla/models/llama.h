@@ -105,6 +105,7 @@ class Llama {
   void set_gradient_checkpointing(bool on, int64_t chunk_logits = int64_t(8) << 20) {
     checkpointing_ = on;
     chunk_logits_ = chunk_logits;
+    for (nn::TransformerBlock& b : layers_) b.checkpointed = on;
   }
   bool gradient_checkpointing() const { return checkpointing_; }
 

@@ -57,6 +57,12 @@ class Vit {
   // images [N, C, H, W] (normalised) -> logits [N, classes]. With train,
   // dropout draws from `dropout_seed` (an i32 leaf the trainer rewrites).
   Tensor forward(const Tensor& images, bool train) const;
+  // Gradient checkpointing: each block's activations recomputed in the
+  // backward from its input. The same values and gradients for a fraction
+  // of the activation memory (a block's forward runs twice).
+  void set_gradient_checkpointing(bool on) {
+    for (nn::TransformerBlock& b : blocks_) b.checkpointed = on;
+  }
 
   const VitConfig& config() const { return config_; }
   nn::Params& params() { return params_; }
