@@ -286,6 +286,19 @@ nabla_status nabla_grad(nabla_context* ctx, nabla_tensor* t, nabla_tensor** out)
  * outputs and threads, and no nabla_backward in between, reuses the compiled
  * plan and only runs it. */
 nabla_status nabla_compute(nabla_context* ctx, nabla_tensor* const* outputs, size_t n, int threads);
+/* The bytes the last nabla_compute's plan keeps for intermediates (its
+ * arena; leaves, parameters and outputs of their own not counted). */
+nabla_status nabla_compute_arena_bytes(nabla_context* ctx, int64_t* out);
+/* Gradient checkpointing (recompute() in include/nabla/graph.h) for graphs
+ * built call by call: the ops made between nabla_recompute_begin and
+ * nabla_recompute_end that `output` depends on are computed again in the
+ * backward, from what they read from outside, instead of kept from the
+ * forward pass: the same values and gradients in a fraction of the
+ * activation memory, the region's forward work done twice (a region per
+ * transformer block, say). begin gives the mark end takes; regions may
+ * nest. Build the loss and call nabla_backward after. */
+nabla_status nabla_recompute_begin(nabla_context* ctx, uint64_t* mark);
+nabla_status nabla_recompute_end(nabla_context* ctx, uint64_t mark, nabla_tensor* output);
 /* Copies t's value into dst, row-major; `bytes` must be numel * element size.
  * t is a leaf (any time), or an output, loss or gradient of the last
  * nabla_compute (or a view of one). */

@@ -51,6 +51,8 @@ module Nabla
     nabla_cross_entropy: [[P, P, P, :int64, P], :int],
     nabla_argmax: [[P, P, :int64, :int, P], :int],
     nabla_compute: [[P, P, :size_t, :int], :int],
+    nabla_recompute_begin: [[P, P], :int],
+    nabla_recompute_end: [[P, :uint64, P], :int],
     nabla_save_safetensors: [[P, :string, P, P, :size_t], :int],
     nabla_load_safetensors: [[P, :string, P, P, :size_t], :int],
     nabla_trainer_create: [[P, P, P, :size_t, :double, :double, :double, :double, P, :size_t, :int, :int, P], :int],
@@ -135,6 +137,14 @@ module Nabla
       buf = FFI::MemoryPointer.new(:char, [t.numel * size, 1].max)
       Nabla.check(Nabla.nabla_tensor_read(@ctx, t.ptr, buf, t.numel * size))
       buf.read_bytes(t.numel * size).unpack(code)
+    end
+
+    # Gradient checkpointing: the ops the block builds, which its result (a
+    # Tensor) depends on, are recomputed in the backward instead of kept.
+    def recompute
+      mark = FFI::MemoryPointer.new(:uint64)
+      Nabla.check(Nabla.nabla_recompute_begin(@ctx, mark))
+      yield.tap { |out| Nabla.check(Nabla.nabla_recompute_end(@ctx, mark.read_uint64, out.ptr)) }
     end
 
     def compute(outputs, threads: 0)

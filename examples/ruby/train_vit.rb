@@ -8,7 +8,7 @@
 #
 # Usage: train_vit.rb [--lib build/libnabla.so] [--steps 600] [--batch 64]
 #                     [--threads 0] [--replicas 1] [--min-accuracy A]
-#                     [--save vit.safetensors] [--logits FILE]
+#                     [--save vit.safetensors] [--logits FILE] [--gradient-checkpointing]
 # Data: Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 # Prints the loss as it trains and the accuracy on the first 1,984 test
 # images; with --min-accuracy, exits 1 below it. --replicas R builds the
@@ -18,6 +18,8 @@
 # into timm's VisionTransformer(img_size=28, patch_size=7, in_chans=1,
 # embed_dim=64, depth=2, num_heads=4, mlp_ratio=2, num_classes=10) on inputs
 # normalised as below; --logits writes those test images' logits (f32, raw).
+# --gradient-checkpointing recomputes each block in the backward
+# (nabla_recompute_begin/end): the same training in less memory.
 require "optparse"
 require "zlib"
 require_relative "nabla"
@@ -35,6 +37,7 @@ OptionParser.new do |o|
   o.on("--min-accuracy A", Float) { |v| opts[:min_accuracy] = v }
   o.on("--save PATH") { |v| opts[:save] = v }
   o.on("--logits PATH") { |v| opts[:logits] = v }
+  o.on("--gradient-checkpointing") { opts[:checkpointing] = true }
 end.parse!
 Nabla.load(opts[:lib])
 
@@ -96,15 +99,18 @@ x = ctx.op(:conv_2d, x, normal.call("patch_embed.proj.weight", [E, 1, PATCH, PAT
 x = ctx.op(:transpose, ctx.op(:reshape, x, 3, [B, E, T - 1]), 1, 2)
 x = ctx.op(:concat, Nabla.pointers([ctx.op(:expand, cls, 3, [B, 1, E]).ptr, x.ptr]), 2, 1)
 x = ctx.op(:add, x, pos)
-DEPTH.times do |i|
-  block = "blocks.#{i}"
+vit_block = lambda do |x, block|
   qkv = ctx.op(:reshape, linear.call(norm.call(x, "#{block}.norm1"), "#{block}.attn.qkv", E, 3 * E), 5,
                [B, T, 3, HEADS, E / HEADS])
   q, k, v = (0..2).map { |j| ctx.op(:reshape, ctx.op(:slice, qkv, 2, j, j + 1, 1), 4, [B, T, HEADS, E / HEADS]) }
   attended = ctx.op(:reshape, ctx.op(:attention, q, k, v, 0, 0.0), 3, [B, T, E])
   x = ctx.op(:add, x, linear.call(attended, "#{block}.attn.proj", E, E))
   hidden = ctx.op(:gelu_erf, linear.call(norm.call(x, "#{block}.norm2"), "#{block}.mlp.fc1", E, MLP))
-  x = ctx.op(:add, x, linear.call(hidden, "#{block}.mlp.fc2", MLP, E))
+  ctx.op(:add, x, linear.call(hidden, "#{block}.mlp.fc2", MLP, E))
+end
+# With --gradient-checkpointing each block is recomputed in the backward.
+DEPTH.times do |i|
+  x = opts[:checkpointing] ? ctx.recompute { vit_block.call(x, "blocks.#{i}") } : vit_block.call(x, "blocks.#{i}")
 end
 x = ctx.op(:reshape, ctx.op(:slice, norm.call(x, "norm"), 1, 0, 1, 1), 2, [B, E])
 logits = linear.call(x, "head", E, CLASSES)

@@ -27,6 +27,11 @@ std::vector<Tensor> grad(const Tensor& loss, const std::vector<Tensor>& wrt);
 // input, parameters) stay alive until its backward. Nodes an inner
 // recompute() marked keep their own region.
 Tensor recompute(const std::function<Tensor()>& fn);
+// recompute() for callers that build the region between two calls instead
+// of inside a function (the C API): the mark before the region's first op,
+// then its output. UsageError for a mark not taken yet, or no output.
+uint64_t recompute_mark();
+void recompute_region(uint64_t mark, const Tensor& output);
 
 class Graph {
  public:

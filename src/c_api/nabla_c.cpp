@@ -659,6 +659,31 @@ nabla_status nabla_grad(nabla_context* ctx, nabla_tensor* t, nabla_tensor** out)
   });
 }
 
+nabla_status nabla_compute_arena_bytes(nabla_context* ctx, int64_t* out) {
+  return guard([&] {
+    Call c{"nabla_compute_arena_bytes"};
+    nabla_context& context = c.context(ctx);
+    c.need(out, "out");
+    if (!context.executor) throw nabla::UsageError("nabla_compute_arena_bytes: nothing computed yet");
+    *out = int64_t(context.executor->memory().arena_bytes);
+  });
+}
+
+nabla_status nabla_recompute_begin(nabla_context* ctx, uint64_t* mark) {
+  return guard([&] {
+    Call c{"nabla_recompute_begin"};
+    c.context(ctx);
+    *c.need(mark, "mark") = nabla::recompute_mark();
+  });
+}
+
+nabla_status nabla_recompute_end(nabla_context* ctx, uint64_t mark, nabla_tensor* output) {
+  return guard([&] {
+    Call c{"nabla_recompute_end"};
+    nabla::recompute_region(mark, c.tensor(ctx, output, "output"));
+  });
+}
+
 nabla_status nabla_compute(nabla_context* ctx, nabla_tensor* const* outputs, size_t n,
                            int threads) {
   return guard([&] {

@@ -150,17 +150,28 @@ std::vector<Node*> reached_through(Node* from, Inside inside) {
 
 }  // namespace
 
-Tensor recompute(const std::function<Tensor()>& fn) {
-  const uint64_t before = next_node_id();
-  const Tensor y = fn();
-  if (!y.defined()) throw UsageError("recompute: the function returned an undefined tensor");
+uint64_t recompute_mark() { return next_node_id(); }
+
+void recompute_region(uint64_t before, const Tensor& y) {
+  if (!y.defined()) throw UsageError("recompute: the region's output is undefined");
+  if (const uint64_t now = next_node_id(); before >= now) {
+    throw UsageError("recompute: mark " + std::to_string(before) + " was not taken yet (ids so far go to " +
+                     std::to_string(now) + ")");
+  }
   auto region = std::make_shared<RecomputeRegion>();
   region->output = y.node_ptr();
-  // The nodes fn built (ids after `before`) that y depends on: what fn read
-  // from outside is not the region's.
+  // The nodes built since the mark (ids after `before`) that y depends on:
+  // what the region read from outside is not the region's.
   for (Node* n : reached_through(y.node(), [&](const Node& n) { return n.id > before && !n.is_leaf() && !n.region; })) {
     n->region = region;
   }
+}
+
+Tensor recompute(const std::function<Tensor()>& fn) {
+  const uint64_t before = recompute_mark();
+  const Tensor y = fn();
+  if (!y.defined()) throw UsageError("recompute: the function returned an undefined tensor");
+  recompute_region(before, y);
   return y;
 }
 

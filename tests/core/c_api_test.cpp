@@ -410,4 +410,67 @@ TEST_F(CApi, EmptyTensorsRunThroughOpsAndBackward) {
   EXPECT_EQ(read(loss), std::vector<float>{0.0f});
 }
 
+// Gradient checkpointing through the C API: regions of tanh(x W) layers
+// marked with nabla_recompute_begin/end give the same loss and gradients in
+// a smaller arena; a mark not taken yet, or no output, is refused.
+TEST_F(CApi, RecomputeRegionsKeepValuesInLessMemory) {
+  const int64_t rows = 64, width = 32, layers = 6;
+  std::vector<float> xv(size_t(rows * width)), wv(size_t(width * width));
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = float(std::sin(0.37 * double(i)));
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = float(std::cos(0.11 * double(i))) / float(width);
+  std::vector<float> results[2];
+  int64_t arena[2] = {};
+  for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+    nabla_tensor* x = leaf({rows, width}, xv);
+    std::vector<nabla_tensor*> weights;
+    for (int64_t l = 0; l < layers; ++l) {
+      weights.push_back(leaf({width, width}, wv, /*parameter=*/true));
+      uint64_t mark = 0;
+      if (checkpointed) {
+        ASSERT_EQ(nabla_recompute_begin(ctx, &mark), NABLA_OK) << error();
+      }
+      nabla_tensor *product = nullptr, *y = nullptr;
+      ASSERT_EQ(nabla_matmul(ctx, x, weights.back(), &product), NABLA_OK) << error();
+      ASSERT_EQ(nabla_tanh(ctx, product, &y), NABLA_OK) << error();
+      ASSERT_EQ(nabla_exp(ctx, y, &x), NABLA_OK) << error();
+      if (checkpointed) {
+        ASSERT_EQ(nabla_recompute_end(ctx, mark, x), NABLA_OK) << error();
+      }
+    }
+    nabla_tensor* loss = nullptr;
+    ASSERT_EQ(nabla_sum(ctx, x, nullptr, 0, 0, &loss), NABLA_OK) << error();
+    ASSERT_EQ(nabla_backward(ctx, loss), NABLA_OK) << error();
+    std::vector<nabla_tensor*> grads;
+    for (nabla_tensor* w : weights) {
+      grads.push_back(nullptr);
+      ASSERT_EQ(nabla_grad(ctx, w, &grads.back()), NABLA_OK) << error();
+    }
+    compute({loss});
+    ASSERT_EQ(nabla_compute_arena_bytes(ctx, &arena[checkpointed]), NABLA_OK) << error();
+    results[checkpointed] = read(loss);
+    for (nabla_tensor* g : grads) {
+      const std::vector<float> v = read(g);
+      results[checkpointed].insert(results[checkpointed].end(), v.begin(), v.end());
+    }
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i) {
+    EXPECT_NEAR(results[1][i], results[0][i], 1e-5 * std::max(1.0f, std::abs(results[0][i]))) << i;
+  }
+  EXPECT_LT(arena[1], arena[0] * 3 / 4) << "checkpointed " << arena[1] << " bytes, kept " << arena[0];
+
+  nabla_tensor* y = leaf({2});
+  uint64_t mark = 0;
+  ASSERT_EQ(nabla_recompute_begin(ctx, &mark), NABLA_OK);
+  EXPECT_EQ(nabla_recompute_end(ctx, mark + 1000000, y), NABLA_ERROR_USAGE);
+  EXPECT_NE(error().find("not taken yet"), std::string::npos) << error();
+  EXPECT_EQ(nabla_recompute_end(ctx, mark, nullptr), NABLA_ERROR_ARGUMENT);
+  EXPECT_EQ(nabla_recompute_begin(ctx, nullptr), NABLA_ERROR_ARGUMENT);
+  nabla_context* fresh = nullptr;
+  ASSERT_EQ(nabla_context_create(&fresh), NABLA_OK);
+  int64_t bytes = 0;
+  EXPECT_EQ(nabla_compute_arena_bytes(fresh, &bytes), NABLA_ERROR_USAGE);
+  nabla_context_free(fresh);
+}
+
 }  // namespace
