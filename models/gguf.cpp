@@ -489,6 +489,11 @@ std::string checkpoint_tokenizer(const std::string& path, const std::string& con
     return std::filesystem::is_regular_file(json, ec) ? json : configured;
   }
   if (is_gguf_file(path) && read_gguf_metadata(path).find_value("tokenizer.ggml.model")) return path;
+  const std::filesystem::path file(configured);
+  if (configured != "byte" && configured != "gpt2" && !configured.empty() && file.is_relative()) {
+    const std::filesystem::path beside = std::filesystem::path(path).parent_path() / file;
+    if (std::filesystem::is_regular_file(beside, ec)) return beside.string();
+  }
   return configured;
 }
 

@@ -10,11 +10,15 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "nabla/gguf.h"
+#include "nabla/io.h"
+#include "nabla/models/gguf.h"
 #include "nabla/models/gpt2.h"
 #include "nabla/models/llama.h"
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
 #include "nabla/text_data.h"
+#include "nabla/tokenizer.h"
 #include "nabla/trainer.h"
 #include "train_loop.h"
 
@@ -83,15 +87,38 @@ class TextTask : public TrainingTask {
 };
 
 // --tokenizer into a preset's config: gpt2, or a tokenizer.json or GGUF
-// model (recorded by its absolute path, which sampling and export read
-// again), widens the vocabulary to the tokenizer's where the preset's is
-// smaller.
+// model (by its absolute path until keep_tokenizer_beside), widens the
+// vocabulary to the tokenizer's where the preset's is smaller.
 void set_tokenizer(const TrainLmArgs& a, std::string& tokenizer, int64_t& vocab_size) {
   if (a.tokenizer.empty()) return;
   tokenizer = a.tokenizer;
   if (tokenizer == "byte") return;
   if (tokenizer != "gpt2") tokenizer = std::filesystem::absolute(tokenizer).string();
   vocab_size = std::max<int64_t>(vocab_size, make_tokenizer(tokenizer, a.vocab)->vocab_size());
+}
+
+// A tokenizer read from a file goes beside the checkpoint, as
+// SAVE_STEM.tokenizer.json, and the config names it by that file name, so
+// the checkpoint and its tokenizer move together (checkpoint_tokenizer reads
+// it there). A tokenizer.json is copied as it is; a GGUF model's vocabulary
+// is written as tokenizer.json.
+void keep_tokenizer_beside(const std::string& save, const Tokenizer& tok, std::string& tokenizer) {
+  namespace fs = std::filesystem;
+  if (save.empty() || tokenizer == "byte" || tokenizer == "gpt2") return;
+  const fs::path target = fs::path(save).parent_path() / (fs::path(save).stem().string() + ".tokenizer.json");
+  std::error_code ec;
+  if (fs::equivalent(tokenizer, target, ec)) {
+    tokenizer = target.filename().string();
+    return;
+  }
+  if (is_gguf_file(tokenizer)) {
+    const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok);
+    if (!bpe) throw UsageError("train: the tokenizer of " + tokenizer + " is not byte-level BPE");
+    bpe->save_json(target.string());
+  } else {
+    write_file_atomic(target.string(), read_file(tokenizer));
+  }
+  tokenizer = target.filename().string();
 }
 
 // What the two architectures differ in: the config from a preset or a
@@ -143,13 +170,15 @@ Tensor dropout_seed_of(const models::Gpt2& m) { return m.dropout_seed; }
 Tensor dropout_seed_of(const models::Llama&) { return Tensor(); }
 
 template <class Model, class Config>
-int train(const TrainLmArgs& a, const Config& cfg, const std::optional<Checkpoint>& resume, uint64_t seed) {
+int train(const TrainLmArgs& a, Config cfg, const std::optional<Checkpoint>& resume, uint64_t seed) {
   const std::string command = "train " + a.architecture;
   const int64_t B = a.batch, T = a.context > 0 ? a.context : std::min<int64_t>(positions(cfg), 256);
   if (T > positions(cfg)) {
     throw UsageError(fmt::format("{}: --context {} exceeds the model's {} positions", command, T, positions(cfg)));
   }
+  if (resume) cfg.tokenizer = models::checkpoint_tokenizer(a.resume, cfg.tokenizer);
   std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg.tokenizer, a.vocab);
+  keep_tokenizer_beside(a.save, *tok, cfg.tokenizer);
   if (tok->vocab_size() > cfg.vocab_size) {
     throw UsageError(fmt::format("{}: the {} tokenizer has {} tokens, the model {}", command, tok->name(),
                                  tok->vocab_size(), cfg.vocab_size));

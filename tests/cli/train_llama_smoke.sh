@@ -49,8 +49,10 @@ cmp "$dir/straight.safetensors.txt" "$dir/straight.gguf.txt" ||
   { echo "greedy samples differ between the checkpoint and its GGUF export"; exit 1; }
 echo "sampled: $(cat "$dir/straight.safetensors.txt")"
 # A model trained with a BPE tokenizer of nabla's (tokenizer.json): the
-# checkpoint names it, its GGUF export carries it, and sampling from either
-# prints the same text; the Hugging Face export writes it beside the weights.
+# checkpoint keeps a copy beside it and names that, its GGUF export carries
+# it, and sampling from either prints the same text; the Hugging Face export
+# writes it beside the weights; the checkpoint moved with its tokenizer, the
+# original deleted, samples the same.
 fortunes=$(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort | head -n 3)
 # shellcheck disable=SC2086
 cat $fortunes | head -n 3000 >"$dir/text.txt"
@@ -68,4 +70,11 @@ for ckpt in bpe.safetensors bpe.gguf bpe_hf; do
 done
 cmp "$dir/bpe.safetensors.txt" "$dir/bpe.gguf.txt" && cmp "$dir/bpe.safetensors.txt" "$dir/bpe_hf.txt" ||
   { echo "greedy samples differ between the BPE checkpoint, its GGUF and its folder"; exit 1; }
+cmp -s "$dir/bpe.json" "$dir/bpe.tokenizer.json" || { echo "no copy of the tokenizer beside the checkpoint"; exit 1; }
+mkdir -p "$dir/moved"
+mv "$dir/bpe.safetensors" "$dir/bpe.tokenizer.json" "$dir/moved/"
+mv "$dir/bpe.json" "$dir/bpe.json.away"
+"$nabla" sample --checkpoint "$dir/moved/bpe.safetensors" --prompt "The cat" --tokens 12 --temperature 0 \
+  >"$dir/moved.txt" || { echo "nabla sample failed on the moved checkpoint"; exit 1; }
+cmp "$dir/bpe.safetensors.txt" "$dir/moved.txt" || { echo "the moved checkpoint samples other text"; exit 1; }
 echo "sampled with the trained BPE: $(cat "$dir/bpe.safetensors.txt")"

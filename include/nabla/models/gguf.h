@@ -72,7 +72,8 @@ Checkpoint load_any_checkpoint(const std::string& path, bool keep_stored = false
 // The tokenizer that comes with the weights at `path`, as make_tokenizer
 // names it: a GGUF file's own (when it has tokenizer.ggml.*), a Hugging Face
 // folder's tokenizer.json (when there is one); otherwise `configured`, the
-// tokenizer the checkpoint's config names.
+// tokenizer the checkpoint's config names, a relative file name read beside
+// the checkpoint (`nabla train` writes its tokenizer there).
 std::string checkpoint_tokenizer(const std::string& path, const std::string& configured);
 
 }  // namespace nabla::models
