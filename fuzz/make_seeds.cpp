@@ -190,6 +190,36 @@ void gpt2_vocab_seeds() {
   for (PreTokenizer p : {PreTokenizer::gpt2, PreTokenizer::llama3, PreTokenizer::qwen2, PreTokenizer::digits}) {
     BpeTokenizer::train(text + text, 280, p)->save_json(seed_path("tokenizer_json", pre_tokenizer_name(p)));
   }
+  // SentencePiece-style BPE (Llama 2's form): U+2581 pieces, <0xXX> bytes,
+  // the legacy normalizer, then a Metaspace pre-tokenizer instead.
+  const std::string m = "\u2581";
+  nlohmann::json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  int piece_id = 259;
+  for (const std::string& piece : {m, std::string("t"), std::string("h"), std::string("e"), m + "t", std::string("he"), m + "the"}) {
+    vocab[piece] = piece_id++;
+  }
+  nlohmann::json spm = {
+      {"added_tokens",
+       {{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+        {{"id", 1}, {"content", "<s>"}, {"special", true}},
+        {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", m}}, {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"model",
+       {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true}, {"vocab", vocab},
+        {"merges", {m + " t", "h e", m + "t he"}}}}};
+  write_bytes(seed_path("tokenizer_json", "spm_legacy"), spm.dump());
+  spm["normalizer"] = nullptr;
+  spm["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}, {"split", true}};
+  write_bytes(seed_path("tokenizer_json", "spm_metaspace"), spm.dump());
 }
 
 void checkpoint_seeds() {

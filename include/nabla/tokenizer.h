@@ -34,7 +34,10 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   // Any bytes are accepted; bytes that are not valid UTF-8 are encoded as
-  // themselves, so decode(encode(s)) == s for every s.
+  // themselves, so decode(encode(s)) == s for every s (SentencePiece-style
+  // BPE excepted: as Hugging Face's, its decode drops the marker put before
+  // the text, and with it a leading space under Metaspace, and keeps one
+  // put after each added token in its legacy form).
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   // UsageError when an id is outside [0, vocab_size()).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
@@ -100,11 +103,16 @@ class BpeTokenizer : public Tokenizer {
 
   // Hugging Face's tokenizer.json: model BPE over GPT-2's byte alphabet
   // (merges as "a b" strings or [a, b] pairs, ignore_merges honoured), no
-  // normalizer, a pre-tokenizer that is one of the patterns above (ByteLevel
-  // with use_regex; a Split of Llama 3's or Qwen2's regex, Isolated, then
-  // ByteLevel without; Digits with individual_digits, then ByteLevel), and
-  // added tokens (matched in the text first, leftmost-longest; lstrip and
-  // rstrip honoured). IoError naming the file and the part for anything else.
+  // normalizer or NFC, a pre-tokenizer that is one of the patterns above
+  // (ByteLevel with use_regex; a Split of Llama 3's or Qwen2's regex,
+  // Isolated, then ByteLevel without; Digits with individual_digits, then
+  // ByteLevel); or SentencePiece-style BPE as Llama 2's and Mistral's are
+  // converted (pieces with U+2581 for spaces, <0xXX> byte fallback, <unk>,
+  // the legacy Prepend + Replace normalizer or a Metaspace pre-tokenizer;
+  // merges in Hugging Face's order; read only: save_json and
+  // gguf_vocabulary refuse it). Added tokens are matched in the text first,
+  // leftmost-longest, lstrip and rstrip honoured. IoError naming the file
+  // and the part for anything else.
   // A TemplateProcessing post-processor's leading special tokens (alone or
   // in a Sequence) are prefix_ids(); encode() adds nothing.
   static std::unique_ptr<BpeTokenizer> from_json(const std::string& path);

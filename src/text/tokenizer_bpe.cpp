@@ -8,6 +8,8 @@
 // and BPE merges pairs of ids. Added tokens are spelled as their text.
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -106,6 +108,21 @@ struct BpeTokenizer::Impl {
   PreTokenizer pre = PreTokenizer::gpt2;
   bool ignore_merges = false;
   bool nfc = false;  // the text between added tokens is put in NFC first (Qwen2's normalizer)
+  // SentencePiece's BPE as tokenizer.json holds it (Llama 2, Mistral): tokens
+  // are text with U+2581 for a space, a piece starts as its characters, a
+  // character the vocabulary lacks as its bytes' <0xXX> tokens (else <unk>).
+  struct Pieces {
+    bool on = false;
+    // Where the space marker goes before a segment (the text between added
+    // tokens): legacy, every segment (a Prepend normalizer, then spaces
+    // replaced); first / always (Metaspace): after the replacing, unless
+    // the segment starts with one, the text's first segment / every one.
+    enum class Prepend { legacy, first, always, never } prepend = Prepend::legacy;
+    bool split = false;  // Metaspace's split: a piece before every marker
+    std::array<int32_t, 256> byte_token{};  // <0xXX>, or -1
+    int32_t unk = -1;
+    bool fuse_unk = false;
+  } pieces;
   std::vector<std::string> id_bytes;  // [vocab] each token's bytes ("" for unused ids)
   std::array<int32_t, 256> byte_id{};
   std::unordered_map<std::string, int32_t> bytes_id;  // model tokens by their bytes
@@ -140,8 +157,24 @@ struct BpeTokenizer::Impl {
   void finish(const std::string& where);  // checks every byte has a token
   std::vector<int32_t> bpe(std::string_view piece) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
-  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
+  // `text` is the whole input's first segment (SentencePiece's prepending).
+  void encode_text(std::string_view text, std::vector<int32_t>& out, bool first = true) const;
+  void encode_pieces(std::string_view text, bool first, std::vector<int32_t>& out) const;
 };
+
+namespace {
+
+constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+
+// Hugging Face's BPE merge order: the adjacent pair of lowest rank first,
+// the leftmost of equal ranks, until no adjacent pair has a rank; a heap of
+// candidate pairs over a linked list of symbols, so a long piece (a whole
+// segment, as SentencePiece's tokenizers have no pre-tokenizer) costs
+// n log n.
+std::vector<int32_t> merge_symbols(std::vector<int32_t> word,
+                                   const std::unordered_map<uint64_t, BpeTokenizer::Impl::Merge>& merges);
+
+}  // namespace
 
 void BpeTokenizer::Impl::set_token(int32_t id, std::string bytes, const std::string& where) {
   if (id < 0 || id >= (1 << 24)) throw IoError(where + ": token id " + std::to_string(id) + " is out of range");
@@ -172,7 +205,8 @@ void BpeTokenizer::Impl::add_merge(std::string_view left, std::string_view right
   std::string bytes;
   for (int side = 0; side < 2; ++side) {
     const std::string_view token = side == 0 ? left : right;
-    auto it = from_alphabet(token, bytes) ? bytes_id.find(bytes) : bytes_id.end();
+    if (pieces.on) bytes = token;
+    auto it = pieces.on || from_alphabet(token, bytes) ? bytes_id.find(bytes) : bytes_id.end();
     if (it == bytes_id.end()) throw IoError(where + ": " + show(token) + missing);
     ids[side] = it->second;
   }
@@ -252,9 +286,109 @@ void BpeTokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_
   cache.emplace(std::move(key), std::move(ids));
 }
 
-void BpeTokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+void BpeTokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& out, bool first) const {
   const std::string normalized = nfc ? text::nfc(text) : std::string();
-  for (std::string_view piece : pre_tokenize(nfc ? std::string_view(normalized) : text, pre)) encode_piece(piece, out);
+  const std::string_view input = nfc ? std::string_view(normalized) : text;
+  if (pieces.on) return encode_pieces(input, first, out);
+  for (std::string_view piece : pre_tokenize(input, pre)) encode_piece(piece, out);
+}
+
+namespace {
+
+std::vector<int32_t> merge_symbols(std::vector<int32_t> word,
+                                   const std::unordered_map<uint64_t, BpeTokenizer::Impl::Merge>& merges) {
+  const size_t n = word.size();
+  if (n < 2) return word;
+  std::vector<size_t> prev(n), next(n);
+  std::vector<bool> alive(n, true);
+  for (size_t i = 0; i < n; ++i) {
+    prev[i] = i == 0 ? SIZE_MAX : i - 1;
+    next[i] = i + 1 < n ? i + 1 : SIZE_MAX;
+  }
+  struct Candidate {
+    int32_t rank;
+    size_t left;
+    int32_t a, b;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  const auto offer = [&](size_t left) {
+    if (left == SIZE_MAX || next[left] == SIZE_MAX) return;
+    auto it = merges.find(pair_key(word[left], word[next[left]]));
+    if (it != merges.end()) heap.push({it->second.rank, left, word[left], word[next[left]]});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) offer(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    // Stale: the left symbol merged away, or its neighbour changed since.
+    if (!alive[c.left] || word[c.left] != c.a || next[c.left] == SIZE_MAX || word[next[c.left]] != c.b) continue;
+    const size_t right = next[c.left];
+    word[c.left] = merges.at(pair_key(c.a, c.b)).id;
+    alive[right] = false;
+    next[c.left] = next[right];
+    if (next[right] != SIZE_MAX) prev[next[right]] = c.left;
+    offer(prev[c.left]);
+    offer(c.left);
+  }
+  std::vector<int32_t> out;
+  for (size_t i = 0; i != SIZE_MAX; i = next[i]) out.push_back(word[i]);
+  return out;
+}
+
+}  // namespace
+
+void BpeTokenizer::Impl::encode_pieces(std::string_view text, bool first, std::vector<int32_t>& out) const {
+  using Prepend = Pieces::Prepend;
+  if (text.empty()) return;
+  std::string s;
+  s.reserve(text.size() + 8);
+  if (pieces.prepend == Prepend::legacy) s += kSpaceMarker;
+  for (char c : text) {
+    if (c == ' ') s += kSpaceMarker;
+    else s += c;
+  }
+  if ((pieces.prepend == Prepend::always || (pieces.prepend == Prepend::first && first)) && !s.starts_with(kSpaceMarker)) {
+    s.insert(0, kSpaceMarker);
+  }
+  // The pieces: the whole, or (split) each marker with what follows it.
+  std::vector<std::string_view> parts;
+  const std::string_view all(s);
+  if (!pieces.split) {
+    parts.push_back(all);
+  } else {
+    size_t start = 0;
+    for (size_t at = all.find(kSpaceMarker, 1); at != std::string_view::npos; at = all.find(kSpaceMarker, at + 1)) {
+      parts.push_back(all.substr(start, at - start));
+      start = at;
+    }
+    parts.push_back(all.substr(start));
+  }
+  std::vector<int32_t> word;
+  for (std::string_view part : parts) {
+    word.clear();
+    bool unk_open = false;  // the last symbol is an <unk> that fuse_unk extends
+    for (size_t pos = 0, len = 0; pos < part.size(); pos += len) {
+      text::decode_utf8(part, pos, len);
+      auto it = bytes_id.find(std::string(part.substr(pos, len)));
+      if (it != bytes_id.end()) {
+        word.push_back(it->second);
+        unk_open = false;
+        continue;
+      }
+      bool fallback = true;
+      for (size_t k = 0; k < len; ++k) fallback = fallback && pieces.byte_token[static_cast<uint8_t>(part[pos + k])] >= 0;
+      if (fallback) {
+        for (size_t k = 0; k < len; ++k) word.push_back(pieces.byte_token[static_cast<uint8_t>(part[pos + k])]);
+        unk_open = false;
+      } else if (!(unk_open && pieces.fuse_unk)) {
+        word.push_back(pieces.unk);
+        unk_open = true;
+      }
+    }
+    for (int32_t id : merge_symbols(std::move(word), merges)) out.push_back(id);
+    word = {};
+  }
 }
 
 BpeTokenizer::BpeTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -290,11 +424,11 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
     if (hit->rstrip) {
       while (after < text.size() && is_space(text[after])) ++after;
     }
-    impl_->encode_text(text.substr(from, before - from), ids);
+    impl_->encode_text(text.substr(from, before - from), ids, from == 0);
     ids.push_back(hit->id);
     from = i = after;
   }
-  impl_->encode_text(text.substr(from), ids);
+  impl_->encode_text(text.substr(from), ids, from == 0);
   return ids;
 }
 
@@ -307,7 +441,20 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
     }
     text += impl_->id_bytes[size_t(ids[i])];
   }
-  return text;
+  if (!impl_->pieces.on) return text;
+  // SentencePiece's pieces: <0xXX> tokens are their bytes (id_bytes holds
+  // them so), markers are spaces, and the marker put before the text goes.
+  std::string spaced;
+  for (size_t at = 0; at < text.size();) {
+    if (text.compare(at, kSpaceMarker.size(), kSpaceMarker) == 0) {
+      spaced += ' ';
+      at += kSpaceMarker.size();
+    } else {
+      spaced += text[at++];
+    }
+  }
+  if (impl_->pieces.prepend != Impl::Pieces::Prepend::never && spaced.starts_with(' ')) spaced.erase(0, 1);
+  return spaced;
 }
 
 int32_t BpeTokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_bytes.size()); }
@@ -421,19 +568,47 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
   if (!model.is_object() || model.value("type", "") != "BPE") {
     throw fail("model.type must be \"BPE\" (byte-level BPE), got " + (model.is_object() ? model.value("type", json()).dump() : model.dump()));
   }
-  const json normalizer = j.value("normalizer", json());
-  if (!normalizer.is_null() && normalizer != json{{"type", "NFC"}}) {
-    throw fail("normalizer " + normalizer.dump().substr(0, 100) + " is not supported (nabla reads NFC, or none)");
-  }
+  // SentencePiece's BPE (Llama 2, Mistral): a legacy Prepend + Replace
+  // normalizer, or a Metaspace pre-tokenizer; byte-level BPE otherwise.
+  const std::string marker(kSpaceMarker);
+  const json legacy = {{"type", "Sequence"},
+                       {"normalizers",
+                        {{{"type", "Prepend"}, {"prepend", marker}},
+                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", marker}}}}};
+  const json normalizer = j.value("normalizer", json()), pre_tokenizer = j.value("pre_tokenizer", json());
+  const bool metaspace = pre_tokenizer.is_object() && pre_tokenizer.value("type", "") == "Metaspace";
   auto impl = std::make_unique<Impl>();
-  impl->nfc = !normalizer.is_null();
+  Impl::Pieces& pieces = impl->pieces;
+  pieces.on = normalizer == legacy || metaspace;
+  if (!normalizer.is_null() && normalizer != json{{"type", "NFC"}} && normalizer != legacy) {
+    throw fail("normalizer " + normalizer.dump().substr(0, 100) +
+               " is not supported (nabla reads NFC, SentencePiece's Prepend + Replace, or none)");
+  }
+  impl->nfc = normalizer == json{{"type", "NFC"}};
   impl->byte_id.fill(-1);
-  impl->pre = parse_pre_tokenizer_json(j.value("pre_tokenizer", json()), path);
+  pieces.byte_token.fill(-1);
+  if (!pieces.on) {
+    impl->pre = parse_pre_tokenizer_json(pre_tokenizer, path);
+  } else if (metaspace) {
+    using Prepend = Impl::Pieces::Prepend;
+    const std::string scheme = pre_tokenizer.value("prepend_scheme", pre_tokenizer.value("add_prefix_space", true) ? "always" : "never");
+    if (pre_tokenizer.value("replacement", marker) != marker || (scheme != "first" && scheme != "always" && scheme != "never")) {
+      throw fail("pre_tokenizer " + pre_tokenizer.dump().substr(0, 100) + " is not supported (Metaspace with U+2581, "
+                 "prepend_scheme first, always or never)");
+    }
+    pieces.prepend = scheme == "first" ? Prepend::first : scheme == "always" ? Prepend::always : Prepend::never;
+    pieces.split = pre_tokenizer.value("split", true);
+  } else if (!pre_tokenizer.is_null()) {
+    throw fail("pre_tokenizer " + pre_tokenizer.dump().substr(0, 100) + " is not supported after SentencePiece's normalizer");
+  }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const json v = model.value(key, json());
     if (!v.is_null() && v != "") throw fail("model." + std::string(key) + " " + v.dump() + " is not supported");
   }
-  if (model.value("byte_fallback", false)) throw fail("model.byte_fallback is not supported (byte-level BPE has every byte)");
+  if (model.value("byte_fallback", false) && !pieces.on) {
+    throw fail("model.byte_fallback is not supported (byte-level BPE has every byte)");
+  }
+  pieces.fuse_unk = model.value("fuse_unk", false);
   if (!model.value("dropout", json()).is_null()) throw fail("model.dropout is not supported");
   impl->ignore_merges = model.value("ignore_merges", false);
 
@@ -449,12 +624,37 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
       throw fail("model.vocab[" + show(token) + "] is " + id.dump() + ", expected an id in [0, " +
                  std::to_string(tokens) + ")");
     }
+    if (pieces.on) {
+      // <0xXX>: byte XX where a character is not a token (decoded as it).
+      unsigned byte = 0;
+      if (token.size() == 6 && std::sscanf(token.c_str(), "<0x%2X>", &byte) == 1 && token[5] == '>') {
+        if (size_t(id.get<int64_t>()) >= impl->id_bytes.size()) impl->id_bytes.resize(size_t(id.get<int64_t>()) + 1);
+        impl->id_bytes[size_t(id.get<int64_t>())] = std::string(1, char(byte));
+        pieces.byte_token[byte] = id.get<int32_t>();
+        continue;
+      }
+      impl->set_token(id.get<int32_t>(), token, path + ": model.vocab");
+      continue;
+    }
     if (!from_alphabet(token, bytes)) {
       throw fail("model.vocab token " + show(token) + " has a character outside GPT-2's byte alphabet (not byte-level BPE)");
     }
     impl->set_token(id.get<int32_t>(), bytes, path + ": model.vocab");
   }
-  impl->finish(path);
+  if (pieces.on) {
+    const json unk = model.value("unk_token", json());
+    if (unk.is_string()) {
+      auto it = vocab.find(unk.get<std::string>());
+      if (it == vocab.end()) throw fail("model.unk_token " + unk.dump() + " is not in model.vocab");
+      pieces.unk = it->get<int32_t>();
+    }
+    // A character with neither a token nor bytes to fall back on.
+    if (pieces.unk < 0 && std::any_of(pieces.byte_token.begin(), pieces.byte_token.end(), [](int32_t t) { return t < 0; })) {
+      throw fail("model.unk_token is missing and not every byte has a <0xXX> token");
+    }
+  } else {
+    impl->finish(path);
+  }
   const json merges = model.value("merges", json());
   if (!merges.is_array()) throw fail("model.merges must be an array");
   for (size_t k = 0; k < merges.size(); ++k) {
@@ -501,6 +701,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
 
 void BpeTokenizer::save_json(const std::string& path) const {
   const Impl& m = *impl_;
+  if (m.pieces.on) throw UsageError(path + ": writing a SentencePiece-style tokenizer.json is not supported (copy the file)");
   json vocab = json::object(), merges = json::array(), added = json::array();
   for (const auto& [bytes, id] : m.bytes_id) vocab[to_alphabet(bytes)] = id;
   for (const auto& [a, b] : m.merge_list) {
@@ -701,6 +902,10 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::bytes_only() {
 
 GgufVocabulary BpeTokenizer::gguf_vocabulary() const {
   const Impl& m = *impl_;
+  if (m.pieces.on) {
+    throw UsageError("tokenizer: a SentencePiece-style vocabulary (llama.cpp's \"llama\" model, with scores) cannot be "
+                     "written to GGUF yet");
+  }
   if (m.pre == PreTokenizer::llama3 && !m.ignore_merges) {
     throw UsageError("tokenizer: llama.cpp ignores merges for Llama 3's pattern (llama-bpe) and this tokenizer does "
                      "not: its GGUF would tokenize differently");

@@ -11,6 +11,9 @@
 //     (its ids on one line). MAX_BYTES bounds the fortune text used.
 //   node bpe_reference.js compare EXPECTED ACTUAL
 //     compares two id files line by line and token by token
+//   node bpe_reference.js decode TOKENIZER.json IDS OUT
+//     writes each line of ids decoded by @huggingface/tokenizers (special
+//     tokens kept), one text per line
 //
 // Texts are left out where this encoder's pattern is not GPT-2's: JavaScript's
 // \s includes U+FEFF and excludes U+0085, Python's `regex` (GPT-2's) the
@@ -47,7 +50,9 @@ const HAND = [
   "combining e\u0301 a\u0308 n\u0303",
   // NFC's cases: marks to compose, to reorder, excluded compositions, singletons, Hangul jamo
   "decomposed cafe\u0301 Vie\u0323\u0302t a\u0302\u0323 q\u0307\u0323 \u1e0b\u0323 \u03b1\u0313\u0301 e\u0300\u0301",
-  "\u212b \u2126 \u212a \u0958 \u2adc \u1100\u1161\u11a8 \uac00\u11a8 \u0301x", "\ufb01 ligature \ufb02", "\ud835\udd18\ud835\udd2b\ud835\udd26 math letters",
+  "\u212b \u2126 \u212a \u0958 \u2adc \u1100\u1161\u11a8 \uac00\u11a8 \u0301x",
+  // SentencePiece's special tokens inside text (plain text to the byte-level ones)
+  "one</s>two <s> three", "<s>lead", " <unk>x", "\ufb01 ligature \ufb02", "\ud835\udd18\ud835\udd2b\ud835\udd26 math letters",
   "\u01c5 titlecase \u01c8", "\u02b0 modifier \u02b2", "ideographic\u3000space", "em\u2003space en\u2002space",
   "non\u00a0breaking\u00a0space", "narrow\u202fnbsp", "ogham\u1680space", "zero\u200bwidth\u200cjoiner\u200d",
   "math \u2211\u222b\u221a\u221e \u2260 \u2264 \u2265 \u00b1", "arrows \u2192 \u2190 \u2191 \u2193", "box \u2500\u2502\u250c\u2510",
@@ -188,12 +193,22 @@ function compare(expectedFile, actualFile, textFile) {
   return lines === expected.length && actual.length === expected.length;
 }
 
+function decode(spec, idsFile, out) {
+  const { Tokenizer } = require(path.join(__dirname, "node_modules", "@huggingface", "tokenizers"));
+  const tok = new Tokenizer(JSON.parse(fs.readFileSync(spec, "utf8")), {});
+  const texts = readIds(idsFile).map((ids) => (ids.length ? tok.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false }) : ""));
+  fs.writeFileSync(out, texts.map((t) => t + "\n").join(""));
+}
+
 const [mode, ...args] = process.argv.slice(2);
 if (mode === "write" && args.length >= 2) {
   write(args[0], args[1], args[2], args[3]);
+} else if (mode === "decode" && args.length === 3) {
+  decode(args[0], args[1], args[2]);
 } else if (mode === "compare" && args.length >= 2) {
   process.exit(compare(args[0], args[1], args[2]) ? 0 : 1);
 } else {
-  console.error("usage: bpe_reference.js write ENCODER WORK_DIR [FORTUNES_DIR [MAX_BYTES]] | compare EXPECTED ACTUAL [TEXTS]");
+  console.error("usage: bpe_reference.js write ENCODER WORK_DIR [FORTUNES_DIR [MAX_BYTES]] | compare EXPECTED ACTUAL [TEXTS] " +
+    "| decode TOKENIZER.json IDS OUT");
   process.exit(2);
 }

@@ -10,8 +10,14 @@
 #                   that file with ignore_merges on, as Llama 3's has it
 #   qwen2_trained, digits_trained   Qwen2's pattern, SmolLM2's digit split
 #   qwen2_nfc       qwen2_trained with Qwen2's NFC normalizer
+#   spm_legacy, spm_metaspace   SentencePiece-style BPE as Hugging Face
+#                   converts Llama 2's (make_spm_tokenizer.js: U+2581 pieces,
+#                   <0xXX> byte fallback, the legacy Prepend + Replace
+#                   normalizer or a Metaspace pre-tokenizer)
 # Every id must be the same, and decoding the ids must give the text back
-# (in NFC for qwen2_nfc).
+# (in NFC for qwen2_nfc; for the SentencePiece ones, the text
+# @huggingface/tokenizers decodes from the same ids, which drops a leading
+# space under Metaspace).
 # Usage: hf_tokenizers.sh NABLA_BIN WORK_DIR
 # Fails, never skips, when Node.js, npm or the registry is missing.
 set -eu
@@ -43,9 +49,16 @@ const j = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
 j.normalizer = {type: "NFC"};
 fs.writeFileSync(process.argv[2], JSON.stringify(j));
 ' "$work/qwen2_trained.json" "$work/qwen2_nfc.json"
+# shellcheck disable=SC2046
+cat $(find "$fortunes" -maxdepth 1 -type f ! -name '*.*' | sort | head -n 5) | head -c 300000 >"$work/spm_text.txt"
+for style in legacy metaspace; do
+  node "$here/make_spm_tokenizer.js" "$work/spm_text.txt" "$work/spm_$style.json" 700 $style >/dev/null ||
+    fail "make_spm_tokenizer.js $style failed"
+done
 
 status=0
-for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained qwen2_nfc digits_trained; do
+for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained qwen2_nfc digits_trained spm_legacy \
+  spm_metaspace; do
   json="$work/$name.json" dir="$work/$name"
   mkdir -p "$dir"
   echo "== $name"
@@ -57,6 +70,10 @@ for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained 
   node "$here/bpe_reference.js" compare "$dir/whole.ids" "$dir/whole.actual" || status=1
   tokenize --decode <"$dir/lines.ids" >"$dir/lines.decoded" || fail "nabla tokenize --decode failed"
   want="$dir/lines.txt"
+  if [ "${name#spm_}" != "$name" ]; then
+    want="$dir/lines.hf_decoded"
+    node "$here/bpe_reference.js" decode "$json" "$dir/lines.ids" "$want" || fail "@huggingface/tokenizers could not decode"
+  fi
   if [ $name = qwen2_nfc ]; then
     want="$dir/lines.nfc"
     node -e 'process.stdout.write(require("fs").readFileSync(0, "utf8").normalize("NFC"))' <"$dir/lines.txt" >"$want"
@@ -65,4 +82,4 @@ for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained 
   cmp -s "$want" "$dir/lines.decoded" || { echo "decoding $dir/lines.ids does not give $want back"; status=1; }
 done
 [ $status -eq 0 ] || fail "nabla's ids differ from @huggingface/tokenizers' (texts and ids in $work)"
-echo "ok: nabla encodes as @huggingface/tokenizers with all seven tokenizer.json files, and decodes back to the text"
+echo "ok: nabla encodes as @huggingface/tokenizers with all nine tokenizer.json files, and decodes back to the text"

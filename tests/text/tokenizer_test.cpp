@@ -417,6 +417,61 @@ TEST(TokenizerBpe, NfcNormalizerComposesFirst) {
   EXPECT_EQ(again->encode("cafe\u0301"), tok->encode("caf\u00e9"));
 }
 
+// SentencePiece-style BPE (Llama 2's tokenizer.json): pieces with U+2581 for
+// spaces, merges by rank, unknown characters as <unk> (fused), the marker
+// before every segment (legacy) or the text's first (Metaspace first).
+TEST(TokenizerBpe, SentencePiecePieces) {
+  TempDir dir;
+  const std::string m = "\u2581";
+  nlohmann::json j = {
+      {"added_tokens",
+       {{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+        {{"id", 1}, {"content", "<s>"}, {"special", true}},
+        {{"id", 2}, {"content", "</s>"}, {"special", true}}}},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", m}}, {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"model",
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", true},
+        {"vocab", {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}, {m, 3}, {"a", 4}, {"b", 5}, {m + "a", 6}, {"ab", 7}, {m + "ab", 8}}},
+        {"merges", {m + " a", "a b", m + "a b"}}}}};
+  write_text(dir.file("legacy.json"), j.dump());
+  auto legacy = BpeTokenizer::from_json(dir.file("legacy.json"));
+  EXPECT_EQ(legacy->encode("ab ab"), (std::vector<int32_t>{8, 8}));
+  EXPECT_EQ(legacy->encode("abc"), (std::vector<int32_t>{8, 0}));
+  EXPECT_EQ(legacy->encode("cc"), (std::vector<int32_t>{3, 0}));  // one <unk> for both
+  EXPECT_EQ(legacy->encode("a</s>b"), (std::vector<int32_t>{6, 2, 3, 5}));
+  EXPECT_EQ(legacy->decode(std::vector<int32_t>{8, 8}), "ab ab");
+  EXPECT_EQ(legacy->eot_id(), 2);
+  EXPECT_THROW(legacy->save_json(dir.file("back.json")), UsageError);
+  EXPECT_THROW(legacy->gguf_vocabulary(), UsageError);
+
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}, {"split", false}};
+  write_text(dir.file("metaspace.json"), j.dump());
+  auto metaspace = BpeTokenizer::from_json(dir.file("metaspace.json"));
+  EXPECT_EQ(metaspace->encode("a</s>b"), (std::vector<int32_t>{6, 2, 5}));
+  EXPECT_EQ(metaspace->encode(" ab"), (std::vector<int32_t>{8}));  // a leading space is the marker itself
+
+  j["pre_tokenizer"]["replacement"] = "_";
+  write_text(dir.file("bad.json"), j.dump());
+  EXPECT_THROW(BpeTokenizer::from_json(dir.file("bad.json")), IoError);
+  j["pre_tokenizer"]["replacement"] = m;
+  j["model"].erase("unk_token");
+  write_text(dir.file("bad.json"), j.dump());
+  try {
+    BpeTokenizer::from_json(dir.file("bad.json"));
+    ADD_FAILURE() << "no error for a vocabulary without <unk> or byte tokens";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("unk_token"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TokenizerBpe, UnsupportedTokenizerJsonIsAnIoErrorNamingTheFile) {
   TempDir dir;
   auto tok = BpeTokenizer::train("aaa bbb aaa bbb ccc ccc", 260, PreTokenizer::gpt2);
