@@ -12,6 +12,7 @@
 #include "nabla/models/llama.h"
 #include "nabla/models/lora.h"
 #include "nabla/checkpoint.h"
+#include "nabla/io.h"
 #include "nabla/tokenizer.h"
 
 namespace nabla::cli {
@@ -62,15 +63,20 @@ int run_export_hf(const ExportArgs& a) {
   models::LlamaConfig cfg = models::llama_config_from_checkpoint(ckpt);
   models::Llama model(cfg, 0);
   load_params(ckpt, model.params());
-  // The tokenizer beside the weights, where it is byte-level BPE (byte
-  // checkpoints get none: Hugging Face has no byte tokenizer.json).
+  // The tokenizer beside the weights, where it is BPE (byte checkpoints get
+  // none: Hugging Face has no byte tokenizer.json): a tokenizer.json copied
+  // as it is, a GGUF model's vocabulary written as one.
   const std::string tokenizer =
       a.tokenizer.empty() ? models::checkpoint_tokenizer(a.checkpoint, cfg.tokenizer) : a.tokenizer;
   std::unique_ptr<Tokenizer> tok = tokenizer == "byte" ? nullptr : make_tokenizer(tokenizer, a.vocab);
   const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
-  if (tok && !bpe) throw UsageError("export hf: tokenizer " + tokenizer + " is not byte-level BPE");
+  if (tok && !bpe) throw UsageError("export hf: tokenizer " + tokenizer + " is not BPE");
   save_hf_folder(a.out, cfg.to_json(), model.params());
-  if (bpe) bpe->save_json(a.out + "/tokenizer.json");
+  if (bpe && tokenizer.ends_with(".json")) {
+    write_file_atomic(a.out + "/tokenizer.json", read_file(tokenizer));
+  } else if (bpe) {
+    bpe->save_json(a.out + "/tokenizer.json");
+  }
   fmt::print("wrote {}/config.json, model.safetensors{} ({} parameters)\n", a.out,
              bpe ? " and tokenizer.json" : "", model.params().count());
   return kExitOk;
