@@ -8,7 +8,6 @@
 // and BPE merges pairs of ids. Added tokens are spelled as their text.
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -38,6 +37,20 @@ constexpr const char* kLlama3Regex =
 constexpr const char* kQwen2Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
+
+// The byte a SentencePiece fallback piece "<0xXX>" stands for, or -1 for any
+// other token (two hex digits exactly: sscanf's %X would take a sign).
+int byte_piece(const std::string& token) {
+  auto digit = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
+  const int high = digit(token[3]), low = digit(token[4]);
+  return high < 0 || low < 0 ? -1 : high * 16 + low;
+}
 
 // GPT-2's bytes_to_unicode(): the printable bytes ! .. ~, ¡ .. ¬ and ® .. ÿ
 // stand for themselves; the other 68 bytes, in increasing order, become
@@ -626,8 +639,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
     }
     if (pieces.on) {
       // <0xXX>: byte XX where a character is not a token (decoded as it).
-      unsigned byte = 0;
-      if (token.size() == 6 && std::sscanf(token.c_str(), "<0x%2X>", &byte) == 1 && token[5] == '>') {
+      int byte = byte_piece(token);
+      if (byte >= 0) {
         if (size_t(id.get<int64_t>()) >= impl->id_bytes.size()) impl->id_bytes.resize(size_t(id.get<int64_t>()) + 1);
         impl->id_bytes[size_t(id.get<int64_t>())] = std::string(1, char(byte));
         pieces.byte_token[byte] = id.get<int32_t>();

@@ -451,6 +451,15 @@ TEST(TokenizerBpe, SentencePiecePieces) {
   EXPECT_THROW(legacy->save_json(dir.file("back.json")), UsageError);
   EXPECT_THROW(legacy->gguf_vocabulary(), UsageError);
 
+  // Byte pieces are "<0x" two hex digits ">"; anything else is an ordinary token.
+  nlohmann::json bytes = j;
+  bytes["model"]["vocab"]["<0x63>"] = 9;
+  bytes["model"]["vocab"]["<0x-A>"] = 10;  // sscanf("%2X") read this as byte -10
+  write_text(dir.file("bytes.json"), bytes.dump());
+  auto with_bytes = BpeTokenizer::from_json(dir.file("bytes.json"));
+  EXPECT_EQ(with_bytes->encode("abc"), (std::vector<int32_t>{8, 9}));
+  EXPECT_EQ(with_bytes->decode(std::vector<int32_t>{8, 9, 10}), "abc<0x-A>");
+
   j["normalizer"] = nullptr;
   j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}, {"split", false}};
   write_text(dir.file("metaspace.json"), j.dump());
