@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   });
   fuzz::expect_clean(path, [&] {
     auto tok = BpeTokenizer::from_gguf(path);
-    const std::vector<int32_t> ids = tok->encode("fuzz <|endoftext|> 1234 東京 🙂\n");
+    const std::vector<int32_t> ids = tok->encode("fuzz <|endoftext|> 1234 東京 🙂\n</s>fuzzz \xF0\x9F");
     volatile size_t keep = tok->decode(ids).size();
     (void)keep;
   });

@@ -91,6 +91,20 @@ void gguf_seeds() {
   GgufWriter empty;
   empty.set("general.name", "no tensors");
   empty.write(seed_path("gguf", "metadata_only"));
+  // A SentencePiece-style vocabulary (tokenizer.ggml.model "llama") alone.
+  const std::string m = "\u2581";
+  GgufWriter spm;
+  spm.set("tokenizer.ggml.model", "llama");
+  spm.set("tokenizer.ggml.tokens", std::vector<std::string>{"<unk>", "<s>", "</s>", m, "f", "u", "z", m + "f", "fu",
+                                                           "zz", m + "fu", "<0x0A>", "<0xF0>", "[pad]"});
+  spm.set("tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6, 6, 5});
+  spm.set("tokenizer.ggml.scores", std::vector<float>{0, 0, 0, -9, -9, -9, -9, -1, -2, -3, -4, 0, 0, 0});
+  spm.set("tokenizer.ggml.bos_token_id", uint32_t{1});
+  spm.set("tokenizer.ggml.eos_token_id", uint32_t{2});
+  spm.set("tokenizer.ggml.unknown_token_id", uint32_t{0});
+  spm.set("tokenizer.ggml.add_bos_token", true);
+  spm.set("tokenizer.ggml.add_space_prefix", true);
+  spm.write(seed_path("gguf", "spm_vocabulary"));
   GgufWriter quants;
   for (GgmlType t : {GgmlType::f16, GgmlType::bf16, GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
     quants.add_tensor(std::string("w.") + ggml_type_name(t), ramp(DType::f32, {1, 256}), t);

@@ -79,7 +79,9 @@ Tensor transposed(const Tensor& w) {
 }
 
 // The tokenizer `name` (as make_tokenizer takes it) as tokenizer.ggml.*:
-// byte-level BPE. "byte" is a vocabulary of the 256 bytes without merges, so
+// byte-level BPE, or SentencePiece-style pieces with scores (model "llama",
+// from a Llama-2-style tokenizer.json or GGUF). "byte" is a vocabulary of
+// the 256 bytes without merges, so
 // llama.cpp's BPE yields exactly the byte ids; it has no end-of-text token
 // (nabla separates documents with '\n', so that is BOS, EOS and EOT).
 // Otherwise the end-of-text token is EOS and EOT, and BOS unless the
@@ -97,7 +99,7 @@ void add_vocab(const Checkpoint& ckpt, const std::string& name, int64_t vocab_si
     } else {
       std::unique_ptr<Tokenizer> tok = make_tokenizer(name, options.vocab_dir);
       const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
-      if (!bpe) throw UsageError("tokenizer " + name + " is not byte-level BPE");
+      if (!bpe) throw UsageError("tokenizer " + name + " is not BPE");
       v = bpe->gguf_vocabulary();
     }
   } catch (const Error& e) {
@@ -110,12 +112,19 @@ void add_vocab(const Checkpoint& ckpt, const std::string& name, int64_t vocab_si
   for (int64_t id = int64_t(v.tokens.size()); id < vocab_size; ++id) {
     v.tokens.push_back("[PAD" + std::to_string(id) + "]");
     v.types.push_back(kTokenUnused);
+    if (!v.scores.empty()) v.scores.push_back(0.0f);
   }
-  w.set("tokenizer.ggml.model", "gpt2");
-  w.set("tokenizer.ggml.pre", v.pre);
+  w.set("tokenizer.ggml.model", v.model);
   w.set("tokenizer.ggml.tokens", v.tokens);
   w.set("tokenizer.ggml.token_type", v.types);
-  w.set("tokenizer.ggml.merges", v.merges);
+  if (v.model == "llama") {
+    w.set("tokenizer.ggml.scores", v.scores);
+    w.set("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+    if (v.unk >= 0) w.set("tokenizer.ggml.unknown_token_id", uint32_t(v.unk));
+  } else {
+    w.set("tokenizer.ggml.pre", v.pre);
+    w.set("tokenizer.ggml.merges", v.merges);
+  }
   if (v.eot >= 0) {
     // llama.cpp ends generation at EOT and EOS; it finds GPT-2's EOT by its
     // text, the byte vocabulary's only from this key.
@@ -389,7 +398,9 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
 
   LlamaConfig c;
   c.model_type = arch;
-  if (const GgufValue* name = file.find_value("general.name"); name && name->type() == GgufType::string) {
+  // The name is kept where it can be (config JSON holds UTF-8 only).
+  if (const GgufValue* name = file.find_value("general.name");
+      name && name->type() == GgufType::string && valid_utf8(name->get<std::string>())) {
     c.preset = name->get<std::string>();
   }
   c.attention_bias = file.find("blk.0.attn_q.bias") != nullptr;

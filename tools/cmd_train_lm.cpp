@@ -113,7 +113,7 @@ void keep_tokenizer_beside(const std::string& save, const Tokenizer& tok, std::s
   }
   if (is_gguf_file(tokenizer)) {
     const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok);
-    if (!bpe) throw UsageError("train: the tokenizer of " + tokenizer + " is not byte-level BPE");
+    if (!bpe) throw UsageError("train: the tokenizer of " + tokenizer + " is not BPE");
     bpe->save_json(target.string());
   } else {
     write_file_atomic(target.string(), read_file(tokenizer));

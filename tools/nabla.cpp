@@ -452,7 +452,7 @@ int main(int argc, char** argv) {
   tokenize_cmd->add_option("--text", tokenize.text, "Corpus for --dataset-out: file or folder (default: fortunes)");
 
   TokenizerArgs tokenizer_args;
-  CLI::App* tokenizer_cmd = app.add_subcommand("tokenizer", "Byte-level BPE tokenizers as tokenizer.json");
+  CLI::App* tokenizer_cmd = app.add_subcommand("tokenizer", "BPE tokenizers as tokenizer.json");
   tokenizer_cmd->require_subcommand(0, 1);
   CLI::App* tok_train_cmd = tokenizer_cmd->add_subcommand("train", "Learn a byte-level BPE from a text");
   tok_train_cmd->add_option("--text", tokenizer_args.text, "Text file or folder (default: the installed fortunes)");

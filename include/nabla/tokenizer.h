@@ -66,39 +66,58 @@ PreTokenizer parse_pre_tokenizer(const std::string& name);
 const char* pre_tokenizer_name(PreTokenizer p);
 // The pieces `p` cuts `text` into, in order; their concatenation is `text`.
 std::vector<std::string_view> pre_tokenize(std::string_view text, PreTokenizer p);
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or
+// cut-off sequences), as JSON and GGUF strings must be.
+bool valid_utf8(std::string_view text);
 
-// A byte-level BPE vocabulary as GGUF's tokenizer.ggml.* keys hold it
-// (tokenizer.ggml.model "gpt2"), in llama.cpp's conventions.
+// A vocabulary as GGUF's tokenizer.ggml.* keys hold it, in llama.cpp's
+// conventions: byte-level BPE (model "gpt2") or SentencePiece-style pieces
+// with scores (model "llama": Llama 2, TinyLlama, Mistral).
 struct GgufVocabulary {
-  // tokenizer.ggml.pre: "gpt-2", "llama-bpe" (also "llama3", "llama-v3"),
-  // "qwen2" or "smollm": nabla's gpt2, llama3, qwen2 and digits patterns.
-  // llama.cpp ignores merges for llama-bpe, as Llama 3's tokenizer.json does.
+  std::string model = "gpt2";
+  // gpt2: tokenizer.ggml.pre, "gpt-2", "llama-bpe" (also "llama3",
+  // "llama-v3"), "qwen2" or "smollm": nabla's gpt2, llama3, qwen2 and digits
+  // patterns. llama.cpp ignores merges for llama-bpe, as Llama 3's
+  // tokenizer.json does.
   std::string pre;
-  // Normal tokens in GPT-2's byte alphabet; control and user-defined
-  // (added) tokens as their text; unused ids (padding) as any text.
+  // gpt2: normal tokens in GPT-2's byte alphabet; llama: pieces with U+2581
+  // for a space, byte tokens as "<0xXX>". Control and user-defined (added)
+  // tokens as their text; unused ids (padding) as any text.
   std::vector<std::string> tokens;
-  std::vector<int32_t> types;  // 1 normal, 3 control, 4 user-defined, 5 unused
-  std::vector<std::string> merges;  // "left right", by rank
-  int32_t eot = -1;                 // the end-of-text token, -1: none
-  int32_t bos = -1;                 // with add_bos, the token every input starts with
+  // 1 normal, 2 unknown (llama), 3 control, 4 user-defined, 5 unused, 6 byte (llama)
+  std::vector<int32_t> types;
+  std::vector<std::string> merges;  // gpt2: "left right", by rank
+  // llama: each token's score; adjacent pieces that make a token merge,
+  // the highest-scoring pair first (the leftmost of equal scores).
+  std::vector<float> scores;
+  int32_t eot = -1;  // the end-of-text token, -1: none
+  int32_t bos = -1;  // with add_bos, the token every input starts with
   bool add_bos = false;
+  int32_t unk = -1;              // llama: for a byte without a byte token
+  bool add_space_prefix = true;  // llama: a space before the text and after each added token
 };
 
 class BpeTokenizer : public Tokenizer {
  public:
   // The tokenizer a GGUF model file carries (tokenizer.ggml.*, read without
   // the weights), or one made from such a vocabulary (`where` names its
-  // source in errors). IoError naming the file and key for another model
-  // than "gpt2", a pre-tokenizer nabla does not implement, token types
-  // other than those above, tokens outside the byte alphabet, or merges of
-  // tokens the vocabulary lacks. Control and user-defined tokens are added
-  // tokens, matched in the text first.
+  // source in errors); it gives llama.cpp's ids. IoError naming the file
+  // and key for another model than "gpt2" or "llama", a pre-tokenizer nabla
+  // does not implement, token types other than those above, gpt2 tokens
+  // outside the byte alphabet or merges of tokens the vocabulary lacks,
+  // llama scores that are not one per token or not finite. Control and
+  // user-defined tokens are added tokens, matched in the text first.
   static std::unique_ptr<BpeTokenizer> from_gguf(const std::string& path);
   static std::unique_ptr<BpeTokenizer> from_gguf_vocabulary(const GgufVocabulary& v, const std::string& where);
   // This tokenizer as GGUF's vocabulary; the end-of-text token is a control
-  // token, a one-token prefix add_bos. UsageError for a Llama-3-pattern
+  // token, a one-token prefix add_bos. SentencePiece-style tokenizers are
+  // model "llama" with scores from the merges' order (a token scores minus
+  // the rank of the first merge that makes it), which llama.cpp merges by;
+  // a tokenizer.json converted from SentencePiece lists every split of a
+  // token as a merge, so the two agree. UsageError for a Llama-3-pattern
   // tokenizer that does not ignore merges (llama.cpp always does for that
-  // pattern), or a prefix of several tokens.
+  // pattern), a Metaspace split (llama.cpp never splits), or a prefix of
+  // several tokens.
   GgufVocabulary gguf_vocabulary() const;
 
   // Hugging Face's tokenizer.json: model BPE over GPT-2's byte alphabet
@@ -109,10 +128,9 @@ class BpeTokenizer : public Tokenizer {
   // ByteLevel); or SentencePiece-style BPE as Llama 2's and Mistral's are
   // converted (pieces with U+2581 for spaces, <0xXX> byte fallback, <unk>,
   // the legacy Prepend + Replace normalizer or a Metaspace pre-tokenizer;
-  // merges in Hugging Face's order; read only: save_json and
-  // gguf_vocabulary refuse it). Added tokens are matched in the text first,
-  // leftmost-longest, lstrip and rstrip honoured. IoError naming the file
-  // and the part for anything else.
+  // merges in Hugging Face's order). Added tokens are matched in the text
+  // first, leftmost-longest, lstrip and rstrip honoured. IoError naming the
+  // file and the part for anything else.
   // A TemplateProcessing post-processor's leading special tokens (alone or
   // in a Sequence) are prefix_ids(); encode() adds nothing.
   static std::unique_ptr<BpeTokenizer> from_json(const std::string& path);
@@ -128,7 +146,9 @@ class BpeTokenizer : public Tokenizer {
   ~BpeTokenizer() override;
 
   // tokenizer.json that from_json, and Hugging Face's tokenizers, read back
-  // as this tokenizer (written atomically).
+  // as this tokenizer (written atomically). A SentencePiece-style one as
+  // Hugging Face's LlamaConverter writes it; read from GGUF, every split of
+  // a token into two tokens is a merge, by the token's score, then id.
   void save_json(const std::string& path) const;
 
   std::vector<int32_t> encode(std::string_view text) const override;

@@ -1,6 +1,7 @@
-// Byte-level BPE: vocabularies from GPT-2's files or Hugging Face's
-// tokenizer.json, added tokens, merges by rank, training, and tokenizer.json
-// out.
+// Byte-level BPE: vocabularies from GPT-2's files, Hugging Face's
+// tokenizer.json or GGUF, added tokens, merges by rank, training, and
+// tokenizer.json and GGUF out. SentencePiece-style BPE (Llama 2's pieces) from
+// tokenizer.json (merges by rank) or GGUF (merges by score), and GGUF out.
 //
 // The files spell every token in GPT-2's byte-to-unicode alphabet (each byte a
 // printable character, so ' ' is 'Ġ' and '\n' is 'Ċ'). Loading translates them
@@ -8,6 +9,7 @@
 // and BPE merges pairs of ids. Added tokens are spelled as their text.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -50,6 +52,12 @@ int byte_piece(const std::string& token) {
   if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
   const int high = digit(token[3]), low = digit(token[4]);
   return high < 0 || low < 0 ? -1 : high * 16 + low;
+}
+
+// "<0xXX>", the piece for byte `b`.
+std::string byte_piece_text(int b) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  return std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
 }
 
 // GPT-2's bytes_to_unicode(): the printable bytes ! .. ~, ¡ .. ¬ and ® .. ÿ
@@ -114,6 +122,12 @@ uint64_t pair_key(int32_t a, int32_t b) {
 
 bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
+// Lets a map keyed by std::string be searched with a string_view.
+struct TextHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
 }  // namespace
 
 struct BpeTokenizer::Impl {
@@ -135,6 +149,13 @@ struct BpeTokenizer::Impl {
     std::array<int32_t, 256> byte_token{};  // <0xXX>, or -1
     int32_t unk = -1;
     bool fuse_unk = false;
+    // GGUF's "llama" vocabulary, as llama.cpp tokenizes it: a piece starts as
+    // its characters, and adjacent symbols whose text is a token merge, the
+    // highest-scoring first; a character that is no token falls back to its
+    // bytes at the end. The merges are unused.
+    bool scored = false;
+    std::vector<float> score;                                                // [vocab]
+    std::unordered_map<std::string, int32_t, TextHash, std::equal_to<>> texts;  // every token's text
   } pieces;
   std::vector<std::string> id_bytes;  // [vocab] each token's bytes ("" for unused ids)
   std::array<int32_t, 256> byte_id{};
@@ -186,6 +207,9 @@ constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // U+2581, SentencePi
 // n log n.
 std::vector<int32_t> merge_symbols(std::vector<int32_t> word,
                                    const std::unordered_map<uint64_t, BpeTokenizer::Impl::Merge>& merges);
+// llama.cpp's SentencePiece merging of `part` (see Pieces::scored), its ids
+// appended to `out`.
+void merge_by_score(std::string_view part, const BpeTokenizer::Impl::Pieces& pieces, std::vector<int32_t>& out);
 
 }  // namespace
 
@@ -349,6 +373,63 @@ std::vector<int32_t> merge_symbols(std::vector<int32_t> word,
   return out;
 }
 
+void merge_by_score(std::string_view part, const BpeTokenizer::Impl::Pieces& pieces, std::vector<int32_t>& out) {
+  struct Symbol {
+    size_t start, size;  // size 0: merged into the symbol before it
+    int64_t prev, next;  // -1: none
+  };
+  std::vector<Symbol> symbols;
+  // A character is as many bytes as its first byte says (llama.cpp's
+  // reading, malformed UTF-8 included), cut short at the end.
+  static constexpr uint8_t kLength[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  for (size_t pos = 0; pos < part.size();) {
+    const size_t size = std::min<size_t>(kLength[static_cast<uint8_t>(part[pos]) >> 4], part.size() - pos);
+    const int64_t i = int64_t(symbols.size());
+    symbols.push_back({pos, size, i - 1, pos + size < part.size() ? i + 1 : -1});
+    pos += size;
+  }
+  struct Candidate {
+    float score;
+    int64_t left, right;
+    size_t size;  // the pair's bytes when offered: stale once either side has changed
+  };
+  auto worse = [](const Candidate& a, const Candidate& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(worse)> queue(worse);
+  auto offer = [&](int64_t left, int64_t right) {
+    if (left < 0 || right < 0) return;
+    const size_t size = symbols[size_t(left)].size + symbols[size_t(right)].size;
+    auto it = pieces.texts.find(part.substr(symbols[size_t(left)].start, size));
+    if (it != pieces.texts.end()) queue.push({pieces.score[size_t(it->second)], left, right, size});
+  };
+  for (int64_t i = 1; i < int64_t(symbols.size()); ++i) offer(i - 1, i);
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Symbol &left = symbols[size_t(c.left)], &right = symbols[size_t(c.right)];
+    if (left.size == 0 || right.size == 0 || left.size + right.size != c.size) continue;
+    left.size += right.size;
+    right.size = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[size_t(right.next)].prev = c.left;
+    offer(left.prev, c.left);
+    offer(c.left, left.next);
+  }
+  for (int64_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[size_t(i)].next) {
+    const Symbol& s = symbols[size_t(i)];
+    auto it = pieces.texts.find(part.substr(s.start, s.size));
+    if (it != pieces.texts.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    for (size_t k = 0; k < s.size; ++k) {
+      const int32_t byte = pieces.byte_token[static_cast<uint8_t>(part[s.start + k])];
+      out.push_back(byte >= 0 ? byte : pieces.unk);
+    }
+  }
+}
+
 }  // namespace
 
 void BpeTokenizer::Impl::encode_pieces(std::string_view text, bool first, std::vector<int32_t>& out) const {
@@ -379,6 +460,10 @@ void BpeTokenizer::Impl::encode_pieces(std::string_view text, bool first, std::v
   }
   std::vector<int32_t> word;
   for (std::string_view part : parts) {
+    if (pieces.scored) {
+      merge_by_score(part, pieces, out);
+      continue;
+    }
     word.clear();
     bool unk_open = false;  // the last symbol is an <unk> that fuse_unk extends
     for (size_t pos = 0, len = 0; pos < part.size(); pos += len) {
@@ -712,63 +797,145 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
   return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(impl)));
 }
 
+namespace {
+
+// added_tokens, by id.
+json added_json(const BpeTokenizer::Impl& m) {
+  std::vector<BpeTokenizer::Impl::Added> by_id = m.added;
+  // GPT-2's files keep <|endoftext|> in the vocabulary only; Hugging Face's
+  // GPT-2 tokenizer.json also lists it as a special added token.
+  if (m.eot >= 0 && std::none_of(by_id.begin(), by_id.end(), [&](const auto& a) { return a.id == m.eot; })) {
+    by_id.push_back({m.id_bytes[size_t(m.eot)], m.eot, true, false, false});
+  }
+  std::sort(by_id.begin(), by_id.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
+  json added = json::array();
+  for (const BpeTokenizer::Impl::Added& a : by_id) {
+    added.push_back({{"id", a.id}, {"content", a.text}, {"single_word", false}, {"lstrip", a.lstrip},
+                     {"rstrip", a.rstrip}, {"normalized", false}, {"special", a.special}});
+  }
+  return added;
+}
+
+// The prefix as a TemplateProcessing post-processor; null without one.
+json prefix_template(const BpeTokenizer::Impl& m) {
+  if (m.prefix.empty()) return nullptr;
+  json single = json::array(), pair = json::array(), specials = json::object();
+  for (int32_t id : m.prefix) {
+    const std::string name = m.id_bytes[size_t(id)];
+    single.push_back({{"SpecialToken", {{"id", name}, {"type_id", 0}}}});
+    specials[name] = {{"id", name}, {"ids", {id}}, {"tokens", {name}}};
+  }
+  pair = single;
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  pair.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  for (int32_t id : m.prefix) pair.push_back({{"SpecialToken", {{"id", m.id_bytes[size_t(id)]}, {"type_id", 1}}}});
+  pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
+  return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
+}
+
+json bpe_model(const BpeTokenizer::Impl& m, json vocab, json merges) {
+  const bool pieces = m.pieces.on;
+  const int32_t unk = pieces ? m.pieces.unk : -1;
+  return {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", unk >= 0 ? json(m.id_bytes[size_t(unk)]) : json(nullptr)},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", pieces && m.pieces.fuse_unk},
+          {"byte_fallback", pieces},
+          {"ignore_merges", m.ignore_merges},
+          {"vocab", std::move(vocab)},
+          {"merges", std::move(merges)}};
+}
+
+// A SentencePiece-style tokenizer as Hugging Face's LlamaConverter writes
+// one. Read from tokenizer.json, its merges as read; from GGUF, every split
+// of a token into two tokens is a merge, by the token's score (then id), as
+// the converter orders a SentencePiece model's, so Hugging Face's rank
+// order follows llama.cpp's score order.
+json pieces_json(const BpeTokenizer::Impl& m) {
+  using Prepend = BpeTokenizer::Impl::Pieces::Prepend;
+  const std::string marker(kSpaceMarker);
+  json vocab = json::object(), merges = json::array();
+  if (!m.pieces.scored) {
+    for (const auto& [text, id] : m.bytes_id) vocab[text] = id;
+    for (int b = 0; b < 256; ++b) {
+      if (m.pieces.byte_token[size_t(b)] >= 0) vocab[byte_piece_text(b)] = m.pieces.byte_token[size_t(b)];
+    }
+    for (const auto& [a, b] : m.merge_list) merges.push_back({m.id_bytes[size_t(a)], m.id_bytes[size_t(b)]});
+  } else {
+    struct Split {
+      int32_t token, left, right;
+    };
+    std::vector<Split> splits;
+    for (const auto& [text, id] : m.pieces.texts) {
+      vocab[text] = id;
+      for (size_t at = 1; at < text.size(); ++at) {
+        if ((static_cast<uint8_t>(text[at]) & 0xC0) == 0x80) continue;  // inside a character
+        auto left = m.pieces.texts.find(std::string_view(text).substr(0, at));
+        auto right = m.pieces.texts.find(std::string_view(text).substr(at));
+        if (left != m.pieces.texts.end() && right != m.pieces.texts.end()) splits.push_back({id, left->second, right->second});
+      }
+    }
+    const std::vector<float>& score = m.pieces.score;
+    std::sort(splits.begin(), splits.end(), [&](const Split& x, const Split& y) {
+      if (score[size_t(x.token)] != score[size_t(y.token)]) return score[size_t(x.token)] > score[size_t(y.token)];
+      return std::tie(x.token, x.left, x.right) < std::tie(y.token, y.left, y.right);
+    });
+    std::unordered_map<int32_t, std::string> text_of;
+    for (const auto& [text, id] : m.pieces.texts) text_of[id] = text;
+    for (const Split& sp : splits) merges.push_back({text_of[sp.left], text_of[sp.right]});
+  }
+  const json legacy = {{"type", "Sequence"},
+                       {"normalizers",
+                        {{{"type", "Prepend"}, {"prepend", marker}},
+                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", marker}}}}};
+  const Prepend prepend = m.pieces.prepend;
+  const char* scheme = prepend == Prepend::first ? "first" : prepend == Prepend::always ? "always" : "never";
+  json decoders = {{{"type", "Replace"}, {"pattern", {{"String", marker}}}, {"content", " "}},
+                   {{"type", "ByteFallback"}},
+                   {{"type", "Fuse"}}};
+  if (prepend != Prepend::never) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", added_json(m)},
+          {"normalizer", prepend == Prepend::legacy ? legacy : json(nullptr)},
+          {"pre_tokenizer", prepend == Prepend::legacy ? json(nullptr)
+                                                       : json{{"type", "Metaspace"},
+                                                              {"replacement", marker},
+                                                              {"prepend_scheme", scheme},
+                                                              {"split", m.pieces.split}}},
+          {"post_processor", prefix_template(m)},
+          {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+          {"model", bpe_model(m, std::move(vocab), std::move(merges))}};
+}
+
+}  // namespace
+
 void BpeTokenizer::save_json(const std::string& path) const {
   const Impl& m = *impl_;
-  if (m.pieces.on) throw UsageError(path + ": writing a SentencePiece-style tokenizer.json is not supported (copy the file)");
-  json vocab = json::object(), merges = json::array(), added = json::array();
+  if (m.pieces.on) {
+    write_file_atomic(path, pieces_json(m).dump(1) + "\n");
+    return;
+  }
+  json vocab = json::object(), merges = json::array();
   for (const auto& [bytes, id] : m.bytes_id) vocab[to_alphabet(bytes)] = id;
   for (const auto& [a, b] : m.merge_list) {
     merges.push_back({to_alphabet(m.id_bytes[size_t(a)]), to_alphabet(m.id_bytes[size_t(b)])});
   }
-  std::vector<Impl::Added> by_id = m.added;
-  // GPT-2's files keep <|endoftext|> in the vocabulary only; Hugging Face's
-  // GPT-2 tokenizer.json also lists it as a special added token.
-  if (m.eot >= 0 && std::none_of(by_id.begin(), by_id.end(), [&](const Impl::Added& a) { return a.id == m.eot; })) {
-    by_id.push_back({m.id_bytes[size_t(m.eot)], m.eot, true, false, false});
-  }
-  std::sort(by_id.begin(), by_id.end(), [](const Impl::Added& x, const Impl::Added& y) { return x.id < y.id; });
-  for (const Impl::Added& a : by_id) {
-    added.push_back({{"id", a.id}, {"content", a.text}, {"single_word", false}, {"lstrip", a.lstrip},
-                     {"rstrip", a.rstrip}, {"normalized", false}, {"special", a.special}});
-  }
   // A prefix as TemplateProcessing after ByteLevel, as Llama 3's is written.
   json post_processor = byte_level(false);
-  if (!m.prefix.empty()) {
-    json single = json::array(), pair = json::array(), specials = json::object();
-    for (int32_t id : m.prefix) {
-      const std::string name = m.id_bytes[size_t(id)];
-      single.push_back({{"SpecialToken", {{"id", name}, {"type_id", 0}}}});
-      specials[name] = {{"id", name}, {"ids", {id}}, {"tokens", {name}}};
-    }
-    pair = single;
-    single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
-    pair.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
-    for (int32_t id : m.prefix) pair.push_back({{"SpecialToken", {{"id", m.id_bytes[size_t(id)]}, {"type_id", 1}}}});
-    pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
-    post_processor = {{"type", "Sequence"},
-                      {"processors",
-                       {post_processor,
-                        {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}}}}};
-  }
+  if (!m.prefix.empty()) post_processor = {{"type", "Sequence"}, {"processors", {post_processor, prefix_template(m)}}};
   const json j = {{"version", "1.0"},
                   {"truncation", nullptr},
                   {"padding", nullptr},
-                  {"added_tokens", added},
+                  {"added_tokens", added_json(m)},
                   {"normalizer", m.nfc ? json{{"type", "NFC"}} : json(nullptr)},
                   {"pre_tokenizer", pre_tokenizer_json(m.pre)},
                   {"post_processor", post_processor},
                   {"decoder", byte_level(true)},
-                  {"model",
-                   {{"type", "BPE"},
-                    {"dropout", nullptr},
-                    {"unk_token", nullptr},
-                    {"continuing_subword_prefix", nullptr},
-                    {"end_of_word_suffix", nullptr},
-                    {"fuse_unk", false},
-                    {"byte_fallback", false},
-                    {"ignore_merges", m.ignore_merges},
-                    {"vocab", vocab},
-                    {"merges", merges}}}};
+                  {"model", bpe_model(m, std::move(vocab), std::move(merges))}};
   write_file_atomic(path, j.dump(1) + "\n");
 }
 
@@ -776,7 +943,8 @@ void BpeTokenizer::save_json(const std::string& path) const {
 
 namespace {
 
-constexpr int32_t kGgufNormal = 1, kGgufControl = 3, kGgufUserDefined = 4, kGgufUnused = 5;
+constexpr int32_t kGgufNormal = 1, kGgufUnknown = 2, kGgufControl = 3, kGgufUserDefined = 4, kGgufUnused = 5,
+                  kGgufByte = 6;
 
 // llama.cpp's pre-tokenizer names (llama-vocab.cpp) for nabla's patterns;
 // the first of each is the one written.
@@ -806,40 +974,57 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf(const std::string& path) {
   const GgufFile f = read_gguf_metadata(path);
   const GgufValue* model = f.find_value("tokenizer.ggml.model");
   if (!model || model->type() != GgufType::string) throw IoError(path + ": no tokenizer.ggml.model string");
-  if (model->get<std::string>() != "gpt2") {
-    throw IoError(path + ": tokenizer.ggml.model is \"" + model->get<std::string>() +
-                  "\"; nabla reads \"gpt2\" (byte-level BPE), not SentencePiece or others");
-  }
   GgufVocabulary v;
-  const GgufValue* pre = f.find_value("tokenizer.ggml.pre");
-  if (!pre || pre->type() != GgufType::string) {
-    throw IoError(path + ": no tokenizer.ggml.pre string (llama.cpp's default pattern is not one nabla implements)");
+  v.model = model->get<std::string>();
+  if (v.model != "gpt2" && v.model != "llama") {
+    throw IoError(path + ": tokenizer.ggml.model is \"" + v.model +
+                  "\"; nabla reads \"gpt2\" (byte-level BPE) and \"llama\" (SentencePiece-style BPE)");
   }
-  v.pre = pre->get<std::string>();
+  if (v.model == "gpt2") {
+    const GgufValue* pre = f.find_value("tokenizer.ggml.pre");
+    if (!pre || pre->type() != GgufType::string) {
+      throw IoError(path + ": no tokenizer.ggml.pre string (llama.cpp's default pattern is not one nabla implements)");
+    }
+    v.pre = pre->get<std::string>();
+    if (f.find_value("tokenizer.ggml.merges")) v.merges = gguf_strings(f, "tokenizer.ggml.merges", path);
+  }
   v.tokens = gguf_strings(f, "tokenizer.ggml.tokens", path);
   if (const GgufValue* t = f.find_value("tokenizer.ggml.token_type")) {
     const GgufArray* a = std::get_if<GgufArray>(&t->value);
     if (!a || a->type != GgufType::i32) throw IoError(path + ": tokenizer.ggml.token_type must be an array of i32");
     for (const GgufValue& x : a->items) v.types.push_back(x.get<int32_t>());
   }
-  if (f.find_value("tokenizer.ggml.merges")) v.merges = gguf_strings(f, "tokenizer.ggml.merges", path);
-  for (auto [key, id] : {std::pair{"tokenizer.ggml.eot_token_id", &v.eot}, std::pair{"tokenizer.ggml.bos_token_id", &v.bos}}) {
+  if (const GgufValue* t = f.find_value("tokenizer.ggml.scores"); t && v.model == "llama") {
+    const GgufArray* a = std::get_if<GgufArray>(&t->value);
+    if (!a || a->type != GgufType::f32) throw IoError(path + ": tokenizer.ggml.scores must be an array of f32");
+    for (const GgufValue& x : a->items) v.scores.push_back(x.get<float>());
+  }
+  // EOT where the file names one, else EOS (Llama 2's files name only EOS).
+  int32_t eos = -1;
+  for (auto [key, id] : {std::pair{"tokenizer.ggml.eot_token_id", &v.eot}, std::pair{"tokenizer.ggml.eos_token_id", &eos},
+                         std::pair{"tokenizer.ggml.bos_token_id", &v.bos},
+                         std::pair{"tokenizer.ggml.unknown_token_id", &v.unk}}) {
     if (const GgufValue* e = f.find_value(key)) {
       if (e->type() != GgufType::u32) throw IoError(path + ": " + key + " must be u32");
       *id = int32_t(std::min<uint32_t>(e->get<uint32_t>(), uint32_t(INT32_MAX)));
     }
   }
-  if (const GgufValue* b = f.find_value("tokenizer.ggml.add_bos_token")) {
-    if (b->type() != GgufType::boolean) throw IoError(path + ": tokenizer.ggml.add_bos_token must be a bool");
-    v.add_bos = b->get<bool>();
+  if (v.eot < 0) v.eot = eos;
+  for (auto [key, flag] : {std::pair{"tokenizer.ggml.add_bos_token", &v.add_bos},
+                           std::pair{"tokenizer.ggml.add_space_prefix", &v.add_space_prefix}}) {
+    if (const GgufValue* b = f.find_value(key)) {
+      if (b->type() != GgufType::boolean) throw IoError(path + ": " + key + " must be a bool");
+      *flag = b->get<bool>();
+    }
   }
   return from_gguf_vocabulary(v, path);
 }
 
-std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf_vocabulary(const GgufVocabulary& v, const std::string& where) {
+namespace {
+
+// GGUF's "gpt2" vocabulary: byte-level BPE merged by rank.
+void read_byte_level(const GgufVocabulary& v, BpeTokenizer::Impl& impl, const std::string& where) {
   auto fail = [&](const std::string& what) { return IoError(where + ": " + what); };
-  auto impl = std::make_unique<Impl>();
-  impl->byte_id.fill(-1);
   const GgufPre* pre = nullptr;
   for (const GgufPre& p : kGgufPres) {
     if (v.pre == p.name) pre = &p;
@@ -847,17 +1032,10 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf_vocabulary(const GgufVocab
   if (!pre) {
     throw fail("tokenizer.ggml.pre \"" + v.pre + "\" is not supported (nabla reads gpt-2, llama-bpe, qwen2, smollm)");
   }
-  impl->pre = pre->pre;
-  impl->ignore_merges = pre->pre == PreTokenizer::llama3;  // as llama.cpp
-  if (v.tokens.empty() || v.tokens.size() >= (size_t(1) << 24)) {
-    throw fail("tokenizer.ggml.tokens has " + std::to_string(v.tokens.size()) + " tokens, expected 1 to 2^24 - 1");
-  }
-  if (!v.types.empty() && v.types.size() != v.tokens.size()) {
-    throw fail("tokenizer.ggml.token_type has " + std::to_string(v.types.size()) + " entries for " +
-               std::to_string(v.tokens.size()) + " tokens");
-  }
+  impl.pre = pre->pre;
+  impl.ignore_merges = pre->pre == PreTokenizer::llama3;  // as llama.cpp
   std::string bytes;
-  std::vector<Impl::Added> added;
+  std::vector<BpeTokenizer::Impl::Added> added;
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     const int32_t type = v.types.empty() ? kGgufNormal : v.types[i];
     const int32_t id = int32_t(i);
@@ -866,19 +1044,17 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf_vocabulary(const GgufVocab
       if (!from_alphabet(v.tokens[i], bytes) || bytes.empty()) {
         throw fail(what + " has a character outside GPT-2's byte alphabet (not byte-level BPE)");
       }
-      impl->set_token(id, bytes, where + ": tokenizer.ggml.tokens");
+      impl.set_token(id, bytes, where + ": tokenizer.ggml.tokens");
     } else if (type == kGgufControl || type == kGgufUserDefined) {
       if (v.tokens[i].empty()) throw fail(what + " is an empty added token");
       added.push_back({v.tokens[i], id, type == kGgufControl, false, false});
-    } else if (type == kGgufUnused) {
-      if (i >= impl->id_bytes.size()) impl->id_bytes.resize(i + 1);
-    } else {
+    } else if (type != kGgufUnused) {
       throw fail(what + " has token type " + std::to_string(type) + " (nabla reads 1 normal, 3 control, "
                  "4 user-defined, 5 unused)");
     }
   }
-  impl->id_bytes.resize(v.tokens.size());
-  impl->finish(where);
+  impl.id_bytes.resize(v.tokens.size());
+  impl.finish(where);
   for (size_t k = 0; k < v.merges.size(); ++k) {
     const std::string& m = v.merges[k];
     const std::string what = "tokenizer.ggml.merges[" + std::to_string(k) + "]";
@@ -886,10 +1062,85 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf_vocabulary(const GgufVocab
     if (space == std::string::npos || m.find(' ', space + 1) != std::string::npos) {
       throw fail(what + " is " + show(m) + ", expected \"left right\"");
     }
-    impl->add_merge(std::string_view(m).substr(0, space), std::string_view(m).substr(space + 1), where + ": " + what,
-                    " is not a normal token");
+    impl.add_merge(std::string_view(m).substr(0, space), std::string_view(m).substr(space + 1), where + ": " + what,
+                   " is not a normal token");
   }
-  for (Impl::Added& a : added) impl->add_token(std::move(a));
+  for (BpeTokenizer::Impl::Added& a : added) impl.add_token(std::move(a));
+}
+
+// GGUF's "llama" vocabulary as SentencePiece-style pieces merged by score.
+void read_scored_pieces(const GgufVocabulary& v, BpeTokenizer::Impl& impl, const std::string& where) {
+  auto fail = [&](const std::string& what) { return IoError(where + ": " + what); };
+  BpeTokenizer::Impl::Pieces& pieces = impl.pieces;
+  pieces.on = pieces.scored = true;
+  pieces.prepend = v.add_space_prefix ? BpeTokenizer::Impl::Pieces::Prepend::legacy
+                                      : BpeTokenizer::Impl::Pieces::Prepend::never;
+  pieces.byte_token.fill(-1);
+  // llama.cpp scores a file without scores 0 throughout.
+  if (!v.scores.empty() && v.scores.size() != v.tokens.size()) {
+    throw fail("tokenizer.ggml.scores has " + std::to_string(v.scores.size()) + " entries for " +
+               std::to_string(v.tokens.size()) + " tokens");
+  }
+  pieces.score = v.scores.empty() ? std::vector<float>(v.tokens.size(), 0.0f) : v.scores;
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    if (!std::isfinite(pieces.score[i])) throw fail("tokenizer.ggml.scores[" + std::to_string(i) + "] is not finite");
+  }
+  impl.id_bytes.resize(v.tokens.size());
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const int32_t type = v.types.empty() ? kGgufNormal : v.types[i];
+    const int32_t id = int32_t(i);
+    const std::string& text = v.tokens[i];
+    const std::string what = "token " + std::to_string(i) + " " + show(text);
+    if (text.empty() && type != kGgufUnused) throw fail(what + " is empty");
+    // llama.cpp looks every token's text up, whatever its type.
+    if (!pieces.texts.emplace(text, id).second) throw fail(what + " appears twice");
+    if (type == kGgufNormal) {
+      impl.set_token(id, text, where + ": tokenizer.ggml.tokens");
+    } else if (type == kGgufByte) {
+      const int byte = byte_piece(text);
+      if (byte < 0) throw fail(what + " is a byte token, expected <0xXX>");
+      impl.id_bytes[i] = std::string(1, char(byte));
+      pieces.byte_token[size_t(byte)] = id;
+    } else if (type == kGgufUnknown || type == kGgufControl || type == kGgufUserDefined) {
+      if (type == kGgufUnknown && v.unk < 0) pieces.unk = id;
+      impl.add_token({text, id, type != kGgufUserDefined, false, false});
+    } else if (type != kGgufUnused) {
+      throw fail(what + " has token type " + std::to_string(type) + " (nabla reads 1 normal, 2 unknown, 3 control, "
+                 "4 user-defined, 5 unused, 6 byte)");
+    }
+  }
+  if (v.unk >= 0) {
+    if (size_t(v.unk) >= v.tokens.size()) throw fail("tokenizer.ggml.unknown_token_id " + std::to_string(v.unk) + " is not a token");
+    pieces.unk = v.unk;
+  }
+  if (pieces.unk < 0 && std::any_of(pieces.byte_token.begin(), pieces.byte_token.end(), [](int32_t t) { return t < 0; })) {
+    throw fail("no unknown token, and not every byte has a <0xXX> token");
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::from_gguf_vocabulary(const GgufVocabulary& v, const std::string& where) {
+  auto fail = [&](const std::string& what) { return IoError(where + ": " + what); };
+  auto impl = std::make_unique<Impl>();
+  impl->byte_id.fill(-1);
+  if (v.tokens.empty() || v.tokens.size() >= (size_t(1) << 24)) {
+    throw fail("tokenizer.ggml.tokens has " + std::to_string(v.tokens.size()) + " tokens, expected 1 to 2^24 - 1");
+  }
+  if (!v.types.empty() && v.types.size() != v.tokens.size()) {
+    throw fail("tokenizer.ggml.token_type has " + std::to_string(v.types.size()) + " entries for " +
+               std::to_string(v.tokens.size()) + " tokens");
+  }
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    if (!valid_utf8(v.tokens[i])) throw fail("token " + std::to_string(i) + " " + show(v.tokens[i]) + " is not valid UTF-8");
+  }
+  if (v.model == "llama") {
+    read_scored_pieces(v, *impl, where);
+  } else if (v.model != "gpt2") {
+    throw fail("tokenizer.ggml.model \"" + v.model + "\" is not supported (nabla reads gpt2 and llama)");
+  } else {
+    read_byte_level(v, *impl, where);
+  }
   // The end-of-text token where it is an added one (GPT-2's <|endoftext|>);
   // a byte vocabulary's '\n' stays a plain token, as ByteTokenizer has none.
   if (v.add_bos) {
@@ -913,30 +1164,71 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::bytes_only() {
   return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(impl)));
 }
 
+namespace {
+
+// Scores that make llama.cpp's merging follow a SentencePiece-style
+// tokenizer's: as read from GGUF, or from the merges' order (a token scores
+// minus the rank of the first merge making it; one no merge makes scores
+// below them all, by id; byte, added and unused tokens 0). llama.cpp merges
+// any adjacent pair whose text is a token while the merges list only some:
+// refused where Metaspace's split keeps pieces apart that llama.cpp would join.
+std::vector<float> pieces_scores(const BpeTokenizer::Impl& m) {
+  if (m.pieces.scored) return m.pieces.score;
+  std::vector<float> score(m.id_bytes.size(), 0.0f);
+  const float last = -float(m.merge_list.size());
+  for (const auto& [bytes, id] : m.bytes_id) {
+    score[size_t(id)] = last - float(id);
+    if (m.pieces.split && bytes.find(kSpaceMarker, 1) != std::string::npos) {
+      throw UsageError("tokenizer: the token " + show(bytes) + " has a space marker inside, which llama.cpp can "
+                       "make where this tokenizer's Metaspace split cannot: its GGUF would tokenize differently");
+    }
+  }
+  for (size_t rank = m.merge_list.size(); rank-- > 0;) {
+    const auto [a, b] = m.merge_list[rank];
+    score[size_t(m.merges.at(pair_key(a, b)).id)] = -float(rank);
+  }
+  for (const BpeTokenizer::Impl::Added& a : m.added) score[size_t(a.id)] = 0.0f;
+  return score;
+}
+
+}  // namespace
+
 GgufVocabulary BpeTokenizer::gguf_vocabulary() const {
   const Impl& m = *impl_;
-  if (m.pieces.on) {
-    throw UsageError("tokenizer: a SentencePiece-style vocabulary (llama.cpp's \"llama\" model, with scores) cannot be "
-                     "written to GGUF yet");
-  }
-  if (m.pre == PreTokenizer::llama3 && !m.ignore_merges) {
+  if (m.pre == PreTokenizer::llama3 && !m.ignore_merges && !m.pieces.on) {
     throw UsageError("tokenizer: llama.cpp ignores merges for Llama 3's pattern (llama-bpe) and this tokenizer does "
                      "not: its GGUF would tokenize differently");
   }
   GgufVocabulary v;
-  for (const GgufPre& p : kGgufPres) {
-    if (p.pre == m.pre) {
-      v.pre = p.name;
-      break;
-    }
-  }
   const size_t n = m.id_bytes.size();
   v.tokens.resize(n);
   v.types.assign(n, kGgufUnused);
   for (size_t id = 0; id < n; ++id) v.tokens[id] = "[UNUSED" + std::to_string(id) + "]";
   for (const auto& [bytes, id] : m.bytes_id) {
-    v.tokens[size_t(id)] = to_alphabet(bytes);
+    v.tokens[size_t(id)] = m.pieces.on ? bytes : to_alphabet(bytes);
     v.types[size_t(id)] = kGgufNormal;
+  }
+  if (m.pieces.on) {
+    v.model = "llama";
+    for (const auto& [text, id] : m.pieces.texts) v.tokens[size_t(id)] = text;  // read from GGUF: its texts
+    for (int b = 0; b < 256; ++b) {
+      const int32_t id = m.pieces.byte_token[size_t(b)];
+      if (id < 0) continue;
+      v.tokens[size_t(id)] = byte_piece_text(b);
+      v.types[size_t(id)] = kGgufByte;
+    }
+    v.scores = pieces_scores(m);
+    v.add_space_prefix = m.pieces.prepend != Impl::Pieces::Prepend::never;
+  } else {
+    for (const GgufPre& p : kGgufPres) {
+      if (p.pre == m.pre) {
+        v.pre = p.name;
+        break;
+      }
+    }
+    for (const auto& [a, b] : m.merge_list) {
+      v.merges.push_back(to_alphabet(m.id_bytes[size_t(a)]) + " " + to_alphabet(m.id_bytes[size_t(b)]));
+    }
   }
   for (const Impl::Added& a : m.added) {
     v.tokens[size_t(a.id)] = a.text;
@@ -945,8 +1237,9 @@ GgufVocabulary BpeTokenizer::gguf_vocabulary() const {
   // GPT-2's files keep <|endoftext|> among the model's tokens; llama.cpp
   // wants it a control token (as convert_hf_to_gguf writes GPT-2).
   if (m.eot >= 0) v.types[size_t(m.eot)] = kGgufControl;
-  for (const auto& [a, b] : m.merge_list) {
-    v.merges.push_back(to_alphabet(m.id_bytes[size_t(a)]) + " " + to_alphabet(m.id_bytes[size_t(b)]));
+  if (m.pieces.on && m.pieces.unk >= 0) {
+    v.unk = m.pieces.unk;
+    v.types[size_t(v.unk)] = kGgufUnknown;
   }
   v.eot = m.eot;
   if (m.prefix.size() > 1) {

@@ -2,6 +2,7 @@
 // UTF-8 decoding for the pre-tokeniser.
 #include <algorithm>
 
+#include "nabla/tokenizer.h"
 #include "text/unicode.h"
 
 namespace nabla::text {
@@ -49,3 +50,14 @@ uint32_t decode_utf8(std::string_view text, size_t pos, size_t& len) {
 }
 
 }  // namespace nabla::text
+
+namespace nabla {
+
+bool valid_utf8(std::string_view text) {
+  for (size_t pos = 0, len = 0; pos < text.size(); pos += len) {
+    if (text::decode_utf8(text, pos, len) == text::kInvalid) return false;
+  }
+  return true;
+}
+
+}  // namespace nabla

@@ -311,6 +311,16 @@ TEST(Llama, GgufRoundTrip) {
           << a.params().list()[k].first;
     }
   }
+  // A name that is not UTF-8 (config JSON could not hold it) is left out.
+  {
+    GgufFile f = read_gguf(dir.file("m0.gguf"));
+    GgufWriter named;
+    for (const auto& [k, v] : f.metadata) named.set(k, v);
+    named.set("general.name", std::string("bad\xC3(name"));
+    for (const GgufTensor& t : f.tensors) named.add_tensor(t.name, t.tensor);
+    named.write(dir.file("named.gguf"));
+    EXPECT_EQ(models::llama_config_from_checkpoint(models::checkpoint_from_gguf(dir.file("named.gguf"))).preset, "");
+  }
   // Another architecture, a missing tensor: errors naming the file.
   GgufWriter w;
   w.set("general.architecture", "gpt2");

@@ -14,6 +14,9 @@
 #                   converts Llama 2's (make_spm_tokenizer.js: U+2581 pieces,
 #                   <0xXX> byte fallback, the legacy Prepend + Replace
 #                   normalizer or a Metaspace pre-tokenizer)
+#   spm_from_gguf   spm_legacy written into a GGUF (llama.cpp's "llama"
+#                   vocabulary, scores) and back: the tokenizer.json a Llama
+#                   trained with that GGUF's vocabulary keeps beside it
 # Every id must be the same, and decoding the ids must give the text back
 # (in NFC for qwen2_nfc; for the SentencePiece ones, the text
 # @huggingface/tokenizers decodes from the same ids, which drops a leading
@@ -56,9 +59,31 @@ for style in legacy metaspace; do
     fail "make_spm_tokenizer.js $style failed"
 done
 
+# A Llama trained with a SentencePiece-style tokenizer: its Hugging Face
+# folder carries the file as it is, and its GGUF the vocabulary as llama.cpp's
+# "llama" model; sampling from each gives the same text. A model trained with
+# that GGUF's vocabulary keeps it as tokenizer.json (spm_from_gguf, below).
 status=0
+"$nabla" train llama --preset llama-tiny-byte --layers 1 --width 32 --heads 2 --kv-heads 1 --steps 2 --batch 2 \
+  --context 16 --eval-batches 1 --text "$work/spm_text.txt" --tokenizer "$work/spm_legacy.json" \
+  --save "$work/spm_model.safetensors" >"$work/spm_train.log" 2>&1 || fail "train llama with spm_legacy.json failed"
+"$nabla" export hf "$work/spm_model.safetensors" -o "$work/spm_hf" >/dev/null || fail "export hf with spm_legacy.json failed"
+cmp -s "$work/spm_legacy.json" "$work/spm_hf/tokenizer.json" || { echo "the HF folder's tokenizer.json is not the one trained with"; status=1; }
+"$nabla" export gguf "$work/spm_model.safetensors" -o "$work/spm.gguf" >/dev/null || fail "export gguf with spm_legacy.json failed"
+for m in spm_model.safetensors spm_hf spm.gguf; do
+  "$nabla" sample --checkpoint "$work/$m" --prompt "The cat" --tokens 6 --temperature 0 >"$work/$m.txt" ||
+    fail "sample from $m failed"
+done
+for m in spm_hf spm.gguf; do
+  cmp -s "$work/spm_model.safetensors.txt" "$work/$m.txt" || { echo "the checkpoint and $m sample differently"; status=1; }
+done
+"$nabla" train llama --preset llama-tiny-byte --layers 1 --width 32 --heads 2 --kv-heads 1 --steps 1 --batch 2 \
+  --context 16 --eval-batches 1 --text "$work/spm_text.txt" --tokenizer "$work/spm.gguf" \
+  --save "$work/spm_gguf_model.safetensors" >"$work/spm_gguf_train.log" 2>&1 || fail "train llama with spm.gguf's vocabulary failed"
+cp "$work/spm_gguf_model.tokenizer.json" "$work/spm_from_gguf.json"
+
 for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained qwen2_nfc digits_trained spm_legacy \
-  spm_metaspace; do
+  spm_metaspace spm_from_gguf; do
   json="$work/$name.json" dir="$work/$name"
   mkdir -p "$dir"
   echo "== $name"
@@ -82,23 +107,6 @@ for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained 
   cmp -s "$want" "$dir/lines.decoded" || { echo "decoding $dir/lines.ids does not give $want back"; status=1; }
 done
 
-# A Llama trained with a SentencePiece-style tokenizer: its Hugging Face
-# folder carries the file as it is, sampling from either gives the same
-# text, and GGUF export says it cannot write such a vocabulary.
-"$nabla" train llama --preset llama-tiny-byte --layers 1 --width 32 --heads 2 --kv-heads 1 --steps 2 --batch 2 \
-  --context 16 --eval-batches 1 --text "$work/spm_text.txt" --tokenizer "$work/spm_legacy.json" \
-  --save "$work/spm_model.safetensors" >"$work/spm_train.log" 2>&1 || fail "train llama with spm_legacy.json failed"
-"$nabla" export hf "$work/spm_model.safetensors" -o "$work/spm_hf" >/dev/null || fail "export hf with spm_legacy.json failed"
-cmp -s "$work/spm_legacy.json" "$work/spm_hf/tokenizer.json" || { echo "the HF folder's tokenizer.json is not the one trained with"; status=1; }
-for m in spm_model.safetensors spm_hf; do
-  "$nabla" sample --checkpoint "$work/$m" --prompt "The cat" --tokens 6 --temperature 0 >"$work/$m.txt" ||
-    fail "sample from $m failed"
-done
-cmp -s "$work/spm_model.safetensors.txt" "$work/spm_hf.txt" || { echo "the checkpoint and its HF folder sample differently"; status=1; }
-if "$nabla" export gguf "$work/spm_model.safetensors" -o "$work/spm.gguf" 2>"$work/spm_gguf.err"; then
-  echo "export gguf wrote a SentencePiece-style vocabulary it cannot write"; status=1
-fi
-grep -q "cannot be written to GGUF" "$work/spm_gguf.err" || { echo "export gguf's error: $(cat "$work/spm_gguf.err")"; status=1; }
 [ $status -eq 0 ] || fail "nabla's ids differ from @huggingface/tokenizers' (texts and ids in $work)"
-echo "ok: nabla encodes as @huggingface/tokenizers with all nine tokenizer.json files, and decodes back to the text;" \
-  "a Llama trains, exports and samples with the SentencePiece one"
+echo "ok: nabla encodes as @huggingface/tokenizers with all ten tokenizer.json files, and decodes back to the text;" \
+  "a Llama trains, exports (Hugging Face, GGUF) and samples with the SentencePiece one"

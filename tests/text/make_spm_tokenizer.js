@@ -5,7 +5,9 @@
 // The vocabulary is learned here (a test fixture, not a tokenizer to use):
 // the characters seen at least twice, then merges of the most frequent
 // adjacent pair within space-started pieces (ties: the pair whose merged
-// text sorts first) until VOCAB tokens.
+// text sorts first) until VOCAB tokens. The merges are written as Hugging
+// Face's converter writes a SentencePiece model's: every split of a token
+// into two tokens, by the token's order (its score), then the halves' ids.
 //
 //   node make_spm_tokenizer.js TEXT OUT.json VOCAB legacy|metaspace
 "use strict";
@@ -37,7 +39,6 @@ for (const c of [...charCount.keys()].filter((c) => charCount.get(c) >= 2 || c =
 
 // Each word as symbols; a character outside the vocabulary never merges.
 const words = [...counts].map(([w, n]) => ({ s: [...w].map((c) => (vocab.has(c) ? c : null)), n }));
-const merges = [];
 while (vocab.size < target) {
   const pairs = new Map();
   for (const { s, n } of words) {
@@ -60,7 +61,6 @@ while (vocab.size < target) {
   const merged = a + b;
   // Another split of a text merged before makes no new token.
   if (!vocab.has(merged)) vocab.set(merged, vocab.size);
-  merges.push(best);
   for (const w of words) {
     const s = [];
     for (let i = 0; i < w.s.length; ++i) {
@@ -73,6 +73,17 @@ while (vocab.size < target) {
     }
     w.s = s;
   }
+}
+
+const converted = [];
+for (const [token] of vocab) {
+  const chars = [...token], splits = [];
+  for (let i = 1; i < chars.length; ++i) {
+    const left = chars.slice(0, i).join(""), right = chars.slice(i).join("");
+    if (vocab.has(left) && vocab.has(right)) splits.push([left, right]);
+  }
+  splits.sort((x, y) => vocab.get(x[0]) - vocab.get(y[0]) || vocab.get(x[1]) - vocab.get(y[1]));
+  for (const [left, right] of splits) converted.push(left + " " + right);
 }
 
 const added = specials.map((content, id) => ({
@@ -100,8 +111,8 @@ const j = {
     { type: "Fuse" }, { type: "Strip", content: " ", start: 1, stop: 0 }] },
   model: {
     type: "BPE", dropout: null, unk_token: "<unk>", continuing_subword_prefix: null, end_of_word_suffix: null,
-    fuse_unk: true, byte_fallback: true, ignore_merges: false, vocab: Object.fromEntries(vocab), merges,
+    fuse_unk: true, byte_fallback: true, ignore_merges: false, vocab: Object.fromEntries(vocab), merges: converted,
   },
 };
 fs.writeFileSync(out, JSON.stringify(j));
-console.log(`${out}: ${vocab.size} tokens, ${merges.length} merges (${style})`);
+console.log(`${out}: ${vocab.size} tokens, ${converted.length} merges (${style})`);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -144,6 +145,16 @@ TEST(TokenizerUnicode, Classes) {
   EXPECT_EQ(code_class(0x1D518), kLetter);  // 𝔘 (astral Lu)
   EXPECT_EQ(code_class(0x10FFFF), kOther);
   EXPECT_STREQ(kUnicodeVersion, "14.0.0");
+}
+
+TEST(TokenizerUnicode, ValidUtf8) {
+  EXPECT_TRUE(valid_utf8(""));
+  EXPECT_TRUE(valid_utf8("plain \xC3\xA9 \xE6\x9D\xB1 \xF0\x9F\x99\x82"));
+  EXPECT_FALSE(valid_utf8("cut \xE6\x9D"));
+  EXPECT_FALSE(valid_utf8("\x80"));              // a continuation byte alone
+  EXPECT_FALSE(valid_utf8("\xC0\xAF"));          // overlong '/'
+  EXPECT_FALSE(valid_utf8("\xED\xA0\x80"));      // a surrogate
+  EXPECT_FALSE(valid_utf8("\xF4\x90\x80\x80"));  // above U+10FFFF
 }
 
 TEST(TokenizerUnicode, DecodesUtf8AndFlagsMalformedBytes) {
@@ -448,8 +459,28 @@ TEST(TokenizerBpe, SentencePiecePieces) {
   EXPECT_EQ(legacy->encode("a</s>b"), (std::vector<int32_t>{6, 2, 3, 5}));
   EXPECT_EQ(legacy->decode(std::vector<int32_t>{8, 8}), "ab ab");
   EXPECT_EQ(legacy->eot_id(), 2);
-  EXPECT_THROW(legacy->save_json(dir.file("back.json")), UsageError);
-  EXPECT_THROW(legacy->gguf_vocabulary(), UsageError);
+  // Written back as Hugging Face writes it: the same file's meaning.
+  legacy->save_json(dir.file("back.json"));
+  const nlohmann::json back = nlohmann::json::parse(read_file(dir.file("back.json")));
+  EXPECT_EQ(back["normalizer"], j["normalizer"]);
+  EXPECT_EQ(back["model"]["vocab"], j["model"]["vocab"]);
+  EXPECT_EQ(back["model"]["merges"], nlohmann::json::parse(R"([["▁", "a"], ["a", "b"], ["▁a", "b"]])"));
+  EXPECT_EQ(back["model"]["unk_token"], "<unk>");
+  EXPECT_TRUE(back["model"]["byte_fallback"]);
+  for (const char* text : {"ab ab", "abc", "cc", "a</s>b"}) {
+    EXPECT_EQ(BpeTokenizer::from_json(dir.file("back.json"))->encode(text), legacy->encode(text)) << text;
+  }
+  // As GGUF's "llama" vocabulary: scores from the merges' order, the same ids.
+  const GgufVocabulary v = legacy->gguf_vocabulary();
+  EXPECT_EQ(v.model, "llama");
+  EXPECT_EQ(v.tokens[8], m + "ab");
+  EXPECT_EQ(v.types, (std::vector<int32_t>{2, 3, 3, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(v.scores, (std::vector<float>{0, 0, 0, -6, -7, -8, 0, -1, -2}));
+  EXPECT_EQ(v.unk, 0);
+  EXPECT_TRUE(v.add_space_prefix);
+  auto scored = BpeTokenizer::from_gguf_vocabulary(v, "memory");
+  for (const char* text : {"ab ab", "abc", "a</s>b", " b a", ""}) EXPECT_EQ(scored->encode(text), legacy->encode(text)) << text;
+  EXPECT_EQ(scored->encode("cc"), (std::vector<int32_t>{3, 0, 0}));  // llama.cpp does not fuse <unk>s
 
   // Byte pieces are "<0x" two hex digits ">"; anything else is an ordinary token.
   nlohmann::json bytes = j;
@@ -552,6 +583,98 @@ TEST(TokenizerGguf, VocabularyRoundTrips) {
   EXPECT_EQ(BpeTokenizer::from_gguf_vocabulary(bv, "memory")->eot_id(), -1);
 }
 
+namespace {
+
+// `good` changed by `change` is refused with an IoError naming the source
+// and saying `says`.
+void expect_gguf_error(const GgufVocabulary& good, const std::function<void(GgufVocabulary&)>& change,
+                       const std::string& says) {
+  GgufVocabulary v = good;
+  change(v);
+  try {
+    BpeTokenizer::from_gguf_vocabulary(v, "model.gguf");
+    ADD_FAILURE() << "no error; expected " << says;
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.gguf: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+// GGUF's "llama" vocabulary (Llama 2, TinyLlama, Mistral) as llama.cpp
+// tokenizes it: a space before the text and after each added token, spaces
+// as U+2581, adjacent symbols whose text is a token merged highest score
+// first, characters without a token as <0xXX> bytes, else <unk>.
+TEST(TokenizerGguf, SentencePieceMergesByScore) {
+  const std::string m = "\u2581";
+  GgufVocabulary v;
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>", m, "a", "b", "c", "ab", "bc", m + "a", "<0x0A>", "abc", "[pad]"};
+  v.types = {2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 6, 1, 5};
+  v.scores = {0, 0, 0, -10, -10, -10, -10, -2, -1, -3, 0, -20, 0};
+  v.eot = 2;
+  v.bos = 1;
+  v.add_bos = true;
+  auto tok = BpeTokenizer::from_gguf_vocabulary(v, "memory");
+  // "bc" (-1) before "ab" (-2): ▁ a bc, then "▁a" (-3) before "abc" (-20).
+  EXPECT_EQ(tok->encode("abc"), (std::vector<int32_t>{9, 8}));
+  EXPECT_EQ(tok->encode("ab"), (std::vector<int32_t>{3, 7}));
+  EXPECT_EQ(tok->encode("x\n"), (std::vector<int32_t>{3, 0, 10}));  // no token, no byte token: <unk>
+  EXPECT_EQ(tok->encode("xy"), (std::vector<int32_t>{3, 0, 0}));     // not fused
+  EXPECT_EQ(tok->encode("a</s>b"), (std::vector<int32_t>{9, 2, 3, 5}));
+  EXPECT_EQ(tok->encode(" a"), (std::vector<int32_t>{3, 9}));
+  EXPECT_EQ(tok->encode(""), (std::vector<int32_t>{}));
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{9, 8, 10, 3, 5}), "abc\n b");
+  EXPECT_EQ(tok->prefix_ids(), (std::vector<int32_t>{1}));
+  EXPECT_EQ(tok->eot_id(), 2);
+  // Equal scores: the leftmost pair first.
+  GgufVocabulary tie = v;
+  tie.scores[7] = tie.scores[8] = -1;
+  EXPECT_EQ(BpeTokenizer::from_gguf_vocabulary(tie, "memory")->encode("abc"), (std::vector<int32_t>{3, 11}));
+  // Without the space prefix.
+  GgufVocabulary bare = v;
+  bare.add_space_prefix = false;
+  EXPECT_EQ(BpeTokenizer::from_gguf_vocabulary(bare, "memory")->encode("abc"), (std::vector<int32_t>{11}));
+  // Written back as it was read.
+  const GgufVocabulary again = tok->gguf_vocabulary();
+  EXPECT_EQ(again.model, "llama");
+  EXPECT_EQ(again.tokens, (std::vector<std::string>{"<unk>", "<s>", "</s>", m, "a", "b", "c", "ab", "bc", m + "a",
+                                                    "<0x0A>", "abc", "[pad]"}));
+  EXPECT_EQ(again.types, v.types);
+  EXPECT_EQ(again.scores, v.scores);
+  EXPECT_EQ(again.unk, 0);
+  EXPECT_TRUE(again.add_bos);
+  EXPECT_EQ(again.bos, 1);
+  // As tokenizer.json: every split of a token a merge, by score, then id.
+  TempDir dir;
+  tok->save_json(dir.file("tokenizer.json"));
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir.file("tokenizer.json")));
+  EXPECT_EQ(j["model"]["merges"], nlohmann::json::parse(R"([["b", "c"], ["a", "b"], ["▁", "a"], ["a", "bc"], ["ab", "c"]])"));
+  EXPECT_EQ(j["model"]["vocab"].size(), v.tokens.size());
+  EXPECT_FALSE(j["model"]["fuse_unk"]);
+  auto json_tok = BpeTokenizer::from_json(dir.file("tokenizer.json"));
+  for (const char* text : {"abc", "ab", "x\n", "xy", "a</s>b", " a", "", "bcabc abcab"}) {
+    EXPECT_EQ(json_tok->encode(text), tok->encode(text)) << text;
+  }
+  EXPECT_EQ(json_tok->prefix_ids(), (std::vector<int32_t>{1}));
+
+  auto expect_error = [&](const std::function<void(GgufVocabulary&)>& change, const std::string& says) {
+    expect_gguf_error(v, change, says);
+  };
+  expect_error([](auto& b) { b.scores.pop_back(); }, "tokenizer.ggml.scores has 12 entries for 13 tokens");
+  expect_error([](auto& b) { b.scores[4] = std::nanf(""); }, "tokenizer.ggml.scores[4] is not finite");
+  expect_error([](auto& b) { b.tokens[10] = "<0x-A>"; }, "is a byte token, expected <0xXX>");
+  expect_error([](auto& b) { b.types[4] = 7; }, "token type 7");
+  expect_error([](auto& b) { b.tokens[5] = b.tokens[4]; }, "appears twice");
+  expect_error([](auto& b) { b.tokens[5] = ""; }, "is empty");
+  expect_error([](auto& b) { b.types[0] = 1; }, "no unknown token");
+  expect_error([](auto& b) { b.unk = 13; }, "unknown_token_id 13 is not a token");
+  expect_error([](auto& b) { b.model = "t5"; }, "tokenizer.ggml.model \"t5\" is not supported");
+  expect_error([](auto& b) { b.tokens[4] = "\xE2\x96"; }, "token 4 '\xE2\x96' is not valid UTF-8");
+  expect_error([](auto& b) { b.tokens[12].assign(1, char(0xFF)); }, "token 12 '\xFF' is not valid UTF-8");  // unused, still text
+}
+
 // llama.cpp ignores merges for Llama 3's pattern: a tokenizer that does not
 // cannot be written as one, and one read from GGUF does.
 TEST(TokenizerGguf, Llama3PatternIgnoresMerges) {
@@ -565,15 +688,7 @@ TEST(TokenizerGguf, Llama3PatternIgnoresMerges) {
 TEST(TokenizerGguf, BadVocabulariesAreIoErrorsNamingTheSource) {
   const GgufVocabulary good = BpeTokenizer::train("aaa bbb aaa bbb ccc ccc", 262, PreTokenizer::gpt2)->gguf_vocabulary();
   auto expect_error = [&](const std::function<void(GgufVocabulary&)>& change, const std::string& says) {
-    GgufVocabulary v = good;
-    change(v);
-    try {
-      BpeTokenizer::from_gguf_vocabulary(v, "model.gguf");
-      ADD_FAILURE() << "no error; expected " << says;
-    } catch (const IoError& e) {
-      EXPECT_NE(std::string(e.what()).find("model.gguf: "), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
+    expect_gguf_error(good, change, says);
   };
   expect_error([](auto& v) { v.pre = "default"; }, "tokenizer.ggml.pre \"default\" is not supported");
   expect_error([](auto& v) { v.types[40] = 2; }, "token type 2");

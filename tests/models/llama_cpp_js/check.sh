@@ -9,8 +9,10 @@
 # `nabla export gguf --adapter` merged. Then tokenizers: `nabla tokenizer train` on the
 # fortunes with GPT-2's, Qwen2's, SmolLM2's and Llama 3's patterns (Llama 3's
 # with ignore_merges on, as llama.cpp reads that pattern), each written into
-# a GGUF with `nabla export gguf --tokenizer`; llama.cpp must tokenize hand
-# texts and fortunes into nabla's ids (check_tokenizers.mjs).
+# a GGUF with `nabla export gguf --tokenizer`; so too Llama-2-style
+# SentencePiece tokenizer.json files (GGUF model "llama", with scores).
+# llama.cpp must tokenize hand texts and fortunes into nabla's ids
+# (check_tokenizers.mjs).
 # Usage: check.sh FIXTURE_PROGRAM WORK_DIR NABLA
 # Fails, never skips, when Node.js, npm or the npm registry is missing.
 set -eu
@@ -61,6 +63,7 @@ Unicode: 東京 Ελληνικά русский عربى हिन्दी 🙂
 code: for (int i = 0; i < n; ++i) { sum += a[i] * b[i]; } // done
 def f(x):    return x**2 if x > 0 else -x  # python
 special<|endoftext|>tokens <|endoftext|> in <|endoftext|>text
+llama's special</s>tokens <s> in </s> text<unk>, and <0x41> as text
      
 mixed   whitespace 	  runs  and punctuation!!! ??? ... ,,, ;;; ---
 TEXTS
@@ -88,5 +91,38 @@ fs.writeFileSync(process.argv[1], JSON.stringify(j));
   "$nabla" tokenize --whole --tokenizer "$tok/$pattern.gguf" <"$tok/whole.txt" >"$tok/$pattern.whole" ||
     fail "nabla tokenize --whole failed"
   names="$names $pattern"
+done
+# SentencePiece-style BPE: make_spm_tokenizer.js's Llama-2-style
+# tokenizer.json (legacy normalizer; Metaspace) written as GGUF's "llama"
+# vocabulary, with scores from its merges. nabla reads that GGUF as
+# llama.cpp does; from the legacy form (SentencePiece's own spacing) it
+# must also give the tokenizer.json's ids, and the tokenizer.json nabla
+# writes back from either GGUF the GGUF's.
+# shellcheck disable=SC2046
+cat $(echo "$fortunes" | head -n 5) | head -c 300000 >"$tok/spm_text.txt"
+for style in legacy metaspace; do
+  json="$tok/spm_$style.json"
+  node "$here/../../text/make_spm_tokenizer.js" "$tok/spm_text.txt" "$json" 700 $style >/dev/null ||
+    fail "make_spm_tokenizer.js $style failed"
+  "$nabla" export gguf "$tok/host.safetensors" --tokenizer "$json" -o "$tok/spm_$style.gguf" >/dev/null ||
+    fail "nabla export gguf --tokenizer $json failed"
+  "$nabla" tokenizer convert --tokenizer "$tok/spm_$style.gguf" -o "$tok/spm_$style.back.json" ||
+    fail "nabla tokenizer convert --tokenizer $tok/spm_$style.gguf failed"
+  for source in gguf json back.json; do
+    "$nabla" tokenize --tokenizer "$tok/spm_$style.$source" <"$tok/lines.txt" >"$tok/spm_$style.lines.$source" ||
+      fail "nabla tokenize --tokenizer $tok/spm_$style.$source failed"
+    "$nabla" tokenize --whole --tokenizer "$tok/spm_$style.$source" <"$tok/whole.txt" >"$tok/spm_$style.whole.$source" ||
+      fail "nabla tokenize --whole --tokenizer $tok/spm_$style.$source failed"
+  done
+  mv "$tok/spm_$style.lines.gguf" "$tok/spm_$style.lines"
+  mv "$tok/spm_$style.whole.gguf" "$tok/spm_$style.whole"
+  names="$names spm_$style"
+done
+cmp -s "$tok/spm_legacy.lines" "$tok/spm_legacy.lines.json" && cmp -s "$tok/spm_legacy.whole" "$tok/spm_legacy.whole.json" ||
+  fail "the GGUF nabla wrote from $tok/spm_legacy.json tokenizes differently from it (spm_legacy.lines{,.json})"
+for style in legacy metaspace; do
+  cmp -s "$tok/spm_$style.lines" "$tok/spm_$style.lines.back.json" &&
+    cmp -s "$tok/spm_$style.whole" "$tok/spm_$style.whole.back.json" ||
+    fail "the tokenizer.json nabla wrote from $tok/spm_$style.gguf tokenizes differently from it"
 done
 node "$here/check_tokenizers.mjs" "$tok" $names || fail "llama.cpp tokenizes differently from nabla (texts and ids in $tok)"
