@@ -3,10 +3,12 @@
 // kernels on the GPU where this machine has one.
 #pragma once
 
+#include <random>
 #include <string>
 #include <vector>
 
 #include "nabla/executor.h"
+#include "nabla/tensor.h"
 
 namespace nabla::testing_backends {
 
@@ -28,6 +30,16 @@ inline std::vector<std::string> all_backends() {
   std::vector<std::string> b{"cpu"};
   for (const std::string& d : device_backends()) b.push_back(d);
   return b;
+}
+
+// Standard normal values of `dtype` (f32 or f64), the same for a seed.
+inline Tensor random_tensor(DType dtype, const Shape& shape, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> v(static_cast<size_t>(numel(shape)));
+  for (double& x : v) x = normal(gen);
+  if (dtype == DType::f64) return Tensor::from_vector<double>(shape, v);
+  return Tensor::from_vector<float>(shape, std::vector<float>(v.begin(), v.end()));
 }
 
 // For INSTANTIATE_TEST_SUITE_P's names: "cuda-emulated" -> "cuda_emulated".

@@ -107,6 +107,16 @@ struct Executor::Impl {
     for (auto it = replaced.find(t.node()); it != replaced.end(); it = replaced.find(t.node())) t = it->second;
     return t;
   }
+  // The step that writes `root` (a view's root node); -1 where none does (a
+  // leaf). UsageError naming `given` where it is not part of this graph.
+  int64_t step_writing(const Node* root, const Tensor& given) const {
+    auto it = pos.find(root);
+    if (it == pos.end()) throw UsageError("executor: " + to_string(given) + " is not part of this graph");
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].position == it->second) return int64_t(i);
+    }
+    return -1;
+  }
 };
 
 namespace {
@@ -499,16 +509,11 @@ void Executor::reset_profile() {
 bool Executor::on_computed(const Tensor& given, std::function<void()> done) {
   if (!given.defined()) throw UsageError("executor: on_computed of an undefined tensor");
   Impl& m = *impl_;
-  const Node* root = m.compiled(given).node()->root();
-  auto it = m.pos.find(root);
-  if (it == m.pos.end()) throw UsageError("executor: " + to_string(given) + " is not part of this graph");
-  for (size_t i = 0; i < m.steps.size(); ++i) {
-    if (m.steps[i].position != it->second) continue;
-    m.after_step.resize(m.steps.size());
-    m.after_step[i].push_back(std::move(done));
-    return true;
-  }
-  return false;
+  const int64_t step = m.step_writing(m.compiled(given).node()->root(), given);
+  if (step < 0) return false;
+  m.after_step.resize(m.steps.size());
+  m.after_step[size_t(step)].push_back(std::move(done));
+  return true;
 }
 
 int Executor::host_copy(const Tensor& given, std::function<void()> queued) {
@@ -521,18 +526,15 @@ int Executor::host_copy(const Tensor& given, std::function<void()> queued) {
     throw UsageError("executor: host_copy of " + to_string(t) + ", an intermediate whose memory the plan reuses");
   }
   if (!t.is_contiguous()) throw UsageError("executor: host_copy of the strided " + to_string(t));
-  const int64_t root = m.pos.at(t.node()->root());
-  for (size_t i = 0; i < m.steps.size(); ++i) {
-    if (m.steps[i].position != root) continue;
-    const size_t bytes = size_t(t.numel()) * dtype_size(t.dtype());
-    std::unique_ptr<Impl::HostCopy> h(
-        new Impl::HostCopy{m.backend, m.view(t).data, bytes, m.backend->allocate_host(bytes), nullptr, std::move(queued)});
-    m.copies_after_step.resize(m.steps.size());
-    m.copies_after_step[i].push_back(m.host_copies.size());
-    m.host_copies.push_back(std::move(h));
-    return int(m.host_copies.size()) - 1;
-  }
-  return -1;
+  const int64_t step = m.step_writing(t.node()->root(), given);
+  if (step < 0) return -1;
+  const size_t bytes = size_t(t.numel()) * dtype_size(t.dtype());
+  std::unique_ptr<Impl::HostCopy> h(
+      new Impl::HostCopy{m.backend, m.view(t).data, bytes, m.backend->allocate_host(bytes), nullptr, std::move(queued)});
+  m.copies_after_step.resize(m.steps.size());
+  m.copies_after_step[size_t(step)].push_back(m.host_copies.size());
+  m.host_copies.push_back(std::move(h));
+  return int(m.host_copies.size()) - 1;
 }
 
 const void* Executor::host_copied(int id) const {

@@ -8,26 +8,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "backends.h"
 #include "nabla/nabla.hpp"
 #include "ops/internal_ops.h"
 
 using namespace nabla;
+using testing_backends::random_tensor;
 
 namespace {
-
-Tensor random_tensor(DType dtype, const Shape& shape, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<double> v(static_cast<size_t>(n));
-  for (double& x : v) x = normal(gen);
-  if (dtype == DType::f64) return Tensor::from_vector<double>(shape, v);
-  return Tensor::from_vector<float>(shape, std::vector<float>(v.begin(), v.end()));
-}
 
 struct Case {
   int64_t b, tq, tk, h, hk, d;

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <random>
 
 #include "backends.h"
 #include "nabla/nabla.hpp"
@@ -18,13 +17,7 @@ using namespace nabla;
 namespace {
 
 Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = normal(gen);
-  return Tensor::from_vector<float>(shape, v);
+  return testing_backends::random_tensor(DType::f32, shape, seed);
 }
 
 // Element-wise agreement within `tol` of the larger magnitude; NaN where the
