@@ -20,6 +20,7 @@ the faster.
 """
 import argparse
 import json
+import math
 import os
 import resource
 import sys
@@ -45,7 +46,16 @@ def build(config):
                 torch.nn.init.zeros_(m.bias)
         return model
     from gpt2_oracle import Gpt2
-    return Gpt2(config)
+    model = Gpt2(config)
+    # GPT-2's init, as nabla's (the oracle's Conv1D starts at zero, its
+    # embeddings at N(0, 1): a first loss near 268 instead of ln(vocab)).
+    resid_std = 0.02 / math.sqrt(2 * max(1, config["n_layer"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias") or ".ln_" in name or name.startswith("ln_f"):
+                continue  # zero biases, LayerNorm at 1 and 0, as constructed
+            torch.nn.init.normal_(p, std=resid_std if name.endswith("c_proj.weight") else 0.02)
+    return model
 
 
 def llama_config(c):
