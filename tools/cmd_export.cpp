@@ -7,6 +7,7 @@
 // `nabla export lora-gguf`: a PEFT adapter as llama.cpp's adapter GGUF.
 #include <fmt/format.h>
 
+#include "cmd_tokenize.h"
 #include "commands.h"
 #include "nabla/models/gguf.h"
 #include "nabla/models/llama.h"
@@ -72,11 +73,7 @@ int run_export_hf(const ExportArgs& a) {
   const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
   if (tok && !bpe) throw UsageError("export hf: tokenizer " + tokenizer + " is not BPE");
   save_hf_folder(a.out, cfg.to_json(), model.params());
-  if (bpe && tokenizer.ends_with(".json")) {
-    write_file_atomic(a.out + "/tokenizer.json", read_file(tokenizer));
-  } else if (bpe) {
-    bpe->save_json(a.out + "/tokenizer.json");
-  }
+  if (bpe) write_tokenizer_json(tokenizer, *bpe, a.out + "/tokenizer.json");
   fmt::print("wrote {}/config.json, model.safetensors{} ({} parameters)\n", a.out,
              bpe ? " and tokenizer.json" : "", model.params().count());
   return kExitOk;

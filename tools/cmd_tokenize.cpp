@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "nabla/error.h"
+#include "nabla/gguf.h"
 #include "nabla/io.h"
 #include "nabla/text_data.h"
 #include "nabla/tokenizer.h"
@@ -119,10 +121,18 @@ int run_tokenizer_train(const TokenizerArgs& opt) {
 int run_tokenizer_convert(const TokenizerArgs& opt) {
   std::unique_ptr<Tokenizer> tok = make_tokenizer(opt.tokenizer, opt.vocab);
   const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
-  if (!bpe) throw UsageError("tokenizer convert: the " + tok->name() + " tokenizer is not a byte-level BPE");
+  if (!bpe) throw UsageError("tokenizer convert: the " + tok->name() + " tokenizer is not BPE");
   bpe->save_json(opt.out);
   std::printf("%s: %d tokens\n", opt.out.c_str(), bpe->vocab_size());
   return kExitOk;
+}
+
+void write_tokenizer_json(const std::string& source, const BpeTokenizer& tok, const std::string& target) {
+  if (std::filesystem::is_regular_file(source) && !is_gguf_file(source)) {
+    write_file_atomic(target, read_file(source));
+  } else {
+    tok.save_json(target);
+  }
 }
 
 }  // namespace nabla::cli

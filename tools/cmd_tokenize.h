@@ -1,10 +1,11 @@
 // `nabla tokenize`: text on stdin to token ids on stdout, or back.
-// `nabla tokenizer train|convert`: a byte-level BPE as tokenizer.json.
+// `nabla tokenizer train|convert`: a BPE tokenizer as tokenizer.json.
 #pragma once
 
 #include <string>
 
 #include "commands.h"
+#include "nabla/tokenizer.h"
 
 namespace nabla::cli {
 
@@ -30,7 +31,7 @@ struct TokenizerArgs {
   std::string text;              // train: corpus file or folder; "" = fortunes
   int vocab_size = 4096;         // train
   std::string pattern = "gpt2";  // train: the pre-tokenizer
-  std::string tokenizer;         // convert: byte is not BPE; gpt2 or a tokenizer.json
+  std::string tokenizer;         // convert: byte is not BPE; gpt2, a tokenizer.json or a GGUF model
   std::string vocab;             // convert: GPT-2's folder
   std::string out;               // the tokenizer.json to write
 };
@@ -38,5 +39,10 @@ struct TokenizerArgs {
 int run_tokenizer_train(const TokenizerArgs& opt);
 // Writes a BPE tokenizer nabla reads (GPT-2's files) as tokenizer.json.
 int run_tokenizer_convert(const TokenizerArgs& opt);
+
+// `tok`, read from `source` (a make_tokenizer name), as the tokenizer.json
+// `target`: a tokenizer.json file copied byte for byte (its decoder and
+// settings kept), GPT-2's files or a GGUF model's vocabulary written out.
+void write_tokenizer_json(const std::string& source, const BpeTokenizer& tok, const std::string& target);
 
 }  // namespace nabla::cli

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "cmd_tokenize.h"
 #include "commands.h"
 #include "nabla/gguf.h"
 #include "nabla/io.h"
@@ -111,13 +112,9 @@ void keep_tokenizer_beside(const std::string& save, const Tokenizer& tok, std::s
     tokenizer = target.filename().string();
     return;
   }
-  if (is_gguf_file(tokenizer)) {
-    const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok);
-    if (!bpe) throw UsageError("train: the tokenizer of " + tokenizer + " is not BPE");
-    bpe->save_json(target.string());
-  } else {
-    write_file_atomic(target.string(), read_file(tokenizer));
-  }
+  const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok);
+  if (!bpe) throw UsageError("train: the tokenizer of " + tokenizer + " is not BPE");
+  write_tokenizer_json(tokenizer, *bpe, target.string());
   tokenizer = target.filename().string();
 }
 

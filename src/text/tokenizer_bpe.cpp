@@ -565,6 +565,16 @@ PreTokenizer BpeTokenizer::pre_tokenizer() const { return impl_->pre; }
 
 namespace {
 
+// SentencePiece's legacy spacing as Hugging Face's converter writes it: U+2581
+// before the text, then every space replaced by it.
+json legacy_normalizer() {
+  const std::string marker(kSpaceMarker);
+  return {{"type", "Sequence"},
+          {"normalizers",
+           {{{"type", "Prepend"}, {"prepend", marker}},
+            {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", marker}}}}};
+}
+
 json byte_level(bool use_regex) {
   return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
 }
@@ -669,10 +679,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
   // SentencePiece's BPE (Llama 2, Mistral): a legacy Prepend + Replace
   // normalizer, or a Metaspace pre-tokenizer; byte-level BPE otherwise.
   const std::string marker(kSpaceMarker);
-  const json legacy = {{"type", "Sequence"},
-                       {"normalizers",
-                        {{{"type", "Prepend"}, {"prepend", marker}},
-                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", marker}}}}};
+  const json legacy = legacy_normalizer();
   const json normalizer = j.value("normalizer", json()), pre_tokenizer = j.value("pre_tokenizer", json());
   const bool metaspace = pre_tokenizer.is_object() && pre_tokenizer.value("type", "") == "Metaspace";
   auto impl = std::make_unique<Impl>();
@@ -868,8 +875,10 @@ json pieces_json(const BpeTokenizer::Impl& m) {
       int32_t token, left, right;
     };
     std::vector<Split> splits;
+    std::vector<std::string> text_of(m.id_bytes.size());
     for (const auto& [text, id] : m.pieces.texts) {
       vocab[text] = id;
+      text_of[size_t(id)] = text;
       for (size_t at = 1; at < text.size(); ++at) {
         if ((static_cast<uint8_t>(text[at]) & 0xC0) == 0x80) continue;  // inside a character
         auto left = m.pieces.texts.find(std::string_view(text).substr(0, at));
@@ -882,14 +891,9 @@ json pieces_json(const BpeTokenizer::Impl& m) {
       if (score[size_t(x.token)] != score[size_t(y.token)]) return score[size_t(x.token)] > score[size_t(y.token)];
       return std::tie(x.token, x.left, x.right) < std::tie(y.token, y.left, y.right);
     });
-    std::unordered_map<int32_t, std::string> text_of;
-    for (const auto& [text, id] : m.pieces.texts) text_of[id] = text;
-    for (const Split& sp : splits) merges.push_back({text_of[sp.left], text_of[sp.right]});
+    for (const Split& sp : splits) merges.push_back({text_of[size_t(sp.left)], text_of[size_t(sp.right)]});
   }
-  const json legacy = {{"type", "Sequence"},
-                       {"normalizers",
-                        {{{"type", "Prepend"}, {"prepend", marker}},
-                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", marker}}}}};
+  const json legacy = legacy_normalizer();
   const Prepend prepend = m.pieces.prepend;
   const char* scheme = prepend == Prepend::first ? "first" : prepend == Prepend::always ? "always" : "never";
   json decoders = {{{"type", "Replace"}, {"pattern", {{"String", marker}}}, {"content", " "}},
