@@ -347,7 +347,14 @@ enum {
   /* Keeps weight gradients that are products of smaller factors as their
    * factors (linear layers over few tokens); see TrainStep in
    * include/nabla/trainer.h. */
-  NABLA_TRAIN_LOW_MEMORY = 2
+  NABLA_TRAIN_LOW_MEMORY = 2,
+  /* The step spans the job this process joined (nabla_job_join): see Jobs
+   * below. */
+  NABLA_TRAIN_JOB = 4,
+  /* With NABLA_TRAIN_JOB: each process holds and updates its part of the
+   * AdamW moments alone (ZeRO-1), the same parameters bit for bit in
+   * 1/size of the moments' memory. */
+  NABLA_TRAIN_SHARD_OPTIMIZER = 8
 };
 /* Data parallelism inside the process, or'ed into flags with r from 1 to
  * 255: the graph, built for one replica's share of the batch, runs as r
@@ -366,8 +373,9 @@ nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_
                                   size_t n_extras, double beta1, double beta2, double eps,
                                   double weight_decay, nabla_tensor* const* no_decay, size_t n_no_decay,
                                   int threads, int flags, nabla_trainer** out);
-/* Forward and backward on the values now in the leaves; the loss goes to
- * *loss when loss is not NULL. */
+/* Forward and backward on the values now in the leaves; the loss (the mean
+ * over every replica, of every process in a job) goes to *loss when loss is
+ * not NULL. */
 nabla_status nabla_trainer_run(nabla_trainer* trainer, float* loss);
 /* Clips the gradients to global L2 norm `clip` (0: no clipping) and takes one
  * AdamW step at learning rate lr. The norm before clipping goes to
@@ -396,7 +404,11 @@ nabla_status nabla_trainer_parameter(nabla_trainer* trainer, int64_t index, nabl
  * "optimizer.exp_avg_sq.<name>", and its step count, in one safetensors
  * file written atomically. nabla_trainer_load restores all of it into a
  * trainer of the same model, so that training continues exactly as it would
- * have; a file missing any of it, or with another shape, changes nothing. */
+ * have; a file missing any of it, or with another shape, changes nothing.
+ * In a job every process calls both: rank 0 alone writes (the moments
+ * gathered to it when sharded), and every process returns its outcome; each
+ * process reads the file it names, and none changes anything unless every
+ * one read it and they read the same values. */
 nabla_status nabla_trainer_save(nabla_trainer* trainer, const char* path, const char* const* names);
 nabla_status nabla_trainer_load(nabla_trainer* trainer, const char* path, const char* const* names);
 /* Optimizer steps taken. */
@@ -428,6 +440,15 @@ typedef struct nabla_finetune nabla_finetune;
 #define NABLA_FINETUNE_RSLORA 1
 #define NABLA_FINETUNE_GRADIENT_CHECKPOINTING 2
 #define NABLA_FINETUNE_DEQUANTIZE_BASE 4
+/* JOB: the step spans the job this process joined (nabla_job_join; see Jobs
+ * below), each process giving its batch / size rows a step.
+ * SHARD_OPTIMIZER: with JOB, ZeRO-1 (as NABLA_TRAIN_SHARD_OPTIMIZER). */
+#define NABLA_FINETUNE_JOB 8
+#define NABLA_FINETUNE_SHARD_OPTIMIZER 16
+/* Data parallelism inside the process, or'ed into flags with r from 1 to
+ * 255: the step's rows split among r copies of the model's graph, one per
+ * thread (as NABLA_TRAIN_REPLICAS). */
+#define NABLA_FINETUNE_REPLICAS(r) ((int)(r) << 8)
 /* base: the pretrained model. adapter_dir: a PEFT folder to start from (its
  * r, alpha, dropout and targets replace the arguments'), or NULL for fresh
  * adapters. lora_r: the adapters' rank, 0 for full fine-tuning; their scale
@@ -442,7 +463,8 @@ nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, in
                                    double lora_dropout, int flags, const char* lora_targets, int64_t batch,
                                    int64_t context, double weight_decay, int threads, uint64_t seed,
                                    nabla_finetune** out);
-/* The session's row count, tokens per row, vocabulary size and trained
+/* The rows each nabla_finetune_step takes (the session's batch, divided
+ * among a job's processes), tokens per row, vocabulary size and trained
  * element count. Any out-pointer may be NULL. */
 nabla_status nabla_finetune_shape(nabla_finetune* ft, int64_t* batch, int64_t* context, int64_t* vocab,
                                   int64_t* trained);
@@ -454,19 +476,70 @@ nabla_status nabla_finetune_encode(nabla_finetune* ft, const char* text, int32_t
 /* One optimizer step on a batch of [batch, context] i32 input_ids and
  * labels (Hugging Face's: position t predicts labels[t + 1]; -100 is not
  * counted); segments NULL (a row is one sequence) or [batch, context] ids of
- * the documents packed in each row, attention staying within an id. AdamW
- * at lr after clipping the global norm to clip (0: none). The mean loss
- * over the counted tokens goes to *loss when it is not NULL. */
+ * the documents packed in each row, attention staying within an id; batch
+ * as nabla_finetune_shape says. AdamW at lr after clipping the global norm
+ * to clip (0: none). The step's gradient is that of the mean loss over every
+ * counted token of the step (of every replica and process): the mean goes
+ * to *loss when it is not NULL. */
 nabla_status nabla_finetune_step(nabla_finetune* ft, const int32_t* input_ids, const int32_t* labels,
                                  const int32_t* segments, double lr, double clip, float* loss);
 /* The adapter as a PEFT folder (adapter_config.json,
  * adapter_model.safetensors), or with full fine-tuning the model as a
- * Hugging Face folder; the folder is created when missing. */
+ * Hugging Face folder; the folder is created when missing. In a job, every
+ * process calls it (and nabla_finetune_save_gguf): rank 0 alone writes, and
+ * every process returns its outcome. */
 nabla_status nabla_finetune_save(nabla_finetune* ft, const char* dir);
 /* The adapter as llama.cpp's LoRA GGUF (llama-cli --lora). */
 nabla_status nabla_finetune_save_gguf(nabla_finetune* ft, const char* path);
 /* Accepts NULL. */
 void nabla_finetune_free(nabla_finetune* ft);
+
+/* ---- Jobs: training over processes and machines
+ *
+ * A program started by a launcher as several processes (Open MPI:
+ * `mpirun -np 2 ruby train.rb`, on several machines with --host) joins their
+ * job with nabla_job_join. A trainer created with NABLA_TRAIN_JOB, or a
+ * fine-tuning session with NABLA_FINETUNE_JOB, then runs each step over all
+ * of them: each process computes the gradients of its share of the batch,
+ * and the shares are summed in rank order, so that every process updates
+ * the same parameters, bit for bit as one process with size x r replicas
+ * would (include/nabla/distributed.h). A trainer's replica i in rank k is
+ * replica k x r + i of the whole step: give it that share of each batch.
+ *
+ *   nabla_job_join(&job);
+ *   nabla_job_rank(job, &rank, &size);
+ *   nabla_trainer_create(ctx, loss, ..., NABLA_TRAIN_JOB | NABLA_TRAIN_REPLICAS(r), &trainer);
+ *
+ * A process started alone joins a job of one (rank 0 of 1): the same program
+ * runs with and without the launcher. There is one job per process: joining
+ * again while a handle, trainer or session holds it gives another handle to
+ * it; once all are freed the process has left it, and a process a launcher
+ * started cannot join again (MPI's rule). Every process must make the same
+ * job-wide calls (create, run, update, save, load, the nabla_job_*
+ * functions) in the same order, from one thread at a time; processes that
+ * build different steps (parameters, values, options) get an error from
+ * the create, naming what differs. A process that dies ends the job: the
+ * launcher stops the others. */
+typedef struct nabla_job nabla_job;
+nabla_status nabla_job_join(nabla_job** out);
+/* This process's rank (0 to size - 1) and the job's process count. Either
+ * out-pointer may be NULL. */
+nabla_status nabla_job_rank(nabla_job* job, int* rank, int* size);
+/* "MPI (Open MPI v4.1.4), 2 processes on 1 host", or "1 process (no
+ * launcher)"; valid while the job is. */
+nabla_status nabla_job_describe(nabla_job* job, const char** out);
+/* values[0, n) on every process becomes the sum of every process's, added
+ * in rank order (the same on every process): metrics such as correct
+ * counts, losses or token counts. */
+nabla_status nabla_job_sum(nabla_job* job, double* values, size_t n);
+/* `bytes` of data from process `root` into every process's data: a seed, a
+ * data order, weights made on one process. */
+nabla_status nabla_job_broadcast(nabla_job* job, void* data, size_t bytes, int root);
+/* Returns once every process has called it. */
+nabla_status nabla_job_barrier(nabla_job* job);
+/* Frees this handle; the process leaves the job when nothing holds it.
+ * Accepts NULL. */
+void nabla_job_free(nabla_job* job);
 
 #ifdef __cplusplus
 } /* extern "C" */

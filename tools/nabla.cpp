@@ -26,20 +26,9 @@ using namespace nabla::cli;
 // The job this process is a rank of, when a launcher (mpirun) started
 // several; null for one process.
 std::unique_ptr<nabla::dist::Communicator> join_job() {
-  if (!nabla::dist::launched()) return nullptr;
-#ifdef NABLA_HAVE_MPI
-  std::unique_ptr<nabla::dist::Communicator> job = nabla::dist::mpi_communicator();
-  if (job->size() == 1) return nullptr;
+  std::unique_ptr<nabla::dist::Communicator> job = nabla::dist::join_launched_job();
+  if (job && job->size() == 1) return nullptr;
   return job;
-#else
-  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  if (!size) size = std::getenv("PMI_SIZE");
-  if (size && std::atoi(size) > 1) {
-    throw nabla::UsageError("this nabla was built without MPI, and mpirun started " + std::string(size) +
-                            " processes: install libopenmpi-dev and build again (scripts/build)");
-  }
-  return nullptr;
-#endif
 }
 
 // Accepts registered op names only; the error lists them all.

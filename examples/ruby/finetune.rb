@@ -6,6 +6,11 @@
 #
 #   ruby examples/ruby/finetune.rb --lib build/libnabla.so --base MODEL --data pairs.jsonl \
 #     --steps 100 --save adapter [--gguf adapter.gguf] [--gradient-checkpointing]
+#
+# --replicas R splits each batch among R copies of the model, one per thread;
+# under mpirun, --job splits it among the processes too (each takes its rows
+# of every batch), with the result one process with as many replicas gives,
+# bit for bit. Rank 0 prints and saves.
 require "json"
 require "optparse"
 require_relative "nabla"
@@ -22,6 +27,10 @@ OptionParser.new do |o|
   o.on("--lora-r N", Integer) { |v| opt[:r] = v }
   o.on("--lora-alpha X", Float) { |v| opt[:alpha] = v }
   o.on("--threads N", Integer) { |v| opt[:threads] = v }
+  o.on("--lora-dropout P", Float) { |v| opt[:dropout] = v }
+  o.on("--replicas N", Integer, "data-parallel copies in this process") { |v| opt[:replicas] = v }
+  o.on("--job", "train over the processes mpirun started") { opt[:job] = true }
+  o.on("--shard-optimizer", "with --job: each process holds its part of the AdamW moments") { opt[:shard] = true }
   o.on("--gradient-checkpointing", "recompute activations in the backward: less memory") { opt[:checkpointing] = true }
   o.on("--save DIR", "PEFT adapter folder to write") { |v| opt[:save] = v }
   o.on("--gguf PATH", "llama.cpp adapter GGUF to write") { |v| opt[:gguf] = v }
@@ -30,10 +39,15 @@ end.parse!
 abort "finetune.rb: --base and --data are required" unless opt[:base] && opt[:data]
 
 opt[:lib] ? Nabla.load(opt[:lib]) : Nabla.load
-ft = Nabla::Finetune.new(opt[:base], lora_r: opt[:r], lora_alpha: opt[:alpha], batch: opt[:batch],
-                                     context: opt[:context], threads: opt[:threads],
-                                     gradient_checkpointing: opt[:checkpointing] || false)
-puts "LoRA r #{opt[:r]} on #{opt[:base]}: #{ft.trained} parameters train; #{ft.batch} x #{ft.context} tokens a step"
+job = opt[:job] ? Nabla::Job.new : nil
+rank = job ? job.rank : 0
+say = ->(line) { puts line if rank.zero? }
+ft = Nabla::Finetune.new(opt[:base], lora_r: opt[:r], lora_alpha: opt[:alpha], lora_dropout: opt[:dropout] || 0.0,
+                                     batch: opt[:batch], context: opt[:context], threads: opt[:threads],
+                                     gradient_checkpointing: opt[:checkpointing] || false,
+                                     replicas: opt[:replicas] || 1, job: job, shard_optimizer: opt[:shard] || false)
+say.call "LoRA r #{opt[:r]} on #{opt[:base]}: #{ft.trained} parameters train; #{opt[:batch]} x #{ft.context} " \
+         "tokens a step#{job ? " (#{ft.batch} rows in each process; #{job.description})" : ''}"
 
 # Each pair: ids = prompt + completion, labels -100 over the prompt.
 pairs = File.readlines(opt[:data], chomp: true).reject(&:empty?).each_with_index.map do |line, i|
@@ -43,24 +57,26 @@ pairs = File.readlines(opt[:data], chomp: true).reject(&:empty?).each_with_index
   ids = (prompt + completion).first(ft.context)
   [ids, (Array.new(prompt.size, -100) + completion).first(ft.context)]
 end
-puts "#{pairs.size} prompt / completion pairs from #{opt[:data]}"
+say.call "#{pairs.size} prompt / completion pairs from #{opt[:data]}"
 
 rows = ft.batch * ft.context
 first = last = nil
 opt[:steps].times do |step|
   ids, labels = Array.new(rows, 0), Array.new(rows, -100)
+  # This process's rows of the step's batch.
   ft.batch.times do |r|
-    pid, plabels = pairs[(step * ft.batch + r) % pairs.size]
+    pid, plabels = pairs[(step * opt[:batch] + rank * ft.batch + r) % pairs.size]
     ids[r * ft.context, pid.size] = pid
     labels[r * ft.context, plabels.size] = plabels
   end
   loss = ft.step(ids, labels, lr: opt[:lr])
   first ||= loss
   last = loss
-  puts format("step %d loss %.4f", step + 1, loss) if ((step + 1) % 10).zero? || step.zero?
+  say.call format("step %d loss %.4f", step + 1, loss) if ((step + 1) % 10).zero? || step.zero?
 end
 drop = 1 - last / first
-puts format("loss %.4f -> %.4f (%.0f%% lower)", first, last, 100 * drop)
+say.call format("loss %.4f -> %.4f (%.0f%% lower)", first, last, 100 * drop)
+# Every process calls; rank 0 writes.
 ft.save(opt[:save]) if opt[:save]
 ft.save_gguf(opt[:gguf]) if opt[:gguf]
 abort format("finetune.rb: the loss fell by %.1f%%, less than %.1f%%", 100 * drop, 100 * opt[:min_drop]) if drop < opt[:min_drop]

@@ -7,6 +7,7 @@
 #   Nabla.load                         # an installed libnabla.so.0 (cmake --install):
 #                                      # found as the dynamic loader finds libraries
 #                                      # (LD_LIBRARY_PATH, ldconfig's cache), or in /usr/local/lib
+#   job = Nabla::Job.new                # under mpirun: this process's rank of the job
 #   ctx = Nabla::Context.new
 #   w = ctx.parameter([4, 3], values)          # f32 unless dtype: is given
 #   y = ctx.op(:gelu_erf, ctx.op(:matmul, x, w))
@@ -20,7 +21,7 @@ module Nabla
   class Error < StandardError; end
 
   F32, F64, I32 = 0, 1, 2
-  TRAIN_BF16_MATMUL, TRAIN_LOW_MEMORY = 1, 2
+  TRAIN_BF16_MATMUL, TRAIN_LOW_MEMORY, TRAIN_JOB, TRAIN_SHARD_OPTIMIZER = 1, 2, 4, 8
 
   P = :pointer
   SIGNATURES = {
@@ -61,6 +62,9 @@ module Nabla
     nabla_trainer_read: [[P, P, P, :size_t], :int],
     nabla_trainer_parameters: [[P, P, P, P], :int],
     nabla_trainer_replica: [[P, :int, P, P], :int],
+    nabla_trainer_save: [[P, :string, P], :int],
+    nabla_trainer_load: [[P, :string, P], :int],
+    nabla_trainer_steps: [[P, P], :int],
     nabla_finetune_create: [[:string, :string, :int64, :double, :double, :int, :string, :int64, :int64, :double,
                              :int, :uint64, P], :int],
     nabla_finetune_shape: [[P, P, P, P, P], :int],
@@ -68,7 +72,13 @@ module Nabla
     nabla_finetune_step: [[P, P, P, P, :double, :double, P], :int],
     nabla_finetune_save: [[P, :string], :int],
     nabla_finetune_save_gguf: [[P, :string], :int],
-    nabla_finetune_free: [[P], :void]
+    nabla_finetune_free: [[P], :void],
+    nabla_job_join: [[P], :int],
+    nabla_job_rank: [[P, P, P], :int],
+    nabla_job_describe: [[P, P], :int],
+    nabla_job_sum: [[P, P, :size_t], :int],
+    nabla_job_barrier: [[P], :int],
+    nabla_job_free: [[P], :void]
   }.freeze
 
   # path: a file, or a list of names to try in turn.
@@ -185,6 +195,36 @@ module Nabla
     end
   end
 
+  # The job a launcher (mpirun) started this process in, joined
+  # (nabla_job_*): a Trainer or Finetune given it runs each step over every
+  # process. A process started alone is a job of one.
+  class Job
+    attr_reader :rank, :size, :description
+
+    def initialize
+      out = FFI::MemoryPointer.new(:pointer)
+      Nabla.check(Nabla.nabla_job_join(out))
+      @job = out.read_pointer
+      ObjectSpace.define_finalizer(self, Job.release(@job))
+      rank, size, text = FFI::MemoryPointer.new(:int), FFI::MemoryPointer.new(:int), FFI::MemoryPointer.new(:pointer)
+      Nabla.check(Nabla.nabla_job_rank(@job, rank, size))
+      Nabla.check(Nabla.nabla_job_describe(@job, text))
+      @rank, @size, @description = rank.read_int, size.read_int, text.read_pointer.read_string
+    end
+
+    def self.release(job) = proc { Nabla.nabla_job_free(job) }
+
+    # Every process's values (numbers) summed in rank order, on every process.
+    def sum(values)
+      buf = FFI::MemoryPointer.new(:double, [values.size, 1].max)
+      buf.write_array_of_double(values)
+      Nabla.check(Nabla.nabla_job_sum(@job, buf, values.size))
+      buf.read_array_of_double(values.size)
+    end
+
+    def barrier = Nabla.check(Nabla.nabla_job_barrier(@job))
+  end
+
   # A pretrained Llama-family model (HF folder, GGUF, checkpoint) with LoRA
   # adapters on its frozen weights (nabla_finetune_*): token batches in,
   # adapters out as a PEFT folder and a llama.cpp GGUF.
@@ -193,11 +233,15 @@ module Nabla
 
     # lora_r 0: full fine-tuning; lora_targets: "q_proj,v_proj" (nil: all seven).
     # A GGUF or BF16 base stays in its storage type (QLoRA) unless dequantize_base.
+    # batch: the step's rows, split among `replicas` (one per thread) and a
+    # job's processes (each passes #batch rows to #step).
     def initialize(base, adapter: nil, lora_r: 8, lora_alpha: 16.0, lora_dropout: 0.0, rslora: false,
                    lora_targets: nil, batch: 4, context: 0, weight_decay: 0.0, threads: 0, seed: 1,
-                   gradient_checkpointing: false, dequantize_base: false)
+                   gradient_checkpointing: false, dequantize_base: false, replicas: 1, job: nil,
+                   shard_optimizer: false)
       out = FFI::MemoryPointer.new(:pointer)
-      flags = (rslora ? 1 : 0) | (gradient_checkpointing ? 2 : 0) | (dequantize_base ? 4 : 0)  # NABLA_FINETUNE_*
+      flags = (rslora ? 1 : 0) | (gradient_checkpointing ? 2 : 0) | (dequantize_base ? 4 : 0) |
+              (job ? 8 : 0) | (shard_optimizer ? 16 : 0) | (replicas << 8) # NABLA_FINETUNE_*
       Nabla.check(Nabla.nabla_finetune_create(base, adapter, lora_r, lora_alpha, lora_dropout, flags,
                                               lora_targets, batch, context, weight_decay, threads, seed, out))
       @ft = out.read_pointer
@@ -234,13 +278,17 @@ module Nabla
   # Forward, backward and a fused AdamW step over every parameter the loss
   # reaches, compiled once (nabla_trainer_*). replicas: data-parallel copies
   # of the graph (each a share of the batch, one per thread), whose inputs
-  # come from #replica.
+  # come from #replica. job: a Job, whose processes each run `replicas`
+  # (process k's replica i is replica k * replicas + i of the step);
+  # shard_optimizer: each holds its part of the AdamW moments alone.
   class Trainer
     def initialize(ctx, loss, extras: [], betas: [0.9, 0.999], eps: 1e-8, weight_decay: 0.05,
-                   no_decay: [], threads: 0, flags: 0, replicas: 1)
+                   no_decay: [], threads: 0, flags: 0, replicas: 1, job: nil, shard_optimizer: false)
       @ctx = ctx
       out = FFI::MemoryPointer.new(:pointer)
       flags |= replicas << 8 # NABLA_TRAIN_REPLICAS(r)
+      flags |= TRAIN_JOB if job
+      flags |= TRAIN_SHARD_OPTIMIZER if shard_optimizer
       Nabla.check(Nabla.nabla_trainer_create(ctx.ctx, loss.ptr, Nabla.pointers(extras.map(&:ptr)), extras.size,
                                              betas[0], betas[1], eps, weight_decay,
                                              Nabla.pointers(no_decay.map(&:ptr)), no_decay.size,
@@ -267,6 +315,17 @@ module Nabla
       norm = FFI::MemoryPointer.new(:double)
       Nabla.check(Nabla.nabla_trainer_update(@trainer, lr, clip, norm))
       norm.read_double
+    end
+
+    # The weights, AdamW's moments and step count, to continue from with
+    # #load (in a job every process calls both; rank 0 writes).
+    def save(path) = Nabla.check(Nabla.nabla_trainer_save(@trainer, path, nil))
+    def load(path) = Nabla.check(Nabla.nabla_trainer_load(@trainer, path, nil))
+
+    def steps
+      out = FFI::MemoryPointer.new(:int64)
+      Nabla.check(Nabla.nabla_trainer_steps(@trainer, out))
+      out.read_int64
     end
 
     def parameters

@@ -9,6 +9,7 @@
 # Usage: train_vit.rb [--lib build/libnabla.so] [--steps 600] [--batch 64]
 #                     [--threads 0] [--replicas 1] [--min-accuracy A]
 #                     [--save vit.safetensors] [--logits FILE] [--gradient-checkpointing]
+#                     [--job [--shard-optimizer]] [--max-steps N] [--checkpoint FILE] [--resume FILE]
 # Data: Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 # Prints the loss as it trains and the accuracy on the first 1,984 test
 # images; with --min-accuracy, exits 1 below it. --replicas R builds the
@@ -20,6 +21,14 @@
 # normalised as below; --logits writes those test images' logits (f32, raw).
 # --gradient-checkpointing recomputes each block in the backward
 # (nabla_recompute_begin/end): the same training in less memory.
+# --job trains over the processes mpirun started (nabla_job_*): each runs
+# --replicas replicas on its share of every batch and of the test images,
+#   mpirun -np 2 ruby examples/ruby/train_vit.rb --job
+# and the result is the one process with 2 x --replicas replicas gives, bit
+# for bit; --shard-optimizer splits the AdamW moments among them. Rank 0
+# prints and saves. --checkpoint writes the trainer's state at the end
+# (weights, AdamW moments, step count), from which --resume continues the
+# same schedule as if never stopped; --max-steps stops early.
 require "optparse"
 require "zlib"
 require_relative "nabla"
@@ -38,8 +47,17 @@ OptionParser.new do |o|
   o.on("--save PATH") { |v| opts[:save] = v }
   o.on("--logits PATH") { |v| opts[:logits] = v }
   o.on("--gradient-checkpointing") { opts[:checkpointing] = true }
+  o.on("--job") { opts[:job] = true }
+  o.on("--max-steps N", Integer) { |v| opts[:max_steps] = v }
+  o.on("--checkpoint PATH") { |v| opts[:checkpoint] = v }
+  o.on("--resume PATH") { |v| opts[:resume] = v }
+  o.on("--shard-optimizer") { opts[:shard] = true }
 end.parse!
 Nabla.load(opts[:lib])
+job = opts[:job] ? Nabla::Job.new : nil
+RANK, PROCESSES = job ? [job.rank, job.size] : [0, 1]
+say = ->(line) { puts line if RANK.zero? }
+abort "train_vit.rb: --logits writes one process's evaluation; not with --job" if job && opts[:logits]
 
 # IDX files: a magic number, the dimensions (big-endian u32), then u8s.
 def read_idx(path)
@@ -57,10 +75,13 @@ PIXELS = train_dims[1] * train_dims[2]
 
 # The fmnist preset's shape, smaller: patch 7 (16 tokens and a class token),
 # width 64, 4 heads, depth 2, MLP 128.
-# B: the graph's batch, each replica's share of the training batch.
+# B: the graph's batch, each replica's share of the training batch (of
+# every process's replicas).
 REPLICAS = opts[:replicas]
-abort "train_vit.rb: --replicas #{REPLICAS} does not divide --batch #{opts[:batch]}" if opts[:batch] % REPLICAS != 0
-B, S, PATCH, E, HEADS, DEPTH, MLP, CLASSES = opts[:batch] / REPLICAS, 28, 7, 64, 4, 2, 128, 10
+if opts[:batch] % (REPLICAS * PROCESSES) != 0
+  abort "train_vit.rb: #{PROCESSES} process(es) x --replicas #{REPLICAS} do not divide --batch #{opts[:batch]}"
+end
+B, S, PATCH, E, HEADS, DEPTH, MLP, CLASSES = opts[:batch] / (REPLICAS * PROCESSES), 28, 7, 64, 4, 2, 128, 10
 T = (S / PATCH)**2 + 1
 rng = Random.new(1)
 ctx = Nabla::Context.new
@@ -116,10 +137,12 @@ x = ctx.op(:reshape, ctx.op(:slice, norm.call(x, "norm"), 1, 0, 1, 1), 2, [B, E]
 logits = linear.call(x, "head", E, CLASSES)
 loss = ctx.op(:cross_entropy, logits, labels, -100)
 
-trainer = Nabla::Trainer.new(ctx, loss, no_decay: [cls, pos], threads: opts[:threads], replicas: REPLICAS)
+trainer = Nabla::Trainer.new(ctx, loss, no_decay: [cls, pos], threads: opts[:threads], replicas: REPLICAS, job: job,
+                                        shard_optimizer: opts[:shard])
 count, elements = trainer.parameters
-puts "ViT from Ruby: #{count} parameter tensors, #{elements} values; batch #{opts[:batch]} " \
-     "(#{REPLICAS} replica(s) of #{B}), #{opts[:steps]} steps"
+say.call "ViT from Ruby: #{count} parameter tensors, #{elements} values; batch #{opts[:batch]} " \
+         "(#{PROCESSES} process(es) x #{REPLICAS} replica(s) of #{B}), #{opts[:steps]} steps" \
+         "#{job ? "; #{job.description}" : ''}"
 
 order = (0...train_y.size).to_a.shuffle(random: rng)
 # Each replica's images and labels (replica 0's are the graph's own).
@@ -130,10 +153,15 @@ batch_of = lambda do |pixels, ys, indices, into: [[images, labels]]|
     ctx.write(lbls, share.map { |i| ys[i] })
   end
 end
+trainer.load(opts[:resume]) if opts[:resume]
+first_step = trainer.steps
 started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 warmup = [opts[:steps] / 10, 1].max
-opts[:steps].times do |step|
-  batch_of.call(train_x, train_y, order.rotate(step * opts[:batch]).first(opts[:batch]), into: inputs)
+last_step = [opts[:steps], opts[:max_steps] || opts[:steps]].min
+(first_step...last_step).each do |step|
+  # This process's replicas take shares RANK * REPLICAS, ... of the batch.
+  mine = order.rotate(step * opts[:batch]).first(opts[:batch]).each_slice(B).drop(RANK * REPLICAS).first(REPLICAS)
+  batch_of.call(train_x, train_y, mine.flatten, into: inputs)
   # Linear warmup, then cosine decay to 0.
   lr = if step < warmup
          opts[:lr] * (step + 1) / warmup
@@ -142,29 +170,33 @@ opts[:steps].times do |step|
        end
   value = trainer.run
   grad_norm = trainer.update(lr, clip: 1.0)
-  if (step % 100).zero? || step == opts[:steps] - 1
-    puts format("step %4d  loss %.4f  grad norm %.3f  lr %.2e", step, value, grad_norm, lr)
+  if (step % 100).zero? || step == last_step - 1
+    say.call format("step %4d  loss %.4f  grad norm %.3f  lr %.2e", step, value, grad_norm, lr)
   end
 end
 elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+trainer.save(opts[:checkpoint]) if opts[:checkpoint]
 
 # Evaluation through nabla_compute on the same graph: the parameters are the
-# leaves the trainer updated in place.
+# leaves the trainer updated in place. Each process takes every PROCESSES-th
+# batch of test images; their counts are summed over the job.
 argmax = ctx.op(:argmax, logits, 1, 0)
 correct = 0
 tested = (2000 / B) * B
 all_logits = []
-(0...tested).each_slice(B) do |indices|
+(0...tested).each_slice(B).each_with_index do |indices, k|
+  next unless k % PROCESSES == RANK
   batch_of.call(test_x, test_y, indices)
   ctx.compute([argmax, logits], threads: opts[:threads])
   correct += ctx.read(argmax).zip(indices).count { |pred, i| pred == test_y[i] }
   all_logits.concat(ctx.read(logits)) if opts[:logits]
 end
-ctx.save(opts[:save], named) if opts[:save]
+correct = job.sum([correct])[0].to_i if job
+ctx.save(opts[:save], named) if opts[:save] && RANK.zero?
 File.binwrite(opts[:logits], all_logits.pack("e*")) if opts[:logits]
 accuracy = correct.to_f / tested
-puts format("test accuracy %.2f%% on %d images after %.1f s of training (%.0f images/s, data prep in Ruby included)",
-            100 * accuracy, tested, elapsed, opts[:steps] * opts[:batch] / elapsed)
+say.call format("test accuracy %.2f%% on %d images after %.1f s of training (%.0f images/s, data prep in Ruby included)",
+            100 * accuracy, tested, elapsed, (last_step - first_step) * opts[:batch] / elapsed)
 if opts[:min_accuracy] && accuracy < opts[:min_accuracy]
   warn format("train_vit.rb: accuracy %.4f is below --min-accuracy %.4f", accuracy, opts[:min_accuracy])
   exit 1

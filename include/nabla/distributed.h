@@ -9,8 +9,8 @@
 // does (TrainStep), and the results are the same bit for bit, for any N.
 //
 // A job is started by a launcher (mpirun): dist::launched() says whether
-// this process is part of one, and mpi_communicator() (nabla_mpi, built where
-// MPI is found) joins it.
+// this process is part of one, and join_launched_job() joins it through
+// mpi_communicator() (nabla_mpi, built where MPI is found).
 #pragma once
 
 #include <cstddef>
@@ -78,9 +78,17 @@ bool launched();
 void check_same(Communicator& comm, const std::string& what, const std::string& value);
 
 // Joins the job this process was launched into (MPI_Init_thread); leaves it
-// (MPI_Finalize) when destroyed. Defined by the nabla_mpi library, which
-// builds where MPI is found.
+// (MPI_Finalize) when destroyed. A UsageError once this process has left
+// (MPI initializes once per process). Defined by the nabla_mpi library, which
+// builds where MPI is found; libnabla.so (the C API's) and the nabla tool
+// carry it.
 std::unique_ptr<Communicator> mpi_communicator();
+
+// The job a launcher started this process in, joined through
+// mpi_communicator() where this program carries nabla_mpi; null when no
+// launcher started it. A UsageError, saying what to install, when one
+// started several processes and this program cannot join them.
+std::unique_ptr<Communicator> join_launched_job();
 
 // A 64-bit FNV-1a hash of bytes, continuing `hash`: what check_same compares
 // of large things (a data set, parameter values).

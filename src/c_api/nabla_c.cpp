@@ -6,7 +6,9 @@
 // counts, handles of another context) are ArgumentErrors raised here.
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "nabla.h"
+#include "nabla/distributed.h"
 #include "nabla/error.h"
 #include "nabla/executor.h"
 #include "nabla/graph.h"
@@ -31,7 +34,28 @@ struct nabla_tensor {
   nabla_context* ctx;
 };
 
+namespace {
+
+// The process's job (nabla_job_join): one per process, as MPI's world is,
+// held by every handle, trainer and session on it; the process leaves it
+// (MPI_Finalize) when the last of them goes.
+struct Job {
+  std::unique_ptr<nabla::dist::Communicator> comm;  // null: a process no launcher started
+  int rank() const { return comm ? comm->rank() : 0; }
+  int size() const { return comm ? comm->size() : 1; }
+  // What a step over the job folds through: none for a job of one.
+  nabla::dist::Communicator* step_comm() const { return size() > 1 ? comm.get() : nullptr; }
+  std::string description;
+};
+
+}  // namespace
+
+struct nabla_job {
+  std::shared_ptr<Job> job;
+};
+
 struct nabla_trainer {
+  std::shared_ptr<Job> job;  // NABLA_TRAIN_JOB's; outlives the step
   std::unique_ptr<nabla::TrainStep> step;
   nabla_context* ctx;
   bool ran = false;  // a run finished: the loss and extras hold its values
@@ -41,7 +65,9 @@ struct nabla_trainer {
 };
 
 struct nabla_finetune {
+  std::shared_ptr<Job> job;  // NABLA_FINETUNE_JOB's; outlives the session
   std::unique_ptr<nabla::models::FinetuneSession> session;
+  std::vector<nabla::models::FinetuneSession::Inputs> replicas;
   std::unique_ptr<nabla::Tokenizer> tokenizer;  // the base's
   int64_t steps = 0;                            // for the adapters' dropout seeds
   uint64_t seed = 1;
@@ -110,6 +136,17 @@ nabla_status guard(F&& body) {
     return fail(NABLA_ERROR_INTERNAL, e.what());
   } catch (...) {
     return fail(NABLA_ERROR_INTERNAL, "unknown exception");
+  }
+}
+
+// f's exception, or null.
+template <class F>
+std::exception_ptr attempt(F&& f) {
+  try {
+    f();
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
   }
 }
 
@@ -832,6 +869,130 @@ nabla_status nabla_load_safetensors(nabla_context* ctx, const char* path, const 
   });
 }
 
+// ---- Jobs
+
+namespace {
+
+std::mutex job_mutex;
+std::weak_ptr<Job> process_job;  // the job handles, trainers and sessions hold
+
+// The job a NABLA_*_JOB flag names: the one this process joined.
+std::shared_ptr<Job> joined_job(const char* fn, const char* flag) {
+  std::lock_guard lock(job_mutex);
+  std::shared_ptr<Job> job = process_job.lock();
+  if (!job) throw nabla::UsageError(std::string(fn) + ": " + flag + ", but this process has not joined a job (nabla_job_join)");
+  return job;
+}
+
+bool writes_for_job(const Job* job) { return !job || job->rank() == 0; }
+
+// Work rank 0 does for the whole job (writing a file), whose outcome every
+// process returns: rank 0 its own error, the others one naming rank 0.
+// `error` is rank 0's (null elsewhere, and on success).
+void share_outcome(const Job* job, std::exception_ptr error, const std::string& what) {
+  nabla::dist::Communicator* comm = job ? job->step_comm() : nullptr;
+  if (comm) {
+    int32_t failed = error ? 1 : 0;
+    comm->broadcast(&failed, sizeof failed, 0);
+    if (failed && !error) throw nabla::IoError(what + ": failed on rank 0, which writes for the job (its error says why)");
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// Before a job-wide load changes anything: every process read what it
+// names (`error`: this one's failure) and the same values (`hash`); else
+// each process throws, changing nothing.
+void agree_before_writing(const Job* job, std::exception_ptr error, uint64_t hash, const std::string& what) {
+  nabla::dist::Communicator* comm = job ? job->step_comm() : nullptr;
+  if (!comm) {
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  const uint64_t mine[2] = {error ? 1u : 0u, hash};
+  std::vector<uint64_t> all(2 * size_t(comm->size()));
+  comm->all_gather_bytes(mine, all.data(), sizeof mine);
+  if (error) std::rethrow_exception(error);
+  for (int r = 0; r < comm->size(); ++r) {
+    if (all[2 * size_t(r)]) throw nabla::IoError(what + ": rank " + std::to_string(r) + " could not read the checkpoint it names; nothing was changed");
+  }
+  for (int r = 1; r < comm->size(); ++r) {
+    if (all[2 * size_t(r) + 1] != all[1]) {
+      throw nabla::DistributedError(what + ": rank " + std::to_string(r) + " read other values than rank 0; nothing was changed");
+    }
+  }
+}
+
+}  // namespace
+
+nabla_status nabla_job_join(nabla_job** out) {
+  return guard([&] {
+    const Call c{"nabla_job_join"};
+    c.need(out, "out");
+    std::lock_guard lock(job_mutex);
+    std::shared_ptr<Job> job = process_job.lock();
+    if (!job) {
+      job = std::make_shared<Job>();
+      job->comm = nabla::dist::join_launched_job();
+      job->description = job->comm ? job->comm->describe() : "1 process (no launcher)";
+      process_job = job;
+    }
+    *out = new nabla_job{std::move(job)};
+  });
+}
+
+nabla_status nabla_job_rank(nabla_job* job, int* rank, int* size) {
+  return guard([&] {
+    const Job& j = *Call{"nabla_job_rank"}.need(job, "job")->job;
+    if (rank) *rank = j.rank();
+    if (size) *size = j.size();
+  });
+}
+
+nabla_status nabla_job_describe(nabla_job* job, const char** out) {
+  return guard([&] {
+    const Call c{"nabla_job_describe"};
+    *c.need(out, "out") = c.need(job, "job")->job->description.c_str();
+  });
+}
+
+nabla_status nabla_job_sum(nabla_job* job, double* values, size_t n) {
+  return guard([&] {
+    const Call c{"nabla_job_sum"};
+    const Job& j = *c.need(job, "job")->job;
+    if (n > 0) c.need(values, "values");
+    nabla::dist::Communicator* comm = j.step_comm();
+    if (!comm || n == 0) return;
+    std::vector<double> all(n * size_t(comm->size()));
+    comm->all_gather_bytes(values, all.data(), n * sizeof(double));
+    for (size_t i = 0; i < n; ++i) {
+      double sum = all[i];
+      for (size_t r = 1; r < size_t(comm->size()); ++r) sum += all[r * n + i];
+      values[i] = sum;
+    }
+  });
+}
+
+nabla_status nabla_job_broadcast(nabla_job* job, void* data, size_t bytes, int root) {
+  return guard([&] {
+    const Call c{"nabla_job_broadcast"};
+    const Job& j = *c.need(job, "job")->job;
+    if (bytes > 0) c.need(data, "data");
+    if (root < 0 || root >= j.size()) {
+      c.argument_error("root " + std::to_string(root) + " is outside [0, " + std::to_string(j.size()) + ")");
+    }
+    if (nabla::dist::Communicator* comm = j.step_comm()) comm->broadcast(data, bytes, root);
+  });
+}
+
+nabla_status nabla_job_barrier(nabla_job* job) {
+  return guard([&] {
+    const Job& j = *Call{"nabla_job_barrier"}.need(job, "job")->job;
+    if (nabla::dist::Communicator* comm = j.step_comm()) comm->barrier();
+  });
+}
+
+void nabla_job_free(nabla_job* job) { delete job; }
+
 // ---- Training step
 
 nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_tensor* const* extras,
@@ -843,11 +1004,15 @@ nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_
     nabla_context& context = c.context(ctx);
     c.need(out, "out");
     const nabla::Tensor& objective = c.tensor(ctx, loss, "loss");
-    constexpr int kKnownFlags = NABLA_TRAIN_BF16_MATMUL | NABLA_TRAIN_LOW_MEMORY | NABLA_TRAIN_REPLICAS(255);
+    constexpr int kKnownFlags = NABLA_TRAIN_BF16_MATMUL | NABLA_TRAIN_LOW_MEMORY | NABLA_TRAIN_JOB |
+                                NABLA_TRAIN_SHARD_OPTIMIZER | NABLA_TRAIN_REPLICAS(255);
     if (flags & ~kKnownFlags) {
       c.argument_error("unknown flags " + std::to_string(flags & ~kKnownFlags) +
-                       "; expected NABLA_TRAIN_BF16_MATMUL (1), NABLA_TRAIN_LOW_MEMORY (2) and "
-                       "NABLA_TRAIN_REPLICAS(1 to 255)");
+                       "; expected NABLA_TRAIN_BF16_MATMUL (1), NABLA_TRAIN_LOW_MEMORY (2), NABLA_TRAIN_JOB (4), "
+                       "NABLA_TRAIN_SHARD_OPTIMIZER (8) and NABLA_TRAIN_REPLICAS(1 to 255)");
+    }
+    if ((flags & NABLA_TRAIN_SHARD_OPTIMIZER) && !(flags & NABLA_TRAIN_JOB)) {
+      c.argument_error("NABLA_TRAIN_SHARD_OPTIMIZER shards the moments over a job's processes: add NABLA_TRAIN_JOB");
     }
     const int replicas = std::max(1, (flags >> 8) & 255);
     if (n_extras > 0) c.need(extras, "extras");
@@ -881,9 +1046,13 @@ nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_
         .threads = threads, .bf16_matmul = (flags & NABLA_TRAIN_BF16_MATMUL) != 0, .backend = context.backend};
     auto trainer = std::make_unique<nabla_trainer>();
     trainer->ctx = ctx;
+    if (flags & NABLA_TRAIN_JOB) trainer->job = joined_job(c.fn, "NABLA_TRAIN_JOB");
     trainer->step = std::make_unique<nabla::TrainStep>(
         objective, params, outputs, nabla::optim::AdamWConfig{beta1, beta2, eps, weight_decay}, options,
-        nabla::StepOptions{.low_memory = (flags & NABLA_TRAIN_LOW_MEMORY) != 0, .replicas = replicas});
+        nabla::StepOptions{.low_memory = (flags & NABLA_TRAIN_LOW_MEMORY) != 0,
+                           .replicas = replicas,
+                           .comm = trainer->job ? trainer->job->step_comm() : nullptr,
+                           .shard_optimizer = (flags & NABLA_TRAIN_SHARD_OPTIMIZER) != 0});
     for (size_t slot : undecayed) trainer->step->optimizer().set_decay(slot, false);
     context.trainers.push_back(std::move(trainer));
     *out = context.trainers.back().get();
@@ -1009,15 +1178,23 @@ nabla_status nabla_trainer_save(nabla_trainer* trainer, const char* path, const 
     Call c{"nabla_trainer_save"};
     c.need(trainer, "trainer");
     const std::string file = c.need(path, "path");
-    const nabla::optim::AdamW& adamw = trainer->step->optimizer();
     const std::vector<std::string> saved = checkpoint_names(c, trainer, names);
-    const auto moments = adamw.state();  // per slot: exp_avg, then exp_avg_sq
-    std::vector<std::pair<std::string, nabla::Tensor>> tensors;
-    for (size_t i = 0; i < saved.size(); ++i) tensors.emplace_back(saved[i], adamw.slots()[i].param);
-    for (size_t i = 0; i < saved.size(); ++i) {
-      for (size_t m = 0; m < 2; ++m) tensors.emplace_back(kMoments[m] + saved[i], moments[2 * i + m].second);
-    }
-    nabla::save_safetensors(file, tensors, {{kOptimizerSteps, std::to_string(adamw.steps())}});
+    const Job* job = trainer->job.get();
+    std::exception_ptr error;
+    // Every process takes part (a sharded step gathers the moments to rank 0); rank 0 writes.
+    trainer->step->with_optimizer_state([&](const nabla::optim::AdamW& adamw) {
+      if (!writes_for_job(job)) return;
+      error = attempt([&] {
+        const auto moments = adamw.state();  // per slot: exp_avg, then exp_avg_sq
+        std::vector<std::pair<std::string, nabla::Tensor>> tensors;
+        for (size_t i = 0; i < saved.size(); ++i) tensors.emplace_back(saved[i], adamw.slots()[i].param);
+        for (size_t i = 0; i < saved.size(); ++i) {
+          for (size_t m = 0; m < 2; ++m) tensors.emplace_back(kMoments[m] + saved[i], moments[2 * i + m].second);
+        }
+        nabla::save_safetensors(file, tensors, {{kOptimizerSteps, std::to_string(adamw.steps())}});
+      });
+    });
+    share_outcome(job, error, "nabla_trainer_save: " + file);
   });
 }
 
@@ -1026,32 +1203,43 @@ nabla_status nabla_trainer_load(nabla_trainer* trainer, const char* path, const 
     Call c{"nabla_trainer_load"};
     c.need(trainer, "trainer");
     const std::string file = c.need(path, "path");
-    nabla::optim::AdamW& adamw = trainer->step->optimizer();
     const std::vector<std::string> wanted = checkpoint_names(c, trainer, names);
-    const nabla::Safetensors loaded = nabla::load_safetensors(file);
+    nabla::TrainStep& step = *trainer->step;
+    const auto& slots = step.optimizer().slots();
 
-    auto steps_entry = loaded.metadata.find(kOptimizerSteps);
+    // Every tensor found and fitting (on every process of a job) before anything is written.
+    uint64_t hash = 0;
+    nabla::Safetensors loaded;
     int64_t steps = -1;
-    if (steps_entry != loaded.metadata.end()) {
-      const std::string& text = steps_entry->second;
-      if (!text.empty() && text.size() < 19 && text.find_first_not_of("0123456789") == std::string::npos)
-        steps = std::stoll(text);
-    }
-    if (steps < 0) throw nabla::IoError(file + ": no optimizer step count (metadata \"" + kOptimizerSteps + "\")");
-    // Every tensor found and fitting before anything is written.
     std::vector<nabla::Tensor> params;
     std::vector<const nabla::Tensor*> values;
     std::vector<std::pair<std::string, nabla::Tensor>> moments;  // under the optimizer's own slot names
-    for (size_t i = 0; i < wanted.size(); ++i) {
-      const auto& slot = adamw.slots()[i];
-      params.push_back(slot.param);
-      values.push_back(&stored_like(loaded, file, wanted[i], slot.param));
-      for (const char* moment : kMoments) {
-        moments.emplace_back(moment + slot.name, stored_like(loaded, file, moment + wanted[i], slot.param));
+    const std::exception_ptr error = attempt([&] {
+      loaded = nabla::load_safetensors(file);
+      auto steps_entry = loaded.metadata.find(kOptimizerSteps);
+      if (steps_entry != loaded.metadata.end()) {
+        const std::string& text = steps_entry->second;
+        if (!text.empty() && text.size() < 19 && text.find_first_not_of("0123456789") == std::string::npos)
+          steps = std::stoll(text);
       }
-    }
+      if (steps < 0) throw nabla::IoError(file + ": no optimizer step count (metadata \"" + kOptimizerSteps + "\")");
+      hash = nabla::dist::fingerprint(&steps, sizeof steps);
+      auto add = [&](const nabla::Tensor& t) -> const nabla::Tensor& {
+        hash = nabla::dist::fingerprint(t.data(), size_t(t.numel()) * nabla::dtype_size(t.dtype()), hash);
+        return t;
+      };
+      for (size_t i = 0; i < wanted.size(); ++i) {
+        const auto& slot = slots[i];
+        params.push_back(slot.param);
+        values.push_back(&add(stored_like(loaded, file, wanted[i], slot.param)));
+        for (const char* moment : kMoments) {
+          moments.emplace_back(moment + slot.name, add(stored_like(loaded, file, moment + wanted[i], slot.param)));
+        }
+      }
+    });
+    agree_before_writing(trainer->job.get(), error, hash, "nabla_trainer_load: " + file);
     write_leaves(params, values);
-    adamw.load_state(moments, steps);
+    step.load_optimizer_state(moments, steps);  // a sharded step keeps its part
   });
 }
 
@@ -1088,8 +1276,12 @@ nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, in
     fc.lora.r = lora_r;
     fc.lora.alpha = lora_alpha;
     fc.lora.dropout = lora_dropout;
-    constexpr int known = NABLA_FINETUNE_RSLORA | NABLA_FINETUNE_GRADIENT_CHECKPOINTING | NABLA_FINETUNE_DEQUANTIZE_BASE;
+    constexpr int known = NABLA_FINETUNE_RSLORA | NABLA_FINETUNE_GRADIENT_CHECKPOINTING | NABLA_FINETUNE_DEQUANTIZE_BASE |
+                          NABLA_FINETUNE_JOB | NABLA_FINETUNE_SHARD_OPTIMIZER | NABLA_FINETUNE_REPLICAS(255);
     if (flags & ~known) c.argument_error("flags " + std::to_string(flags) + " has bits no NABLA_FINETUNE_* option uses");
+    if ((flags & NABLA_FINETUNE_SHARD_OPTIMIZER) && !(flags & NABLA_FINETUNE_JOB)) {
+      c.argument_error("NABLA_FINETUNE_SHARD_OPTIMIZER shards the moments over a job's processes: add NABLA_FINETUNE_JOB");
+    }
     fc.lora.rslora = flags & NABLA_FINETUNE_RSLORA;
     fc.gradient_checkpointing = flags & NABLA_FINETUNE_GRADIENT_CHECKPOINTING;
     fc.keep_stored = !(flags & NABLA_FINETUNE_DEQUANTIZE_BASE);
@@ -1110,7 +1302,12 @@ nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, in
     fc.seed = seed;
     auto ft = std::make_unique<nabla_finetune>();
     ft->seed = seed;
+    if (flags & NABLA_FINETUNE_JOB) ft->job = joined_job(c.fn, "NABLA_FINETUNE_JOB");
+    fc.replicas = std::max(1, (flags >> 8) & 255);
+    fc.comm = ft->job ? ft->job->step_comm() : nullptr;
+    fc.shard_optimizer = (flags & NABLA_FINETUNE_SHARD_OPTIMIZER) != 0;
     ft->session = std::make_unique<nabla::models::FinetuneSession>(base, fc, adapter_dir ? adapter_dir : "");
+    for (int r = 0; r < ft->session->step().replicas(); ++r) ft->replicas.push_back(ft->session->replica(r));
     ft->tokenizer = nabla::make_tokenizer(
         nabla::models::checkpoint_tokenizer(base, ft->session->config().tokenizer), "");
     *out = ft.release();
@@ -1122,7 +1319,7 @@ nabla_status nabla_finetune_shape(nabla_finetune* ft, int64_t* batch, int64_t* c
   return guard([&] {
     const Call c{"nabla_finetune_shape"};
     const nabla::models::FinetuneSession& s = *c.need(ft, "ft")->session;
-    if (batch) *batch = s.settings().batch;
+    if (batch) *batch = s.input_ids.dim(0) * int64_t(ft->replicas.size());
     if (context) *context = s.settings().context;
     if (vocab) *vocab = s.config().vocab_size;
     if (trained) *trained = ft->session->trained().count();
@@ -1152,24 +1349,50 @@ nabla_status nabla_finetune_step(nabla_finetune* ft, const int32_t* input_ids, c
     c.need(input_ids, "input_ids");
     c.need(labels, "labels");
     if (!(lr >= 0) || !(clip >= 0)) c.argument_error("lr and clip must be non-negative numbers");
-    const int64_t n = s.input_ids.numel(), vocab = s.config().vocab_size;
+    const int64_t rows = s.input_ids.dim(0), T = s.input_ids.dim(1), n = rows * T, vocab = s.config().vocab_size;
+    const auto replicas = int64_t(ft->replicas.size());
     // Ids outside the vocabulary would index past the embedding.
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < n * replicas; ++i) {
       if (input_ids[i] < 0 || input_ids[i] >= vocab || (labels[i] != -100 && (labels[i] < 0 || labels[i] >= vocab))) {
         throw nabla::ShapeError("nabla_finetune_step: element " + std::to_string(i) + " holds id " +
                                 std::to_string(input_ids[i]) + " / label " + std::to_string(labels[i]) +
                                 ", expected ids in [0, " + std::to_string(vocab) + ") and labels there or -100");
       }
     }
-    s.input_ids.copy_from(input_ids, size_t(n) * sizeof(int32_t));
-    s.labels.copy_from(labels, size_t(n) * sizeof(int32_t));
-    if (segments) {
-      s.segments.copy_from(segments, size_t(n) * sizeof(int32_t));
-    } else {
-      std::fill_n(s.segments.data_as<int32_t>(), n, 0);
+    // Each replica's loss is the mean over its rows' counted tokens (labels
+    // after a row's first, which nothing predicts); weighted by its share of
+    // the step's, the step's gradient is that of the mean over all of them.
+    std::vector<double> counted(size_t(replicas) + 1, 0.0);  // per replica, then the step's (every process's)
+    for (int64_t r = 0; r < replicas; ++r) {
+      for (int64_t b = r * rows; b < (r + 1) * rows; ++b) {
+        counted[size_t(r)] += double(std::count_if(labels + b * T + 1, labels + (b + 1) * T, [](int32_t l) { return l != -100; }));
+      }
+      counted.back() += counted[size_t(r)];
     }
-    nabla::Tensor seed = s.model().lora_dropout_seed();
-    if (seed.defined()) seed.data_as<int32_t>()[0] = int32_t((ft->seed * 0x9e3779b97f4a7c15ull + uint64_t(ft->steps)) >> 33);
+    if (nabla::dist::Communicator* comm = ft->job ? ft->job->step_comm() : nullptr) {
+      std::vector<double> all(size_t(comm->size()));
+      comm->all_gather_bytes(&counted.back(), all.data(), sizeof(double));
+      counted.back() = 0;
+      for (double v : all) counted.back() += v;
+    }
+    const nabla::TrainStep& step = s.step();
+    const int32_t step_seed = int32_t((ft->seed * 0x9e3779b97f4a7c15ull + uint64_t(ft->steps)) >> 33);
+    for (int64_t r = 0; r < replicas; ++r) {
+      nabla::models::FinetuneSession::Inputs& in = ft->replicas[size_t(r)];
+      const size_t bytes = size_t(n) * sizeof(int32_t);
+      in.input_ids.copy_from(input_ids + r * n, bytes);
+      in.labels.copy_from(labels + r * n, bytes);
+      if (segments) {
+        in.segments.copy_from(segments + r * n, bytes);
+      } else {
+        std::fill_n(in.segments.data_as<int32_t>(), n, 0);
+      }
+      const double parts = double(step.global_replicas());
+      in.loss_weight.data_as<float>()[0] = counted.back() > 0 ? float(counted[size_t(r)] * parts / counted.back()) : 0.0f;
+      // Replica g of the step draws its own dropout masks (replica 0's: the step's seed).
+      const int64_t g = step.global_replica(int(r));
+      if (in.dropout_seed.defined()) in.dropout_seed.data_as<int32_t>()[0] = int32_t(uint32_t(step_seed) + uint32_t(g) * 0x9e3779b9u);
+    }
     const float value = s.run();
     s.update(lr, clip);
     ++ft->steps;
@@ -1180,14 +1403,20 @@ nabla_status nabla_finetune_step(nabla_finetune* ft, const int32_t* input_ids, c
 nabla_status nabla_finetune_save(nabla_finetune* ft, const char* dir) {
   return guard([&] {
     const Call c{"nabla_finetune_save"};
-    c.need(ft, "ft")->session->save(c.need(dir, "dir"));
+    c.need(ft, "ft");
+    c.need(dir, "dir");
+    const Job* job = ft->job.get();
+    share_outcome(job, writes_for_job(job) ? attempt([&] { ft->session->save(dir); }) : nullptr, std::string("nabla_finetune_save: ") + dir);
   });
 }
 
 nabla_status nabla_finetune_save_gguf(nabla_finetune* ft, const char* path) {
   return guard([&] {
     const Call c{"nabla_finetune_save_gguf"};
-    c.need(ft, "ft")->session->save_gguf_adapter(c.need(path, "path"));
+    c.need(ft, "ft");
+    c.need(path, "path");
+    const Job* job = ft->job.get();
+    share_outcome(job, writes_for_job(job) ? attempt([&] { ft->session->save_gguf_adapter(path); }) : nullptr, std::string("nabla_finetune_save_gguf: ") + path);
   });
 }
 

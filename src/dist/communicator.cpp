@@ -3,8 +3,27 @@
 
 #include "nabla/distributed.h"
 #include "nabla/error.h"
+#include "dist/mpi_join.h"
 
 namespace nabla::dist {
+
+MpiJoin& mpi_join() {
+  static MpiJoin join = nullptr;
+  return join;
+}
+
+std::unique_ptr<Communicator> join_launched_job() {
+  if (!launched()) return nullptr;
+  if (MpiJoin join = mpi_join()) return join();
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!size) size = std::getenv("PMI_SIZE");
+  if (size && std::atoi(size) > 1) {
+    throw UsageError("distributed: a launcher started " + std::string(size) +
+                     " processes, and this program was built without MPI (nabla_mpi): install libopenmpi-dev and "
+                     "build again (scripts/build)");
+  }
+  return nullptr;
+}
 
 bool launched() {
   // Open MPI's mpirun, and PMI/PMIx launchers (MPICH's hydra, Slurm's srun).

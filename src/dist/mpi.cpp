@@ -1,4 +1,4 @@
-// The communicator on MPI (library nabla_mpi): the ordered folds as a chain
+// The communicator on MPI (object library nabla_mpi): the ordered folds as a chain
 // of point-to-point messages, pipelined in chunks; gathers and broadcasts as
 // MPI's own collectives, which move bytes without arithmetic.
 #include <mpi.h>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/mpi_join.h"
 #include "nabla/distributed.h"
 #include "nabla/error.h"
 
@@ -36,8 +37,12 @@ void check(int status, const char* call) {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator() {
-    int initialized = 0;
+    int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (finalized) {
+      throw UsageError("distributed: this process has left its job (MPI_Finalize), and MPI joins once per process");
+    }
     if (!initialized) {
       int provided = 0;
       // One thread at a time calls MPI (the training loop's).
@@ -247,5 +252,11 @@ class MpiCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+namespace {
+// Loaded with this file (an object library's, always linked whole):
+// join_launched_job() joins through MPI from then on.
+[[maybe_unused]] const bool registered = (mpi_join() = &mpi_communicator, true);
+}  // namespace
 
 }  // namespace nabla::dist

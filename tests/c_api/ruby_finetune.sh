@@ -44,9 +44,9 @@ rescue Nabla::Error => e
 end
 begin
   out = FFI::MemoryPointer.new(:pointer)
-  Nabla.check(Nabla.nabla_finetune_create(ARGV[3], nil, 4, 8.0, 0.0, 8, nil, 1, 0, 0.0, 1, 1, out))
+  Nabla.check(Nabla.nabla_finetune_create(ARGV[3], nil, 4, 8.0, 0.0, 32, nil, 1, 0, 0.0, 1, 1, out))
   abort "an unknown flag was accepted"
 rescue Nabla::Error => e
-  abort "unhelpful error: #{e.message}" unless e.message.include?("flags 8")
+  abort "unhelpful error: #{e.message}" unless e.message.include?("flags 32")
   puts "unknown flag: #{e.message}"
 end' "$here/../../examples/ruby/nabla.rb" "$lib" "$dir/no-such-model" "$dir/base.safetensors"

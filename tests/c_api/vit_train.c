@@ -462,8 +462,8 @@ static void errors(void) {
   OK(nabla_parameter(ctx, NABLA_F32, 2, ws, NULL, &w));
   OK(nabla_matmul(ctx, x, w, &out));
   OK(nabla_sum(ctx, out, NULL, 0, 0, &loss));
-  FAILS(nabla_trainer_create(ctx, loss, NULL, 0, 0.9, 0.999, 1e-8, 0.0, NULL, 0, 1, 8, &trainer),
-        NABLA_ERROR_ARGUMENT, "unknown flags 8");
+  FAILS(nabla_trainer_create(ctx, loss, NULL, 0, 0.9, 0.999, 1e-8, 0.0, NULL, 0, 1, 16, &trainer),
+        NABLA_ERROR_ARGUMENT, "unknown flags 16");
   FAILS(nabla_trainer_create(ctx, loss, NULL, 0, 0.9, 0.999, 1e-8, 0.0, &gamma, 1, 1, 0, &trainer),
         NABLA_ERROR_ARGUMENT, "no_decay[0]");
   nabla_tensor *x64 = NULL, *w64 = NULL, *loss64 = NULL;

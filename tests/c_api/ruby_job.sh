@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# ctest ruby_ffi_job: Ruby programs train over two processes that mpirun
+# starts, through the C API's jobs (nabla_job_*, NABLA_TRAIN_JOB,
+# NABLA_FINETUNE_JOB), and get what one process gets with as many replicas,
+# bit for bit:
+#   - examples/ruby/train_vit.rb: 1 process x 4 replicas = 2 processes x 2
+#     replicas = the same with the AdamW moments sharded; also stopped at step
+#     20, checkpointed (nabla_trainer_save: rank 0 writes the gathered
+#     moments) and resumed in a new job (each process loads its part);
+#   - examples/ruby/finetune.rb (LoRA with dropout: each replica its own
+#     masks): 1 process x 2 replicas = 2 processes, PEFT folder and GGUF;
+#   - processes that build different steps stop with an error naming what
+#     differs; a checkpoint one process cannot read fails the load on both.
+# Usage: ruby_job.sh RUBY MPIRUN path/to/libnabla.so path/to/nabla
+set -euo pipefail
+ruby=$1 mpirun=$2 lib=$3 nabla=$4
+here=$(cd "$(dirname "$0")" && pwd)
+examples=$here/../../examples/ruby
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+mpi=("$mpirun" --oversubscribe --bind-to none --mca btl self,vader)
+
+same() {
+  cmp "$1" "$2" || { echo "$3: $1 and $2 differ"; exit 1; }
+}
+
+vit=("$ruby" "$examples/train_vit.rb" --lib "$lib" --steps 40 --batch 32)
+"${vit[@]}" --threads 2 --replicas 4 --save "$dir/alone.safetensors" >"$dir/alone.log"
+"${mpi[@]}" -np 2 "${vit[@]}" --threads 1 --replicas 2 --job --save "$dir/job.safetensors" >"$dir/job.log"
+cat "$dir/job.log"
+same "$dir/alone.safetensors" "$dir/job.safetensors" "ViT, 2 processes x 2 replicas vs 1 x 4"
+# The losses, gradient norms and the accuracy (each process evaluates its
+# share of the test images; nabla_job_sum adds the counts) are the same too.
+diff <(grep -E '^step|^test accuracy' "$dir/alone.log" | sed 's/ after .*//') \
+     <(grep -E '^step|^test accuracy' "$dir/job.log" | sed 's/ after .*//')
+"${mpi[@]}" -np 2 "${vit[@]}" --threads 1 --replicas 2 --job --shard-optimizer --max-steps 20 \
+  --checkpoint "$dir/half.safetensors" >/dev/null
+"${mpi[@]}" -np 2 "${vit[@]}" --threads 1 --replicas 2 --job --shard-optimizer --resume "$dir/half.safetensors" \
+  --save "$dir/resumed.safetensors" >/dev/null
+same "$dir/alone.safetensors" "$dir/resumed.safetensors" "ViT, sharded moments, stopped at step 20 and resumed"
+echo "ViT: 2 processes (moments whole or sharded, resumed or not) = 1 process, bit for bit"
+
+# A small Llama to fine-tune, and prompt / completion pairs of uneven length.
+"$nabla" train llama --layers 2 --width 64 --heads 4 --kv-heads 2 --positions 64 --context 64 --steps 30 \
+  --lr 3e-3 --eval-every 30 --eval-batches 1 --save "$dir/base.safetensors" >/dev/null
+for i in $(seq 1 8); do
+  echo "{\"prompt\": \"Q$i: \", \"completion\": \"answer $((i * 7))$(printf '%*s' "$i" '' | tr ' ' '!')\"}"
+done >"$dir/pairs.jsonl"
+ft=("$ruby" "$examples/finetune.rb" --lib "$lib" --base "$dir/base.safetensors" --data "$dir/pairs.jsonl"
+    --steps 20 --batch 4 --context 32 --lr 1e-2 --threads 1 --lora-dropout 0.1)
+"${ft[@]}" --replicas 2 --save "$dir/alone_adapter" --gguf "$dir/alone.gguf" >/dev/null
+"${mpi[@]}" -np 2 "${ft[@]}" --job --save "$dir/job_adapter" --gguf "$dir/job.gguf"
+same "$dir/alone_adapter/adapter_model.safetensors" "$dir/job_adapter/adapter_model.safetensors" "LoRA, PEFT folder"
+same "$dir/alone.gguf" "$dir/job.gguf" "LoRA, GGUF adapter"
+echo "LoRA: 2 processes = 1 process x 2 replicas, bit for bit"
+
+# Processes that disagree stop, saying on what.
+if "${mpi[@]}" -np 1 "${vit[@]}" --threads 1 --replicas 2 --job : -np 1 "${vit[@]}" --threads 1 --replicas 1 --job \
+  >"$dir/mismatch.log" 2>&1; then
+  echo "processes with different replica counts trained"; exit 1
+fi
+grep -q "the processes disagree on the training step's options" "$dir/mismatch.log" ||
+  { cat "$dir/mismatch.log"; exit 1; }
+# A checkpoint rank 1 cannot read: the load fails on both, naming the file.
+if "${mpi[@]}" -np 1 "${vit[@]}" --threads 1 --job --resume "$dir/half.safetensors" : \
+  -np 1 "${vit[@]}" --threads 1 --job --resume "$dir/missing.safetensors" >"$dir/missing.log" 2>&1; then
+  echo "a checkpoint missing on rank 1 was loaded"; exit 1
+fi
+grep -q "missing.safetensors" "$dir/missing.log" && grep -q "rank 1 could not read the checkpoint it names; nothing was changed" "$dir/missing.log" ||
+  { cat "$dir/missing.log"; exit 1; }
+echo "mismatched processes and an unreadable checkpoint: errors naming what"
