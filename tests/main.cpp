@@ -64,7 +64,8 @@ void register_gradient_tests() {
         }
         // Every backend with memory of its own against the CPU: the CUDA
         // kernels under the emulator everywhere, on the GPU where there is one.
-        for (const auto& [prefix, backend] : other_backends) {
+        for (const auto& [prefix, backend_name] : other_backends) {
+          const std::string backend = backend_name;  // clang 14 captures no structured binding
           std::string suite = prefix + op->name;
           std::string name = c.name + "_" + nabla::layout_name(layout);
           testing::RegisterTest(suite.c_str(), name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
