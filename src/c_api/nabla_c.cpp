@@ -899,10 +899,12 @@ void share_outcome(const Job* job, std::exception_ptr error, const std::string& 
   if (error) std::rethrow_exception(error);
 }
 
-// Before a job-wide load changes anything: every process read what it
-// names (`error`: this one's failure) and the same values (`hash`); else
-// each process throws, changing nothing.
-void agree_before_writing(const Job* job, std::exception_ptr error, uint64_t hash, const std::string& what) {
+// Before a job-wide change: every process's own checks passed (`error`:
+// this one's failure) and, for a load, they read the same values (`hash`);
+// else every process throws, and none changes anything. `failed` says what
+// went wrong on another process.
+void agree_before_changing(const Job* job, std::exception_ptr error, uint64_t hash, const std::string& what,
+                           const std::string& failed) {
   nabla::dist::Communicator* comm = job ? job->step_comm() : nullptr;
   if (!comm) {
     if (error) std::rethrow_exception(error);
@@ -913,7 +915,7 @@ void agree_before_writing(const Job* job, std::exception_ptr error, uint64_t has
   comm->all_gather_bytes(mine, all.data(), sizeof mine);
   if (error) std::rethrow_exception(error);
   for (int r = 0; r < comm->size(); ++r) {
-    if (all[2 * size_t(r)]) throw nabla::IoError(what + ": rank " + std::to_string(r) + " could not read the checkpoint it names; nothing was changed");
+    if (all[2 * size_t(r)]) throw nabla::DistributedError(what + ": rank " + std::to_string(r) + " " + failed);
   }
   for (int r = 1; r < comm->size(); ++r) {
     if (all[2 * size_t(r) + 1] != all[1]) {
@@ -1237,7 +1239,8 @@ nabla_status nabla_trainer_load(nabla_trainer* trainer, const char* path, const 
         }
       }
     });
-    agree_before_writing(trainer->job.get(), error, hash, "nabla_trainer_load: " + file);
+    agree_before_changing(trainer->job.get(), error, hash, "nabla_trainer_load: " + file,
+                          "could not read the checkpoint it names; nothing was changed");
     write_leaves(params, values);
     step.load_optimizer_state(moments, steps);  // a sharded step keeps its part
   });
@@ -1346,19 +1349,23 @@ nabla_status nabla_finetune_step(nabla_finetune* ft, const int32_t* input_ids, c
   return guard([&] {
     const Call c{"nabla_finetune_step"};
     nabla::models::FinetuneSession& s = *c.need(ft, "ft")->session;
-    c.need(input_ids, "input_ids");
-    c.need(labels, "labels");
-    if (!(lr >= 0) || !(clip >= 0)) c.argument_error("lr and clip must be non-negative numbers");
     const int64_t rows = s.input_ids.dim(0), T = s.input_ids.dim(1), n = rows * T, vocab = s.config().vocab_size;
     const auto replicas = int64_t(ft->replicas.size());
-    // Ids outside the vocabulary would index past the embedding.
-    for (int64_t i = 0; i < n * replicas; ++i) {
-      if (input_ids[i] < 0 || input_ids[i] >= vocab || (labels[i] != -100 && (labels[i] < 0 || labels[i] >= vocab))) {
-        throw nabla::ShapeError("nabla_finetune_step: element " + std::to_string(i) + " holds id " +
-                                std::to_string(input_ids[i]) + " / label " + std::to_string(labels[i]) +
-                                ", expected ids in [0, " + std::to_string(vocab) + ") and labels there or -100");
+    // Checked on every process of a job before any takes the step, which
+    // would otherwise wait for the one that refused its batch.
+    agree_before_changing(ft->job.get(), attempt([&] {
+      c.need(input_ids, "input_ids");
+      c.need(labels, "labels");
+      if (!(lr >= 0) || !(clip >= 0)) c.argument_error("lr and clip must be non-negative numbers");
+      // Ids outside the vocabulary would index past the embedding.
+      for (int64_t i = 0; i < n * replicas; ++i) {
+        if (input_ids[i] < 0 || input_ids[i] >= vocab || (labels[i] != -100 && (labels[i] < 0 || labels[i] >= vocab))) {
+          throw nabla::ShapeError("nabla_finetune_step: element " + std::to_string(i) + " holds id " +
+                                  std::to_string(input_ids[i]) + " / label " + std::to_string(labels[i]) +
+                                  ", expected ids in [0, " + std::to_string(vocab) + ") and labels there or -100");
+        }
       }
-    }
+    }), 0, c.fn, "refused its batch or arguments; no process took the step");
     // Each replica's loss is the mean over its rows' counted tokens (labels
     // after a row's first, which nothing predicts); weighted by its share of
     // the step's, the step's gradient is that of the mean over all of them.

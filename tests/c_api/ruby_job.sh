@@ -10,7 +10,8 @@
 #   - examples/ruby/finetune.rb (LoRA with dropout: each replica its own
 #     masks): 1 process x 2 replicas = 2 processes, PEFT folder and GGUF;
 #   - processes that build different steps stop with an error naming what
-#     differs; a checkpoint one process cannot read fails the load on both.
+#     differs; a checkpoint one process cannot read fails the load on both,
+#     and a batch one process refuses fails the step on both.
 # Usage: ruby_job.sh RUBY MPIRUN path/to/libnabla.so path/to/nabla
 set -euo pipefail
 ruby=$1 mpirun=$2 lib=$3 nabla=$4
@@ -53,6 +54,27 @@ ft=("$ruby" "$examples/finetune.rb" --lib "$lib" --base "$dir/base.safetensors" 
 same "$dir/alone_adapter/adapter_model.safetensors" "$dir/job_adapter/adapter_model.safetensors" "LoRA, PEFT folder"
 same "$dir/alone.gguf" "$dir/job.gguf" "LoRA, GGUF adapter"
 echo "LoRA: 2 processes = 1 process x 2 replicas, bit for bit"
+# A batch one process refuses: every process gets an error and none takes
+# the step (none waits for the other); the job goes on.
+"${mpi[@]}" -np 2 "$ruby" -e '
+require_relative ARGV[0]
+Nabla.load(ARGV[1])
+job = Nabla::Job.new
+ft = Nabla::Finetune.new(ARGV[2], lora_r: 4, batch: 2, context: 8, threads: 1, job: job)
+ids = Array.new(ft.batch * ft.context, 1)
+bad = ids.dup
+bad[3] = ft.vocab if job.rank == 1
+begin
+  ft.step(bad, ids, lr: 1e-3)
+  abort "rank #{job.rank}: the step was taken"
+rescue Nabla::Error => e
+  puts "rank #{job.rank}: #{e.message}"
+end
+ft.step(ids, ids, lr: 1e-3)
+puts "rank #{job.rank}: the next step was taken"' "$examples/nabla.rb" "$lib" "$dir/base.safetensors" >"$dir/refused.log"
+grep -q "rank 0: nabla_finetune_step: rank 1 refused its batch or arguments; no process took the step" "$dir/refused.log" &&
+  grep -q "rank 1: nabla_finetune_step: element 3 holds id" "$dir/refused.log" &&
+  [ "$(grep -c "the next step was taken" "$dir/refused.log")" = 2 ] || { cat "$dir/refused.log"; exit 1; }
 
 # Processes that disagree stop, saying on what.
 if "${mpi[@]}" -np 1 "${vit[@]}" --threads 1 --replicas 2 --job : -np 1 "${vit[@]}" --threads 1 --replicas 1 --job \
@@ -68,4 +90,4 @@ if "${mpi[@]}" -np 1 "${vit[@]}" --threads 1 --job --resume "$dir/half.safetenso
 fi
 grep -q "missing.safetensors" "$dir/missing.log" && grep -q "rank 1 could not read the checkpoint it names; nothing was changed" "$dir/missing.log" ||
   { cat "$dir/missing.log"; exit 1; }
-echo "mismatched processes and an unreadable checkpoint: errors naming what"
+echo "mismatched processes, an unreadable checkpoint, a refused batch: errors naming what, on every process"
