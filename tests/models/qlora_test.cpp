@@ -196,7 +196,9 @@ TEST(QLora, Bf16HuggingFaceFolderStaysBf16) {
   for (const auto& [name, t] : stored.params().list()) {
     const nn::StoredFormat* f = stored.params().format(name);
     EXPECT_EQ(f != nullptr, is_matrix(name)) << name;
-    if (f) EXPECT_EQ(f->type, GgmlType::bf16) << name;
+    if (f) {
+      EXPECT_EQ(f->type, GgmlType::bf16) << name;
+    }
   }
   EXPECT_LT(bytes_of(stored.params()), bytes_of(dense.params()) * 0.6);
   adapt(dense);
