@@ -51,10 +51,6 @@ int32_t step_seed(uint64_t seed, int64_t step) {
   return static_cast<int32_t>(z >> 33);
 }
 
-int32_t replica_seed(int32_t step_seed, int64_t replica) {
-  return int32_t(uint32_t(step_seed) + uint32_t(replica) * 0x9e3779b9u);
-}
-
 // The CSV log of the curves (beside the checkpoint, or at --log) and their
 // SVG plot (beside the checkpoint). No paths, no files. A resumed run appends.
 struct TrainingLoop::Logs {

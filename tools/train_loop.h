@@ -53,9 +53,6 @@ ExecOptions exec_options(const TrainLoopArgs& args);
 // Per-step dropout seed: a pure function of (run seed, step), so a resumed run
 // draws the same masks.
 int32_t step_seed(uint64_t seed, int64_t step);
-// Global replica g's seed from the step's: replicas draw different masks,
-// replica 0 the one a single replica would.
-int32_t replica_seed(int32_t step_seed, int64_t replica);
 
 struct Evaluation {
   double loss = 0;

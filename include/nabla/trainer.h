@@ -205,6 +205,11 @@ class TrainStep {
 // cheap and the kernels are too short to split well; 1 otherwise.
 int default_replicas(int threads, int64_t batch, int64_t parameters);
 
+// Replica g's dropout seed (g over every process's replicas, global_replica())
+// from the step's: replicas draw different masks, replica 0 the one a single
+// replica would.
+int32_t replica_seed(int32_t step_seed, int64_t replica);
+
 // Whether the training commands keep weight gradients factored (low_memory)
 // unless told: for models of more than 50M parameters, where the gradients
 // held whole are a large share of the step's memory and the factors, at the

@@ -1396,9 +1396,9 @@ nabla_status nabla_finetune_step(nabla_finetune* ft, const int32_t* input_ids, c
       }
       const double parts = double(step.global_replicas());
       in.loss_weight.data_as<float>()[0] = counted.back() > 0 ? float(counted[size_t(r)] * parts / counted.back()) : 0.0f;
-      // Replica g of the step draws its own dropout masks (replica 0's: the step's seed).
-      const int64_t g = step.global_replica(int(r));
-      if (in.dropout_seed.defined()) in.dropout_seed.data_as<int32_t>()[0] = int32_t(uint32_t(step_seed) + uint32_t(g) * 0x9e3779b9u);
+      if (in.dropout_seed.defined()) {
+        in.dropout_seed.data_as<int32_t>()[0] = nabla::replica_seed(step_seed, step.global_replica(int(r)));
+      }
     }
     const float value = s.run();
     s.update(lr, clip);

@@ -662,6 +662,10 @@ void TrainStep::load_optimizer_state(const std::vector<std::pair<std::string, Te
   }
 }
 
+int32_t replica_seed(int32_t step_seed, int64_t replica) {
+  return int32_t(uint32_t(step_seed) + uint32_t(replica) * 0x9e3779b9u);
+}
+
 int default_replicas(int threads, int64_t batch, int64_t parameters) {
   const int t = threads > 0 ? threads : cpu::default_threads();
   constexpr int64_t kSmallModel = 2'000'000;

@@ -193,6 +193,9 @@ TEST(CApiJob, FinetuneReplicasWeighTheirCountedTokens) {
   nabla_job_free(job);
   ASSERT_EQ(one.losses.size(), 3u);
   ASSERT_EQ(two.losses.size(), 3u);
+  // The same terms summed in another grouping (per replica, then weighted):
+  // equal to rounding (measured: the losses equal, the adapter within 4.4e-6
+  // of its scale after three steps).
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(two.losses[i], one.losses[i], 1e-5 * one.losses[i]) << "step " << i;
   ASSERT_EQ(two.adapter.size(), one.adapter.size());
   ASSERT_FALSE(one.adapter.empty());
