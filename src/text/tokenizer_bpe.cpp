@@ -565,6 +565,23 @@ PreTokenizer BpeTokenizer::pre_tokenizer() const { return impl_->pre; }
 
 namespace {
 
+// tokenizer.json's optional fields. nlohmann's value() throws its own
+// type_error for a field of another type; these name the field instead. A
+// null field is absent (Hugging Face writes Option::None as null).
+bool has_type(const json& j, const char* type) { return j.is_object() && j.contains("type") && j["type"] == type; }
+
+template <class T>
+T optional_field(const json& j, const char* key, T fallback, const std::string& where) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+  const json& v = j[key];
+  constexpr bool is_bool = std::is_same_v<T, bool>;
+  if (is_bool ? !v.is_boolean() : !v.is_string()) {
+    throw IoError(where + "." + key + " is " + v.dump().substr(0, 100) + ", expected " +
+                  (is_bool ? "true or false" : "a string"));
+  }
+  return v.get<T>();
+}
+
 // SentencePiece's legacy spacing as Hugging Face's converter writes it: U+2581
 // before the text, then every space replaced by it.
 json legacy_normalizer() {
@@ -604,23 +621,25 @@ PreTokenizer parse_pre_tokenizer_json(const json& j, const std::string& path) {
     return IoError(path + ": pre_tokenizer " + what + " is not supported (nabla reads ByteLevel; Split of Llama 3's "
                    "or Qwen2's pattern, then ByteLevel; Digits, then ByteLevel)");
   };
-  auto is_byte_level = [](const json& b, bool use_regex) {
-    return b.is_object() && b.value("type", "") == "ByteLevel" && !b.value("add_prefix_space", false) &&
-           b.value("use_regex", true) == use_regex;
+  const std::string where = path + ": pre_tokenizer";
+  auto is_byte_level = [&](const json& b, bool use_regex) {
+    return has_type(b, "ByteLevel") && !optional_field(b, "add_prefix_space", false, where) &&
+           optional_field(b, "use_regex", true, where) == use_regex;
   };
   if (is_byte_level(j, true)) return PreTokenizer::gpt2;
-  if (j.is_object() && j.value("type", "") == "Sequence" && j.contains("pretokenizers") &&
-      j["pretokenizers"].is_array() && j["pretokenizers"].size() == 2) {
+  if (has_type(j, "Sequence") && j.contains("pretokenizers") && j["pretokenizers"].is_array() &&
+      j["pretokenizers"].size() == 2) {
     const json &first = j["pretokenizers"][0], &second = j["pretokenizers"][1];
-    if (first.is_object() && first.value("type", "") == "Split" && is_byte_level(second, false) &&
-        first.value("behavior", "") == "Isolated" && !first.value("invert", false) && first.contains("pattern") &&
-        first["pattern"].is_object() && first["pattern"].contains("Regex") && first["pattern"]["Regex"].is_string()) {
+    if (has_type(first, "Split") && is_byte_level(second, false) &&
+        optional_field<std::string>(first, "behavior", "", where) == "Isolated" &&
+        !optional_field(first, "invert", false, where) && first.contains("pattern") && first["pattern"].is_object() &&
+        first["pattern"].contains("Regex") && first["pattern"]["Regex"].is_string()) {
       const std::string regex = first["pattern"]["Regex"].get<std::string>();
       if (regex == kLlama3Regex) return PreTokenizer::llama3;
       if (regex == kQwen2Regex) return PreTokenizer::qwen2;
       throw fail("Split with the pattern " + json(regex).dump());
     }
-    if (first.is_object() && first.value("type", "") == "Digits" && first.value("individual_digits", false) &&
+    if (has_type(first, "Digits") && optional_field(first, "individual_digits", false, where) &&
         is_byte_level(second, true)) {
       return PreTokenizer::digits;
     }
@@ -634,11 +653,10 @@ PreTokenizer parse_pre_tokenizer_json(const json& j, const std::string& path) {
 // continues the text. Other post-processors (ByteLevel) add nothing.
 std::vector<int32_t> template_prefix(const json& post, int64_t tokens, const std::string& path) {
   const json* t = nullptr;
-  if (post.is_object() && post.value("type", "") == "TemplateProcessing") t = &post;
-  if (post.is_object() && post.value("type", "") == "Sequence" && post.contains("processors") &&
-      post["processors"].is_array()) {
+  if (has_type(post, "TemplateProcessing")) t = &post;
+  if (has_type(post, "Sequence") && post.contains("processors") && post["processors"].is_array()) {
     for (const json& p : post["processors"]) {
-      if (p.is_object() && p.value("type", "") == "TemplateProcessing") t = &p;
+      if (has_type(p, "TemplateProcessing")) t = &p;
     }
   }
   if (!t) return {};
@@ -673,7 +691,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
   if (!j.is_object()) throw IoError(path + ": not a JSON object (expected Hugging Face's tokenizer.json)");
   auto fail = [&](const std::string& what) { return IoError(path + ": " + what); };
   const json model = j.value("model", json());
-  if (!model.is_object() || model.value("type", "") != "BPE") {
+  if (!has_type(model, "BPE")) {
     throw fail("model.type must be \"BPE\" (byte-level BPE), got " + (model.is_object() ? model.value("type", json()).dump() : model.dump()));
   }
   // SentencePiece's BPE (Llama 2, Mistral): a legacy Prepend + Replace
@@ -681,7 +699,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
   const std::string marker(kSpaceMarker);
   const json legacy = legacy_normalizer();
   const json normalizer = j.value("normalizer", json()), pre_tokenizer = j.value("pre_tokenizer", json());
-  const bool metaspace = pre_tokenizer.is_object() && pre_tokenizer.value("type", "") == "Metaspace";
+  const bool metaspace = has_type(pre_tokenizer, "Metaspace");
   auto impl = std::make_unique<Impl>();
   Impl::Pieces& pieces = impl->pieces;
   pieces.on = normalizer == legacy || metaspace;
@@ -696,13 +714,16 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
     impl->pre = parse_pre_tokenizer_json(pre_tokenizer, path);
   } else if (metaspace) {
     using Prepend = Impl::Pieces::Prepend;
-    const std::string scheme = pre_tokenizer.value("prepend_scheme", pre_tokenizer.value("add_prefix_space", true) ? "always" : "never");
-    if (pre_tokenizer.value("replacement", marker) != marker || (scheme != "first" && scheme != "always" && scheme != "never")) {
+    const std::string where = path + ": pre_tokenizer";
+    const std::string scheme = optional_field<std::string>(
+        pre_tokenizer, "prepend_scheme", optional_field(pre_tokenizer, "add_prefix_space", true, where) ? "always" : "never", where);
+    if (optional_field(pre_tokenizer, "replacement", marker, where) != marker ||
+        (scheme != "first" && scheme != "always" && scheme != "never")) {
       throw fail("pre_tokenizer " + pre_tokenizer.dump().substr(0, 100) + " is not supported (Metaspace with U+2581, "
                  "prepend_scheme first, always or never)");
     }
     pieces.prepend = scheme == "first" ? Prepend::first : scheme == "always" ? Prepend::always : Prepend::never;
-    pieces.split = pre_tokenizer.value("split", true);
+    pieces.split = optional_field(pre_tokenizer, "split", true, where);
   } else if (!pre_tokenizer.is_null()) {
     throw fail("pre_tokenizer " + pre_tokenizer.dump().substr(0, 100) + " is not supported after SentencePiece's normalizer");
   }
@@ -710,12 +731,13 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
     const json v = model.value(key, json());
     if (!v.is_null() && v != "") throw fail("model." + std::string(key) + " " + v.dump() + " is not supported");
   }
-  if (model.value("byte_fallback", false) && !pieces.on) {
+  const std::string in_model = path + ": model";
+  if (optional_field(model, "byte_fallback", false, in_model) && !pieces.on) {
     throw fail("model.byte_fallback is not supported (byte-level BPE has every byte)");
   }
-  pieces.fuse_unk = model.value("fuse_unk", false);
+  pieces.fuse_unk = optional_field(model, "fuse_unk", false, in_model);
   if (!model.value("dropout", json()).is_null()) throw fail("model.dropout is not supported");
-  impl->ignore_merges = model.value("ignore_merges", false);
+  impl->ignore_merges = optional_field(model, "ignore_merges", false, in_model);
 
   const json vocab = model.value("vocab", json());
   if (!vocab.is_object() || vocab.empty()) throw fail("model.vocab must be an object {token: id}");
@@ -786,7 +808,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
         !a["content"].is_string() || a["content"].get<std::string>().empty()) {
       throw fail("added_tokens entry " + a.dump().substr(0, 100) + " needs an integer id and a non-empty content");
     }
-    if (a.value("single_word", false)) throw fail("added token " + a["content"].dump() + ": single_word is not supported");
+    const std::string in_added = path + ": added token " + a["content"].dump();
+    if (optional_field(a, "single_word", false, in_added)) throw fail("added token " + a["content"].dump() + ": single_word is not supported");
     const int64_t id = a["id"].get<int64_t>();
     const std::string content = a["content"].get<std::string>();
     if (id < 0 || id >= tokens) {
@@ -797,8 +820,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
       throw fail("added token " + a["content"].dump() + " has id " + std::to_string(id) + ", which model.vocab gives to " +
                  show(to_alphabet(impl->id_bytes[size_t(id)])));
     }
-    impl->add_token({content, int32_t(id), a.value("special", false), a.value("lstrip", false),
-                     a.value("rstrip", false)});
+    impl->add_token({content, int32_t(id), optional_field(a, "special", false, in_added),
+                     optional_field(a, "lstrip", false, in_added), optional_field(a, "rstrip", false, in_added)});
   }
   impl->prefix = template_prefix(j.value("post_processor", json()), tokens, path);
   return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(impl)));

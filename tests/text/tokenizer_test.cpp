@@ -502,6 +502,17 @@ TEST(TokenizerBpe, SentencePiecePieces) {
   write_text(dir.file("bad.json"), j.dump());
   EXPECT_THROW(BpeTokenizer::from_json(dir.file("bad.json")), IoError);
   j["pre_tokenizer"]["replacement"] = m;
+  for (const char* field : {"replacement", "prepend_scheme", "split"}) {
+    nlohmann::json wrong = j;
+    wrong["pre_tokenizer"][field] = 3;
+    write_text(dir.file("bad.json"), wrong.dump());
+    try {
+      BpeTokenizer::from_json(dir.file("bad.json"));
+      ADD_FAILURE() << "no error for pre_tokenizer." << field << " = 3";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("pre_tokenizer.") + field + " is 3"), std::string::npos) << e.what();
+    }
+  }
   j["model"].erase("unk_token");
   write_text(dir.file("bad.json"), j.dump());
   try {
@@ -544,6 +555,24 @@ TEST(TokenizerBpe, UnsupportedTokenizerJsonIsAnIoErrorNamingTheFile) {
   expect_error([](auto& j) { j["model"]["merges"].push_back(7); }, "model.merges[");
   expect_error([](auto& j) { j["added_tokens"][0]["id"] = 97; }, "which model.vocab gives to");
   expect_error([](auto& j) { j["added_tokens"][0]["single_word"] = true; }, "single_word");
+  // Fields of another type are named (nlohmann's value() threw its own type_error).
+  expect_error([](auto& j) { j["model"]["type"] = 5; }, "model.type must be \"BPE\"");
+  expect_error([](auto& j) { j["pre_tokenizer"]["type"] = 7; }, "pre_tokenizer");
+  expect_error([](auto& j) { j["pre_tokenizer"]["add_prefix_space"] = "no"; },
+               "pre_tokenizer.add_prefix_space is \"no\", expected true or false");
+  expect_error([](auto& j) { j["pre_tokenizer"]["use_regex"] = 1; }, "pre_tokenizer.use_regex is 1");
+  expect_error([](auto& j) { j["model"]["fuse_unk"] = 1; }, "model.fuse_unk is 1, expected true or false");
+  expect_error([](auto& j) { j["model"]["ignore_merges"] = "x"; }, "model.ignore_merges is \"x\"");
+  expect_error([](auto& j) { j["added_tokens"][0]["special"] = "yes"; }, ".special is \"yes\"");
+  expect_error([](auto& j) { j["model"]["dropout"] = 0.1; }, "model.dropout");
+  // Null is absent, as Hugging Face writes an unset option.
+  nlohmann::json nulls = good;
+  nulls["model"]["fuse_unk"] = nullptr;
+  nulls["model"]["ignore_merges"] = nullptr;
+  nulls["pre_tokenizer"]["add_prefix_space"] = nullptr;
+  nulls["post_processor"] = {{"type", 3}};  // not a TemplateProcessing: adds nothing
+  write_text(dir.file("nulls.json"), nulls.dump());
+  EXPECT_EQ(BpeTokenizer::from_json(dir.file("nulls.json"))->encode("aaa ccc"), tok->encode("aaa ccc"));
   write_text(dir.file("bad.json"), "{\"model\": ");
   EXPECT_THROW(BpeTokenizer::from_json(dir.file("bad.json")), IoError);
   EXPECT_THROW(BpeTokenizer::from_json(dir.file("missing.json")), IoError);
