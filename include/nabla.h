@@ -375,7 +375,9 @@ nabla_status nabla_trainer_create(nabla_context* ctx, nabla_tensor* loss, nabla_
                                   int threads, int flags, nabla_trainer** out);
 /* Forward and backward on the values now in the leaves; the loss (the mean
  * over every replica, of every process in a job) goes to *loss when loss is
- * not NULL. */
+ * not NULL. In a job, a run that fails on one process (a label out of range)
+ * fails on every process, the others with NABLA_ERROR_RUNTIME naming its
+ * rank, and counts on none: the job can go on with the next batch. */
 nabla_status nabla_trainer_run(nabla_trainer* trainer, float* loss);
 /* Clips the gradients to global L2 norm `clip` (0: no clipping) and takes one
  * AdamW step at learning rate lr. The norm before clipping goes to

@@ -91,7 +91,9 @@ class TrainStep {
 
   // Forward and backward for the batch now in the input leaves (of every
   // replica). With micro_batches > 1, gradients are summed over successive
-  // calls and update() averages them.
+  // calls and update() averages them. Across ranks, a run that throws on
+  // one throws on all (the others a DistributedError naming it) and counts
+  // on none.
   void run();
   // The mean of the replicas' losses (of every rank's).
   float loss() const;

@@ -93,6 +93,9 @@ struct TrainStep::Overlap {
   // NABLA_OVERLAP=0: every bucket waits for the whole backward pass, to
   // measure what the overlap hides (bench/train_mpi.sh).
   bool after_backward = false;
+  // This rank's run failed: the reduction goes on without its gradients
+  // (the other ranks are in it), and the run fails on every rank.
+  std::atomic<bool> abandoned{false};
   std::exception_ptr error;
   double busy_seconds = 0;  // the last run's
   CommunicationTime time;
@@ -354,12 +357,18 @@ void TrainStep::start_overlap() {
         Clock::duration idle{};
         comm_->allreduce_buckets(
             reduced_, ov->buckets,
-            [this](float* acc, int64_t begin, int64_t end, bool first_rank) { fold_replicas(acc, begin, end, first_rank); },
+            [this, ov](float* acc, int64_t begin, int64_t end, bool first_rank) {
+              if (!ov->abandoned) {
+                fold_replicas(acc, begin, end, first_rank);
+              } else if (first_rank) {
+                std::fill(acc, acc + (end - begin), 0.0f);
+              }
+            },
             [&](size_t k) {
               const auto waiting = Clock::now();
               std::unique_lock<std::mutex> wait(ov->mu);
               ov->cv.wait(wait, [&] {
-                if (ov->stop) return true;
+                if (ov->stop || ov->abandoned) return true;
                 if (!ov->after_backward) return ov->pending[k].load() == 0;
                 for (size_t j = 0; j < ov->buckets.size(); ++j) {
                   if (ov->pending[j].load() != 0) return false;
@@ -368,7 +377,7 @@ void TrainStep::start_overlap() {
               });
               if (ov->stop) throw UsageError("train step: destroyed during a run");
               wait.unlock();
-              for (size_t i : staged_ ? ov->params[k] : std::vector<size_t>{}) {
+              for (size_t i : staged_ && !ov->abandoned ? ov->params[k] : std::vector<size_t>{}) {
                 if (host_copies_[i] >= 0) grad_ptrs_[i] = static_cast<const float*>(executor_->host_copied(host_copies_[i]));
               }
               idle += Clock::now() - waiting;
@@ -410,20 +419,30 @@ void TrainStep::run() {
     std::lock_guard<std::mutex> lock(overlap_->mu);
     overlap_->start = true;
     overlap_->finished = false;
+    overlap_->abandoned = false;
     overlap_->cv.notify_all();
   };
   // The reduction starts as the first bucket completes.
   if (overlap_) start_reduction();
   if (graph_sums_) restart_.assign<double>({runs_since_update_ == 0 ? 1.0 : 0.0});
-  if (copies_.empty()) {
-    executor_->run(0);  // stage 1, the update, is update()'s
-  } else {
-    cpu::parallel_for(threads_, replicas(), 1, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) executor(int(r)).run(0);
-    });
+  std::exception_ptr failed;
+  try {
+    if (copies_.empty()) {
+      executor_->run(0);  // stage 1, the update, is update()'s
+    } else {
+      cpu::parallel_for(threads_, replicas(), 1, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) executor(int(r)).run(0);
+      });
+    }
+  } catch (...) {
+    if (ranks_ == 1) throw;
+    // The other ranks are reducing: take part without gradients, then fail
+    // on every rank below (a rank left out would wait for ever).
+    failed = std::current_exception();
+    std::lock_guard<std::mutex> lock(overlap_->mu);
+    overlap_->abandoned = true;
+    overlap_->cv.notify_all();
   }
-  ++runs_since_update_;
-  const bool first = runs_since_update_ == 1;
   if (ranks_ > 1) {
     // Every rank's replicas folded in global order (by the overlap's
     // thread, bucket by bucket), then accum (+)= it.
@@ -438,6 +457,30 @@ void TrainStep::run() {
       t.seconds += overlap_->busy_seconds;
       ++t.runs;
     }
+    // The losses of every replica and whether its rank's run failed, before
+    // anything is accumulated: a failed run counts on no rank.
+    const size_t per_rank = size_t(replicas_) + 1;
+    std::vector<float> mine(per_rank, 0.0f), all(per_rank * size_t(ranks_));
+    for (int r = 0; r < replicas_ && !failed; ++r) {
+      const Tensor& l = r == 0 ? loss_ : copies_[size_t(r) - 1].loss;
+      mine[size_t(r)] = executor(r).read<float>(l)[0];
+    }
+    mine.back() = failed ? 1.0f : 0.0f;
+    comm_->all_gather_bytes(mine.data(), all.data(), mine.size() * sizeof(float));
+    if (failed) std::rethrow_exception(failed);
+    for (int k = 0; k < ranks_; ++k) {
+      if (all[size_t(k + 1) * per_rank - 1] != 0) {
+        throw DistributedError("train step: the run failed on rank " + std::to_string(k) +
+                               " (its error says why); no rank counts it");
+      }
+    }
+    // The losses summed in the same order as one process's.
+    double sum = 0;
+    for (int k = 0; k < ranks_; ++k) {
+      for (int r = 0; r < replicas_; ++r) sum += all[size_t(k) * per_rank + size_t(r)];
+    }
+    global_loss_ = float(sum / global_replicas());
+    const bool first = ++runs_since_update_ == 1;
     if (sharded_ && micro_batches_ > 1) {
       // This rank's part alone: shard_sum (+)= it.
       const float* s = reduced_ + bounds_[size_t(comm_->rank())];
@@ -454,18 +497,9 @@ void TrainStep::run() {
         }
       });
     }
-    // The losses of every replica, summed in the same order as one process's.
-    std::vector<float> mine(static_cast<size_t>(replicas_)), all(static_cast<size_t>(global_replicas()));
-    for (int r = 0; r < replicas_; ++r) {
-      const Tensor& l = r == 0 ? loss_ : copies_[size_t(r) - 1].loss;
-      mine[size_t(r)] = executor(r).read<float>(l)[0];
-    }
-    comm_->all_gather_bytes(mine.data(), all.data(), mine.size() * sizeof(float));
-    double sum = 0;
-    for (float l : all) sum += l;
-    global_loss_ = float(sum / global_replicas());
     return;
   }
+  const bool first = ++runs_since_update_ == 1;
   if (accum_.empty() || graph_sums_) return;
   // accum (+)= g_0 + g_1 + ...: the same order whichever thread sums a piece.
   float* accum = accum_flat_.data_as<float>();

@@ -11,7 +11,8 @@
 #     masks): 1 process x 2 replicas = 2 processes, PEFT folder and GGUF;
 #   - processes that build different steps stop with an error naming what
 #     differs; a checkpoint one process cannot read fails the load on both,
-#     and a batch one process refuses fails the step on both.
+#     a batch one process refuses fails the step on both, and so does a run
+#     that fails on one.
 # Usage: ruby_job.sh RUBY MPIRUN path/to/libnabla.so path/to/nabla
 set -euo pipefail
 ruby=$1 mpirun=$2 lib=$3 nabla=$4
@@ -75,6 +76,41 @@ puts "rank #{job.rank}: the next step was taken"' "$examples/nabla.rb" "$lib" "$
 grep -q "rank 0: nabla_finetune_step: rank 1 refused its batch or arguments; no process took the step" "$dir/refused.log" &&
   grep -q "rank 1: nabla_finetune_step: element 3 holds id" "$dir/refused.log" &&
   [ "$(grep -c "the next step was taken" "$dir/refused.log")" = 2 ] || { cat "$dir/refused.log"; exit 1; }
+# A run that fails on one process (a label out of range, found by the loss
+# in the middle of the step): every process gets an error, none counts the
+# run (none waits for the other), and the job goes on.
+"${mpi[@]}" -np 2 "$ruby" -e '
+require_relative ARGV[0]
+Nabla.load(ARGV[1])
+job = Nabla::Job.new
+ctx = Nabla::Context.new
+x = ctx.tensor([4, 3], Array.new(12) { |i| i * 0.1 })
+labels = ctx.tensor([4], [0, 1, 2, 0], dtype: Nabla::I32)
+w = ctx.parameter([3, 3], Array.new(9) { |i| (i % 4) * 0.1 })
+trainer = Nabla::Trainer.new(ctx, ctx.op(:cross_entropy, ctx.op(:matmul_add, x, w, ctx.parameter([3], [0.0] * 3)), labels, -100), threads: 1, job: job)
+ctx.write(labels, [0, 1, 7, 0]) if job.rank == 1
+begin
+  trainer.run
+  abort "rank #{job.rank}: the run went on"
+rescue Nabla::Error => e
+  puts "rank #{job.rank}: #{e.message}"
+end
+begin
+  trainer.update(0.1)
+  abort "rank #{job.rank}: the failed run was counted"
+rescue Nabla::Error => e
+  puts "rank #{job.rank}: #{e.message}"
+end
+ctx.write(labels, [0, 1, 2, 0])
+loss = trainer.run
+trainer.update(0.1)
+puts "rank #{job.rank}: loss #{loss.round(6)}, the next step was taken"' \
+  "$examples/nabla.rb" "$lib" >"$dir/failed_run.log"
+grep -q "rank 0: train step: the run failed on rank 1 (its error says why); no rank counts it" \
+  "$dir/failed_run.log" && grep -q "rank 1: cross_entropy: label 7 at row 2 is out of range" "$dir/failed_run.log" &&
+  [ "$(grep -c "update() before any run()" "$dir/failed_run.log")" = 2 ] &&
+  [ "$(grep "the next step was taken" "$dir/failed_run.log" | sed 's/rank .: //' | sort -u | wc -l)" = 1 ] &&
+  [ "$(grep -c "the next step was taken" "$dir/failed_run.log")" = 2 ] || { cat "$dir/failed_run.log"; exit 1; }
 
 # Processes that disagree stop, saying on what.
 if "${mpi[@]}" -np 1 "${vit[@]}" --threads 1 --replicas 2 --job : -np 1 "${vit[@]}" --threads 1 --replicas 1 --job \
