@@ -113,8 +113,8 @@ void gguf_seeds() {
 
   // Llama-family files as `nabla export gguf` writes them, small enough to
   // mutate quickly: llama with Llama 3 rope scaling and Q4_0 matrices, qwen2
-  // with biases and Q8_0.
-  for (const char* type : {"llama", "qwen2"}) {
+  // with biases and qwen3 with q/k head norms, in Q8_0.
+  for (const char* type : {"llama", "qwen2", "qwen3"}) {
     models::LlamaConfig c = models::llama_preset("llama-tiny-byte");
     c.model_type = type;
     c.attention_bias = c.model_type == "qwen2";

@@ -1,5 +1,5 @@
 // Checkpoints as GGUF. The Llama mapping (add_llama) follows llama.cpp's
-// llama and qwen2 architectures, the GPT-2 mapping its gpt2 architecture, so
+// llama, qwen2 and qwen3 architectures, the GPT-2 mapping its gpt2 architecture, so
 // that llama.cpp loads and runs the file:
 //
 //   nabla (Hugging Face)        GGUF (llama.cpp)          NumPy shape -> ggml ne
@@ -228,13 +228,15 @@ uint32_t file_type(GgmlType t) {
   }
 }
 
-// llama.cpp's llama architecture (llama, SmolLM2, TinyLlama, Llama 3) and
-// qwen2 (q/k/v biases, rotate-half rope: no interleaving):
+// llama.cpp's llama architecture (llama, SmolLM2, TinyLlama, Llama 3),
+// qwen2 (q/k/v biases) and qwen3 (q/k head norms); the qwens rotate half,
+// so their q/k rows are not interleaved:
 //   model.embed_tokens.weight                 token_embd.weight
 //   model.layers.i.input_layernorm.weight     blk.i.attn_norm.weight
 //   model.layers.i.self_attn.{q,k}_proj.*     blk.i.attn_{q,k}.*  (llama: rows interleaved)
 //   model.layers.i.self_attn.v_proj.*         blk.i.attn_v.*
 //   model.layers.i.self_attn.o_proj.weight    blk.i.attn_output.weight
+//   model.layers.i.self_attn.{q,k}_norm       blk.i.attn_{q,k}_norm.weight (qwen3)
 //   model.layers.i.post_attention_layernorm   blk.i.ffn_norm.weight
 //   model.layers.i.mlp.{gate,up,down}_proj    blk.i.ffn_{gate,up,down}.weight
 //   model.norm.weight                         output_norm.weight
@@ -242,13 +244,16 @@ uint32_t file_type(GgmlType t) {
 //   rope_scaling llama3                       rope_freqs.weight [hd / 2], the frequency divisors
 void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWriter& w) {
   const LlamaConfig c = llama_config_from_checkpoint(ckpt);
-  const bool qwen2 = c.model_type == "qwen2";
-  const std::string a = qwen2 ? "qwen2." : "llama.";
+  const bool interleave = c.model_type == "llama";
+  const std::string a = c.model_type + ".";
   const int64_t hd = c.head_size();
-  if (qwen2 && c.rope_scaling.type == "llama3") {
-    throw UsageError(ckpt.path + ": llama.cpp's qwen2 architecture has no llama3 rope scaling");
+  if (!interleave && c.rope_scaling.type == "llama3") {
+    throw UsageError(ckpt.path + ": llama.cpp's " + c.model_type + " architecture has no llama3 rope scaling");
   }
-  w.set("general.architecture", qwen2 ? "qwen2" : "llama");
+  if (c.qk_norm() && c.attention_bias) {
+    throw UsageError(ckpt.path + ": llama.cpp's qwen3 architecture has no q/k/v biases");
+  }
+  w.set("general.architecture", c.model_type);
   w.set(a + "context_length", uint32_t(c.max_position_embeddings));
   w.set(a + "embedding_length", uint32_t(c.hidden_size));
   w.set(a + "feed_forward_length", uint32_t(c.intermediate_size));
@@ -271,7 +276,7 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
   Llama model(c, 0);
   load_params(ckpt, model.params());
   const nn::Params& p = model.params();
-  auto rows = [&](const Tensor& t, int64_t heads) { return qwen2 ? t : interleave_heads(t, heads); };
+  auto rows = [&](const Tensor& t, int64_t heads) { return interleave ? interleave_heads(t, heads) : t; };
   const GgmlType type = options.matrix_type;
   w.set("general.file_type", file_type(type));
   // Weight matrices in the chosen type where their rows are whole blocks.
@@ -297,6 +302,10 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
       w.add_tensor(blk + "attn_q.bias", rows(p.get(h + "self_attn.q_proj.bias"), c.num_attention_heads));
       w.add_tensor(blk + "attn_k.bias", rows(p.get(h + "self_attn.k_proj.bias"), c.kv_heads()));
       w.add_tensor(blk + "attn_v.bias", p.get(h + "self_attn.v_proj.bias"));
+    }
+    if (c.qk_norm()) {
+      w.add_tensor(blk + "attn_q_norm.weight", p.get(h + "self_attn.q_norm.weight"));
+      w.add_tensor(blk + "attn_k_norm.weight", p.get(h + "self_attn.k_norm.weight"));
     }
     add(blk + "attn_output.weight", p.get(h + "self_attn.o_proj.weight"));
     w.add_tensor(blk + "ffn_norm.weight", p.get(h + "post_attention_layernorm.weight"));
@@ -359,9 +368,9 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   const GgufValue* arch_value = file.find_value("general.architecture");
   const std::string arch =
       arch_value && arch_value->type() == GgufType::string ? arch_value->get<std::string>() : "";
-  if (arch != "llama" && arch != "qwen2") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
     throw fail("general.architecture is " + (arch.empty() ? std::string("missing") : "\"" + arch + "\"") +
-               ", nabla reads \"llama\" and \"qwen2\" GGUF files");
+               ", nabla reads \"llama\", \"qwen2\" and \"qwen3\" GGUF files");
   }
   // Integer keys as any unsigned or signed type the writer chose.
   auto integer = [&](const std::string& key, std::optional<int64_t> fallback = {}) -> int64_t {
@@ -413,7 +422,11 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   const Shape& embed_shape = entry("token_embd.weight").shape;
   if (embed_shape.size() != 2) throw fail("token_embd.weight is " + to_string(embed_shape) + ", expected [vocab, hidden]");
   c.vocab_size = integer("vocab_size", embed_shape[0]);
-  c.head_dim = integer("attention.key_length", c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  // Without key_length, a qwen3 head's size is its q norm's (Qwen3's heads are not hidden / heads wide).
+  const GgufTensor* q_norm = file.find("blk.0.attn_q_norm.weight");
+  c.head_dim = integer("attention.key_length", q_norm && q_norm->shape.size() == 1 ? q_norm->shape[0]
+                                               : c.num_attention_heads > 0       ? c.hidden_size / c.num_attention_heads
+                                                                                 : 0);
   if (integer("attention.value_length", c.head_dim) != c.head_dim || integer("rope.dimension_count", c.head_dim) != c.head_dim) {
     throw fail("key, value and rotary sizes differ; nabla's Llama rotates the whole head");
   }
@@ -442,9 +455,8 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   ckpt.architecture = "llama";
   ckpt.config_json = c.to_json();
   auto& out = ckpt.file.tensors;
-  const bool qwen2 = arch == "qwen2";
   auto rows = [&](const Tensor& t, int64_t heads) {
-    if (qwen2) return t;
+    if (arch != "llama") return t;
     if (t.rank() < 1 || t.dim(0) != heads * c.head_size()) {
       throw fail("a q/k tensor is " + to_string(t.shape()) + ", expected " + std::to_string(heads * c.head_size()) + " rows");
     }
@@ -470,6 +482,10 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
       out.emplace_back(h + "self_attn.q_proj.bias", rows(tensor(blk + "attn_q.bias"), c.num_attention_heads));
       out.emplace_back(h + "self_attn.k_proj.bias", rows(tensor(blk + "attn_k.bias"), c.kv_heads()));
       out.emplace_back(h + "self_attn.v_proj.bias", tensor(blk + "attn_v.bias"));
+    }
+    if (c.qk_norm()) {
+      out.emplace_back(h + "self_attn.q_norm.weight", tensor(blk + "attn_q_norm.weight"));
+      out.emplace_back(h + "self_attn.k_norm.weight", tensor(blk + "attn_k_norm.weight"));
     }
     matrix(h + "self_attn.o_proj.weight", blk + "attn_output.weight");
     out.emplace_back(h + "post_attention_layernorm.weight", tensor(blk + "ffn_norm.weight"));
@@ -528,15 +544,15 @@ GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions&
   } else if (arch == "gpt2") {
     add_gpt2(ckpt, options, w);
   } else {
-    add_llama(ckpt, options, w);  // general.architecture "llama" or "qwen2"
+    add_llama(ckpt, options, w);  // general.architecture "llama", "qwen2" or "qwen3"
   }
   return w;
 }
 
 GgufWriter gguf_lora_adapter(const LlamaConfig& c, const PeftAdapter& adapter) {
-  const bool qwen2 = c.model_type == "qwen2";
+  const bool interleave = c.model_type == "llama";
   GgufWriter w;
-  w.set("general.architecture", qwen2 ? "qwen2" : "llama");
+  w.set("general.architecture", c.model_type);
   w.set("general.type", "adapter");
   w.set("general.name", "nabla LoRA adapter");
   w.set("adapter.type", "lora");
@@ -565,7 +581,7 @@ GgufWriter gguf_lora_adapter(const LlamaConfig& c, const PeftAdapter& adapter) {
     if (is_a) {
       w.add_tensor(base + ".lora_a", t);
     } else {
-      w.add_tensor(base + ".lora_b", heads > 0 && !qwen2 ? interleave_heads(t, heads) : t);
+      w.add_tensor(base + ".lora_b", heads > 0 && interleave ? interleave_heads(t, heads) : t);
     }
   }
   return w;

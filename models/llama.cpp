@@ -13,6 +13,7 @@
 //   model.layers.i.self_attn.k_proj.weight       [Hkv hd, D]   (.bias [Hkv hd])
 //   model.layers.i.self_attn.v_proj.weight       [Hkv hd, D]   (.bias [Hkv hd])
 //   model.layers.i.self_attn.o_proj.weight       [D, H hd]
+//   model.layers.i.self_attn.{q,k}_norm.weight   [hd]          (Qwen3: each head RMS-normed)
 //   model.layers.i.post_attention_layernorm.weight [D]
 //   model.layers.i.mlp.gate_proj.weight          [F, D]
 //   model.layers.i.mlp.up_proj.weight            [F, D]
@@ -35,8 +36,8 @@ namespace nabla::models {
 
 void LlamaConfig::validate() const {
   auto fail = [](const std::string& m) { throw UsageError("llama config: " + m); };
-  if (model_type != "llama" && model_type != "qwen2") {
-    fail("model_type must be \"llama\" or \"qwen2\", got \"" + model_type + "\"");
+  if (model_type != "llama" && model_type != "qwen2" && model_type != "qwen3") {
+    fail("model_type must be \"llama\", \"qwen2\" or \"qwen3\", got \"" + model_type + "\"");
   }
   if (vocab_size <= 0 || hidden_size <= 0 || intermediate_size <= 0 || num_hidden_layers < 0 ||
       num_attention_heads <= 0 || num_key_value_heads < 0 || head_dim < 0 || max_position_embeddings <= 0) {
@@ -146,7 +147,9 @@ std::string LlamaConfig::to_json() const {
     // Hugging Face's key for the type is "rope_type" ("type" in older configs).
     scaling = "{\"rope_type\":\"" + c.rope_scaling.type + "\"," + rope_scaling_fields(c.rope_scaling).to_json().substr(1);
   }
-  const std::string arch = model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  const std::string arch = model_type == "qwen2"   ? "Qwen2ForCausalLM"
+                           : model_type == "qwen3" ? "Qwen3ForCausalLM"
+                                                   : "LlamaForCausalLM";
   return "{\"architecture\":\"llama\",\"architectures\":[\"" + arch + "\"],\"hidden_act\":\"silu\"," +
          fields.substr(1, fields.size() - 2) + ",\"rope_scaling\":" + scaling + "}";
 }
@@ -203,7 +206,8 @@ int64_t LlamaConfig::parameter_count() const {
   // so that no config can overflow it.
   const double D = double(hidden_size), F = double(intermediate_size), q = double(num_attention_heads * head_size()),
                kv = double(kv_heads() * head_size()), b = attention_bias ? 1 : 0;
-  const double block = 2 * D + D * q + 2 * D * kv + b * (q + 2 * kv) + q * D + 3 * D * F;
+  const double qk_norms = qk_norm() ? 2 * double(head_size()) : 0;
+  const double block = 2 * D + D * q + 2 * D * kv + b * (q + 2 * kv) + q * D + 3 * D * F + qk_norms;
   const double head = tie_word_embeddings ? 0 : double(vocab_size) * D;
   const double n = double(vocab_size) * D + double(num_hidden_layers) * block + D + head;
   return n >= 9.2e18 ? INT64_MAX : int64_t(n);
@@ -287,6 +291,10 @@ void Llama::build(nn::Init& init) {
   block.k = "self_attn.k_proj";
   block.v = "self_attn.v_proj";
   block.proj = "self_attn.o_proj";
+  if (c.qk_norm()) {
+    block.q_norm = "self_attn.q_norm";
+    block.k_norm = "self_attn.k_norm";
+  }
   block.norm2 = "post_attention_layernorm";
   block.gate = "mlp.gate_proj";
   block.fc1 = "mlp.up_proj";

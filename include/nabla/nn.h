@@ -226,6 +226,9 @@ struct BlockConfig {
   std::string q, k, v;
   // SwiGLU where set: fc2(silu(gate(x)) * fc1(x)), fc1 being Llama's up_proj.
   std::string gate;
+  // Where set, an RMSNorm of each query / key head (weights [hd]) before the
+  // rotary positions: Qwen3's q_norm and k_norm.
+  std::string q_norm, k_norm;
 
   int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int64_t head_size() const { return head_dim > 0 ? head_dim : dim / heads; }
@@ -286,6 +289,7 @@ struct DecodeStep {
 // are keys and values; not causal).
 struct Attention {
   Linear qkv, q, k, v, proj;  // qkv, or q, k and v
+  Norm q_norm, k_norm;        // per head, when the config names them
   int64_t heads = 1, kv_heads = 1, head_dim = 0;
   double rope_theta = 0;
   std::vector<double> rope_freq_factors;

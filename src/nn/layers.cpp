@@ -300,6 +300,8 @@ Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c,
     v = Linear(p, join(prefix, c.v), c.dim, kv_heads * head_dim, c.qkv_bias, init, c.init_std, c.layout);
   }
   proj = Linear(p, join(prefix, c.proj), inner, c.dim, c.bias, init, c.resid_std, c.layout);
+  if (!c.q_norm.empty()) q_norm = Norm(p, join(prefix, c.q_norm), head_dim, c.norm_eps, init, NormKind::rms);
+  if (!c.k_norm.empty()) k_norm = Norm(p, join(prefix, c.k_norm), head_dim, c.norm_eps, init, NormKind::rms);
 }
 
 // x [N, T, D] -> [N, T, heads, hd] (a reshape, no copy) of projection i (q,
@@ -308,13 +310,12 @@ Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c,
 // backward adds into the small weight instead of zero-filling and summing
 // three activation-sized gradients.
 Tensor Attention::project(int64_t i, const Tensor& x, bool train) const {
-  const int64_t h = i == 0 ? heads : kv_heads;
-  if (qkv.weight.defined()) {
-    const int64_t D = x.dim(2);
-    return reshape(qkv.outputs(i * D, (i + 1) * D)(x, train), {x.dim(0), x.dim(1), h, head_dim});
-  }
+  const int64_t h = i == 0 ? heads : kv_heads, D = x.dim(2);
   const Linear& l = i == 0 ? q : i == 1 ? k : v;
-  return reshape(l(x, train), {x.dim(0), x.dim(1), h, head_dim});
+  const Tensor t = reshape(qkv.weight.defined() ? qkv.outputs(i * D, (i + 1) * D)(x, train) : l(x, train),
+                           {x.dim(0), x.dim(1), h, head_dim});
+  const Norm& norm = i == 0 ? q_norm : k_norm;
+  return i < 2 && norm.weight.defined() ? norm(t) : t;
 }
 
 std::vector<Linear*> Attention::linears() {

@@ -26,6 +26,17 @@ namespace {
 
 LlamaConfig small_config() { return testing_models::small_llama(); }
 
+// Gains other than the initial ones, so that a norm read, written or applied
+// in the wrong place shows.
+void vary_norms(const Llama& m) {
+  for (const auto& [name, t] : m.params().list()) {
+    if (name.find("norm") == std::string::npos) continue;
+    std::vector<float> w(size_t(t.numel()));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.6f + 0.1f * float((i * 7 + name.size()) % 9);
+    Tensor(t).assign(w);  // a handle to the same leaf
+  }
+}
+
 Tensor tokens(int64_t B, int64_t T, int64_t vocab, int64_t seed) {
   std::vector<int32_t> ids(size_t(B * T));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((7 * i + 3 * seed + i * i) % vocab);
@@ -63,6 +74,17 @@ TEST(Llama, HasHuggingFacesNamesAndShapes) {
   EXPECT_THROW(t.params().get("lm_head.weight"), UsageError);
   // SmolLM2-135M's shape, counted without building it.
   EXPECT_EQ(models::llama_preset("smollm2-135m").parameter_count(), 134515008);
+
+  // Qwen3: each query and key head RMS-normed, no biases, a head size of its own.
+  LlamaConfig qwen3 = tied;
+  qwen3.model_type = "qwen3";
+  qwen3.head_dim = 8;
+  Llama q3(qwen3, 1);
+  EXPECT_EQ(q3.params().count(), qwen3.parameter_count());
+  EXPECT_EQ(q3.params().get("model.layers.1.self_attn.q_proj.weight").shape(), (Shape{48, 24}));
+  EXPECT_EQ(q3.params().get("model.layers.1.self_attn.q_norm.weight").shape(), (Shape{8}));
+  EXPECT_EQ(q3.params().get("model.layers.1.self_attn.k_norm.weight").shape(), (Shape{8}));
+  EXPECT_THROW(t.params().get("model.layers.1.self_attn.q_norm.weight"), UsageError);
 }
 
 TEST(Llama, ReadsConfigJsonKeys) {
@@ -86,6 +108,25 @@ TEST(Llama, ReadsConfigJsonKeys) {
   const std::string qwen = R"({"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
     "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2})";
   EXPECT_TRUE(LlamaConfig::from_json(qwen).attention_bias);
+  // Qwen3-0.6B's config.json, abridged: attention_bias as given, q/k norms.
+  const LlamaConfig q3 = LlamaConfig::from_json(R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 40960,
+    "max_window_layers": 28, "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+    "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+  EXPECT_TRUE(q3.qk_norm());
+  EXPECT_FALSE(q3.attention_bias);
+  EXPECT_EQ(q3.head_size(), 128);
+  // embedding + 28 x (2 norms; q and o 2048 x 1024, k and v 1024 x 1024; 3 MLP matrices; q/k norms) + norm:
+  // 0.6B, 0.44B of them outside the embedding, as Qwen3-0.6B's model card gives.
+  EXPECT_EQ(q3.parameter_count(),
+            151936 * 1024 + 28 * (2 * 1024 + 2 * 2048 * 1024 + 2 * 1024 * 1024 + 3 * 1024 * 3072 + 2 * 128) + 1024);
+  EXPECT_EQ(q3.parameter_count(), 596049920);
+  EXPECT_NE(q3.to_json().find("\"architectures\":[\"Qwen3ForCausalLM\"]"), std::string::npos) << q3.to_json();
+  EXPECT_EQ(LlamaConfig::from_json(q3.to_json()).to_json(), q3.to_json());
+  EXPECT_FALSE(LlamaConfig::from_json(qwen).qk_norm());
   EXPECT_THROW(LlamaConfig::from_json(R"({"model_type": "llama", "vocab_size": 100})"), IoError);
   EXPECT_THROW(LlamaConfig::from_json(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 30,
     "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4})"), UsageError);  // 30 / 4
@@ -105,6 +146,16 @@ TEST(Llama, CachedDecodingMatchesTheFullForward) {
   const int64_t T = int64_t(ids.size());
   const std::vector<float> full = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
   expect_decoding_matches(m.decode_step(T), ids, full, c.vocab_size);
+
+  // Qwen3's q/k head norms, applied before the rotation on both paths.
+  LlamaConfig q3 = small_config();
+  q3.model_type = "qwen3";
+  q3.attention_bias = false;
+  q3.head_dim = 8;
+  Llama n(q3, 8);
+  vary_norms(n);
+  const std::vector<float> q3_full = eval(n.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  expect_decoding_matches(n.decode_step(T), ids, q3_full, q3.vocab_size);
 }
 
 // A prompt's pass gives its last token's logits and fills the caches, and
@@ -291,13 +342,18 @@ TEST(Llama, GgufRoundTrip) {
   linear.attention_bias = false;
   linear.num_key_value_heads = 6;
   linear.rope_scaling = {.type = "linear", .factor = 2};
+  LlamaConfig qwen3 = small_config();
+  qwen3.model_type = "qwen3";
+  qwen3.attention_bias = false;
+  qwen3.head_dim = 10;
   int i = 0;
-  for (LlamaConfig c : {llama3, qwen2, linear}) {
+  for (LlamaConfig c : {llama3, qwen2, linear, qwen3}) {
     c.preset = "round-trip-" + std::to_string(i);
     c.vocab_size = 256;  // the byte tokenizer's, which the GGUF carries
     const std::string ckpt = dir.file("m" + std::to_string(i) + ".safetensors"),
                       gguf = dir.file("m" + std::to_string(i++) + ".gguf");
     Llama a(c, 5);
+    vary_norms(a);
     save_checkpoint(ckpt, c.to_json(), a.params());
     models::gguf_from_checkpoint(load_checkpoint(ckpt)).write(gguf);
     Checkpoint back = models::load_any_checkpoint(gguf);
@@ -320,6 +376,18 @@ TEST(Llama, GgufRoundTrip) {
     for (const GgufTensor& t : f.tensors) named.add_tensor(t.name, t.tensor);
     named.write(dir.file("named.gguf"));
     EXPECT_EQ(models::llama_config_from_checkpoint(models::checkpoint_from_gguf(dir.file("named.gguf"))).preset, "");
+  }
+  // A qwen3 file without key_length (its heads 10 wide, not hidden / heads = 4):
+  // the head size is its q norm's.
+  {
+    GgufFile f = read_gguf(dir.file("m3.gguf"));
+    GgufWriter bare;
+    for (const auto& [k, v] : f.metadata) {
+      if (!k.ends_with("key_length") && !k.ends_with("value_length") && !k.ends_with("dimension_count")) bare.set(k, v);
+    }
+    for (const GgufTensor& t : f.tensors) bare.add_tensor(t.name, t.tensor);
+    bare.write(dir.file("bare.gguf"));
+    EXPECT_EQ(models::llama_config_from_checkpoint(models::checkpoint_from_gguf(dir.file("bare.gguf"))).head_size(), 10);
   }
   // Another architecture, a missing tensor: errors naming the file.
   GgufWriter w;

@@ -13,7 +13,8 @@ batch (input_ids, labels), and the loss and every parameter gradient must
 equal torch's; then `nabla grad --adamw-steps 3`, whose loss before each step
 must equal torch.optim.AdamW's. Configs: GQA ratios 1 and 3, a head size that
 is neither a multiple of 8 nor hidden / heads, tied and untied heads, q/k/v
-biases (Qwen2), Llama 3's rope_scaling, -100 labels.
+biases (Qwen2), per-head q/k RMSNorms (Qwen3), Llama 3's rope_scaling, -100
+labels.
 
 The weights reach nabla as Hugging Face writes them: a folder of config.json
 and BF16 shards with model.safetensors.index.json, a folder of F16
@@ -104,12 +105,19 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d, self.kv * self.hd, bias=b)
         self.v_proj = nn.Linear(d, self.kv * self.hd, bias=b)
         self.o_proj = nn.Linear(self.h * self.hd, d, bias=False)
+        if c["model_type"] == "qwen3":  # Qwen3Attention: each head RMS-normed before the rotation
+            self.q_norm = RmsNorm(self.hd, c["rms_norm_eps"])
+            self.k_norm = RmsNorm(self.hd, c["rms_norm_eps"])
+        self.qk_norm = c["model_type"] == "qwen3"
 
     def forward(self, x):
         b, t, _ = x.shape
-        heads = lambda y, n: y.view(b, t, n, self.hd).transpose(1, 2)  # [B, n, T, hd]
-        q = rope(heads(self.q_proj(x), self.h), self.theta, self.scaling)
-        k = rope(heads(self.k_proj(x), self.kv), self.theta, self.scaling)
+
+        def heads(y, n, norm=None):  # [B, n, T, hd]
+            y = y.view(b, t, n, self.hd)
+            return (norm(y) if self.qk_norm and norm else y).transpose(1, 2)
+        q = rope(heads(self.q_proj(x), self.h, getattr(self, "q_norm", None)), self.theta, self.scaling)
+        k = rope(heads(self.k_proj(x), self.kv, getattr(self, "k_norm", None)), self.theta, self.scaling)
         v = heads(self.v_proj(x), self.kv)
         g = self.h // self.kv
         k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # repeat_kv
@@ -232,7 +240,7 @@ def nabla_config(c):
 
 def hf_config(c):
     """config.json as transformers writes it (no nabla keys)."""
-    arch = "Qwen2ForCausalLM" if c["model_type"] == "qwen2" else "LlamaForCausalLM"
+    arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}.get(c["model_type"], "LlamaForCausalLM")
     return {"architectures": [arch], "hidden_act": "silu", "torch_dtype": "bfloat16", "use_cache": True, **{k: v for k, v in c.items() if not (c["model_type"] == "qwen2" and k == "attention_bias")}}
 
 
@@ -343,6 +351,11 @@ def main():
     check(args.nabla, work, report, "qwen2: q/k/v biases, gqa 2",
           config(model_type="qwen2", attention_bias=True, num_attention_heads=4, num_key_value_heads=2,
                  head_dim=12, rope_theta=1e6), 2, 11, 3, "checkpoint")
+    check(args.nabla, work, report, "qwen3: q/k head norms, gqa 3, tied",
+          config(model_type="qwen3", head_dim=16, tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=1e6),
+          2, 12, 4, ("hf", torch.bfloat16, 1))
+    check(args.nabla, work, report, "qwen3 untied: q/k head norms, gqa 1, exported back",
+          config(model_type="qwen3", num_attention_heads=4, num_key_value_heads=4, head_dim=8), 2, 9, 5, "checkpoint")
     if report.failures:
         print(f"\n{len(report.failures)} failure(s)")
         return 1

@@ -1,7 +1,8 @@
-// The Llama family (Llama 2/3, SmolLM2, TinyLlama, Qwen2), laid out as
-// Hugging Face's LlamaForCausalLM / Qwen2ForCausalLM so that parameter names
-// and shapes match their checkpoints: RMSNorm, grouped-query attention with
-// rotary positions (rotate-half), a SwiGLU MLP, an untied or tied head.
+// The Llama family (Llama 2/3, SmolLM2, TinyLlama, Qwen2, Qwen3), laid out as
+// Hugging Face's LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM so
+// that parameter names and shapes match their checkpoints: RMSNorm,
+// grouped-query attention with rotary positions (rotate-half), a SwiGLU MLP,
+// an untied or tied head.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,7 @@ namespace nabla::models {
 // Hugging Face's config.json keys.
 struct LlamaConfig {
   std::string preset;
-  std::string model_type = "llama";  // or "qwen2" (q/k/v biases)
+  std::string model_type = "llama";  // or "qwen2" (q/k/v biases), "qwen3" (q/k heads RMS-normed)
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -45,6 +46,9 @@ struct LlamaConfig {
 
   int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  // Qwen3's q_norm and k_norm: each query and key head RMS-normed (weights
+  // [head_size()]) before the rotary positions.
+  bool qk_norm() const { return model_type == "qwen3"; }
   // The divisor of each of the head_size() / 2 rotary frequencies that
   // rope_scaling gives, as Hugging Face computes them (empty: none).
   std::vector<double> rope_freq_factors() const;
@@ -55,7 +59,7 @@ struct LlamaConfig {
   // Hugging Face's config.json (model_type, architectures) with nabla's
   // "architecture": "llama" beside it.
   std::string to_json() const;
-  // A config.json of model_type "llama" or "qwen2" (keys it does not use
+  // A config.json of model_type "llama", "qwen2" or "qwen3" (keys it does not use
   // are ignored), or a nabla checkpoint's config. IoError naming the problem.
   static LlamaConfig from_json(const std::string& json);
 };

@@ -15,7 +15,8 @@
 //     (DIR/<model>.lora.adapter); and DIR/<model>.merged.gguf (`nabla
 //     export gguf --adapter`) must compute as the adapted model does.
 // Models: "llama_gqa3" (GQA 3, head size 16 != hidden / heads, untied, Llama 3
-// rope_scaling), "llama_tied" (GQA 1, tied), "qwen2" (q/k/v biases, GQA 2);
+// rope_scaling), "llama_tied" (GQA 1, tied), "qwen2" (q/k/v biases, GQA 2),
+// "qwen3" (q/k head norms, head size 32 != hidden / heads, GQA 2, tied);
 // hidden 256 and intermediate 512, so that the block formats quantize most
 // matrices (rows of 256).
 #include <algorithm>
@@ -113,6 +114,14 @@ void write(const std::string& dir) {
   qwen2.num_key_value_heads = 2;
   qwen2.rope_theta = 1e6;
   configs.emplace_back("qwen2", qwen2);
+  models::LlamaConfig qwen3 = base();
+  qwen3.model_type = "qwen3";
+  qwen3.num_key_value_heads = 2;
+  qwen3.head_dim = 32;
+  qwen3.rope_theta = 1e6;
+  qwen3.rms_norm_eps = 1e-6;
+  qwen3.tie_word_embeddings = true;
+  configs.emplace_back("qwen3", qwen3);
 
   std::mt19937_64 rng(7);
   json prompts = json::object();
