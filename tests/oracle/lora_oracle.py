@@ -13,7 +13,8 @@ with PEFT's names); `nabla grad --adapter` must give torch's loss and the
 gradient of every adapter tensor and of nothing else, and with
 --adamw-steps 3 the loss before each AdamW step on the adapters alone.
 Configs: all seven targets at GQA 3 with an untied head, q/v only with
-rsLoRA on a tied head with Qwen2's biases.
+rsLoRA on a tied head with Qwen2's biases, q/k and the MLP on Qwen3's head
+norms.
 
 Tolerances: llama_oracle.py's (RTOL, ATOL, LOSS_RTOL, ADAMW_LOSS_RTOL): f32
 rounding in either framework; a wrong scale, a transposed A or B, or a
@@ -155,6 +156,10 @@ def main():
           config(model_type="qwen2", attention_bias=True, tie_word_embeddings=True, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=12),
           {"r": 3, "alpha": 5.0, "rslora": True, "targets": ["q_proj", "v_proj"]}, 3, 9, 2)
+    check(args.nabla, work, report, "q, k and the MLP: qwen3 head norms, gqa 3",
+          config(model_type="qwen3", head_dim=16, rms_norm_eps=1e-6),
+          {"r": 4, "alpha": 16.0, "rslora": False, "targets": ["q_proj", "k_proj", "gate_proj", "up_proj", "down_proj"]},
+          2, 11, 3)
     if report.failures:
         print(f"\n{len(report.failures)} failure(s)")
         return 1
