@@ -228,9 +228,13 @@ uint32_t file_type(GgmlType t) {
   }
 }
 
-// llama.cpp's llama architecture (llama, SmolLM2, TinyLlama, Llama 3),
-// qwen2 (q/k/v biases) and qwen3 (q/k head norms); the qwens rotate half,
-// so their q/k rows are not interleaved:
+// llama.cpp's architecture for a model_type: Mistral is llama.cpp's llama
+// (as convert_hf_to_gguf.py writes it; the sliding window is not kept).
+std::string gguf_architecture(const LlamaConfig& c) { return c.model_type == "mistral" ? "llama" : c.model_type; }
+
+// llama.cpp's llama architecture (llama, SmolLM2, TinyLlama, Llama 3,
+// Mistral), qwen2 (q/k/v biases) and qwen3 (q/k head norms); the qwens
+// rotate half, so their q/k rows are not interleaved:
 //   model.embed_tokens.weight                 token_embd.weight
 //   model.layers.i.input_layernorm.weight     blk.i.attn_norm.weight
 //   model.layers.i.self_attn.{q,k}_proj.*     blk.i.attn_{q,k}.*  (llama: rows interleaved)
@@ -244,16 +248,16 @@ uint32_t file_type(GgmlType t) {
 //   rope_scaling llama3                       rope_freqs.weight [hd / 2], the frequency divisors
 void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWriter& w) {
   const LlamaConfig c = llama_config_from_checkpoint(ckpt);
-  const bool interleave = c.model_type == "llama";
-  const std::string a = c.model_type + ".";
+  const std::string arch = gguf_architecture(c), a = arch + ".";
+  const bool interleave = arch == "llama";
   const int64_t hd = c.head_size();
   if (!interleave && c.rope_scaling.type == "llama3") {
-    throw UsageError(ckpt.path + ": llama.cpp's " + c.model_type + " architecture has no llama3 rope scaling");
+    throw UsageError(ckpt.path + ": llama.cpp's " + arch + " architecture has no llama3 rope scaling");
   }
   if (c.qk_norm() && c.attention_bias) {
     throw UsageError(ckpt.path + ": llama.cpp's qwen3 architecture has no q/k/v biases");
   }
-  w.set("general.architecture", c.model_type);
+  w.set("general.architecture", arch);
   w.set(a + "context_length", uint32_t(c.max_position_embeddings));
   w.set(a + "embedding_length", uint32_t(c.hidden_size));
   w.set(a + "feed_forward_length", uint32_t(c.intermediate_size));
@@ -550,9 +554,10 @@ GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions&
 }
 
 GgufWriter gguf_lora_adapter(const LlamaConfig& c, const PeftAdapter& adapter) {
-  const bool interleave = c.model_type == "llama";
+  const std::string arch = gguf_architecture(c);
+  const bool interleave = arch == "llama";
   GgufWriter w;
-  w.set("general.architecture", c.model_type);
+  w.set("general.architecture", arch);
   w.set("general.type", "adapter");
   w.set("general.name", "nabla LoRA adapter");
   w.set("adapter.type", "lora");

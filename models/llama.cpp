@@ -36,8 +36,11 @@ namespace nabla::models {
 
 void LlamaConfig::validate() const {
   auto fail = [](const std::string& m) { throw UsageError("llama config: " + m); };
-  if (model_type != "llama" && model_type != "qwen2" && model_type != "qwen3") {
-    fail("model_type must be \"llama\", \"qwen2\" or \"qwen3\", got \"" + model_type + "\"");
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" && model_type != "qwen3") {
+    fail("model_type must be \"llama\", \"mistral\", \"qwen2\" or \"qwen3\", got \"" + model_type + "\"");
+  }
+  if (sliding_window < 0 || (sliding_window > 0 && model_type != "mistral")) {
+    fail("sliding_window must be 0 (none) or, for model_type \"mistral\", positive");
   }
   if (vocab_size <= 0 || hidden_size <= 0 || intermediate_size <= 0 || num_hidden_layers < 0 ||
       num_attention_heads <= 0 || num_key_value_heads < 0 || head_dim < 0 || max_position_embeddings <= 0) {
@@ -147,11 +150,14 @@ std::string LlamaConfig::to_json() const {
     // Hugging Face's key for the type is "rope_type" ("type" in older configs).
     scaling = "{\"rope_type\":\"" + c.rope_scaling.type + "\"," + rope_scaling_fields(c.rope_scaling).to_json().substr(1);
   }
-  const std::string arch = model_type == "qwen2"   ? "Qwen2ForCausalLM"
-                           : model_type == "qwen3" ? "Qwen3ForCausalLM"
-                                                   : "LlamaForCausalLM";
+  const std::string arch = model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                           : model_type == "qwen3"   ? "Qwen3ForCausalLM"
+                           : model_type == "mistral" ? "MistralForCausalLM"
+                                                     : "LlamaForCausalLM";
+  const std::string window =
+      model_type != "mistral" ? "" : ",\"sliding_window\":" + (sliding_window > 0 ? std::to_string(sliding_window) : "null");
   return "{\"architecture\":\"llama\",\"architectures\":[\"" + arch + "\"],\"hidden_act\":\"silu\"," +
-         fields.substr(1, fields.size() - 2) + ",\"rope_scaling\":" + scaling + "}";
+         fields.substr(1, fields.size() - 2) + ",\"rope_scaling\":" + scaling + window + "}";
 }
 
 LlamaConfig LlamaConfig::from_json(const std::string& text) {
@@ -177,6 +183,13 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
     if (mlp_bias) throw IoError("llama config: mlp_bias is not supported");
     if (sliding_window) throw IoError("llama config: use_sliding_window is not supported");
     const nlohmann::json j = nlohmann::json::parse(text);
+    // Qwen's configs carry a sliding_window that use_sliding_window leaves off.
+    if (auto window = j.find("sliding_window"); type == "mistral" && window != j.end() && !window->is_null()) {
+      if (!window->is_number_integer() || window->get<int64_t>() <= 0) {
+        throw IoError("llama config: sliding_window must be null or a positive integer, got " + window->dump());
+      }
+      c.sliding_window = window->get<int64_t>();
+    }
     auto scaling = j.find("rope_scaling");
     if (scaling != j.end() && !scaling->is_null()) {
       const auto type = scaling->is_object() ? scaling->value("rope_type", scaling->value("type", nlohmann::json()))
@@ -352,9 +365,10 @@ Tensor Llama::hidden(const Tensor& input_ids, bool train, const Tensor& segments
   if (input_ids.rank() != 2 || input_ids.dtype() != DType::i32) {
     throw ShapeError("llama: input_ids must be i32 [B, T], got " + to_string(input_ids));
   }
-  if (input_ids.dim(1) > c.max_position_embeddings) {
-    throw ShapeError("llama: " + std::to_string(input_ids.dim(1)) + " tokens exceed max_position_embeddings " +
-                     std::to_string(c.max_position_embeddings));
+  if (input_ids.dim(1) > c.positions()) {
+    throw ShapeError("llama: " + std::to_string(input_ids.dim(1)) + " tokens exceed the model's " +
+                     std::to_string(c.positions()) + " positions" +
+                     (c.positions() < c.max_position_embeddings ? " (its sliding_window)" : ""));
   }
   Tensor x = embed_(input_ids);  // [B, T, D]
   for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i](x, train, int64_t(2 * i), 0, segments);
@@ -381,7 +395,7 @@ Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels, bool train, co
 
 nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
   const LlamaConfig& c = config_;
-  nn::DecodeStep s(std::min(max_tokens, c.max_position_embeddings));
+  nn::DecodeStep s(std::min(max_tokens, c.positions()));
   const Tensor x = s.through(layers_, reshape(embed_(s.token), {1, 1, c.hidden_size}), c.kv_heads(), c.head_size());
   s.logits = reshape(lm_head_.logits(norm_(x)), {1, c.vocab_size});
   return s;
@@ -389,9 +403,9 @@ nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
 
 nn::DecodeStep::Prompt Llama::prompt(int64_t tokens) const {
   const LlamaConfig& c = config_;
-  if (tokens < 1 || tokens > c.max_position_embeddings) {
-    throw UsageError("llama: a prompt of " + std::to_string(tokens) + " tokens (1 to max_position_embeddings " +
-                     std::to_string(c.max_position_embeddings) + ")");
+  if (tokens < 1 || tokens > c.positions()) {
+    throw UsageError("llama: a prompt of " + std::to_string(tokens) + " tokens (1 to the model's " +
+                     std::to_string(c.positions()) + " positions)");
   }
   nn::DecodeStep::Prompt p;
   p.tokens = Tensor::zeros(DType::i32, {1, tokens});

@@ -127,6 +127,36 @@ TEST(Llama, ReadsConfigJsonKeys) {
   EXPECT_NE(q3.to_json().find("\"architectures\":[\"Qwen3ForCausalLM\"]"), std::string::npos) << q3.to_json();
   EXPECT_EQ(LlamaConfig::from_json(q3.to_json()).to_json(), q3.to_json());
   EXPECT_FALSE(LlamaConfig::from_json(qwen).qk_norm());
+  // Mistral-7B-v0.1's config.json: Llama's maths over rows of up to its
+  // 4096-token window; 7,241,732,096 parameters.
+  const std::string mistral = R"({"architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32000})";
+  const LlamaConfig m7 = LlamaConfig::from_json(mistral);
+  EXPECT_EQ(m7.sliding_window, 4096);
+  EXPECT_EQ(m7.positions(), 4096);
+  EXPECT_EQ(m7.parameter_count(), 7241732096);
+  EXPECT_NE(m7.to_json().find("\"architectures\":[\"MistralForCausalLM\"]"), std::string::npos) << m7.to_json();
+  EXPECT_NE(m7.to_json().find("\"sliding_window\":4096"), std::string::npos) << m7.to_json();
+  EXPECT_EQ(LlamaConfig::from_json(m7.to_json()).to_json(), m7.to_json());
+  // v0.3's window is null: no limit below max_position_embeddings.
+  const std::string window_key = "\"sliding_window\": 4096";
+  auto with_window = [&](const std::string& value) {
+    std::string j = mistral;
+    return j.replace(j.find(window_key), window_key.size(), "\"sliding_window\": " + value);
+  };
+  const std::string v3 = with_window("null");
+  EXPECT_EQ(LlamaConfig::from_json(v3).positions(), 32768);
+  EXPECT_NE(LlamaConfig::from_json(v3).to_json().find("\"sliding_window\":null"), std::string::npos);
+  EXPECT_THROW(LlamaConfig::from_json(with_window("\"4k\"")), IoError);
+  EXPECT_THROW(LlamaConfig::from_json(with_window("0")), IoError);
+  // Qwen's sliding_window is off unless use_sliding_window: no limit.
+  const std::string qwen_window = R"({"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 512, "sliding_window": 64, "use_sliding_window": false})";
+  EXPECT_EQ(LlamaConfig::from_json(qwen_window).positions(), 512);
   EXPECT_THROW(LlamaConfig::from_json(R"({"model_type": "llama", "vocab_size": 100})"), IoError);
   EXPECT_THROW(LlamaConfig::from_json(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 30,
     "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4})"), UsageError);  // 30 / 4
@@ -156,6 +186,30 @@ TEST(Llama, CachedDecodingMatchesTheFullForward) {
   vary_norms(n);
   const std::vector<float> q3_full = eval(n.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
   expect_decoding_matches(n.decode_step(T), ids, q3_full, q3.vocab_size);
+}
+
+// A row longer than Mistral's window is refused (nabla's attention is not
+// windowed); rows within it compute as Llama's.
+TEST(Llama, MistralWindowBoundsTheRows) {
+  LlamaConfig c = small_config();
+  c.attention_bias = false;
+  Llama llama(c, 3);
+  c.model_type = "mistral";
+  c.sliding_window = 6;
+  Llama mistral(c, 3);
+  EXPECT_EQ(eval(mistral.forward(tokens(2, 6, c.vocab_size, 1))).to_vector<float>(),
+            eval(llama.forward(tokens(2, 6, c.vocab_size, 1))).to_vector<float>());
+  try {
+    mistral.forward(tokens(1, 7, c.vocab_size, 1));
+    ADD_FAILURE() << "a row of 7 tokens past a window of 6";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("7 tokens exceed the model's 6 positions (its sliding_window)"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_THROW(mistral.prompt(7), UsageError);
+  LlamaConfig windowed_llama = small_config();
+  windowed_llama.sliding_window = 6;
+  EXPECT_THROW(windowed_llama.validate(), UsageError);
 }
 
 // A prompt's pass gives its last token's logits and fills the caches, and
@@ -346,8 +400,12 @@ TEST(Llama, GgufRoundTrip) {
   qwen3.model_type = "qwen3";
   qwen3.attention_bias = false;
   qwen3.head_dim = 10;
+  LlamaConfig mistral = small_config();  // llama.cpp's llama: read back as model_type llama, without the window
+  mistral.model_type = "mistral";
+  mistral.attention_bias = false;
+  mistral.sliding_window = 12;
   int i = 0;
-  for (LlamaConfig c : {llama3, qwen2, linear, qwen3}) {
+  for (LlamaConfig c : {llama3, qwen2, linear, qwen3, mistral}) {
     c.preset = "round-trip-" + std::to_string(i);
     c.vocab_size = 256;  // the byte tokenizer's, which the GGUF carries
     const std::string ckpt = dir.file("m" + std::to_string(i) + ".safetensors"),
@@ -359,6 +417,10 @@ TEST(Llama, GgufRoundTrip) {
     Checkpoint back = models::load_any_checkpoint(gguf);
     EXPECT_EQ(back.architecture, "llama");
     const LlamaConfig got = models::llama_config_from_checkpoint(back);
+    if (c.model_type == "mistral") {
+      c.model_type = "llama";
+      c.sliding_window = 0;
+    }
     EXPECT_EQ(got.to_json(), c.to_json());
     Llama b(got, 6);
     load_params(back, b.params());

@@ -13,8 +13,8 @@ batch (input_ids, labels), and the loss and every parameter gradient must
 equal torch's; then `nabla grad --adamw-steps 3`, whose loss before each step
 must equal torch.optim.AdamW's. Configs: GQA ratios 1 and 3, a head size that
 is neither a multiple of 8 nor hidden / heads, tied and untied heads, q/k/v
-biases (Qwen2), per-head q/k RMSNorms (Qwen3), Llama 3's rope_scaling, -100
-labels.
+biases (Qwen2), per-head q/k RMSNorms (Qwen3), Mistral within its sliding
+window, Llama 3's rope_scaling, -100 labels.
 
 The weights reach nabla as Hugging Face writes them: a folder of config.json
 and BF16 shards with model.safetensors.index.json, a folder of F16
@@ -240,7 +240,8 @@ def nabla_config(c):
 
 def hf_config(c):
     """config.json as transformers writes it (no nabla keys)."""
-    arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}.get(c["model_type"], "LlamaForCausalLM")
+    arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}.get(
+        c["model_type"], "LlamaForCausalLM")
     return {"architectures": [arch], "hidden_act": "silu", "torch_dtype": "bfloat16", "use_cache": True, **{k: v for k, v in c.items() if not (c["model_type"] == "qwen2" and k == "attention_bias")}}
 
 
@@ -354,6 +355,9 @@ def main():
     check(args.nabla, work, report, "qwen3: q/k head norms, gqa 3, tied",
           config(model_type="qwen3", head_dim=16, tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=1e6),
           2, 12, 4, ("hf", torch.bfloat16, 1))
+    # Mistral within its window (rows of 13 tokens, a window of 16) is Llama.
+    check(args.nabla, work, report, "mistral: sliding window 16, gqa 3",
+          config(model_type="mistral", sliding_window=16), 2, 13, 6, ("hf", torch.bfloat16, 1))
     check(args.nabla, work, report, "qwen3 untied: q/k head norms, gqa 1, exported back",
           config(model_type="qwen3", num_attention_heads=4, num_key_value_heads=4, head_dim=8), 2, 9, 5, "checkpoint")
     if report.failures:

@@ -1,10 +1,12 @@
-// The Llama family (Llama 2/3, SmolLM2, TinyLlama, Qwen2, Qwen3), laid out as
-// Hugging Face's LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM so
-// that parameter names and shapes match their checkpoints: RMSNorm,
+// The Llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral, Qwen2, Qwen3),
+// laid out as Hugging Face's LlamaForCausalLM / MistralForCausalLM /
+// Qwen2ForCausalLM / Qwen3ForCausalLM so that parameter names and shapes
+// match their checkpoints: RMSNorm,
 // grouped-query attention with rotary positions (rotate-half), a SwiGLU MLP,
 // an untied or tied head.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,7 +22,9 @@ namespace nabla::models {
 // Hugging Face's config.json keys.
 struct LlamaConfig {
   std::string preset;
-  std::string model_type = "llama";  // or "qwen2" (q/k/v biases), "qwen3" (q/k heads RMS-normed)
+  // "llama", "mistral" (Llama's maths; sliding_window), "qwen2" (q/k/v
+  // biases), "qwen3" (q/k heads RMS-normed).
+  std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -34,6 +38,10 @@ struct LlamaConfig {
   double initializer_range = 0.02;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q, k and v biases (Qwen2's; set by model_type "qwen2")
+  // Mistral's window: each token attends to the last sliding_window tokens.
+  // nabla attends to every earlier token, which is the same maths for rows
+  // of up to sliding_window tokens, so longer ones are refused (0: none).
+  int64_t sliding_window = 0;
   std::string tokenizer = "byte";  // byte, gpt2, or the path of a tokenizer.json or GGUF model
   // config.json's rope_scaling: none (type ""), "linear" (every frequency
   // divided by factor) or "llama3" (Llama 3.1/3.2: low frequencies divided
@@ -49,6 +57,11 @@ struct LlamaConfig {
   // Qwen3's q_norm and k_norm: each query and key head RMS-normed (weights
   // [head_size()]) before the rotary positions.
   bool qk_norm() const { return model_type == "qwen3"; }
+  // The longest row the model computes: max_position_embeddings, or a
+  // smaller sliding_window.
+  int64_t positions() const {
+    return sliding_window > 0 ? std::min(sliding_window, max_position_embeddings) : max_position_embeddings;
+  }
   // The divisor of each of the head_size() / 2 rotary frequencies that
   // rope_scaling gives, as Hugging Face computes them (empty: none).
   std::vector<double> rope_freq_factors() const;
@@ -59,7 +72,7 @@ struct LlamaConfig {
   // Hugging Face's config.json (model_type, architectures) with nabla's
   // "architecture": "llama" beside it.
   std::string to_json() const;
-  // A config.json of model_type "llama", "qwen2" or "qwen3" (keys it does not use
+  // A config.json of model_type "llama", "mistral", "qwen2" or "qwen3" (keys it does not use
   // are ignored), or a nabla checkpoint's config. IoError naming the problem.
   static LlamaConfig from_json(const std::string& json);
 };
