@@ -34,9 +34,25 @@
 
 namespace nabla::models {
 
+namespace {
+
+// Each model_type read, and the class Hugging Face's config.json names for it.
+const char* hf_class(const std::string& model_type) {
+  static const std::pair<const char*, const char*> classes[] = {{"llama", "LlamaForCausalLM"},
+                                                                {"mistral", "MistralForCausalLM"},
+                                                                {"qwen2", "Qwen2ForCausalLM"},
+                                                                {"qwen3", "Qwen3ForCausalLM"}};
+  for (const auto& [type, name] : classes) {
+    if (model_type == type) return name;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 void LlamaConfig::validate() const {
   auto fail = [](const std::string& m) { throw UsageError("llama config: " + m); };
-  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" && model_type != "qwen3") {
+  if (!hf_class(model_type)) {
     fail("model_type must be \"llama\", \"mistral\", \"qwen2\" or \"qwen3\", got \"" + model_type + "\"");
   }
   if (sliding_window < 0 || (sliding_window > 0 && model_type != "mistral")) {
@@ -150,13 +166,10 @@ std::string LlamaConfig::to_json() const {
     // Hugging Face's key for the type is "rope_type" ("type" in older configs).
     scaling = "{\"rope_type\":\"" + c.rope_scaling.type + "\"," + rope_scaling_fields(c.rope_scaling).to_json().substr(1);
   }
-  const std::string arch = model_type == "qwen2"     ? "Qwen2ForCausalLM"
-                           : model_type == "qwen3"   ? "Qwen3ForCausalLM"
-                           : model_type == "mistral" ? "MistralForCausalLM"
-                                                     : "LlamaForCausalLM";
+  const char* arch = hf_class(model_type) ? hf_class(model_type) : "LlamaForCausalLM";  // validate() refuses others
   const std::string window =
       model_type != "mistral" ? "" : ",\"sliding_window\":" + (sliding_window > 0 ? std::to_string(sliding_window) : "null");
-  return "{\"architecture\":\"llama\",\"architectures\":[\"" + arch + "\"],\"hidden_act\":\"silu\"," +
+  return "{\"architecture\":\"llama\",\"architectures\":[\"" + std::string(arch) + "\"],\"hidden_act\":\"silu\"," +
          fields.substr(1, fields.size() - 2) + ",\"rope_scaling\":" + scaling + window + "}";
 }
 
@@ -165,13 +178,13 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
   // Qwen2's config has no attention_bias: its q, k and v always have biases.
   {
     std::string type, architecture, hidden_act = "silu";
-    bool mlp_bias = false, sliding_window = false;
+    bool mlp_bias = false, use_sliding_window = false;
     ConfigFields probe("llama config");
     probe.optional("model_type", type)
         .optional("architecture", architecture)
         .optional("hidden_act", hidden_act)
         .optional("mlp_bias", mlp_bias)
-        .optional("use_sliding_window", sliding_window);
+        .optional("use_sliding_window", use_sliding_window);
     probe.from_json(text);
     if (type == "qwen2") c.attention_bias = true;
     // nabla's checkpoints name their architecture; Hugging Face's config.json does not.
@@ -181,7 +194,7 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
     // Variants this model does not compute are refused, not approximated.
     if (hidden_act != "silu") throw IoError("llama config: hidden_act \"" + hidden_act + "\" is not supported (silu)");
     if (mlp_bias) throw IoError("llama config: mlp_bias is not supported");
-    if (sliding_window) throw IoError("llama config: use_sliding_window is not supported");
+    if (use_sliding_window) throw IoError("llama config: use_sliding_window is not supported");
     const nlohmann::json j = nlohmann::json::parse(text);
     // Qwen's configs carry a sliding_window that use_sliding_window leaves off.
     if (auto window = j.find("sliding_window"); type == "mistral" && window != j.end() && !window->is_null()) {

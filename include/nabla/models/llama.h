@@ -1,9 +1,8 @@
 // The Llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral, Qwen2, Qwen3),
 // laid out as Hugging Face's LlamaForCausalLM / MistralForCausalLM /
 // Qwen2ForCausalLM / Qwen3ForCausalLM so that parameter names and shapes
-// match their checkpoints: RMSNorm,
-// grouped-query attention with rotary positions (rotate-half), a SwiGLU MLP,
-// an untied or tied head.
+// match their checkpoints: RMSNorm, grouped-query attention with rotary
+// positions (rotate-half), a SwiGLU MLP, an untied or tied head.
 #pragma once
 
 #include <algorithm>
