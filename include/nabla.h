@@ -227,6 +227,14 @@ nabla_status nabla_scaled_dot_product_attention(nabla_context* ctx, nabla_tensor
                                                 double scale, nabla_tensor** out);
 nabla_status nabla_attention(nabla_context* ctx, nabla_tensor* q, nabla_tensor* k, nabla_tensor* v,
                              int causal, double scale, nabla_tensor** out);
+/* The same, k and v with Hk heads dividing H (grouped-query), and what hides
+ * keys beyond causality: segments (i32 [B, T], or NULL): query i sees key j
+ * only where their ids are equal (packed documents); window > 0 (causal
+ * only): a sliding window, query i sees the keys j with
+ * 0 <= i + (Tk - Tq) - j < window (Mistral's, Gemma's); 0: none. */
+nabla_status nabla_attention_within(nabla_context* ctx, nabla_tensor* q, nabla_tensor* k, nabla_tensor* v,
+                                    int causal, double scale, nabla_tensor* segments, int64_t window,
+                                    nabla_tensor** out);
 /* Rotary position embedding of x [..., T, D] at positions offset, offset+1, ...
  * mode 0: GPT-NeoX pairs (x[i], x[i + D/2]); 1: original pairs (x[2i], x[2i+1]). */
 nabla_status nabla_rope(nabla_context* ctx, nabla_tensor* x, int64_t offset, double base, int mode,

@@ -30,10 +30,10 @@ FinetuneSession::FinetuneSession(const std::string& base, FinetuneConfig setting
     }
     model_ = std::make_unique<Llama>(ckpt);
   }
-  if (config_.context == 0) config_.context = std::min<int64_t>(config().positions(), 512);
-  if (config_.context > config().positions()) {
+  if (config_.context == 0) config_.context = std::min<int64_t>(config().max_position_embeddings, 512);
+  if (config_.context > config().max_position_embeddings) {
     throw UsageError("finetune: a context of " + std::to_string(config_.context) + " exceeds the model's " +
-                     std::to_string(config().positions()) + " positions");
+                     std::to_string(config().max_position_embeddings) + " positions");
   }
   if (!adapter_dir.empty()) {
     if (full()) throw UsageError("finetune: an adapter to start from, but full fine-tuning (LoRA r 0)");

@@ -308,6 +308,7 @@ void Llama::build(nn::Init& init) {
   block.rope_theta = c.rope_theta;
   block.rope_freq_factors = c.rope_freq_factors();
   block.causal = true;
+  block.window = c.sliding_window;
   block.qkv_bias = c.attention_bias;
   block.bias = false;
   block.init_std = block.resid_std = c.initializer_range;  // Hugging Face's _init_weights
@@ -378,10 +379,9 @@ Tensor Llama::hidden(const Tensor& input_ids, bool train, const Tensor& segments
   if (input_ids.rank() != 2 || input_ids.dtype() != DType::i32) {
     throw ShapeError("llama: input_ids must be i32 [B, T], got " + to_string(input_ids));
   }
-  if (input_ids.dim(1) > c.positions()) {
-    throw ShapeError("llama: " + std::to_string(input_ids.dim(1)) + " tokens exceed the model's " +
-                     std::to_string(c.positions()) + " positions" +
-                     (c.positions() < c.max_position_embeddings ? " (its sliding_window)" : ""));
+  if (input_ids.dim(1) > c.max_position_embeddings) {
+    throw ShapeError("llama: " + std::to_string(input_ids.dim(1)) + " tokens exceed max_position_embeddings " +
+                     std::to_string(c.max_position_embeddings));
   }
   Tensor x = embed_(input_ids);  // [B, T, D]
   for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i](x, train, int64_t(2 * i), 0, segments);
@@ -408,7 +408,7 @@ Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels, bool train, co
 
 nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
   const LlamaConfig& c = config_;
-  nn::DecodeStep s(std::min(max_tokens, c.positions()));
+  nn::DecodeStep s(std::min(max_tokens, c.max_position_embeddings));
   const Tensor x = s.through(layers_, reshape(embed_(s.token), {1, 1, c.hidden_size}), c.kv_heads(), c.head_size());
   s.logits = reshape(lm_head_.logits(norm_(x)), {1, c.vocab_size});
   return s;
@@ -416,9 +416,9 @@ nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
 
 nn::DecodeStep::Prompt Llama::prompt(int64_t tokens) const {
   const LlamaConfig& c = config_;
-  if (tokens < 1 || tokens > c.positions()) {
-    throw UsageError("llama: a prompt of " + std::to_string(tokens) + " tokens (1 to the model's " +
-                     std::to_string(c.positions()) + " positions)");
+  if (tokens < 1 || tokens > c.max_position_embeddings) {
+    throw UsageError("llama: a prompt of " + std::to_string(tokens) + " tokens (1 to max_position_embeddings " +
+                     std::to_string(c.max_position_embeddings) + ")");
   }
   nn::DecodeStep::Prompt p;
   p.tokens = Tensor::zeros(DType::i32, {1, tokens});

@@ -137,9 +137,9 @@ ModelLoss llama_loss(const Checkpoint& ckpt, const Safetensors& batch, const std
     if (tokens.rank() != 2 || tokens.dim(0) < 1 || tokens.dim(1) < 2) {
       throw ShapeError(path + ": expected tokens [B, T + 1] with B >= 1 and T >= 1, got " + to_string(tokens.shape()));
     }
-    if (tokens.dim(1) - 1 > cfg.positions()) {
+    if (tokens.dim(1) - 1 > cfg.max_position_embeddings) {
       throw ShapeError(fmt::format("{}: tokens [B, T + 1] with T = {} exceed the model's {} positions", path,
-                                   tokens.dim(1) - 1, cfg.positions()));
+                                   tokens.dim(1) - 1, cfg.max_position_embeddings));
     }
     check_ids(tokens, cfg.vocab_size, path + ": tokens");
     m.loss = m.llama->next_token_loss(tokens, /*train=*/false);
@@ -153,9 +153,9 @@ ModelLoss llama_loss(const Checkpoint& ckpt, const Safetensors& batch, const std
     throw ShapeError(path + ": expected input_ids and labels [B, T] with B >= 1 and T >= 2, got " +
                      to_string(ids.shape()) + " and " + to_string(labels.shape()));
   }
-  if (ids.dim(1) > cfg.positions()) {
+  if (ids.dim(1) > cfg.max_position_embeddings) {
     throw ShapeError(fmt::format("{}: {} tokens exceed the model's {} positions", path, ids.dim(1),
-                                 cfg.positions()));
+                                 cfg.max_position_embeddings));
   }
   check_ids(ids, cfg.vocab_size, path + ": input_ids");
   const int32_t* l = static_cast<const int32_t*>(labels.data());

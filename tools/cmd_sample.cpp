@@ -51,7 +51,7 @@ int run_sample(const SampleArgs& a) {
     load_params(ckpt, llama->params());
     if (!a.adapter.empty()) models::attach_peft_adapter(*llama, a.adapter);
     tokenizer = llama->config().tokenizer;
-    context = llama->config().positions();
+    context = llama->config().max_position_embeddings;
   } else {
     if (!a.adapter.empty()) throw UsageError("sample: --adapter takes a Llama-family model, not " + ckpt.path);
     gpt2 = std::make_unique<models::Gpt2>(models::gpt2_config_from_checkpoint(ckpt), 0);

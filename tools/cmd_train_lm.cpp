@@ -161,7 +161,7 @@ std::string describe(const models::LlamaConfig& c) {
 }
 
 int64_t positions(const models::Gpt2Config& c) { return c.n_positions; }
-int64_t positions(const models::LlamaConfig& c) { return c.positions(); }
+int64_t positions(const models::LlamaConfig& c) { return c.max_position_embeddings; }
 
 Tensor dropout_seed_of(const models::Gpt2& m) { return m.dropout_seed; }
 Tensor dropout_seed_of(const models::Llama&) { return Tensor(); }

@@ -213,6 +213,7 @@ struct BlockConfig {
   double rope_theta = 0;  // rotary positions (Hugging Face's rotate-half) with this base; 0: none
   std::vector<double> rope_freq_factors;  // head_dim / 2 divisors of the rotary frequencies (Llama 3); empty: none
   bool causal = false;
+  int64_t window = 0;    // causal only: each token attends to its last `window` tokens (a sliding window); 0: all
   bool qkv_bias = true;  // the q/k/v projections' biases
   bool bias = true;      // the other projections' biases
   WeightLayout layout = WeightLayout::out_in;
@@ -294,6 +295,7 @@ struct Attention {
   double rope_theta = 0;
   std::vector<double> rope_freq_factors;
   bool causal = false;
+  int64_t window = 0;  // a sliding window (BlockConfig::window)
   Attention() = default;
   Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
   // With `record`, its new_keys and new_values are set to the keys (rotated)
@@ -310,6 +312,7 @@ struct Attention {
   Tensor project(int64_t i, const Tensor& x, bool train = false) const;  // q, k or v: [N, T, heads (kv_heads), hd]
   Tensor rotary(const Tensor& t, int64_t offset) const;
   Tensor per_query_head(const Tensor& t) const;  // [N, T, kv_heads, hd] -> [N, T, heads, hd]
+  Tensor window_mask(const KvCache& cache, int64_t Tm) const;
 };
 
 // fc1 -> GELU -> fc2, or SwiGLU: fc2(silu(gate(x)) * fc1(x)).

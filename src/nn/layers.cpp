@@ -273,8 +273,12 @@ Tensor Dropout::operator()(const Tensor& x, bool train, int64_t salt) const {
 
 Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init)
     : heads(c.heads), kv_heads(c.kv_head_count()), head_dim(c.head_size()), rope_theta(c.rope_theta),
-      rope_freq_factors(c.rope_freq_factors), causal(c.causal) {
+      rope_freq_factors(c.rope_freq_factors), causal(c.causal), window(c.window) {
   const std::string what = "attention: ";
+  if (window < 0 || (window > 0 && !causal)) {
+    throw UsageError(what + "a sliding window needs causal attention and a positive size, got " +
+                     std::to_string(window));
+  }
   if (c.heads <= 0 || (c.head_dim <= 0 && c.dim % c.heads != 0)) {
     throw UsageError(what + "width " + std::to_string(c.dim) + " is not divisible by " + std::to_string(c.heads) +
                      " heads");
@@ -374,7 +378,7 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
   }
   // The fused op reads a group's key/value head in place.
   if (causal || T > 256 || segments.defined()) {
-    return proj(reshape(attention(q, k, v, causal, std::nullopt, segments), {N, Tq, inner}), train);
+    return proj(reshape(attention(q, k, v, causal, std::nullopt, segments, window), {N, Tq, inner}), train);
   }
   k = per_query_head(k);
   v = per_query_head(v);
@@ -385,6 +389,19 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
   Tensor p = T > 64 ? attention_probs(q, k)
                     : softmax(matmul(heads_first(q), transpose(heads_first(k))), 1.0 / std::sqrt(double(hd)));
   return proj(reshape(matmul_heads(p, heads_first(v)), {N, Tq, inner}), train);
+}
+
+// The cache's mask with the positions before a sliding window closed too:
+// cached position j stays open where j > position - window (the new token,
+// last, always sees itself).
+Tensor Attention::window_mask(const KvCache& cache, int64_t Tm) const {
+  if (!cache.position.defined()) throw ShapeError("attention: a sliding window needs the new token's position");
+  std::vector<float> ends(static_cast<size_t>(Tm));  // j + window: past the position while j is in the window
+  for (int64_t j = 0; j < Tm; ++j) ends[size_t(j)] = float(j + window);
+  const Tensor in_window = step(Tensor::from_vector<float>({Tm}, ends) - cast(cache.position, DType::f32));
+  const Tensor closed = where(in_window, Tensor::scalar(0.0, DType::f32),
+                              Tensor::scalar(-std::numeric_limits<double>::infinity(), DType::f32));
+  return cache.mask + concat({closed, Tensor::zeros(DType::f32, {1})}, 0);
 }
 
 // Scores against the Tmax cached keys and the new key side by side, one
@@ -416,7 +433,7 @@ Tensor Attention::decode(const Tensor& x, KvCache& cache) const {
   cache.new_keys = k;  // [N, kv_heads, 1, hd]
   cache.new_values = v;
   Tensor scores = concat({matmul(q, transpose(cache.keys)), sum(q * k, {-1}, true)}, -1);  // [N, kvh, g, Tm + 1]
-  Tensor p = softmax(scores, 1.0 / std::sqrt(double(hd)), cache.mask);
+  Tensor p = softmax(scores, 1.0 / std::sqrt(double(hd)), window > 0 ? window_mask(cache, Tm) : cache.mask);
   Tensor o = matmul(slice(p, -1, 0, Tm), cache.values) + slice(p, -1, Tm, Tm + 1) * v;  // [N, kvh, g, hd]
   return proj(reshape(o, {N, 1, heads * hd}));
 }

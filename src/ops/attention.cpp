@@ -8,7 +8,7 @@
 // the arena; the backward recomputes them from q and k (flash attention's
 // trade of FLOPs for memory) instead of keeping every layer's T x T
 // probabilities alive until the backward pass. Causal attention skips the
-// keys no query of a block can see.
+// keys no query of a block can see, and a sliding window those before it.
 // attention_back: dq, dk and dv packed in one flat tensor (q's, k's, then v's
 // elements), which attention's backward splits into views.
 // attention_probs: the probabilities alone, P = softmax(scale q k^T, causal)
@@ -71,13 +71,21 @@ extern const OpDef op_attention;  // whose composite attention_back differentiat
 
 namespace {
 
-// attrs: ints {causal, segments}, reals {scale}. segments: attention and
-// attention_back take an i32 [B, T] input (after v, or after dout), each
+// attrs: ints {causal, segments, window}, reals {scale}. segments: attention
+// and attention_back take an i32 [B, T] input (after v, or after dout), each
 // query seeing only the keys of its own segment id (packed documents);
-// without it that input is a placeholder, never read.
+// without it that input is a placeholder, never read. window > 0 (causal
+// only): a sliding window, each query seeing the last `window` keys up to its
+// own position.
 bool causal_of(const Attrs& a) { return a.ints[0] != 0; }
 bool segmented(const Attrs& a) { return a.ints.size() > 1 && a.ints[1] != 0; }
+int64_t window_of(const Attrs& a) { return a.ints.size() > 2 ? a.ints[2] : 0; }
 double scale_of(const Attrs& a) { return a.reals[0]; }
+
+// The first key query `row` sees: 0 without a window (causal_visible's end).
+int64_t window_start(int64_t row, int64_t tq, int64_t tk, int64_t window) {
+  return window > 0 ? std::clamp<int64_t>(row + (tk - tq) - window + 1, 0, tk) : 0;
+}
 
 // Queries per block: causal attention skips the keys no query of a block
 // sees, so it takes blocks of at most 64; otherwise a block holds as many
@@ -246,6 +254,14 @@ struct HeadOperand {
     }
     cpu::product<T>(bf16, trans_a, trans, M, n, k, A, lda, p, ld, C, ldc);
   }
+
+  // The operand from key `key` on: keys are op(B)'s columns (K^T, V^T) or
+  // rows (K, V). Unpacked operands only (a sliding window's blocks).
+  HeadOperand from_key(int64_t key, bool keys_are_columns) const {
+    HeadOperand o = *this;
+    o.p += key * (keys_are_columns == trans ? ld : 1);
+    return o;
+  }
 };
 
 // op(B) [K, N] from a head's rows (transposed with trans), packed into buf
@@ -276,14 +292,15 @@ Scratch<T>& scratch() {
 // Rows of scores s [rows, kv] (row r at s + r * ld; queries row0..) turned
 // into probabilities in place: softmax of scale * s over each row's visible
 // keys, zeros after them.
+// Column c of s is key k0 + c (a sliding window's block starts past key 0).
 template <class T>
 void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t kv, int64_t row0, int64_t tq, int64_t tk, bool causal,
-                  double scale) {
+                  double scale, int64_t k0 = 0) {
   if constexpr (std::is_same_v<T, float>) {
     // Rows of up to cpu::kSoftmaxHeldVectors vectors held in registers, two
     // at a time; longer ones four at a time, their chains interleaved
     // (cpu::softmax_rows).
-    const auto visible = [&](int64_t r) { return causal ? causal_visible(row0 + r, tq, tk) : tk; };
+    const auto visible = [&](int64_t r) { return (causal ? causal_visible(row0 + r, tq, tk) : tk) - k0; };
     constexpr int kTogether = 4;
     for (int64_t r0 = 0; r0 < rows;) {
       r0 = cpu::softmax_held_rows<true>(s, s, ld, r0, rows, kv, float(scale), 0.0f, visible);
@@ -301,7 +318,7 @@ void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t kv, int64_t row0, int6
   } else {
     for (int64_t r = 0; r < rows; ++r) {
       T* y = s + r * ld;
-      const int64_t visible = causal ? causal_visible(row0 + r, tq, tk) : tk;
+      const int64_t visible = (causal ? causal_visible(row0 + r, tq, tk) : tk) - k0;
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < visible; ++j) {
         y[j] = T(double(y[j]) * scale);
@@ -347,39 +364,59 @@ int64_t head_grain(const Dims& d) {
   return std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(1, d.Tq * d.Tk * (d.D + d.Dv)));
 }
 
-// Queries [i0, i0 + rows) of one head: P = softmax(scale Q K^T) in s.p, and
-// the number of keys any of these queries sees. bf16: the bf16 matmul option
-// (every product of the op rounds its operands, as a matmul's do).
-// Segments (a row's ids, element t at seg[t * seg_stride]; null: none) hide
-// the keys of other segments as -inf scores, which the softmax turns into
-// zeros (a query always sees itself, so no row is all hidden).
+// The keys [begin, end) some query of a block sees.
+struct KeyRange {
+  int64_t begin, end;
+  int64_t count() const { return end - begin; }
+};
+
+// What hides keys from a query beyond causality: a sliding window, segments
+// (a row's ids, element t at seg[t * seg_stride]; null: none).
+struct Hiding {
+  int64_t window;
+  const int32_t* seg;
+  int64_t seg_stride;
+};
+
+// Queries [i0, i0 + rows) of one head: P = softmax(scale Q K^T) in s.p over
+// the keys any of them sees, which it returns (P's columns). bf16: the bf16
+// matmul option (every product of the op rounds its operands, as a matmul's
+// do). Keys a window or another segment hides from a query are -inf scores,
+// which the softmax turns into zeros (a query always sees itself, so no row
+// is all hidden).
 template <class T>
-int64_t block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                            const HeadOperand<T>& Kt, const Dims& d, bool causal, double scale, bool bf16,
-                            Scratch<T>& s, HeadRows<T>& Q, const int32_t* seg, int64_t seg_stride) {
-  const int64_t kv = causal ? causal_visible(i0 + rows - 1, d.Tq, d.Tk) : d.Tk;
+KeyRange block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                             const HeadOperand<T>& Kt, const Dims& d, bool causal, const Hiding& hide, double scale,
+                             bool bf16, Scratch<T>& s, HeadRows<T>& Q) {
+  const KeyRange keys{window_start(i0, d.Tq, d.Tk, hide.window),
+                      causal ? causal_visible(i0 + rows - 1, d.Tq, d.Tk) : d.Tk};
+  const int64_t n = keys.count();
   Q = head_rows(q, b, h, i0, rows, s.q);
-  T* p = uninitialized(s.p, rows * kv);
-  Kt.multiply(bf16, Q.trans, rows, kv, d.D, Q.p, Q.ld, p, kv);
-  if (seg) {
+  T* p = uninitialized(s.p, rows * n);
+  (keys.begin > 0 ? Kt.from_key(keys.begin, true) : Kt).multiply(bf16, Q.trans, rows, n, d.D, Q.p, Q.ld, p, n);
+  if (hide.seg || hide.window > 0) {
     const T hidden = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < rows; ++r) {
-      const int32_t mine = seg[(i0 + r) * seg_stride];
-      T* row = p + r * kv;
-      for (int64_t j = 0; j < kv; ++j) {
-        if (seg[j * seg_stride] != mine) row[j] = hidden;
+      T* row = p + r * n - keys.begin;  // row[j] for key j
+      const int64_t start = window_start(i0 + r, d.Tq, d.Tk, hide.window);
+      std::fill(row + keys.begin, row + std::max(keys.begin, std::min(start, keys.end)), hidden);
+      if (!hide.seg) continue;
+      const int32_t mine = hide.seg[(i0 + r) * hide.seg_stride];
+      for (int64_t j = keys.begin; j < keys.end; ++j) {
+        if (hide.seg[j * hide.seg_stride] != mine) row[j] = hidden;
       }
     }
   }
-  softmax_rows(p, kv, rows, kv, i0, d.Tq, d.Tk, causal, scale);
-  return kv;
+  softmax_rows(p, n, rows, n, i0, d.Tq, d.Tk, causal, scale, keys.begin);
+  return keys;
 }
 
-// Row b's segment ids, or null without segments.
-const int32_t* segment_row(const KernelArgs& a, size_t input, int64_t b) {
-  if (!segmented(*a.attrs)) return nullptr;
+// What hides keys in row b: the window, and the row's segment ids (input
+// `input`) if any.
+Hiding hiding(const KernelArgs& a, size_t input, int64_t b) {
+  if (!segmented(*a.attrs)) return {window_of(*a.attrs), nullptr, 0};
   const TensorView& s = a.in[input];
-  return s.ptr<int32_t>() + b * s.strides[0];
+  return {window_of(*a.attrs), s.ptr<int32_t>() + b * s.strides[0], s.strides[1]};
 }
 
 template <class T>
@@ -391,8 +428,8 @@ void attention_kernel(const KernelArgs& a) {
   const bool bf16 = a.bf16_matmul;
   T* out = a.out.ptr<T>();
   const int64_t block = query_block(d.Tq, d.Tk, causal);
-  const bool share = !bf16 && block < d.Tq;
-  const int64_t seg_stride = segmented(*a.attrs) ? a.in[3].strides[1] : 0;
+  // A window's blocks start at other keys: operands packed whole do not serve them.
+  const bool share = !bf16 && block < d.Tq && window_of(*a.attrs) == 0;
   a.parallel_for(d.B * d.H, head_grain(d), [&](int64_t t0, int64_t t1) {
     Scratch<T>& s = scratch<T>();
     for (int64_t t = t0; t < t1; ++t) {
@@ -404,14 +441,24 @@ void attention_kernel(const KernelArgs& a) {
       for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
         const int64_t rows = std::min(block, d.Tq - i0);
         HeadRows<T> Q{};
-        const int64_t kv = block_probabilities(q, b, h, i0, rows, Kt, d, causal, scale, bf16, s, Q,
-                                               segment_row(a, 3, b), seg_stride);
+        const KeyRange keys = block_probabilities(q, b, h, i0, rows, Kt, d, causal, hiding(a, 3, b), scale, bf16, s, Q);
+        const int64_t n = keys.count();
         // O rows = P V, written into out [B, Tq, H, Dv] in place.
         T* o = out + ((b * d.Tq + i0) * d.H + h) * d.Dv;
-        Vn.multiply(bf16, false, rows, d.Dv, kv, s.p.data(), kv, o, d.H * d.Dv);
+        (keys.begin > 0 ? Vn.from_key(keys.begin, false) : Vn)
+            .multiply(bf16, false, rows, d.Dv, n, s.p.data(), n, o, d.H * d.Dv);
       }
     }
   });
+}
+
+// Keys [j0, j1) of one key/value head's dk and dv (at dk_h, dv_h) zeroed.
+template <class T>
+void zero_keys(T* dk_h, T* dv_h, const Dims& d, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) {
+    std::fill(dk_h + j * d.Hk * d.D, dk_h + j * d.Hk * d.D + d.D, T(0));
+    std::fill(dv_h + j * d.Hk * d.Dv, dv_h + j * d.Hk * d.Dv + d.Dv, T(0));
+  }
 }
 
 // dS = P (dP - rowsum(P dP)) scale, with dP = dO V^T; then dQ = dS K,
@@ -430,17 +477,16 @@ void attention_back_kernel(const KernelArgs& a) {
   T* dk = dq + d.B * d.Tq * d.H * d.D;
   T* dv = dk + d.B * d.Tk * d.Hk * d.D;
   const int64_t block = query_block(d.Tq, d.Tk, causal);
-  const bool share = !bf16 && block < d.Tq;
+  const bool share = !bf16 && block < d.Tq && window_of(*a.attrs) == 0;
   const int64_t grain = std::max<int64_t>(1, head_grain(d) / group);
-  const int64_t seg_stride = segmented(*a.attrs) ? a.in[4].strides[1] : 0;
   a.parallel_for(d.B * d.Hk, grain, [&](int64_t t0, int64_t t1) {
     Scratch<T>& s = scratch<T>();
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / d.Hk, kh = t % d.Hk;
       T* dk_h = dk + (b * d.Tk * d.Hk + kh) * d.D;
       T* dv_h = dv + (b * d.Tk * d.Hk + kh) * d.Dv;
-      // Keys [0, written) of dk and dv hold sums; the blocks' kv never
-      // shrinks, and after the group's first head every key holds one.
+      // Keys [0, written) of dk and dv hold sums; the blocks' key ranges
+      // never move back, and after the group's first head every key holds one.
       int64_t written = 0;
       const HeadRows<T> K = head_rows(k, b, kh, 0, d.Tk, s.k), V = head_rows(v, b, kh, 0, d.Tk, s.v);
       const HeadOperand<T> Kt = head_operand(!K.trans, K, d.D, d.Tk, share, s.k_t);
@@ -450,31 +496,31 @@ void attention_back_kernel(const KernelArgs& a) {
         for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
           const int64_t rows = std::min(block, d.Tq - i0);
           HeadRows<T> Q{};
-          const int64_t kv = block_probabilities(q, b, h, i0, rows, Kt, d, causal, scale, bf16, s, Q,
-                                                 segment_row(a, 4, b), seg_stride);
+          const KeyRange keys =
+              block_probabilities(q, b, h, i0, rows, Kt, d, causal, hiding(a, 4, b), scale, bf16, s, Q);
+          const int64_t k0 = keys.begin, n = keys.count();
+          zero_keys(dk_h, dv_h, d, written, k0);  // keys before the window, no query of the head sees
+          written = std::max(written, k0);
           const HeadRows<T> dO = head_rows(dout, b, h, i0, rows, s.dout);
           T* P = s.p.data();
-          T* dS = uninitialized(s.dp, rows * kv);
-          Vt.multiply(bf16, dO.trans, rows, kv, d.Dv, dO.p, dO.ld, dS, kv);
-          for (int64_t r = 0; r < rows; ++r) score_gradient_row(P + r * kv, 1, dS + r * kv, 1, dS + r * kv, kv, scale);
+          T* dS = uninitialized(s.dp, rows * n);
+          (k0 > 0 ? Vt.from_key(k0, true) : Vt).multiply(bf16, dO.trans, rows, n, d.Dv, dO.p, dO.ld, dS, n);
+          for (int64_t r = 0; r < rows; ++r) score_gradient_row(P + r * n, 1, dS + r * n, 1, dS + r * n, n, scale);
           T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
-          Kn.multiply(bf16, false, rows, d.D, kv, dS, kv, dq_rows, d.H * d.D);
+          (k0 > 0 ? Kn.from_key(k0, false) : Kn).multiply(bf16, false, rows, d.D, n, dS, n, dq_rows, d.H * d.D);
           // dK += dS^T Q and dV += P^T dO over the keys written before, and
           // written (no pass zeroing them first) over the keys new to this block.
           for (const bool add : {true, false}) {
-            const int64_t j0 = add ? 0 : written, j1 = add ? std::min(written, kv) : kv;
+            const int64_t j0 = add ? k0 : written, j1 = add ? std::min(written, keys.end) : keys.end;
             if (j1 <= j0) continue;
-            cpu::product<T>(bf16, true, Q.trans, j1 - j0, d.D, rows, dS + j0, kv, Q.p, Q.ld, dk_h + j0 * d.Hk * d.D,
-                            d.Hk * d.D, add);
-            cpu::product<T>(bf16, true, dO.trans, j1 - j0, d.Dv, rows, P + j0, kv, dO.p, dO.ld,
+            cpu::product<T>(bf16, true, Q.trans, j1 - j0, d.D, rows, dS + (j0 - k0), n, Q.p, Q.ld,
+                            dk_h + j0 * d.Hk * d.D, d.Hk * d.D, add);
+            cpu::product<T>(bf16, true, dO.trans, j1 - j0, d.Dv, rows, P + (j0 - k0), n, dO.p, dO.ld,
                             dv_h + j0 * d.Hk * d.Dv, d.Hk * d.Dv, add);
           }
-          written = std::max(written, kv);
+          written = std::max(written, keys.end);
         }
-        for (int64_t j = written; j < d.Tk; ++j) {  // keys no query of the head sees
-          std::fill(dk_h + j * d.Hk * d.D, dk_h + j * d.Hk * d.D + d.D, T(0));
-          std::fill(dv_h + j * d.Hk * d.Dv, dv_h + j * d.Hk * d.Dv + d.Dv, T(0));
-        }
+        zero_keys(dk_h, dv_h, d, written, d.Tk);  // keys no query of the head sees
         written = d.Tk;
       }
     }
@@ -670,9 +716,23 @@ Tensor segment_mask(const Tensor& segments, DType dtype) {
   return where(same, Tensor::scalar(0.0, dtype), Tensor::scalar(-std::numeric_limits<double>::infinity(), dtype));
 }
 
+// A sliding window as an additive mask [Tq, Tk]: -inf before each query's
+// window (causality hides the keys after it).
+Tensor window_mask(int64_t tq, int64_t tk, int64_t window, DType dtype) {
+  std::vector<double> m(size_t(tq * tk), 0.0);
+  for (int64_t i = 0; i < tq; ++i) {
+    std::fill_n(m.begin() + i * tk, window_start(i, tq, tk, window), -std::numeric_limits<double>::infinity());
+  }
+  return cast(Tensor::from_vector<double>({tq, tk}, m), dtype);
+}
+
 Tensor attention_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
-  const int64_t H = in[0].dim(2);
-  const Tensor mask = segmented(attrs) ? segment_mask(in[3], in[0].dtype()) : Tensor();
+  const int64_t H = in[0].dim(2), window = window_of(attrs);
+  Tensor mask = segmented(attrs) ? segment_mask(in[3], in[0].dtype()) : Tensor();
+  if (window > 0) {
+    const Tensor w = window_mask(in[0].dim(1), in[1].dim(1), window, in[0].dtype());
+    mask = mask.defined() ? mask + w : w;
+  }
   Tensor o = scaled_dot_product_attention(heads_first(in[0]), heads_first(per_query_head(in[1], H)),
                                           heads_first(per_query_head(in[2], H)), mask, causal_of(attrs),
                                           scale_of(attrs));
@@ -694,7 +754,7 @@ Tensor attention_back_composite(const std::vector<Tensor>& in, const Attrs& attr
 Grads attention_backward(const BackwardArgs& g) {
   const Tensor &q = g.inputs[0], &k = g.inputs[1], &v = g.inputs[2];
   Tensor flat = attention_back(q, k, v, g.dout, causal_of(g.attrs), scale_of(g.attrs),
-                               segmented(g.attrs) ? g.inputs[3] : Tensor());
+                               segmented(g.attrs) ? g.inputs[3] : Tensor(), window_of(g.attrs));
   const int64_t nq = q.numel(), nk = k.numel(), nv = v.numel();
   return {reshape(slice(flat, 0, 0, nq), q.shape()), reshape(slice(flat, 0, nq, nq + nk), k.shape()),
           reshape(slice(flat, 0, nq + nk, nq + nk + nv), v.shape()), Tensor()};
@@ -725,6 +785,18 @@ std::vector<GradCase> attention_cases() {
        [](const V& x) { return attention(x[0], x[1], x[2], true, std::nullopt, row_segments()); }},
       {"segments", {normal({2, 5, 2, 2}), normal({2, 5, 2, 2}), normal({2, 5, 2, 3})},
        [](const V& x) { return attention(x[0], x[1], x[2], false, 0.9, row_segments()); }},
+      // Sliding windows: each query sees its last 3 keys (Mistral, Gemma).
+      {"window_grouped", {normal({2, 7, 4, 3}), normal({2, 7, 2, 3}), normal({2, 7, 2, 2})},
+       [](const V& x) { return attention(x[0], x[1], x[2], true, std::nullopt, Tensor(), 3); }},
+      // Fewer queries than keys (decoding past a prompt): keys before every
+      // query's window get no gradient.
+      {"window_more_keys", {normal({1, 2, 2, 3}), normal({1, 6, 2, 3}), normal({1, 6, 2, 2})},
+       [](const V& x) { return attention(x[0], x[1], x[2], true, 0.8, Tensor(), 2); }},
+      // Two query blocks, the second's keys starting past key 0.
+      {"window_two_blocks", {normal({1, 67, 1, 2}), normal({1, 67, 1, 2}), normal({1, 67, 1, 3})},
+       [](const V& x) { return attention(x[0], x[1], x[2], true, std::nullopt, Tensor(), 5); }},
+      {"window_segments", {normal({2, 5, 2, 2}), normal({2, 5, 2, 2}), normal({2, 5, 2, 3})},
+       [](const V& x) { return attention(x[0], x[1], x[2], true, std::nullopt, row_segments(), 2); }},
   };
 }
 
@@ -745,6 +817,9 @@ std::vector<GradCase> attention_back_cases() {
        [](const V& x) { return attention_back(x[0], x[1], x[2], x[3], true, 0.6); }},
       {"segments_grouped", {normal({2, 5, 4, 2}), normal({2, 5, 2, 2}), normal({2, 5, 2, 3}), normal({2, 5, 4, 3})},
        [](const V& x) { return attention_back(x[0], x[1], x[2], x[3], true, 0.6, row_segments()); }},
+      {"window_more_keys",
+       {normal({1, 3, 4, 2}), normal({1, 6, 2, 2}), normal({1, 6, 2, 3}), normal({1, 3, 4, 3})},
+       [](const V& x) { return attention_back(x[0], x[1], x[2], x[3], true, 0.6, Tensor(), 2); }},
   };
 }
 
@@ -819,7 +894,7 @@ std::vector<GradCase> attention_probs_values_back_cases() {
 extern const OpDef op_attention{
     .name = "attention",
     .summary = "softmax(scale q k^T, causal) v over [B, T, H, D] heads (k, v: H or fewer, grouped), optionally "
-               "within i32 segments [B, T]; fused, scores recomputed in the backward",
+               "within i32 segments [B, T] or a sliding window; fused, scores recomputed in the backward",
     .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"v", Diff::yes}, {"segments", Diff::no}},
     .fused = true,
     .infer = attention_infer,
@@ -879,10 +954,14 @@ NABLA_CPU_KERNEL(op_attention_probs_values_back, attention_probs_values_back_for
 
 namespace {
 Attrs attention_attrs(const char* op, const Tensor& q, bool causal, std::optional<double> scale,
-                      bool segments = false) {
+                      bool segments = false, int64_t window = 0) {
   if (!q.defined()) throw UsageError(std::string(op) + ": q is an undefined tensor");
   if (q.rank() != 4) throw ShapeError(std::string(op) + ": q must be [B, T, H, D], got " + to_string(q.shape()));
-  return Attrs{{causal ? 1 : 0, segments ? 1 : 0}, {scale ? *scale : 1.0 / std::sqrt(double(q.dim(3)))}};
+  if (window < 0 || (window > 0 && !causal)) {
+    throw UsageError(std::string(op) + ": window must be 0 (none) or, with causal attention, positive; got " +
+                     std::to_string(window) + (causal ? "" : " without causal"));
+  }
+  return Attrs{{causal ? 1 : 0, segments ? 1 : 0, window}, {scale ? *scale : 1.0 / std::sqrt(double(q.dim(3)))}};
 }
 
 // The segments input, or an i32 placeholder (as softmax's missing mask).
@@ -892,15 +971,15 @@ Tensor segments_or_placeholder(const Tensor& segments) {
 }  // namespace
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
-                 const Tensor& segments) {
+                 const Tensor& segments, int64_t window) {
   return apply(ops::op_attention, {q, k, v, segments_or_placeholder(segments)},
-               attention_attrs("attention", q, causal, scale, segments.defined()));
+               attention_attrs("attention", q, causal, scale, segments.defined(), window));
 }
 
 Tensor attention_back(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
-                      double scale, const Tensor& segments) {
+                      double scale, const Tensor& segments, int64_t window) {
   return apply(ops::op_attention_back, {q, k, v, dout, segments_or_placeholder(segments)},
-               attention_attrs("attention_back", q, causal, scale, segments.defined()));
+               attention_attrs("attention_back", q, causal, scale, segments.defined(), window));
 }
 
 Tensor attention_probs(const Tensor& q, const Tensor& k, bool causal, std::optional<double> scale) {

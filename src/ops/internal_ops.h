@@ -84,7 +84,7 @@ Tensor cross_entropy_back(const Tensor& logits, const Tensor& labels, const Tens
 // attention's gradients in q, k and v for output gradient dout, packed flat
 // (q's elements, then k's, then v's).
 Tensor attention_back(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
-                      double scale, const Tensor& segments = Tensor());
+                      double scale, const Tensor& segments = Tensor(), int64_t window = 0);
 // The probabilities alone, softmax(scale q k^T, causal) per (batch, head):
 // q [B, Tq, H, D], k [B, Tk, H, D] -> [B, H, Tq, Tk], fused (the scores are
 // softmaxed while in cache), for attention that keeps its probabilities for

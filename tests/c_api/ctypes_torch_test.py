@@ -212,6 +212,17 @@ def test_ops():
          attention_ref(q, k, v, 1 / math.sqrt(8), None, True).permute(0, 2, 1, 3))
     case("attention scale", nb.op("attention", nb.leaf(qt), nb.leaf(kt), nb.leaf(vt), 0, 0.7),
          attention_ref(q, k, v, 0.7).permute(0, 2, 1, 3))
+    # Grouped (4 query heads on 2), within segments and a sliding window of 3.
+    qg, kg, vg = rand(2, 6, 4, 8), rand(2, 6, 2, 8), rand(2, 6, 2, 5)
+    seg = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, -1]], dtype=torch.int32)
+    i, j = torch.arange(6).view(6, 1), torch.arange(6).view(1, 6)
+    hidden = (seg.view(2, 1, 6, 1) != seg.view(2, 1, 1, 6)) | (i - j >= 3)
+    heads = lambda t: t.permute(0, 2, 1, 3).repeat_interleave(4 // t.shape[2], dim=1)
+    case("attention_within grouped segments window",
+         nb.op("attention_within", nb.leaf(qg), nb.leaf(kg), nb.leaf(vg), 1, 0.5, nb.leaf(seg), 3),
+         attention_ref(heads(qg), heads(kg), heads(vg), 0.5,
+                       torch.zeros(2, 1, 6, 6, dtype=torch.float64).masked_fill(hidden, float("-inf")),
+                       True).permute(0, 2, 1, 3))
 
     r = rand(2, 5, 8)
     case("rope neox", nb.op("rope", nb.leaf(r), 3, 100.0, 0), rope_ref(r, 3, 100.0, 0))

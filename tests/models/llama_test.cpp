@@ -127,8 +127,8 @@ TEST(Llama, ReadsConfigJsonKeys) {
   EXPECT_NE(q3.to_json().find("\"architectures\":[\"Qwen3ForCausalLM\"]"), std::string::npos) << q3.to_json();
   EXPECT_EQ(LlamaConfig::from_json(q3.to_json()).to_json(), q3.to_json());
   EXPECT_FALSE(LlamaConfig::from_json(qwen).qk_norm());
-  // Mistral-7B-v0.1's config.json: Llama's maths over rows of up to its
-  // 4096-token window; 7,241,732,096 parameters.
+  // Mistral-7B-v0.1's config.json: a 4096-token sliding window; 7,241,732,096
+  // parameters.
   const std::string mistral = R"({"architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
     "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
     "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
@@ -136,27 +136,26 @@ TEST(Llama, ReadsConfigJsonKeys) {
     "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32000})";
   const LlamaConfig m7 = LlamaConfig::from_json(mistral);
   EXPECT_EQ(m7.sliding_window, 4096);
-  EXPECT_EQ(m7.positions(), 4096);
   EXPECT_EQ(m7.parameter_count(), 7241732096);
   EXPECT_NE(m7.to_json().find("\"architectures\":[\"MistralForCausalLM\"]"), std::string::npos) << m7.to_json();
   EXPECT_NE(m7.to_json().find("\"sliding_window\":4096"), std::string::npos) << m7.to_json();
   EXPECT_EQ(LlamaConfig::from_json(m7.to_json()).to_json(), m7.to_json());
-  // v0.3's window is null: no limit below max_position_embeddings.
+  // v0.3's window is null: every earlier token.
   const std::string window_key = "\"sliding_window\": 4096";
   auto with_window = [&](const std::string& value) {
     std::string j = mistral;
     return j.replace(j.find(window_key), window_key.size(), "\"sliding_window\": " + value);
   };
   const std::string v3 = with_window("null");
-  EXPECT_EQ(LlamaConfig::from_json(v3).positions(), 32768);
+  EXPECT_EQ(LlamaConfig::from_json(v3).sliding_window, 0);
   EXPECT_NE(LlamaConfig::from_json(v3).to_json().find("\"sliding_window\":null"), std::string::npos);
   EXPECT_THROW(LlamaConfig::from_json(with_window("\"4k\"")), IoError);
   EXPECT_THROW(LlamaConfig::from_json(with_window("0")), IoError);
-  // Qwen's sliding_window is off unless use_sliding_window: no limit.
+  // Qwen's sliding_window is off unless use_sliding_window.
   const std::string qwen_window = R"({"model_type": "qwen2", "vocab_size": 100, "hidden_size": 32,
     "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
     "max_position_embeddings": 512, "sliding_window": 64, "use_sliding_window": false})";
-  EXPECT_EQ(LlamaConfig::from_json(qwen_window).positions(), 512);
+  EXPECT_EQ(LlamaConfig::from_json(qwen_window).sliding_window, 0);
   EXPECT_THROW(LlamaConfig::from_json(R"({"model_type": "llama", "vocab_size": 100})"), IoError);
   EXPECT_THROW(LlamaConfig::from_json(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 30,
     "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4})"), UsageError);  // 30 / 4
@@ -188,25 +187,41 @@ TEST(Llama, CachedDecodingMatchesTheFullForward) {
   expect_decoding_matches(n.decode_step(T), ids, q3_full, q3.vocab_size);
 }
 
-// A row longer than Mistral's window is refused (nabla's attention is not
-// windowed); rows within it compute as Llama's.
-TEST(Llama, MistralWindowBoundsTheRows) {
+// Mistral's sliding window: with one layer, a token's output depends on its
+// last `window` tokens alone, at any position (rotary scores depend on
+// distances only); cached decoding closes the positions before the window
+// as the fused attention skips them.
+TEST(Llama, MistralAttendsWithinItsWindow) {
   LlamaConfig c = small_config();
   c.attention_bias = false;
-  Llama llama(c, 3);
   c.model_type = "mistral";
-  c.sliding_window = 6;
-  Llama mistral(c, 3);
-  EXPECT_EQ(eval(mistral.forward(tokens(2, 6, c.vocab_size, 1))).to_vector<float>(),
-            eval(llama.forward(tokens(2, 6, c.vocab_size, 1))).to_vector<float>());
-  try {
-    mistral.forward(tokens(1, 7, c.vocab_size, 1));
-    ADD_FAILURE() << "a row of 7 tokens past a window of 6";
-  } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("7 tokens exceed the model's 6 positions (its sliding_window)"),
-              std::string::npos) << e.what();
+  c.sliding_window = 4;
+  c.num_hidden_layers = 1;
+  Llama one_layer(c, 3);
+  vary_norms(one_layer);
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5};
+  const int64_t T = int64_t(ids.size()), V = c.vocab_size, W = c.sliding_window;
+  const std::vector<float> full = eval(one_layer.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  const std::vector<int32_t> last(ids.end() - W, ids.end());
+  const std::vector<float> tail = eval(one_layer.forward(Tensor::from_vector<int32_t>({1, W}, last))).to_vector<float>();
+  for (int64_t v = 0; v < V; ++v) {
+    EXPECT_NEAR(full[size_t((T - 1) * V + v)], tail[size_t((W - 1) * V + v)], 2e-5) << "logit " << v;
   }
-  EXPECT_THROW(mistral.prompt(7), UsageError);
+  // Not Llama's: with every earlier token the last logits differ.
+  LlamaConfig unwindowed = c;
+  unwindowed.sliding_window = 0;
+  Llama llama(unwindowed, 3);
+  vary_norms(llama);
+  const std::vector<float> all = eval(llama.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  EXPECT_GT(std::abs(all[size_t((T - 1) * V)] - full[size_t((T - 1) * V)]), 1e-4);
+  // Rows within the window are Llama's.
+  EXPECT_EQ(std::vector<float>(full.begin(), full.begin() + W * V), std::vector<float>(all.begin(), all.begin() + W * V));
+
+  c.num_hidden_layers = 2;
+  Llama two_layers(c, 5);
+  const std::vector<float> two = eval(two_layers.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  expect_decoding_matches(two_layers.decode_step(T), ids, two, V);
+
   LlamaConfig windowed_llama = small_config();
   windowed_llama.sliding_window = 6;
   EXPECT_THROW(windowed_llama.validate(), UsageError);

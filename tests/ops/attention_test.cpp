@@ -26,6 +26,27 @@ Tensor random_leaf(Shape shape, uint64_t seed) {
   return t;
 }
 
+// t (f64) as a leaf of dtype.
+Tensor in_dtype(const Tensor& t, DType dtype) {
+  if (dtype == DType::f64) return t;
+  std::vector<double> v = t.to_vector<double>();
+  return Tensor::from_vector<float>(t.shape(), std::vector<float>(v.begin(), v.end()));
+}
+
+// outs computed on the CPU at 2 threads, as doubles.
+std::vector<std::vector<double>> values_of(const std::vector<Tensor>& outs) {
+  std::vector<std::vector<double>> values;
+  for (const Tensor& t : eval(outs, {.threads = 2})) {
+    if (t.dtype() == DType::f64) {
+      values.push_back(t.to_vector<double>());
+    } else {
+      std::vector<float> f = t.to_vector<float>();
+      values.emplace_back(f.begin(), f.end());
+    }
+  }
+  return values;
+}
+
 struct AttentionCase {
   const char* name;
   int64_t b, h, tq, tk, d, dv;
@@ -133,13 +154,8 @@ TEST(Attention, FusedF32MatchesTheCompositeAtModelShapes) {
       SCOPED_TRACE(std::to_string(c.t) + " tokens, causal " + std::to_string(c.causal));
       Tensor qkv64 = random_leaf({c.b, c.t, 3, c.h, c.d}, 11);
       Tensor dout64 = random_leaf({c.b, c.t, c.h, c.d}, 12);
-      auto as = [](const Tensor& t, DType dtype) {
-        if (dtype == DType::f64) return t;
-        std::vector<double> v = t.to_vector<double>();
-        return Tensor::from_vector<float>(t.shape(), std::vector<float>(v.begin(), v.end()));
-      };
       auto run = [&](DType dtype, bool fused) {
-        Tensor qkv = as(qkv64, dtype), dout = as(dout64, dtype);
+        Tensor qkv = in_dtype(qkv64, dtype), dout = in_dtype(dout64, dtype);
         auto part = [&](int64_t i) { return reshape(slice(qkv, 2, i, i + 1), {c.b, c.t, c.h, c.d}); };
         Tensor q = part(0), k = part(1), v = part(2);
         Tensor o = fused ? fused_attention(kind, q, k, v, c.causal)
@@ -148,16 +164,7 @@ TEST(Attention, FusedF32MatchesTheCompositeAtModelShapes) {
                                    {0, 2, 1, 3});
         std::vector<Tensor> outs = grad(sum(o * dout), {qkv});
         outs.insert(outs.begin(), o);
-        std::vector<std::vector<double>> values;
-        for (const Tensor& t : eval(outs, {.threads = 2})) {
-          if (dtype == DType::f64) {
-            values.push_back(t.to_vector<double>());
-          } else {
-            std::vector<float> f = t.to_vector<float>();
-            values.emplace_back(f.begin(), f.end());
-          }
-        }
-        return values;
+        return values_of(outs);
       };
       const auto fused = run(DType::f32, true), reference = run(DType::f64, false);
       for (size_t n = 0; n < fused.size(); ++n) {
@@ -222,6 +229,55 @@ TEST(Attention, FusedFollowsTheBf16MatmulOption) {
       }
     }
   }
+}
+
+// A sliding window in f32 (its blocks starting past key 0, the packed
+// operands not used) against the composed form in f64 under a mask built
+// here: value and every gradient, windows of one key (each query sees only
+// itself), within a block, across blocks and past the row (plain causal),
+// and with fewer queries than keys.
+TEST(Attention, SlidingWindowMatchesAMaskedComposite) {
+  struct Case {
+    int64_t tq, tk, window;
+  };
+  const int64_t B = 2, H = 2, D = 16;
+  for (const Case& c : {Case{300, 300, 1}, Case{300, 300, 37}, Case{300, 300, 64}, Case{300, 300, 200},
+                        Case{130, 130, 400}, Case{20, 90, 9}}) {
+    SCOPED_TRACE(std::to_string(c.tq) + " queries, " + std::to_string(c.tk) + " keys, window " +
+                 std::to_string(c.window));
+    Tensor q64 = random_leaf({B, c.tq, H, D}, 21), k64 = random_leaf({B, c.tk, H, D}, 22);
+    Tensor v64 = random_leaf({B, c.tk, H, D}, 23), dout64 = random_leaf({B, c.tq, H, D}, 24);
+    std::vector<double> mask(size_t(c.tq * c.tk), 0.0);
+    for (int64_t i = 0; i < c.tq; ++i) {
+      for (int64_t j = 0; j < c.tk; ++j) {
+        if (i + (c.tk - c.tq) - j >= c.window) mask[size_t(i * c.tk + j)] = -std::numeric_limits<double>::infinity();
+      }
+    }
+    auto run = [&](DType dtype) {
+      Tensor q = in_dtype(q64, dtype), k = in_dtype(k64, dtype), v = in_dtype(v64, dtype);
+      const auto heads = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
+      Tensor o = dtype == DType::f32 ? attention(q, k, v, true, std::nullopt, Tensor(), c.window)
+                                     : heads(scaled_dot_product_attention(
+                                           heads(q), heads(k), heads(v),
+                                           Tensor::from_vector<double>({c.tq, c.tk}, mask), true));
+      std::vector<Tensor> outs = grad(sum(o * in_dtype(dout64, dtype)), {q, k, v});
+      outs.insert(outs.begin(), o);
+      return values_of(outs);
+    };
+    const auto fused = run(DType::f32), reference = run(DType::f64);
+    const char* names[] = {"output", "dq", "dk", "dv"};
+    for (size_t n = 0; n < fused.size(); ++n) {
+      double scale = 0;
+      for (double x : reference[n]) scale = std::max(scale, std::abs(x));
+      // A window of one makes the output v itself and dq, dk zero.
+      for (size_t i = 0; i < fused[n].size(); ++i) {
+        ASSERT_NEAR(fused[n][i], reference[n][i], 2e-5 * std::max(scale, 1.0)) << names[n] << " entry " << i;
+      }
+    }
+  }
+  Tensor q = Tensor::zeros(DType::f32, {1, 3, 2, 4});
+  EXPECT_THROW(attention(q, q, q, /*causal=*/false, std::nullopt, Tensor(), 2), UsageError);
+  EXPECT_THROW(attention(q, q, q, /*causal=*/true, std::nullopt, Tensor(), -1), UsageError);
 }
 
 TEST(Attention, FusedRejectsBadShapes) {

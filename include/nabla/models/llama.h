@@ -5,7 +5,6 @@
 // positions (rotate-half), a SwiGLU MLP, an untied or tied head.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,9 +36,8 @@ struct LlamaConfig {
   double initializer_range = 0.02;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q, k and v biases (Qwen2's; set by model_type "qwen2")
-  // Mistral's window: each token attends to the last sliding_window tokens.
-  // nabla attends to every earlier token, which is the same maths for rows
-  // of up to sliding_window tokens, so longer ones are refused (0: none).
+  // Mistral's window: each token attends to the last sliding_window tokens,
+  // itself included (0: every earlier token).
   int64_t sliding_window = 0;
   std::string tokenizer = "byte";  // byte, gpt2, or the path of a tokenizer.json or GGUF model
   // config.json's rope_scaling: none (type ""), "linear" (every frequency
@@ -56,11 +54,6 @@ struct LlamaConfig {
   // Qwen3's q_norm and k_norm: each query and key head RMS-normed (weights
   // [head_size()]) before the rotary positions.
   bool qk_norm() const { return model_type == "qwen3"; }
-  // The longest row the model computes: max_position_embeddings, or a
-  // smaller sliding_window.
-  int64_t positions() const {
-    return sliding_window > 0 ? std::min(sliding_window, max_position_embeddings) : max_position_embeddings;
-  }
   // The divisor of each of the head_size() / 2 rotary frequencies that
   // rope_scaling gives, as Hugging Face computes them (empty: none).
   std::vector<double> rope_freq_factors() const;

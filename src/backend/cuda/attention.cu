@@ -41,6 +41,7 @@ constexpr int64_t kRowsPerBlock = 16;
 struct Attn {
   View q, k, v, seg;
   bool segmented, causal;
+  int64_t window;  // > 0: a sliding window (causal), the last `window` keys
   bool bf16;  // products round their operands to bf16 (the bf16 matmul option)
   double scale;
   int64_t B, Tq, Tk, H, Hk, D, Dv;
@@ -55,6 +56,7 @@ Attn attn_of(const Operands& a, const Context& ctx, size_t segments_at, bool val
   const std::vector<int64_t>& ints = a.attrs->ints;
   t.causal = !ints.empty() && ints[0] != 0;
   t.segmented = ints.size() > 1 && ints[1] != 0;
+  t.window = ints.size() > 2 ? ints[2] : 0;
   if (t.segmented) t.seg = make_view(a.in[segments_at]);
   t.scale = a.attrs->reals[0];
   t.B = a.in[0].shape[0];
@@ -78,14 +80,29 @@ __device__ __forceinline__ const T* at4(const View& x, int64_t b, int64_t t, int
   return static_cast<const T*>(x.data) + b * x.strides[0] + t * x.strides[1] + h * x.strides[2];
 }
 
-// Keys [0, end) may be visible to query i.
+// Keys [key_begin, key_end) may be visible to query i.
 __device__ __forceinline__ int64_t key_end(const Attn& a, int64_t i) {
   if (!a.causal) return a.Tk;
   const int64_t e = i + a.Tk - a.Tq + 1;
   return e < a.Tk ? e : a.Tk;
 }
+__device__ __forceinline__ int64_t key_begin(const Attn& a, int64_t i) {
+  if (a.window <= 0) return 0;
+  const int64_t s = i + a.Tk - a.Tq - a.window + 1;
+  return s > 0 ? (s < a.Tk ? s : a.Tk) : 0;
+}
+// Queries [query_begin, query_end) may see key j.
+__device__ __forceinline__ int64_t query_begin(const Attn& a, int64_t j) {
+  const int64_t s = a.causal ? j - (a.Tk - a.Tq) : 0;
+  return s > 0 ? s : 0;
+}
+__device__ __forceinline__ int64_t query_end(const Attn& a, int64_t j) {
+  if (a.window <= 0) return a.Tq;
+  const int64_t e = j - (a.Tk - a.Tq) + a.window;
+  return e < a.Tq ? (e > 0 ? e : 0) : a.Tq;
+}
 __device__ __forceinline__ bool visible(const Attn& a, int64_t b, int64_t i, int64_t j) {
-  if (j >= key_end(a, i)) return false;
+  if (j >= key_end(a, i) || j < key_begin(a, i)) return false;
   if (!a.segmented) return true;
   const int32_t* s = static_cast<const int32_t*>(a.seg.data) + b * a.seg.strides[0];
   return s[i * a.seg.strides[1]] == s[j * a.seg.strides[1]];
@@ -118,7 +135,7 @@ __global__ void attention_kernel(Attn a, T* out) {
     T m = lowest, l = T(0), o[kPerLane];
     for (int e = 0; e < kPerLane; ++e) o[e] = T(0);
     const int64_t end = key_end(a, i);
-    for (int64_t j0 = 0; j0 < end; j0 += 32) {
+    for (int64_t j0 = key_begin(a, i); j0 < end; j0 += 32) {
       const int64_t j = j0 + lane;
       const T s = j < end && visible(a, b, i, j) ? score<T>(a, b, i, h, j) : lowest;
       const T m_new = max_of(m, warp_max(s));
@@ -174,10 +191,10 @@ __global__ void attention_rows_back_kernel(Attn a, View dout, T* stats, T* dq) {
   const int64_t first = int64_t(blockIdx.x) * kRowsPerBlock;
   const int64_t last = first + kRowsPerBlock < a.Tq ? first + kRowsPerBlock : a.Tq;
   for (int64_t i = first + warp; i < last; i += kWarps) {
-    const int64_t end = key_end(a, i);
+    const int64_t begin = key_begin(a, i), end = key_end(a, i);
     // The row's max and sum, online.
     T m = lowest, l = T(0);
-    for (int64_t j0 = 0; j0 < end; j0 += 32) {
+    for (int64_t j0 = begin; j0 < end; j0 += 32) {
       const int64_t j = j0 + lane;
       const T s = j < end && visible(a, b, i, j) ? score<T>(a, b, i, h, j) : lowest;
       const T m_new = max_of(m, warp_max(s));
@@ -188,7 +205,7 @@ __global__ void attention_rows_back_kernel(Attn a, View dout, T* stats, T* dq) {
     const T lse = m + gpu_math::log(l);
     // D = sum_j P dP.
     T dd = T(0);
-    for (int64_t j0 = 0; j0 < end; j0 += 32) {
+    for (int64_t j0 = begin; j0 < end; j0 += 32) {
       const int64_t j = j0 + lane;
       if (j < end && visible(a, b, i, j)) {
         dd += gpu_math::exp(score<T>(a, b, i, h, j) - lse) * dout_dot_v<T>(a, dout, b, i, h, j);
@@ -205,7 +222,7 @@ __global__ void attention_rows_back_kernel(Attn a, View dout, T* stats, T* dq) {
     for (int64_t d0 = 0; d0 < a.D; d0 += kChunk) {
       T acc[kPerLane];
       for (int e = 0; e < kPerLane; ++e) acc[e] = T(0);
-      for (int64_t j0 = 0; j0 < end; j0 += 32) {
+      for (int64_t j0 = begin; j0 < end; j0 += 32) {
         const int64_t j = j0 + lane;
         T ds = T(0);
         if (j < end && visible(a, b, i, j)) {
@@ -244,11 +261,9 @@ __global__ void attention_keys_back_kernel(Attn a, View dout, const T* stats, T*
   for (int64_t j = first + warp; j < last; j += kWarps) {
     T gk[kPerLane], gv[kPerLane];
     for (int e = 0; e < kPerLane; ++e) gk[e] = gv[e] = T(0);
-    // Causal: the queries that see key j start at j - (Tk - Tq).
-    int64_t i_begin = a.causal ? j - (a.Tk - a.Tq) : 0;
-    if (i_begin < 0) i_begin = 0;
+    const int64_t i_begin = query_begin(a, j), i_end = query_end(a, j);
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-      for (int64_t i0 = i_begin; i0 < a.Tq; i0 += 32) {
+      for (int64_t i0 = i_begin; i0 < i_end; i0 += 32) {
         const int64_t i = i0 + lane;
         T p = T(0), ds = T(0);
         if (i < a.Tq && visible(a, b, i, j)) {
@@ -462,7 +477,7 @@ __device__ void attend_tile(const Attn& a, const Tiles& t, int64_t b, int64_t h,
   }
   const int64_t last = (i0 + t.br < a.Tq ? i0 + t.br : a.Tq) - 1;
   const int64_t end = key_end(a, last);
-  for (int64_t j0 = 0; j0 < end; j0 += t.bc) {
+  for (int64_t j0 = key_begin(a, i0); j0 < end; j0 += t.bc) {
     __syncthreads();
     load_tile<T>(k, t.ldq, t.bc, t.dp, a.k, b, j0, a.Tk, hk, a.D);
     __syncthreads();
@@ -581,7 +596,7 @@ __global__ void attention_rows_tiles_kernel(Attn a, View dout, Tiles t, T* stats
   const int64_t last = (i0 + t.br < a.Tq ? i0 + t.br : a.Tq) - 1;
   const int64_t end = key_end(a, last);
   E* k = shared_at<E>(t.k);
-  for (int64_t j0 = 0; j0 < end; j0 += t.bc) {
+  for (int64_t j0 = key_begin(a, i0); j0 < end; j0 += t.bc) {
     __syncthreads();
     load_tile<T>(k, t.ldq, t.bc, t.dp, a.k, b, j0, a.Tk, hk, a.D);
     load_tile<T>(shared_at<E>(t.v), t.ldv, t.bc, t.dvp, a.v, b, j0, a.Tk, hk, a.Dv);
@@ -608,11 +623,11 @@ __global__ void attention_keys_tiles_kernel(Attn a, View dout, Tiles t, const T*
   for (int e = int(threadIdx.x); e < t.bc * t.ldcq; e += int(blockDim.x)) gk[e] = T(0);
   for (int e = int(threadIdx.x); e < t.bc * t.ldcv; e += int(blockDim.x)) gv[e] = T(0);
   T *lse = shared_at<T>(t.lse), *dd = shared_at<T>(t.dd);
-  // Causal: the first query that sees key j0 is j0 - (Tk - Tq).
-  int64_t i_begin = a.causal ? j0 - (a.Tk - a.Tq) : 0;
-  if (i_begin < 0) i_begin = 0;
+  // The queries that may see keys [j0, j0 + bc).
+  const int64_t last = (j0 + t.bc < a.Tk ? j0 + t.bc : a.Tk) - 1;
+  const int64_t i_begin = query_begin(a, j0), i_end = query_end(a, last);
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-    for (int64_t i0 = i_begin; i0 < a.Tq; i0 += t.br) {
+    for (int64_t i0 = i_begin; i0 < i_end; i0 += t.br) {
       __syncthreads();
       load_tile<T>(shared_at<E>(t.q), t.ldq, t.br, t.dp, a.q, b, i0, a.Tq, h, a.D);
       load_tile<T>(shared_at<E>(t.dout), t.ldv, t.br, t.dvp, dout, b, i0, a.Tq, h, a.Dv);
