@@ -230,7 +230,12 @@ uint32_t file_type(GgmlType t) {
 
 // llama.cpp's architecture for a model_type: Mistral is llama.cpp's llama
 // (as convert_hf_to_gguf.py writes it; the sliding window is not kept).
-std::string gguf_architecture(const LlamaConfig& c) { return c.model_type == "mistral" ? "llama" : c.model_type; }
+std::string gguf_architecture(const LlamaConfig& c) {
+  if (c.model_type == "gemma3_text") {
+    throw UsageError("GGUF export: model_type gemma3_text is not written as GGUF (export it as a Hugging Face folder)");
+  }
+  return c.model_type == "mistral" ? "llama" : c.model_type;
+}
 
 // llama.cpp's llama architecture (llama, SmolLM2, TinyLlama, Llama 3,
 // Mistral), qwen2 (q/k/v biases) and qwen3 (q/k head norms); the qwens

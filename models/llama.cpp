@@ -13,8 +13,10 @@
 //   model.layers.i.self_attn.k_proj.weight       [Hkv hd, D]   (.bias [Hkv hd])
 //   model.layers.i.self_attn.v_proj.weight       [Hkv hd, D]   (.bias [Hkv hd])
 //   model.layers.i.self_attn.o_proj.weight       [D, H hd]
-//   model.layers.i.self_attn.{q,k}_norm.weight   [hd]          (Qwen3: each head RMS-normed)
-//   model.layers.i.post_attention_layernorm.weight [D]
+//   model.layers.i.self_attn.{q,k}_norm.weight   [hd]          (Qwen3, Gemma 3: each head RMS-normed)
+//   model.layers.i.post_attention_layernorm.weight [D]         (Gemma 3: of attention's output)
+//   model.layers.i.pre_feedforward_layernorm.weight [D]        (Gemma 3: the MLP's input)
+//   model.layers.i.post_feedforward_layernorm.weight [D]       (Gemma 3: of the MLP's output)
 //   model.layers.i.mlp.gate_proj.weight          [F, D]
 //   model.layers.i.mlp.up_proj.weight            [F, D]
 //   model.layers.i.mlp.down_proj.weight          [D, F]
@@ -41,7 +43,8 @@ const char* hf_class(const std::string& model_type) {
   static const std::pair<const char*, const char*> classes[] = {{"llama", "LlamaForCausalLM"},
                                                                 {"mistral", "MistralForCausalLM"},
                                                                 {"qwen2", "Qwen2ForCausalLM"},
-                                                                {"qwen3", "Qwen3ForCausalLM"}};
+                                                                {"qwen3", "Qwen3ForCausalLM"},
+                                                                {"gemma3_text", "Gemma3ForCausalLM"}};
   for (const auto& [type, name] : classes) {
     if (model_type == type) return name;
   }
@@ -53,10 +56,32 @@ const char* hf_class(const std::string& model_type) {
 void LlamaConfig::validate() const {
   auto fail = [](const std::string& m) { throw UsageError("llama config: " + m); };
   if (!hf_class(model_type)) {
-    fail("model_type must be \"llama\", \"mistral\", \"qwen2\" or \"qwen3\", got \"" + model_type + "\"");
+    fail("model_type must be \"llama\", \"mistral\", \"qwen2\", \"qwen3\" or \"gemma3_text\", got \"" + model_type +
+         "\"");
   }
-  if (sliding_window < 0 || (sliding_window > 0 && model_type != "mistral")) {
-    fail("sliding_window must be 0 (none) or, for model_type \"mistral\", positive");
+  if (sliding_window < 0 || (sliding_window > 0 && model_type != "mistral" && !gemma())) {
+    fail("sliding_window must be 0 (none) or, for model_type \"mistral\" or \"gemma3_text\", positive");
+  }
+  if (gemma()) {
+    if (layer_types.size() != size_t(num_hidden_layers)) {
+      fail("layer_types must name each of the " + std::to_string(num_hidden_layers) + " layers, got " +
+           std::to_string(layer_types.size()));
+    }
+    for (const std::string& t : layer_types) {
+      if (t != "sliding_attention" && t != "full_attention") {
+        fail("layer_types holds \"" + t + "\", expected \"sliding_attention\" or \"full_attention\"");
+      }
+      if (t == "sliding_attention" && sliding_window <= 0) fail("sliding_attention layers need a sliding_window");
+    }
+    if (attention_bias) fail("gemma3_text has no q/k/v biases");
+    if (!(query_pre_attn_scalar >= 0) || !std::isfinite(query_pre_attn_scalar)) {
+      fail("query_pre_attn_scalar must be positive");
+    }
+    if (!(rope_local_base_freq > 0) || !std::isfinite(rope_local_base_freq)) {
+      fail("rope_local_base_freq must be positive");
+    }
+  } else if (!layer_types.empty()) {
+    fail("layer_types is read for model_type \"gemma3_text\" only");
   }
   if (vocab_size <= 0 || hidden_size <= 0 || intermediate_size <= 0 || num_hidden_layers < 0 ||
       num_attention_heads <= 0 || num_key_value_heads < 0 || head_dim < 0 || max_position_embeddings <= 0) {
@@ -154,6 +179,49 @@ ConfigFields rope_scaling_fields(LlamaConfig::RopeScaling& s) {
   return f;
 }
 
+// Gemma 3's keys beyond Llama's (j: its config.json). What nabla does not
+// compute (logit soft-capping, bidirectional attention, another activation)
+// is refused.
+void read_gemma3(const nlohmann::json& j, LlamaConfig& c) {
+  const auto fail = [](const std::string& m) { throw IoError("llama config: gemma3_text's " + m); };
+  if (auto it = j.find("hidden_activation"); it != j.end() && *it != "gelu_pytorch_tanh") {
+    fail("hidden_activation " + it->dump() + " is not supported (\"gelu_pytorch_tanh\")");
+  }
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    if (auto it = j.find(key); it != j.end() && !it->is_null()) fail(std::string(key) + " is not supported (null)");
+  }
+  if (auto it = j.find("use_bidirectional_attention"); it != j.end() && *it != false) {
+    fail("use_bidirectional_attention is not supported");
+  }
+  for (auto [key, value] : {std::pair{"rope_local_base_freq", &c.rope_local_base_freq},
+                            std::pair{"query_pre_attn_scalar", &c.query_pre_attn_scalar}}) {
+    if (auto it = j.find(key); it != j.end()) {
+      if (!it->is_number()) fail(std::string(key) + " must be a number, got " + it->dump());
+      *value = it->get<double>();
+    }
+  }
+  const auto layers_key = j.find("num_hidden_layers");  // checked with the other sizes
+  const int64_t layers =
+      layers_key != j.end() && layers_key->is_number_integer() ? std::min<int64_t>(layers_key->get<int64_t>(), 1 << 20) : 0;
+  if (auto types = j.find("layer_types"); types != j.end() && !types->is_null()) {
+    if (!types->is_array()) fail("layer_types must be a list, got " + types->dump());
+    for (const auto& t : *types) {
+      if (!t.is_string()) fail("layer_types must hold strings, got " + t.dump());
+      c.layer_types.push_back(t.get<std::string>());
+    }
+    return;
+  }
+  // Without layer_types (transformers before 4.53): every pattern-th layer is full.
+  int64_t pattern = 6;
+  if (auto it = j.find("sliding_window_pattern"); it != j.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 1) fail("sliding_window_pattern must be a positive integer");
+    pattern = it->get<int64_t>();
+  }
+  for (int64_t i = 0; i < layers; ++i) {
+    c.layer_types.push_back((i + 1) % pattern == 0 ? "full_attention" : "sliding_attention");
+  }
+}
+
 }  // namespace
 
 std::string LlamaConfig::to_json() const {
@@ -167,10 +235,20 @@ std::string LlamaConfig::to_json() const {
     scaling = "{\"rope_type\":\"" + c.rope_scaling.type + "\"," + rope_scaling_fields(c.rope_scaling).to_json().substr(1);
   }
   const char* arch = hf_class(model_type) ? hf_class(model_type) : "LlamaForCausalLM";  // validate() refuses others
-  const std::string window =
-      model_type != "mistral" ? "" : ",\"sliding_window\":" + (sliding_window > 0 ? std::to_string(sliding_window) : "null");
-  return "{\"architecture\":\"llama\",\"architectures\":[\"" + std::string(arch) + "\"],\"hidden_act\":\"silu\"," +
-         fields.substr(1, fields.size() - 2) + ",\"rope_scaling\":" + scaling + window + "}";
+  std::string extra;
+  if (model_type == "mistral" || gemma()) {
+    extra += ",\"sliding_window\":" + (sliding_window > 0 ? std::to_string(sliding_window) : "null");
+  }
+  if (gemma()) {
+    extra += ",\"layer_types\":" + nlohmann::json(layer_types).dump() +
+             ",\"rope_local_base_freq\":" + nlohmann::json(rope_local_base_freq).dump() +
+             ",\"query_pre_attn_scalar\":" + nlohmann::json(query_pre_attn_scalar > 0 ? query_pre_attn_scalar
+                                                                                      : double(head_size())).dump() +
+             ",\"final_logit_softcapping\":null,\"attn_logit_softcapping\":null";
+  }
+  const std::string activation = gemma() ? "\"hidden_activation\":\"gelu_pytorch_tanh\"" : "\"hidden_act\":\"silu\"";
+  return "{\"architecture\":\"llama\",\"architectures\":[\"" + std::string(arch) + "\"]," + activation + "," +
+         fields.substr(1, fields.size() - 2) + ",\"rope_scaling\":" + scaling + extra + "}";
 }
 
 LlamaConfig LlamaConfig::from_json(const std::string& text) {
@@ -187,22 +265,28 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
         .optional("use_sliding_window", use_sliding_window);
     probe.from_json(text);
     if (type == "qwen2") c.attention_bias = true;
+    if (type == "gemma3_text") c.tie_word_embeddings = true;  // Gemma3TextConfig's default
     // nabla's checkpoints name their architecture; Hugging Face's config.json does not.
     if (!architecture.empty() && architecture != "llama") {
       throw IoError("llama config: architecture is \"" + architecture + "\", expected \"llama\"");
     }
     // Variants this model does not compute are refused, not approximated.
-    if (hidden_act != "silu") throw IoError("llama config: hidden_act \"" + hidden_act + "\" is not supported (silu)");
+    // (Gemma names its activation hidden_activation and ignores hidden_act.)
+    if (type != "gemma3_text" && hidden_act != "silu") {
+      throw IoError("llama config: hidden_act \"" + hidden_act + "\" is not supported (silu)");
+    }
     if (mlp_bias) throw IoError("llama config: mlp_bias is not supported");
     if (use_sliding_window) throw IoError("llama config: use_sliding_window is not supported");
     const nlohmann::json j = nlohmann::json::parse(text);
     // Qwen's configs carry a sliding_window that use_sliding_window leaves off.
-    if (auto window = j.find("sliding_window"); type == "mistral" && window != j.end() && !window->is_null()) {
+    if (auto window = j.find("sliding_window");
+        (type == "mistral" || type == "gemma3_text") && window != j.end() && !window->is_null()) {
       if (!window->is_number_integer() || window->get<int64_t>() <= 0) {
         throw IoError("llama config: sliding_window must be null or a positive integer, got " + window->dump());
       }
       c.sliding_window = window->get<int64_t>();
     }
+    if (type == "gemma3_text") read_gemma3(j, c);
     auto scaling = j.find("rope_scaling");
     if (scaling != j.end() && !scaling->is_null()) {
       const auto type = scaling->is_object() ? scaling->value("rope_type", scaling->value("type", nlohmann::json()))
@@ -232,8 +316,8 @@ int64_t LlamaConfig::parameter_count() const {
   // so that no config can overflow it.
   const double D = double(hidden_size), F = double(intermediate_size), q = double(num_attention_heads * head_size()),
                kv = double(kv_heads() * head_size()), b = attention_bias ? 1 : 0;
-  const double qk_norms = qk_norm() ? 2 * double(head_size()) : 0;
-  const double block = 2 * D + D * q + 2 * D * kv + b * (q + 2 * kv) + q * D + 3 * D * F + qk_norms;
+  const double qk_norms = qk_norm() ? 2 * double(head_size()) : 0, norms = gemma() ? 4 : 2;
+  const double block = norms * D + D * q + 2 * D * kv + b * (q + 2 * kv) + q * D + 3 * D * F + qk_norms;
   const double head = tie_word_embeddings ? 0 : double(vocab_size) * D;
   const double n = double(vocab_size) * D + double(num_hidden_layers) * block + D + head;
   return n >= 9.2e18 ? INT64_MAX : int64_t(n);
@@ -299,11 +383,12 @@ void Llama::build(nn::Init& init) {
   embed_ = nn::Embedding(params_, "model.embed_tokens.weight", c.vocab_size, D, init, c.initializer_range);
   nn::BlockConfig block;
   block.dim = D;
+  const nn::NormKind norm = c.gemma() ? nn::NormKind::rms_unit_offset : nn::NormKind::rms;
   block.heads = c.num_attention_heads;
   block.kv_heads = c.kv_heads();
   block.head_dim = c.head_size();
   block.mlp_hidden = c.intermediate_size;
-  block.norm = nn::NormKind::rms;
+  block.norm = norm;
   block.norm_eps = c.rms_norm_eps;
   block.rope_theta = c.rope_theta;
   block.rope_freq_factors = c.rope_freq_factors();
@@ -326,10 +411,24 @@ void Llama::build(nn::Init& init) {
   block.gate = "mlp.gate_proj";
   block.fc1 = "mlp.up_proj";
   block.fc2 = "mlp.down_proj";
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layers_.emplace_back(params_, "model.layers." + std::to_string(i), block, init);
+  if (c.gemma()) {
+    block.post_norm1 = "post_attention_layernorm";
+    block.norm2 = "pre_feedforward_layernorm";
+    block.post_norm2 = "post_feedforward_layernorm";
+    block.gate_gelu = true;
+    block.gelu = nn::Gelu::tanh;
+    block.attn_scale = 1 / std::sqrt(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(c.head_size()));
   }
-  norm_ = nn::Norm(params_, "model.norm", D, c.rms_norm_eps, init, nn::NormKind::rms);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    nn::BlockConfig layer = block;
+    layer.window = c.layer_window(i);
+    if (c.gemma() && layer.window > 0) {  // Gemma's sliding layers: their own base, unscaled
+      layer.rope_theta = c.rope_local_base_freq;
+      layer.rope_freq_factors = {};
+    }
+    layers_.emplace_back(params_, "model.layers." + std::to_string(i), layer, init);
+  }
+  norm_ = nn::Norm(params_, "model.norm", D, c.rms_norm_eps, init, norm);
   lm_head_ = c.tie_word_embeddings ? embed_
                                    : nn::Embedding(params_, "lm_head.weight", c.vocab_size, D, init, c.initializer_range);
 }
@@ -374,6 +473,12 @@ Tensor Llama::forward(const Tensor& input_ids, bool train, const Tensor& segment
   return lm_head_.logits(hidden(input_ids, train, segments));  // [B, T, V]
 }
 
+Tensor Llama::embed(const Tensor& ids) const {
+  const Tensor x = embed_(ids);
+  // Gemma3TextScaledWordEmbedding: sqrt(hidden_size) in the weights' dtype.
+  return config_.gemma() ? x * scalar_like(std::sqrt(double(config_.hidden_size)), x) : x;
+}
+
 Tensor Llama::hidden(const Tensor& input_ids, bool train, const Tensor& segments) const {
   const LlamaConfig& c = config_;
   if (input_ids.rank() != 2 || input_ids.dtype() != DType::i32) {
@@ -383,7 +488,7 @@ Tensor Llama::hidden(const Tensor& input_ids, bool train, const Tensor& segments
     throw ShapeError("llama: " + std::to_string(input_ids.dim(1)) + " tokens exceed max_position_embeddings " +
                      std::to_string(c.max_position_embeddings));
   }
-  Tensor x = embed_(input_ids);  // [B, T, D]
+  Tensor x = embed(input_ids);  // [B, T, D]
   for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i](x, train, int64_t(2 * i), 0, segments);
   return norm_(x);
 }
@@ -409,7 +514,7 @@ Tensor Llama::loss(const Tensor& input_ids, const Tensor& labels, bool train, co
 nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
   const LlamaConfig& c = config_;
   nn::DecodeStep s(std::min(max_tokens, c.max_position_embeddings));
-  const Tensor x = s.through(layers_, reshape(embed_(s.token), {1, 1, c.hidden_size}), c.kv_heads(), c.head_size());
+  const Tensor x = s.through(layers_, reshape(embed(s.token), {1, 1, c.hidden_size}), c.kv_heads(), c.head_size());
   s.logits = reshape(lm_head_.logits(norm_(x)), {1, c.vocab_size});
   return s;
 }
@@ -422,7 +527,7 @@ nn::DecodeStep::Prompt Llama::prompt(int64_t tokens) const {
   }
   nn::DecodeStep::Prompt p;
   p.tokens = Tensor::zeros(DType::i32, {1, tokens});
-  const Tensor x = nn::DecodeStep::prompt_through(layers_, embed_(p.tokens), p);
+  const Tensor x = nn::DecodeStep::prompt_through(layers_, embed(p.tokens), p);
   p.logits = reshape(lm_head_.logits(norm_(slice(x, 1, tokens - 1, tokens))), {1, c.vocab_size});
   return p;
 }

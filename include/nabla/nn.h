@@ -163,16 +163,16 @@ void add_lora(const std::vector<Linear*>& layers, const LoraConfig& c, Params& a
 
 // Over the last axis: LayerNorm with weight (ones) and bias (zeros), or
 // RMSNorm (Llama's) with weight alone.
-enum class NormKind { layer, rms };
+// rms_unit_offset: RMSNorm scaled by 1 + weight, the weight starting at 0
+// (Gemma's).
+enum class NormKind { layer, rms, rms_unit_offset };
 struct Norm {
   Tensor weight, bias;  // bias undefined for RMSNorm
   double eps = 1e-5;
   NormKind kind = NormKind::layer;
   Norm() = default;
   Norm(Params& p, const std::string& prefix, int64_t dim, double eps, Init& init, NormKind kind = NormKind::layer);
-  Tensor operator()(const Tensor& x) const {
-    return kind == NormKind::rms ? rms_norm(x, weight, eps) : layer_norm(x, weight, bias, eps);
-  }
+  Tensor operator()(const Tensor& x) const;
 };
 
 // Rows of weight [vocab, dim] by i32 index; a stored weight's rows are
@@ -214,6 +214,7 @@ struct BlockConfig {
   std::vector<double> rope_freq_factors;  // head_dim / 2 divisors of the rotary frequencies (Llama 3); empty: none
   bool causal = false;
   int64_t window = 0;    // causal only: each token attends to its last `window` tokens (a sliding window); 0: all
+  double attn_scale = 0;  // the scores' scale; 0: 1/sqrt(head size)
   bool qkv_bias = true;  // the q/k/v projections' biases
   bool bias = true;      // the other projections' biases
   WeightLayout layout = WeightLayout::out_in;
@@ -225,10 +226,16 @@ struct BlockConfig {
               fc2 = "mlp.fc2";  // timm's names
   // Separate q, k, v projections where qkv is empty (Llama's q_proj, ...).
   std::string q, k, v;
-  // SwiGLU where set: fc2(silu(gate(x)) * fc1(x)), fc1 being Llama's up_proj.
+  // SwiGLU where set: fc2(silu(gate(x)) * fc1(x)), fc1 being Llama's up_proj;
+  // with gate_gelu, GeGLU: the gate through `gelu` instead (Gemma's).
   std::string gate;
-  // Where set, an RMSNorm of each query / key head (weights [hd]) before the
-  // rotary positions: Qwen3's q_norm and k_norm.
+  bool gate_gelu = false;
+  // Where set, norms of attention's and the MLP's outputs before each joins
+  // the residual stream (Gemma's post_attention / post_feedforward norms).
+  std::string post_norm1, post_norm2;
+  // Where set, an RMSNorm (norm's kind where that is one) of each query / key
+  // head (weights [hd]) before the rotary positions: Qwen3's and Gemma 3's
+  // q_norm and k_norm.
   std::string q_norm, k_norm;
 
   int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -296,6 +303,7 @@ struct Attention {
   std::vector<double> rope_freq_factors;
   bool causal = false;
   int64_t window = 0;  // a sliding window (BlockConfig::window)
+  double scale = 0;    // the scores' scale
   Attention() = default;
   Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
   // With `record`, its new_keys and new_values are set to the keys (rotated)
@@ -315,15 +323,18 @@ struct Attention {
   Tensor window_mask(const KvCache& cache, int64_t Tm) const;
 };
 
-// fc1 -> GELU -> fc2, or SwiGLU: fc2(silu(gate(x)) * fc1(x)).
+// fc1 -> GELU -> fc2, SwiGLU: fc2(silu(gate(x)) * fc1(x)), or GeGLU:
+// fc2(gelu(gate(x)) * fc1(x)).
 struct Mlp {
-  Linear fc1, fc2, gate;  // gate: SwiGLU's, when defined
+  Linear fc1, fc2, gate;  // gate: SwiGLU's or GeGLU's, when defined
   Gelu gelu = Gelu::erf;
+  bool gate_gelu = false;  // GeGLU
   Mlp() = default;
   Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
   Tensor operator()(const Tensor& x, bool train = false) const {
-    return gate.weight.defined() ? fc2(silu(gate(x, train)) * fc1(x, train), train)
-                                 : fc2(apply_gelu(gelu, fc1(x, train)), train);
+    if (!gate.weight.defined()) return fc2(apply_gelu(gelu, fc1(x, train)), train);
+    const Tensor g = gate(x, train);
+    return fc2((gate_gelu ? apply_gelu(gelu, g) : silu(g)) * fc1(x, train), train);
   }
   std::vector<Linear*> linears();  // gate (when SwiGLU), fc1, fc2
 };
@@ -336,6 +347,7 @@ struct Mlp {
 // dropout; dropout then draws its masks over the smaller tensor).
 struct TransformerBlock {
   Norm norm1, norm2;
+  Norm post_norm1, post_norm2;  // where BlockConfig names them
   Attention attn;
   Mlp mlp;
   Dropout drop;

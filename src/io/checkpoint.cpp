@@ -61,12 +61,12 @@ std::string hf_architecture(const std::string& config_path, const std::string& c
   if (!j.is_object()) throw IoError(config_path + ": not a JSON object");
   auto type = j.find("model_type");
   if (type == j.end() || !type->is_string()) {
-    throw IoError(config_path + ": no string \"model_type\" (nabla reads \"llama\", \"mistral\", \"qwen2\" and \"qwen3\" models)");
+    throw IoError(config_path + ": no string \"model_type\" (nabla reads \"llama\", \"mistral\", \"qwen2\", \"qwen3\" and \"gemma3_text\" models)");
   }
   const std::string t = type->get<std::string>();
-  if (t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3") return "llama";
+  if (t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3" || t == "gemma3_text") return "llama";
   throw IoError(config_path + ": model_type \"" + t +
-                "\" is not supported (nabla reads \"llama\", \"mistral\", \"qwen2\" and \"qwen3\" models)");
+                "\" is not supported (nabla reads \"llama\", \"mistral\", \"qwen2\", \"qwen3\" and \"gemma3_text\" models)");
 }
 
 Checkpoint load_hf_folder(const std::string& dir, const std::function<bool(const std::string&)>& keep_half) {

@@ -248,8 +248,20 @@ void add_lora(const std::vector<Linear*>& layers, const LoraConfig& c, Params& a
 
 Norm::Norm(Params& p, const std::string& prefix, int64_t dim, double eps_, Init& init, NormKind kind_)
     : eps(eps_), kind(kind_) {
-  weight = p.add(prefix + ".weight", init.ones({dim}));
+  weight = p.add(prefix + ".weight", kind == NormKind::rms_unit_offset ? init.zeros({dim}) : init.ones({dim}));
   if (kind == NormKind::layer) bias = p.add(prefix + ".bias", init.zeros({dim}));
+}
+
+Tensor Norm::operator()(const Tensor& x) const {
+  switch (kind) {
+    case NormKind::rms:
+      return rms_norm(x, weight, eps);
+    case NormKind::rms_unit_offset:
+      return rms_norm(x, weight + scalar_like(1.0, weight), eps);
+    case NormKind::layer:
+      break;
+  }
+  return layer_norm(x, weight, bias, eps);
 }
 
 Embedding::Embedding(Params& p, const std::string& name, int64_t vocab, int64_t dim, Init& init, double std) {
@@ -273,7 +285,8 @@ Tensor Dropout::operator()(const Tensor& x, bool train, int64_t salt) const {
 
 Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init)
     : heads(c.heads), kv_heads(c.kv_head_count()), head_dim(c.head_size()), rope_theta(c.rope_theta),
-      rope_freq_factors(c.rope_freq_factors), causal(c.causal), window(c.window) {
+      rope_freq_factors(c.rope_freq_factors), causal(c.causal), window(c.window),
+      scale(c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(double(c.head_size()))) {
   const std::string what = "attention: ";
   if (window < 0 || (window > 0 && !causal)) {
     throw UsageError(what + "a sliding window needs causal attention and a positive size, got " +
@@ -304,8 +317,9 @@ Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c,
     v = Linear(p, join(prefix, c.v), c.dim, kv_heads * head_dim, c.qkv_bias, init, c.init_std, c.layout);
   }
   proj = Linear(p, join(prefix, c.proj), inner, c.dim, c.bias, init, c.resid_std, c.layout);
-  if (!c.q_norm.empty()) q_norm = Norm(p, join(prefix, c.q_norm), head_dim, c.norm_eps, init, NormKind::rms);
-  if (!c.k_norm.empty()) k_norm = Norm(p, join(prefix, c.k_norm), head_dim, c.norm_eps, init, NormKind::rms);
+  const NormKind head_norm = c.norm == NormKind::layer ? NormKind::rms : c.norm;
+  if (!c.q_norm.empty()) q_norm = Norm(p, join(prefix, c.q_norm), head_dim, c.norm_eps, init, head_norm);
+  if (!c.k_norm.empty()) k_norm = Norm(p, join(prefix, c.k_norm), head_dim, c.norm_eps, init, head_norm);
 }
 
 // x [N, T, D] -> [N, T, heads, hd] (a reshape, no copy) of projection i (q,
@@ -363,7 +377,7 @@ Tensor Attention::per_query_head(const Tensor& t) const {
 // attention_probs past 64 tokens and composed below (docs/performance.md).
 Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, bool train,
                              const Tensor& segments) const {
-  const int64_t N = x.dim(0), T = x.dim(1), hd = head_dim, inner = heads * head_dim;
+  const int64_t N = x.dim(0), T = x.dim(1), inner = heads * head_dim;
   if (queries < 0 || queries > T) {
     throw UsageError("attention: queries must be in [0, " + std::to_string(T) + "] (0: every token), got " +
                      std::to_string(queries));
@@ -378,7 +392,7 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
   }
   // The fused op reads a group's key/value head in place.
   if (causal || T > 256 || segments.defined()) {
-    return proj(reshape(attention(q, k, v, causal, std::nullopt, segments, window), {N, Tq, inner}), train);
+    return proj(reshape(attention(q, k, v, causal, scale, segments, window), {N, Tq, inner}), train);
   }
   k = per_query_head(k);
   v = per_query_head(v);
@@ -386,8 +400,7 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
   // values' product writes its output token-major (matmul_heads), and the
   // backward products write dq, dk and dv so too: no head copies either way.
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
-  Tensor p = T > 64 ? attention_probs(q, k)
-                    : softmax(matmul(heads_first(q), transpose(heads_first(k))), 1.0 / std::sqrt(double(hd)));
+  Tensor p = T > 64 ? attention_probs(q, k, false, scale) : softmax(matmul(heads_first(q), transpose(heads_first(k))), scale);
   return proj(reshape(matmul_heads(p, heads_first(v)), {N, Tq, inner}), train);
 }
 
@@ -433,7 +446,7 @@ Tensor Attention::decode(const Tensor& x, KvCache& cache) const {
   cache.new_keys = k;  // [N, kv_heads, 1, hd]
   cache.new_values = v;
   Tensor scores = concat({matmul(q, transpose(cache.keys)), sum(q * k, {-1}, true)}, -1);  // [N, kvh, g, Tm + 1]
-  Tensor p = softmax(scores, 1.0 / std::sqrt(double(hd)), window > 0 ? window_mask(cache, Tm) : cache.mask);
+  Tensor p = softmax(scores, scale, window > 0 ? window_mask(cache, Tm) : cache.mask);
   Tensor o = matmul(slice(p, -1, 0, Tm), cache.values) + slice(p, -1, Tm, Tm + 1) * v;  // [N, kvh, g, hd]
   return proj(reshape(o, {N, 1, heads * hd}));
 }
@@ -527,7 +540,7 @@ void DecodeStep::remember(const Executor& ex, int64_t position) {
   mask.data_as<float>()[position] = 0;  // later positions may attend to this one
 }
 
-Mlp::Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init) : gelu(c.gelu) {
+Mlp::Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init) : gelu(c.gelu), gate_gelu(c.gate_gelu) {
   if (!c.gate.empty()) gate = Linear(p, join(prefix, c.gate), c.dim, c.mlp_hidden, c.bias, init, c.init_std, c.layout);
   fc1 = Linear(p, join(prefix, c.fc1), c.dim, c.mlp_hidden, c.bias, init, c.init_std, c.layout);
   fc2 = Linear(p, join(prefix, c.fc2), c.mlp_hidden, c.dim, c.bias, init, c.resid_std, c.layout);
@@ -538,12 +551,15 @@ TransformerBlock::TransformerBlock(Params& p, const std::string& prefix, const B
   attn = Attention(p, prefix, c, init);
   norm2 = Norm(p, join(prefix, c.norm2), c.dim, c.norm_eps, init, c.norm);
   mlp = Mlp(p, prefix, c, init);
+  if (!c.post_norm1.empty()) post_norm1 = Norm(p, join(prefix, c.post_norm1), c.dim, c.norm_eps, init, c.norm);
+  if (!c.post_norm2.empty()) post_norm2 = Norm(p, join(prefix, c.post_norm2), c.dim, c.norm_eps, init, c.norm);
   drop = Dropout{c.dropout, c.dropout_seed};
 }
 
 Tensor TransformerBlock::residuals(const Tensor& x, const Tensor& a, bool train, int64_t salt) const {
-  Tensor h = x + drop(a, train, salt);
-  return h + drop(mlp(norm2(h), train), train, salt + 1);
+  const auto post = [](const Norm& n, const Tensor& t) { return n.weight.defined() ? n(t) : t; };
+  Tensor h = x + drop(post(post_norm1, a), train, salt);
+  return h + drop(post(post_norm2, mlp(norm2(h), train)), train, salt + 1);
 }
 
 Tensor TransformerBlock::operator()(const Tensor& x, bool train, int64_t salt, int64_t keep,

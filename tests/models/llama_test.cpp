@@ -227,6 +227,96 @@ TEST(Llama, MistralAttendsWithinItsWindow) {
   EXPECT_THROW(windowed_llama.validate(), UsageError);
 }
 
+// Gemma 3 1B's config.json (transformers 4.50: sliding_window_pattern, no
+// layer_types): every sixth layer full, the rest windows of 512 tokens;
+// 999,885,952 parameters. What nabla does not compute is refused.
+TEST(Llama, Gemma3ReadsItsConfig) {
+  const std::string gemma = R"({"architectures": ["Gemma3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "attn_logit_softcapping": null, "bos_token_id": 2, "cache_implementation": "hybrid",
+    "eos_token_id": [1, 106], "final_logit_softcapping": null, "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "initializer_range": 0.02,
+    "intermediate_size": 6912, "max_position_embeddings": 32768, "model_type": "gemma3_text",
+    "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1, "pad_token_id": 0,
+    "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": null,
+    "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16",
+    "use_cache": true, "vocab_size": 262144})";
+  const LlamaConfig c = LlamaConfig::from_json(gemma);
+  EXPECT_TRUE(c.gemma());
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.parameter_count(), 999885952);
+  ASSERT_EQ(c.layer_types.size(), 26u);
+  for (int64_t i = 0; i < 26; ++i) EXPECT_EQ(c.layer_window(i), (i + 1) % 6 == 0 ? 0 : 512) << "layer " << i;
+  EXPECT_EQ(c.query_pre_attn_scalar, 256);
+  EXPECT_EQ(c.rope_local_base_freq, 10000);
+  EXPECT_NE(c.to_json().find("\"architectures\":[\"Gemma3ForCausalLM\"]"), std::string::npos) << c.to_json();
+  EXPECT_NE(c.to_json().find("\"hidden_activation\":\"gelu_pytorch_tanh\""), std::string::npos) << c.to_json();
+  EXPECT_EQ(LlamaConfig::from_json(c.to_json()).to_json(), c.to_json());
+  auto with = [&](const std::string& key, const std::string& value) {
+    std::string j = gemma;
+    const size_t at = j.find("\"" + key + "\": ");
+    const size_t end = j.find_first_of(",}", at);
+    return j.replace(at, end - at, "\"" + key + "\": " + value);
+  };
+  EXPECT_THROW(LlamaConfig::from_json(with("final_logit_softcapping", "30.0")), IoError);
+  EXPECT_THROW(LlamaConfig::from_json(with("attn_logit_softcapping", "50.0")), IoError);
+  EXPECT_THROW(LlamaConfig::from_json(with("hidden_activation", "\"gelu\"")), IoError);
+  EXPECT_THROW(LlamaConfig::from_json(with("sliding_window_pattern", "0")), IoError);
+  EXPECT_THROW(LlamaConfig::from_json(with("attention_bias", "true")), UsageError);
+  // transformers 4.53's layer_types, which must name every layer.
+  const std::string listed = with("sliding_window_pattern", "6, \"layer_types\": [\"full_attention\"]");
+  EXPECT_THROW(LlamaConfig::from_json(listed), UsageError);
+  LlamaConfig llama = small_config();
+  llama.layer_types = {"full_attention", "full_attention"};
+  EXPECT_THROW(llama.validate(), UsageError);
+}
+
+// A small Gemma 3: Hugging Face's names (four norms a block, q/k norms),
+// gains that start at 0 (scaled by 1 + weight), cached decoding past the
+// sliding layer's window equal to the full forward, and no GGUF export.
+TEST(Llama, Gemma3BuildsDecodesAndRefusesGguf) {
+  LlamaConfig c = small_config();
+  c.model_type = "gemma3_text";
+  c.attention_bias = false;
+  c.tie_word_embeddings = true;
+  c.head_dim = 8;
+  c.sliding_window = 3;
+  c.layer_types = {"sliding_attention", "full_attention"};
+  c.query_pre_attn_scalar = 10;
+  c.rope_theta = 1e4;
+  c.rope_local_base_freq = 100;
+  Llama m(c, 4);
+  EXPECT_EQ(m.params().count(), c.parameter_count());
+  const auto& list = m.params().list();
+  std::vector<std::string> names;
+  for (const auto& [name, t] : list) names.push_back(name);
+  for (const char* want : {"model.layers.1.pre_feedforward_layernorm.weight",
+                           "model.layers.1.post_feedforward_layernorm.weight",
+                           "model.layers.0.post_attention_layernorm.weight", "model.layers.0.self_attn.q_norm.weight",
+                           "model.layers.0.self_attn.k_norm.weight", "model.norm.weight"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  }
+  EXPECT_EQ(std::find(names.begin(), names.end(), "lm_head.weight"), names.end());
+  for (const auto& [name, t] : list) {
+    if (name.find("norm") == std::string::npos) continue;
+    const std::vector<float> w = t.to_vector<float>();
+    EXPECT_TRUE(std::all_of(w.begin(), w.end(), [](float x) { return x == 0; })) << name;
+  }
+  vary_norms(m);
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  const int64_t T = int64_t(ids.size());
+  const std::vector<float> full = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  expect_decoding_matches(m.decode_step(T), ids, full, c.vocab_size);
+
+  nabla::testing_support::TempDir dir;
+  save_checkpoint(dir.file("g.safetensors"), c.to_json(), m.params());
+  try {
+    models::gguf_from_checkpoint(load_checkpoint(dir.file("g.safetensors")));
+    ADD_FAILURE() << "a gemma3_text GGUF";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("gemma3_text is not written as GGUF"), std::string::npos) << e.what();
+  }
+}
+
 // A prompt's pass gives its last token's logits and fills the caches, and
 // the steps after it give the full forward's logits.
 TEST(Llama, PromptPassThenCachedSteps) {

@@ -14,7 +14,10 @@ equal torch's; then `nabla grad --adamw-steps 3`, whose loss before each step
 must equal torch.optim.AdamW's. Configs: GQA ratios 1 and 3, a head size that
 is neither a multiple of 8 nor hidden / heads, tied and untied heads, q/k/v
 biases (Qwen2), per-head q/k RMSNorms (Qwen3), Mistral's sliding window
-(rows longer than it), Llama 3's rope_scaling, -100 labels.
+(rows longer than it), Gemma 3 (norms scaled by 1 + weight around both
+branches, GeGLU, the scaled embedding, sliding layers with their own rotary
+base beside full ones with linear rope scaling), Llama 3's rope_scaling,
+-100 labels.
 
 The weights reach nabla as Hugging Face writes them: a folder of config.json
 and BF16 shards with model.safetensors.index.json, a folder of F16
@@ -60,13 +63,18 @@ ADAMW = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0
 
 
 class RmsNorm(nn.Module):
-    def __init__(self, d, eps):
+    def __init__(self, d, eps, unit_offset=False):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))
-        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(d) if unit_offset else torch.ones(d))
+        self.eps, self.unit_offset = eps, unit_offset
 
-    def forward(self, x):  # LlamaRMSNorm
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+    def forward(self, x):  # LlamaRMSNorm; Gemma3RMSNorm scales by 1 + weight
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (
+            1 + self.weight if self.unit_offset else self.weight)
+
+
+def gemma(c):
+    return c["model_type"] == "gemma3_text"
 
 
 def rotate_half(x):
@@ -88,7 +96,9 @@ def llama3_inv_freq(inv_freq, s):  # transformers' _compute_llama3_parameters
 def rope(x, theta, scaling=None):  # x [B, H, T, hd]: LlamaRotaryEmbedding + apply_rotary_pos_emb
     hd, t = x.shape[-1], x.shape[-2]
     inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    if scaling:
+    if scaling and scaling["rope_type"] == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    elif scaling:
         inv_freq = llama3_inv_freq(inv_freq, scaling)
     freqs = torch.outer(torch.arange(t, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -96,20 +106,23 @@ def rope(x, theta, scaling=None):  # x [B, H, T, hd]: LlamaRotaryEmbedding + app
 
 
 class Attention(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, i):
         super().__init__()
         d, self.h, self.kv, self.hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
         self.theta, self.scaling = c["rope_theta"], c.get("rope_scaling")
+        self.scale = 1 / math.sqrt(c["query_pre_attn_scalar"] if gemma(c) else self.hd)
         b = c["attention_bias"]
         self.q_proj = nn.Linear(d, self.h * self.hd, bias=b)
         self.k_proj = nn.Linear(d, self.kv * self.hd, bias=b)
         self.v_proj = nn.Linear(d, self.kv * self.hd, bias=b)
         self.o_proj = nn.Linear(self.h * self.hd, d, bias=False)
-        if c["model_type"] == "qwen3":  # Qwen3Attention: each head RMS-normed before the rotation
-            self.q_norm = RmsNorm(self.hd, c["rms_norm_eps"])
-            self.k_norm = RmsNorm(self.hd, c["rms_norm_eps"])
-        self.qk_norm = c["model_type"] == "qwen3"
+        self.qk_norm = c["model_type"] == "qwen3" or gemma(c)
+        if self.qk_norm:  # Qwen3Attention, Gemma3Attention: each head RMS-normed before the rotation
+            self.q_norm = RmsNorm(self.hd, c["rms_norm_eps"], gemma(c))
+            self.k_norm = RmsNorm(self.hd, c["rms_norm_eps"], gemma(c))
         self.window = c.get("sliding_window") if c["model_type"] == "mistral" else None
+        if gemma(c) and c["layer_types"][i] == "sliding_attention":  # Gemma 3's local layers: their own base
+            self.window, self.theta, self.scaling = c["sliding_window"], c["rope_local_base_freq"], None
 
     def forward(self, x):
         b, t, _ = x.shape
@@ -122,7 +135,7 @@ class Attention(nn.Module):
         v = heads(self.v_proj(x), self.kv)
         g = self.h // self.kv
         k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # repeat_kv
-        w = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd)
+        w = (q @ k.transpose(-1, -2)) * self.scale
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         if self.window:  # transformers' sliding_window_overlay: key j visible to query i where i - j < window
             causal &= ~torch.ones(t, t, dtype=torch.bool).tril(-self.window)
@@ -137,21 +150,29 @@ class Mlp(nn.Module):
         self.gate_proj = nn.Linear(d, f, bias=False)
         self.up_proj = nn.Linear(d, f, bias=False)
         self.down_proj = nn.Linear(f, d, bias=False)
+        self.act = (lambda x: F.gelu(x, approximate="tanh")) if gemma(c) else F.silu  # gelu_pytorch_tanh
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Layer(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, i):
         super().__init__()
-        d, eps = c["hidden_size"], c["rms_norm_eps"]
-        self.input_layernorm = RmsNorm(d, eps)
-        self.self_attn = Attention(c)
-        self.post_attention_layernorm = RmsNorm(d, eps)
+        d, eps, g = c["hidden_size"], c["rms_norm_eps"], gemma(c)
+        self.input_layernorm = RmsNorm(d, eps, g)
+        self.self_attn = Attention(c, i)
+        self.post_attention_layernorm = RmsNorm(d, eps, g)
         self.mlp = Mlp(c)
+        if g:  # Gemma3DecoderLayer: norms of both branches' outputs too
+            self.pre_feedforward_layernorm = RmsNorm(d, eps, g)
+            self.post_feedforward_layernorm = RmsNorm(d, eps, g)
+        self.gemma = g
 
     def forward(self, x):
+        if self.gemma:
+            x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x)))
+            return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
         x = x + self.self_attn(self.input_layernorm(x))
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -160,8 +181,8 @@ class Body(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.layers = nn.ModuleList([Layer(c) for _ in range(c["num_hidden_layers"])])
-        self.norm = RmsNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.layers = nn.ModuleList([Layer(c, i) for i in range(c["num_hidden_layers"])])
+        self.norm = RmsNorm(c["hidden_size"], c["rms_norm_eps"], gemma(c))
 
 
 class Llama(nn.Module):
@@ -174,6 +195,8 @@ class Llama(nn.Module):
 
     def forward(self, ids):
         x = self.model.embed_tokens(ids)
+        if gemma(self.config):  # Gemma3TextScaledWordEmbedding: sqrt(hidden_size) in the weights' dtype
+            x = x * torch.tensor(self.config["hidden_size"] ** 0.5, dtype=x.dtype)
         for layer in self.model.layers:
             x = layer(x)
         head = self.model.embed_tokens.weight if self.config["tie_word_embeddings"] else self.lm_head.weight
@@ -186,15 +209,16 @@ class Llama(nn.Module):
 
 def randomize(model, gen):
     """Weights at scales where every path matters: projections N(0, 1/in),
-    biases N(0, 0.1), norm gains 1 + N(0, 0.2), the embedding N(0, 4/D)."""
+    biases N(0, 0.1), norm gains 1 + N(0, 0.2), the embedding's rows N(0, 4/D)
+    as the blocks see them."""
     d = model.config["hidden_size"]
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=gen, dtype=torch.float64)
-            if name == "model.embed_tokens.weight":
-                v = 2 * r / math.sqrt(d)
+            if name == "model.embed_tokens.weight":  # Gemma's scaled by sqrt(d) in the model
+                v = 2 * r / (d if gemma(model.config) else math.sqrt(d))
             elif "norm" in name:
-                v = 1 + 0.2 * r
+                v = 0.2 * r if gemma(model.config) else 1 + 0.2 * r  # Gemma's gains are 1 + weight
             elif name.endswith(".bias"):
                 v = 0.1 * r
             else:
@@ -235,17 +259,22 @@ def torch_adamw_losses(model, ids, labels, steps, dtype):
 
 def nabla_config(c):
     """nabla's checkpoint config: config.json's keys plus its architecture."""
-    return json.dumps({"architecture": "llama", "model_type": c["model_type"], **{
-        k: c[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                          "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
-                          "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings", "attention_bias")}})
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
+            "tie_word_embeddings", "attention_bias")
+    if gemma(c):
+        keys += ("sliding_window", "layer_types", "rope_local_base_freq", "query_pre_attn_scalar")
+    return json.dumps({"architecture": "llama", "model_type": c["model_type"], **{k: c[k] for k in keys}})
 
 
 def hf_config(c):
     """config.json as transformers writes it (no nabla keys)."""
-    arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}.get(
-        c["model_type"], "LlamaForCausalLM")
-    return {"architectures": [arch], "hidden_act": "silu", "torch_dtype": "bfloat16", "use_cache": True, **{k: v for k, v in c.items() if not (c["model_type"] == "qwen2" and k == "attention_bias")}}
+    arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
+            "gemma3_text": "Gemma3ForCausalLM"}.get(c["model_type"], "LlamaForCausalLM")
+    act = {"hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None,
+           "attn_logit_softcapping": None} if gemma(c) else {"hidden_act": "silu"}
+    return {"architectures": [arch], **act, "torch_dtype": "bfloat16", "use_cache": True,
+            **{k: v for k, v in c.items() if not (c["model_type"] == "qwen2" and k == "attention_bias")}}
 
 
 def write_hf_folder(path, model, dtype, shards):
@@ -361,6 +390,18 @@ def main():
     # Mistral with rows of 13 tokens past its window of 5.
     check(args.nabla, work, report, "mistral: sliding window 5, gqa 3",
           config(model_type="mistral", sliding_window=5), 2, 13, 6, ("hf", torch.bfloat16, 1))
+    # Gemma 3: a sliding layer (window 4, its own rotary base) then a full one
+    # (linear rope scaling), rows of 13; the scores scaled by
+    # 1/sqrt(query_pre_attn_scalar), not the head size.
+    gemma3 = dict(model_type="gemma3_text", num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                  tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=1e6, sliding_window=4,
+                  layer_types=["sliding_attention", "full_attention"], rope_local_base_freq=10000.0,
+                  query_pre_attn_scalar=24, rope_scaling={"rope_type": "linear", "factor": 8.0})
+    check(args.nabla, work, report, "gemma3: sandwich norms, GeGLU, sliding and full layers, gqa 4",
+          config(**gemma3), 2, 13, 7, ("hf", torch.bfloat16, 1))
+    check(args.nabla, work, report, "gemma3 untied, exported back",
+          config(**{**gemma3, "tie_word_embeddings": False, "num_hidden_layers": 3,
+                    "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]}), 2, 9, 8, "checkpoint")
     check(args.nabla, work, report, "qwen3 untied: q/k head norms, gqa 1, exported back",
           config(model_type="qwen3", num_attention_heads=4, num_key_value_heads=4, head_dim=8), 2, 9, 5, "checkpoint")
     if report.failures:

@@ -14,7 +14,7 @@ gradient of every adapter tensor and of nothing else, and with
 --adamw-steps 3 the loss before each AdamW step on the adapters alone.
 Configs: all seven targets at GQA 3 with an untied head, q/v only with
 rsLoRA on a tied head with Qwen2's biases, q/k and the MLP on Qwen3's head
-norms.
+norms, all seven on Gemma 3 (GeGLU, a sliding and a full layer).
 
 Tolerances: llama_oracle.py's (RTOL, ATOL, LOSS_RTOL, ADAMW_LOSS_RTOL): f32
 rounding in either framework; a wrong scale, a transposed A or B, or a
@@ -160,6 +160,12 @@ def main():
           config(model_type="qwen3", head_dim=16, rms_norm_eps=1e-6),
           {"r": 4, "alpha": 16.0, "rslora": False, "targets": ["q_proj", "k_proj", "gate_proj", "up_proj", "down_proj"]},
           2, 11, 3)
+    check(args.nabla, work, report, "all seven: gemma3 GeGLU, a sliding and a full layer",
+          config(model_type="gemma3_text", num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                 tie_word_embeddings=True, rms_norm_eps=1e-6, sliding_window=3,
+                 layer_types=["sliding_attention", "full_attention"], rope_local_base_freq=10000.0,
+                 query_pre_attn_scalar=16),
+          {"r": 4, "alpha": 8.0, "rslora": False, "targets": every}, 2, 10, 4)
     if report.failures:
         print(f"\n{len(report.failures)} failure(s)")
         return 1

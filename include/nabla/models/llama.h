@@ -1,8 +1,9 @@
-// The Llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral, Qwen2, Qwen3),
-// laid out as Hugging Face's LlamaForCausalLM / MistralForCausalLM /
-// Qwen2ForCausalLM / Qwen3ForCausalLM so that parameter names and shapes
-// match their checkpoints: RMSNorm, grouped-query attention with rotary
-// positions (rotate-half), a SwiGLU MLP, an untied or tied head.
+// The Llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral, Qwen2, Qwen3,
+// Gemma 3's text model), laid out as Hugging Face's LlamaForCausalLM /
+// MistralForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM /
+// Gemma3ForCausalLM so that parameter names and shapes match their
+// checkpoints: RMSNorm, grouped-query attention with rotary positions
+// (rotate-half), a SwiGLU (Gemma: GeGLU) MLP, an untied or tied head.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,10 @@ namespace nabla::models {
 struct LlamaConfig {
   std::string preset;
   // "llama", "mistral" (Llama's maths; sliding_window), "qwen2" (q/k/v
-  // biases), "qwen3" (q/k heads RMS-normed).
+  // biases), "qwen3" (q/k heads RMS-normed), "gemma3_text" (Gemma 3: norms
+  // scaled by 1 + weight, also after attention and the MLP; q/k heads
+  // normed; GeGLU; the embedding scaled by sqrt(hidden_size); sliding-window
+  // layers with their own rotary base).
   std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -36,9 +40,17 @@ struct LlamaConfig {
   double initializer_range = 0.02;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q, k and v biases (Qwen2's; set by model_type "qwen2")
-  // Mistral's window: each token attends to the last sliding_window tokens,
-  // itself included (0: every earlier token).
+  // Mistral's window (every layer) and Gemma 3's (its sliding_attention
+  // layers): each token attends to the last sliding_window tokens, itself
+  // included (0: every earlier token).
   int64_t sliding_window = 0;
+  // Gemma 3: "sliding_attention" or "full_attention" per layer (config.json's
+  // layer_types, or every sliding_window_pattern-th layer full); the sliding
+  // layers' rotary base (no rope_scaling there); the scores' scale
+  // 1/sqrt(query_pre_attn_scalar).
+  std::vector<std::string> layer_types;
+  double rope_local_base_freq = 10000.0;
+  double query_pre_attn_scalar = 0;  // 0: head_size()
   std::string tokenizer = "byte";  // byte, gpt2, or the path of a tokenizer.json or GGUF model
   // config.json's rope_scaling: none (type ""), "linear" (every frequency
   // divided by factor) or "llama3" (Llama 3.1/3.2: low frequencies divided
@@ -53,7 +65,13 @@ struct LlamaConfig {
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   // Qwen3's q_norm and k_norm: each query and key head RMS-normed (weights
   // [head_size()]) before the rotary positions.
-  bool qk_norm() const { return model_type == "qwen3"; }
+  bool qk_norm() const { return model_type == "qwen3" || gemma(); }
+  bool gemma() const { return model_type == "gemma3_text"; }
+  // Layer i's sliding window (0: every earlier token).
+  int64_t layer_window(int64_t i) const {
+    if (gemma()) return layer_types[size_t(i)] == "sliding_attention" ? sliding_window : 0;
+    return sliding_window;
+  }
   // The divisor of each of the head_size() / 2 rotary frequencies that
   // rope_scaling gives, as Hugging Face computes them (empty: none).
   std::vector<double> rope_freq_factors() const;
@@ -64,8 +82,9 @@ struct LlamaConfig {
   // Hugging Face's config.json (model_type, architectures) with nabla's
   // "architecture": "llama" beside it.
   std::string to_json() const;
-  // A config.json of model_type "llama", "mistral", "qwen2" or "qwen3" (keys it does not use
-  // are ignored), or a nabla checkpoint's config. IoError naming the problem.
+  // A config.json of model_type "llama", "mistral", "qwen2", "qwen3" or
+  // "gemma3_text" (keys it does not use are ignored), or a nabla checkpoint's
+  // config. IoError naming the problem.
   static LlamaConfig from_json(const std::string& json);
 };
 
@@ -145,6 +164,8 @@ class Llama {
 
  private:
   void build(nn::Init& init);
+  // The token embeddings of ids, scaled by sqrt(hidden_size) for Gemma.
+  Tensor embed(const Tensor& ids) const;
   // The final norm's output for input_ids, [B, T, D].
   Tensor hidden(const Tensor& input_ids, bool train, const Tensor& segments) const;
   // Mean cross-entropy of h [B, T', D]'s logits against targets i32 [B, T']
