@@ -40,6 +40,7 @@
 #include "nabla/models/llama.h"
 #include "nabla/models/vit.h"
 #include "nabla/error.h"
+#include "nabla/executor.h"
 #include "nabla/io.h"
 #include "nabla/tokenizer.h"
 
@@ -231,22 +232,42 @@ uint32_t file_type(GgmlType t) {
 // llama.cpp's architecture for a model_type: Mistral is llama.cpp's llama
 // (as convert_hf_to_gguf.py writes it; the sliding window is not kept).
 std::string gguf_architecture(const LlamaConfig& c) {
-  if (c.model_type == "gemma3_text") {
-    throw UsageError("GGUF export: model_type gemma3_text is not written as GGUF (export it as a Hugging Face folder)");
-  }
+  if (c.gemma()) return "gemma3";
   return c.model_type == "mistral" ? "llama" : c.model_type;
 }
 
+// What llama.cpp's gemma3 fixes rather than reads: every sixth layer full
+// attention, the others sliding with rotary base 10000, scores scaled by
+// 1/sqrt(head size) (27B, 62 layers: 1/sqrt(hidden / heads)).
+bool gemma3_llama_cpp_layers(int64_t i) { return (i + 1) % 6 != 0; }  // sliding
+double gemma3_llama_cpp_scalar(const LlamaConfig& c) {
+  return c.num_hidden_layers == 62 ? double(c.hidden_size / c.num_attention_heads) : double(c.head_size());
+}
+
+// A block's norms, Hugging Face's name and llama.cpp's; Gemma's gains are
+// stored as 1 + weight in GGUF (kNormShift), as convert_hf_to_gguf.py writes them.
+std::vector<std::pair<std::string, std::string>> block_norms(const LlamaConfig& c) {
+  if (c.gemma()) {
+    return {{"input_layernorm", "attn_norm"},
+            {"post_attention_layernorm", "post_attention_norm"},
+            {"pre_feedforward_layernorm", "ffn_norm"},
+            {"post_feedforward_layernorm", "post_ffw_norm"}};
+  }
+  return {{"input_layernorm", "attn_norm"}, {"post_attention_layernorm", "ffn_norm"}};
+}
+double norm_shift(const LlamaConfig& c) { return c.gemma() ? 1.0 : 0.0; }
+
 // llama.cpp's llama architecture (llama, SmolLM2, TinyLlama, Llama 3,
-// Mistral), qwen2 (q/k/v biases) and qwen3 (q/k head norms); the qwens
-// rotate half, so their q/k rows are not interleaved:
+// Mistral), qwen2 (q/k/v biases), qwen3 (q/k head norms) and gemma3 (norms
+// around both branches, block_norms); all but llama rotate half, so their
+// q/k rows are not interleaved:
 //   model.embed_tokens.weight                 token_embd.weight
 //   model.layers.i.input_layernorm.weight     blk.i.attn_norm.weight
 //   model.layers.i.self_attn.{q,k}_proj.*     blk.i.attn_{q,k}.*  (llama: rows interleaved)
 //   model.layers.i.self_attn.v_proj.*         blk.i.attn_v.*
 //   model.layers.i.self_attn.o_proj.weight    blk.i.attn_output.weight
 //   model.layers.i.self_attn.{q,k}_norm       blk.i.attn_{q,k}_norm.weight (qwen3)
-//   model.layers.i.post_attention_layernorm   blk.i.ffn_norm.weight
+//   model.layers.i.post_attention_layernorm   blk.i.ffn_norm.weight (gemma3: block_norms)
 //   model.layers.i.mlp.{gate,up,down}_proj    blk.i.ffn_{gate,up,down}.weight
 //   model.norm.weight                         output_norm.weight
 //   lm_head.weight (untied)                   output.weight
@@ -261,6 +282,18 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
   }
   if (c.qk_norm() && c.attention_bias) {
     throw UsageError(ckpt.path + ": llama.cpp's qwen3 architecture has no q/k/v biases");
+  }
+  if (c.gemma()) {
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      if ((c.layer_window(i) > 0) != gemma3_llama_cpp_layers(i)) {
+        throw UsageError(ckpt.path + ": llama.cpp's gemma3 takes every sixth layer as full attention, the others "
+                         "sliding; this model's layer " + std::to_string(i) + " is " + c.layer_types[size_t(i)]);
+      }
+    }
+    if (c.rope_local_base_freq != 10000 || (c.query_pre_attn_scalar > 0 && c.query_pre_attn_scalar != gemma3_llama_cpp_scalar(c))) {
+      throw UsageError(ckpt.path + ": llama.cpp's gemma3 fixes rope_local_base_freq 10000 and query_pre_attn_scalar " +
+                       std::to_string(int64_t(gemma3_llama_cpp_scalar(c))) + " for this model");
+    }
   }
   w.set("general.architecture", arch);
   w.set(a + "context_length", uint32_t(c.max_position_embeddings));
@@ -279,6 +312,7 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
     w.set(a + "rope.scaling.type", "linear");
     w.set(a + "rope.scaling.factor", float(c.rope_scaling.factor));
   }
+  if (c.gemma()) w.set(a + "attention.sliding_window", uint32_t(c.sliding_window));
   add_vocab(ckpt, options.tokenizer.empty() ? checkpoint_tokenizer(ckpt.path, c.tokenizer) : options.tokenizer,
             c.vocab_size, options, w);
 
@@ -301,9 +335,12 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
     const std::vector<double> f = c.rope_freq_factors();
     w.add_tensor("rope_freqs.weight", Tensor::from_vector<float>({int64_t(f.size())}, std::vector<float>(f.begin(), f.end())));
   }
+  const auto norm = [&](const std::string& name) {
+    return norm_shift(c) == 0 ? p.get(name) : eval(p.get(name) + norm_shift(c));
+  };
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
-    w.add_tensor(blk + "attn_norm.weight", p.get(h + "input_layernorm.weight"));
+    for (const auto& [hf, gguf] : block_norms(c)) w.add_tensor(blk + gguf + ".weight", norm(h + hf + ".weight"));
     add(blk + "attn_q.weight", rows(p.get(h + "self_attn.q_proj.weight"), c.num_attention_heads));
     add(blk + "attn_k.weight", rows(p.get(h + "self_attn.k_proj.weight"), c.kv_heads()));
     add(blk + "attn_v.weight", p.get(h + "self_attn.v_proj.weight"));
@@ -313,16 +350,15 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
       w.add_tensor(blk + "attn_v.bias", p.get(h + "self_attn.v_proj.bias"));
     }
     if (c.qk_norm()) {
-      w.add_tensor(blk + "attn_q_norm.weight", p.get(h + "self_attn.q_norm.weight"));
-      w.add_tensor(blk + "attn_k_norm.weight", p.get(h + "self_attn.k_norm.weight"));
+      w.add_tensor(blk + "attn_q_norm.weight", norm(h + "self_attn.q_norm.weight"));
+      w.add_tensor(blk + "attn_k_norm.weight", norm(h + "self_attn.k_norm.weight"));
     }
     add(blk + "attn_output.weight", p.get(h + "self_attn.o_proj.weight"));
-    w.add_tensor(blk + "ffn_norm.weight", p.get(h + "post_attention_layernorm.weight"));
     add(blk + "ffn_gate.weight", p.get(h + "mlp.gate_proj.weight"));
     add(blk + "ffn_up.weight", p.get(h + "mlp.up_proj.weight"));
     add(blk + "ffn_down.weight", p.get(h + "mlp.down_proj.weight"));
   }
-  w.add_tensor("output_norm.weight", p.get("model.norm.weight"));
+  w.add_tensor("output_norm.weight", norm("model.norm.weight"));
   if (!c.tie_word_embeddings) add("output.weight", p.get("lm_head.weight"));
 }
 
@@ -377,9 +413,9 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   const GgufValue* arch_value = file.find_value("general.architecture");
   const std::string arch =
       arch_value && arch_value->type() == GgufType::string ? arch_value->get<std::string>() : "";
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "gemma3") {
     throw fail("general.architecture is " + (arch.empty() ? std::string("missing") : "\"" + arch + "\"") +
-               ", nabla reads \"llama\", \"qwen2\" and \"qwen3\" GGUF files");
+               ", nabla reads \"llama\", \"qwen2\", \"qwen3\" and \"gemma3\" GGUF files");
   }
   // Integer keys as any unsigned or signed type the writer chose.
   auto integer = [&](const std::string& key, std::optional<int64_t> fallback = {}) -> int64_t {
@@ -415,7 +451,7 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   auto tensor = [&](const std::string& name) { return entry(name).values(); };
 
   LlamaConfig c;
-  c.model_type = arch;
+  c.model_type = arch == "gemma3" ? "gemma3_text" : arch;
   // The name is kept where it can be (config JSON holds UTF-8 only).
   if (const GgufValue* name = file.find_value("general.name");
       name && name->type() == GgufType::string && valid_utf8(name->get<std::string>())) {
@@ -453,6 +489,13 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   if (const GgufTensor* freqs = file.find("rope_freqs.weight")) {
     c.rope_scaling = llama3_from_factors(path, freqs->tensor.to_vector<float>(), c.rope_theta);
   }
+  if (c.gemma()) {  // what llama.cpp's gemma3 fixes
+    c.sliding_window = integer("attention.sliding_window");
+    for (int64_t i = 0; i < std::min<int64_t>(c.num_hidden_layers, 1 << 20); ++i) {
+      c.layer_types.push_back(gemma3_llama_cpp_layers(i) ? "sliding_attention" : "full_attention");
+    }
+    c.query_pre_attn_scalar = c.num_attention_heads > 0 ? gemma3_llama_cpp_scalar(c) : 0;
+  }
   try {
     c.validate();
   } catch (const Error& e) {
@@ -481,9 +524,13 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
     out.emplace_back(hf_name, heads > 0 ? rows(m, heads) : m);
   };
   matrix("model.embed_tokens.weight", "token_embd.weight");
+  const auto norm = [&](const std::string& name) {
+    const Tensor t = tensor(name);
+    return norm_shift(c) == 0 ? t : eval(t - norm_shift(c));
+  };
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
-    out.emplace_back(h + "input_layernorm.weight", tensor(blk + "attn_norm.weight"));
+    for (const auto& [hf, gguf] : block_norms(c)) out.emplace_back(h + hf + ".weight", norm(blk + gguf + ".weight"));
     matrix(h + "self_attn.q_proj.weight", blk + "attn_q.weight", c.num_attention_heads);
     matrix(h + "self_attn.k_proj.weight", blk + "attn_k.weight", c.kv_heads());
     matrix(h + "self_attn.v_proj.weight", blk + "attn_v.weight");
@@ -493,16 +540,15 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
       out.emplace_back(h + "self_attn.v_proj.bias", tensor(blk + "attn_v.bias"));
     }
     if (c.qk_norm()) {
-      out.emplace_back(h + "self_attn.q_norm.weight", tensor(blk + "attn_q_norm.weight"));
-      out.emplace_back(h + "self_attn.k_norm.weight", tensor(blk + "attn_k_norm.weight"));
+      out.emplace_back(h + "self_attn.q_norm.weight", norm(blk + "attn_q_norm.weight"));
+      out.emplace_back(h + "self_attn.k_norm.weight", norm(blk + "attn_k_norm.weight"));
     }
     matrix(h + "self_attn.o_proj.weight", blk + "attn_output.weight");
-    out.emplace_back(h + "post_attention_layernorm.weight", tensor(blk + "ffn_norm.weight"));
     matrix(h + "mlp.gate_proj.weight", blk + "ffn_gate.weight");
     matrix(h + "mlp.up_proj.weight", blk + "ffn_up.weight");
     matrix(h + "mlp.down_proj.weight", blk + "ffn_down.weight");
   }
-  out.emplace_back("model.norm.weight", tensor("output_norm.weight"));
+  out.emplace_back("model.norm.weight", norm("output_norm.weight"));
   if (!c.tie_word_embeddings) matrix("lm_head.weight", "output.weight");
   check_holds_parameters(ckpt, c.parameter_count());  // a model is built from it next
   return ckpt;
@@ -553,7 +599,7 @@ GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions&
   } else if (arch == "gpt2") {
     add_gpt2(ckpt, options, w);
   } else {
-    add_llama(ckpt, options, w);  // general.architecture "llama", "qwen2" or "qwen3"
+    add_llama(ckpt, options, w);  // general.architecture "llama", "qwen2", "qwen3" or "gemma3"
   }
   return w;
 }

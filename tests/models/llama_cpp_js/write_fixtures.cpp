@@ -17,6 +17,8 @@
 // Models: "llama_gqa3" (GQA 3, head size 16 != hidden / heads, untied, Llama 3
 // rope_scaling), "llama_tied" (GQA 1, tied), "qwen2" (q/k/v biases, GQA 2),
 // "qwen3" (q/k head norms, head size 32 != hidden / heads, GQA 2, tied);
+// "gemma3" (six layers as llama.cpp fixes them, five sliding with a window of
+// 16 and one full with linear rope scaling, GQA 4, tied);
 // hidden 256 and intermediate 512, so that the block formats quantize most
 // matrices (rows of 256).
 #include <algorithm>
@@ -56,19 +58,20 @@ models::LlamaConfig base() {
   return c;
 }
 
-// Projections N(0, 1/in), biases N(0, 0.1), norm gains 1 + N(0, 0.2), the
-// embedding N(0, 4/D): logits spread over several nats, so the top tokens
-// are well apart.
+// Projections N(0, 1/in), biases N(0, 0.1), norm gains 1 + N(0, 0.2) (Gemma
+// stores gain - 1), the embedding's rows N(0, 4/D) as the blocks see them
+// (Gemma scales them by sqrt(D)): logits spread over several nats, so the
+// top tokens are well apart.
 void randomize(models::Llama& m, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal;
-  const double D = double(m.config().hidden_size);
+  const double D = double(m.config().hidden_size), gemma = m.config().gemma() ? 1 : 0;
   for (auto [name, t] : m.params().list()) {
     float* v = t.data_as<float>();
     for (int64_t i = 0; i < t.numel(); ++i) {
       const double r = normal(rng);
-      v[i] = float(name == "model.embed_tokens.weight" ? 2 * r / std::sqrt(D)
-                   : name.find("norm") != std::string::npos ? 1 + 0.2 * r
+      v[i] = float(name == "model.embed_tokens.weight" ? 2 * r / std::sqrt(D) / (gemma ? std::sqrt(D) : 1)
+                   : name.find("norm") != std::string::npos ? 1 - gemma + 0.2 * r
                    : name.ends_with(".bias")                ? 0.1 * r
                                                             : r / std::sqrt(double(t.dim(1))));
     }
@@ -122,6 +125,17 @@ void write(const std::string& dir) {
   qwen3.rms_norm_eps = 1e-6;
   qwen3.tie_word_embeddings = true;
   configs.emplace_back("qwen3", qwen3);
+  models::LlamaConfig gemma3 = base();
+  gemma3.model_type = "gemma3_text";
+  gemma3.num_hidden_layers = 6;
+  gemma3.num_key_value_heads = 1;
+  gemma3.rope_theta = 1e6;
+  gemma3.rms_norm_eps = 1e-6;
+  gemma3.tie_word_embeddings = true;
+  gemma3.sliding_window = 16;
+  for (int64_t l = 0; l < 6; ++l) gemma3.layer_types.push_back(l == 5 ? "full_attention" : "sliding_attention");
+  gemma3.rope_scaling = {.type = "linear", .factor = 4};
+  configs.emplace_back("gemma3", gemma3);
 
   std::mt19937_64 rng(7);
   json prompts = json::object();
