@@ -592,6 +592,16 @@ json legacy_normalizer() {
             {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", marker}}}}};
 }
 
+// Gemma's spacing (transformers' GemmaConverter): every space replaced by
+// U+2581, nothing prepended; its pre-tokenizer splits at spaces, of which
+// the normalizer left none.
+json replace_normalizer() {
+  return {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", std::string(kSpaceMarker)}};
+}
+json gemma_pre_tokenizer() {
+  return {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"}, {"invert", false}};
+}
+
 json byte_level(bool use_regex) {
   return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
 }
@@ -694,18 +704,19 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
   if (!has_type(model, "BPE")) {
     throw fail("model.type must be \"BPE\" (byte-level BPE), got " + (model.is_object() ? model.value("type", json()).dump() : model.dump()));
   }
-  // SentencePiece's BPE (Llama 2, Mistral): a legacy Prepend + Replace
-  // normalizer, or a Metaspace pre-tokenizer; byte-level BPE otherwise.
+  // SentencePiece's BPE (Llama 2, Mistral, Gemma): a legacy Prepend +
+  // Replace normalizer, a Metaspace pre-tokenizer, or Gemma's Replace alone;
+  // byte-level BPE otherwise.
   const std::string marker(kSpaceMarker);
   const json legacy = legacy_normalizer();
   const json normalizer = j.value("normalizer", json()), pre_tokenizer = j.value("pre_tokenizer", json());
-  const bool metaspace = has_type(pre_tokenizer, "Metaspace");
+  const bool metaspace = has_type(pre_tokenizer, "Metaspace"), gemma = normalizer == replace_normalizer();
   auto impl = std::make_unique<Impl>();
   Impl::Pieces& pieces = impl->pieces;
-  pieces.on = normalizer == legacy || metaspace;
-  if (!normalizer.is_null() && normalizer != json{{"type", "NFC"}} && normalizer != legacy) {
+  pieces.on = normalizer == legacy || metaspace || gemma;
+  if (!normalizer.is_null() && normalizer != json{{"type", "NFC"}} && normalizer != legacy && !gemma) {
     throw fail("normalizer " + normalizer.dump().substr(0, 100) +
-               " is not supported (nabla reads NFC, SentencePiece's Prepend + Replace, or none)");
+               " is not supported (nabla reads NFC, SentencePiece's Prepend + Replace, Gemma's Replace, or none)");
   }
   impl->nfc = normalizer == json{{"type", "NFC"}};
   impl->byte_id.fill(-1);
@@ -724,6 +735,12 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(const std::string& path) {
     }
     pieces.prepend = scheme == "first" ? Prepend::first : scheme == "always" ? Prepend::always : Prepend::never;
     pieces.split = optional_field(pre_tokenizer, "split", true, where);
+  } else if (gemma) {
+    if (!pre_tokenizer.is_null() && pre_tokenizer != gemma_pre_tokenizer()) {
+      throw fail("pre_tokenizer " + pre_tokenizer.dump().substr(0, 100) +
+                 " is not supported after Gemma's normalizer (none, or Split at spaces MergedWithPrevious)");
+    }
+    pieces.prepend = Impl::Pieces::Prepend::never;
   } else if (!pre_tokenizer.is_null()) {
     throw fail("pre_tokenizer " + pre_tokenizer.dump().substr(0, 100) + " is not supported after SentencePiece's normalizer");
   }

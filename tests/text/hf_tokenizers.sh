@@ -13,7 +13,8 @@
 #   spm_legacy, spm_metaspace   SentencePiece-style BPE as Hugging Face
 #                   converts Llama 2's (make_spm_tokenizer.js: U+2581 pieces,
 #                   <0xXX> byte fallback, the legacy Prepend + Replace
-#                   normalizer or a Metaspace pre-tokenizer)
+#                   normalizer or a Metaspace pre-tokenizer); spm_gemma as
+#                   Hugging Face converts Gemma's (Replace alone, no prefix)
 #   spm_from_gguf   spm_legacy written into a GGUF (llama.cpp's "llama"
 #                   vocabulary, scores) and back: the tokenizer.json a Llama
 #                   trained with that GGUF's vocabulary keeps beside it
@@ -54,7 +55,7 @@ fs.writeFileSync(process.argv[2], JSON.stringify(j));
 ' "$work/qwen2_trained.json" "$work/qwen2_nfc.json"
 # shellcheck disable=SC2046
 cat $(find "$fortunes" -maxdepth 1 -type f ! -name '*.*' | sort | head -n 5) | head -c 300000 >"$work/spm_text.txt"
-for style in legacy metaspace; do
+for style in legacy metaspace gemma; do
   node "$here/make_spm_tokenizer.js" "$work/spm_text.txt" "$work/spm_$style.json" 700 $style >/dev/null ||
     fail "make_spm_tokenizer.js $style failed"
 done
@@ -83,7 +84,7 @@ done
 cp "$work/spm_gguf_model.tokenizer.json" "$work/spm_from_gguf.json"
 
 for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained qwen2_nfc digits_trained spm_legacy \
-  spm_metaspace spm_from_gguf; do
+  spm_metaspace spm_gemma spm_from_gguf; do
   json="$work/$name.json" dir="$work/$name"
   mkdir -p "$dir"
   echo "== $name"
@@ -108,5 +109,5 @@ for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained 
 done
 
 [ $status -eq 0 ] || fail "nabla's ids differ from @huggingface/tokenizers' (texts and ids in $work)"
-echo "ok: nabla encodes as @huggingface/tokenizers with all ten tokenizer.json files, and decodes back to the text;" \
+echo "ok: nabla encodes as @huggingface/tokenizers with all eleven tokenizer.json files, and decodes back to the text;" \
   "a Llama trains, exports (Hugging Face, GGUF) and samples with the SentencePiece one"

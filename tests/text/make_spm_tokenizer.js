@@ -1,7 +1,9 @@
 // Writes a SentencePiece-style BPE tokenizer.json as Hugging Face converts
 // Llama 2's and Mistral's: pieces with U+2581 for spaces, <0xXX> byte
 // fallback tokens, <unk> <s> </s>, and either the legacy normalizer (Prepend
-// U+2581, Replace " ") or a Metaspace pre-tokenizer (prepend_scheme first).
+// U+2581, Replace " ") or a Metaspace pre-tokenizer (prepend_scheme first);
+// or Gemma's (GemmaConverter: Replace " " alone, a Split at spaces, a decoder
+// that strips nothing).
 // The vocabulary is learned here (a test fixture, not a tokenizer to use):
 // the characters seen at least twice, then merges of the most frequent
 // adjacent pair within space-started pieces (ties: the pair whose merged
@@ -9,13 +11,13 @@
 // Face's converter writes a SentencePiece model's: every split of a token
 // into two tokens, by the token's order (its score), then the halves' ids.
 //
-//   node make_spm_tokenizer.js TEXT OUT.json VOCAB legacy|metaspace
+//   node make_spm_tokenizer.js TEXT OUT.json VOCAB legacy|metaspace|gemma
 "use strict";
 const fs = require("fs");
 
 const [textFile, out, vocabArg, style] = process.argv.slice(2);
-if (!out || !["legacy", "metaspace"].includes(style)) {
-  console.error("usage: make_spm_tokenizer.js TEXT OUT.json VOCAB legacy|metaspace");
+if (!out || !["legacy", "metaspace", "gemma"].includes(style)) {
+  console.error("usage: make_spm_tokenizer.js TEXT OUT.json VOCAB legacy|metaspace|gemma");
   process.exit(2);
 }
 const target = Number(vocabArg);
@@ -89,16 +91,17 @@ for (const [token] of vocab) {
 const added = specials.map((content, id) => ({
   id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true,
 }));
-const legacy = style === "legacy";
+const legacy = style === "legacy", gemma = style === "gemma";
+const replace = { type: "Replace", pattern: { String: " " }, content: M };
 const j = {
   version: "1.0",
   truncation: null,
   padding: null,
   added_tokens: added,
-  normalizer: legacy
-    ? { type: "Sequence", normalizers: [{ type: "Prepend", prepend: M }, { type: "Replace", pattern: { String: " " }, content: M }] }
-    : null,
-  pre_tokenizer: legacy ? null : { type: "Metaspace", replacement: M, prepend_scheme: "first", split: false },
+  normalizer: legacy ? { type: "Sequence", normalizers: [{ type: "Prepend", prepend: M }, replace] } : gemma ? replace : null,
+  pre_tokenizer: legacy ? null
+    : gemma ? { type: "Split", pattern: { String: " " }, behavior: "MergedWithPrevious", invert: false }
+    : { type: "Metaspace", replacement: M, prepend_scheme: "first", split: false },
   post_processor: {
     type: "TemplateProcessing",
     single: [{ SpecialToken: { id: "<s>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
@@ -106,9 +109,10 @@ const j = {
       { SpecialToken: { id: "<s>", type_id: 1 } }, { Sequence: { id: "B", type_id: 1 } }],
     special_tokens: { "<s>": { id: "<s>", ids: [1], tokens: ["<s>"] } },
   },
-  // The decoder Hugging Face's LlamaConverter writes in both styles.
+  // The decoder Hugging Face's LlamaConverter writes in both its styles;
+  // GemmaConverter's strips nothing.
   decoder: { type: "Sequence", decoders: [{ type: "Replace", pattern: { String: M }, content: " " }, { type: "ByteFallback" },
-    { type: "Fuse" }, { type: "Strip", content: " ", start: 1, stop: 0 }] },
+    { type: "Fuse" }, ...(gemma ? [] : [{ type: "Strip", content: " ", start: 1, stop: 0 }])] },
   model: {
     type: "BPE", dropout: null, unk_token: "<unk>", continuing_subword_prefix: null, end_of_word_suffix: null,
     fuse_unk: true, byte_fallback: true, ignore_merges: false, vocab: Object.fromEntries(vocab), merges: converted,

@@ -498,6 +498,20 @@ TEST(TokenizerBpe, SentencePiecePieces) {
   EXPECT_EQ(metaspace->encode("a</s>b"), (std::vector<int32_t>{6, 2, 5}));
   EXPECT_EQ(metaspace->encode(" ab"), (std::vector<int32_t>{8}));  // a leading space is the marker itself
 
+  // Gemma's: spaces replaced, nothing prepended (its Split at spaces finds none).
+  nlohmann::json gemma = j;
+  gemma["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}};
+  gemma["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"},
+                            {"invert", false}};
+  write_text(dir.file("gemma.json"), gemma.dump());
+  auto gemma_tok = BpeTokenizer::from_json(dir.file("gemma.json"));
+  EXPECT_EQ(gemma_tok->encode("ab ab"), (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(gemma_tok->decode(std::vector<int32_t>{8, 7}), " abab");
+  EXPECT_FALSE(gemma_tok->gguf_vocabulary().add_space_prefix);
+  gemma["pre_tokenizer"]["behavior"] = "Isolated";
+  write_text(dir.file("bad.json"), gemma.dump());
+  EXPECT_THROW(BpeTokenizer::from_json(dir.file("bad.json")), IoError);
+
   j["pre_tokenizer"]["replacement"] = "_";
   write_text(dir.file("bad.json"), j.dump());
   EXPECT_THROW(BpeTokenizer::from_json(dir.file("bad.json")), IoError);
