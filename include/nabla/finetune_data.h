@@ -26,14 +26,17 @@ namespace nabla {
 //   chatml  SmolLM2, Qwen2: "<|im_start|>" role "\n" content "<|im_end|>" "\n"
 //   llama3  Llama 3: "<|begin_of_text|>", then per message
 //           "<|start_header_id|>" role "<|end_header_id|>\n\n" content "<|eot_id|>"
-enum class ChatTemplate { chatml, llama3 };
-// "chatml" or "llama3"; UsageError naming both for another name.
+//   gemma   Gemma 3: "<bos>", then per turn "<start_of_turn>" role "\n"
+//           content "<end_of_turn>\n" (role "model" for the assistant; a
+//           system message goes before the first user content)
+enum class ChatTemplate { chatml, llama3, gemma };
+// "chatml", "llama3" or "gemma"; UsageError naming them for another name.
 ChatTemplate parse_chat_template(const std::string& name);
 const char* chat_template_name(ChatTemplate t);
 // The built-in template a Jinja chat template (tokenizer_config.json's
 // "chat_template", GGUF's tokenizer.chat_template) is, recognised by its
-// markers: "<|im_start|>" for chatml, "<|start_header_id|>" for llama3;
-// std::nullopt when it has neither or both.
+// markers: "<|im_start|>" for chatml, "<|start_header_id|>" for llama3,
+// "<start_of_turn>" for gemma; std::nullopt when it has none or several.
 std::optional<ChatTemplate> recognize_chat_template(const std::string& jinja);
 
 struct FinetuneExample {
@@ -66,6 +69,12 @@ struct FinetuneDataOptions {
 //                message "<|start_header_id|>" role "<|end_header_id|>\n\n"
 //                (not counted), content with white space trimmed at both
 //                ends (the template's `| trim`), "<|eot_id|>".
+//       gemma:   "<bos>" once (instead of prefix_ids()), then per turn
+//                "<start_of_turn>" ("user" or "model") "\n" (not counted;
+//                the first followed by a system message's content and
+//                "\n\n"), content trimmed, "<end_of_turn>", "\n" (not
+//                counted). Turns must alternate user, assistant, ... as the
+//                template demands.
 //       A marker is one id when the tokenizer has it as an added token, else
 //       whatever encode() makes of its text. NOTE: as with Hugging Face's
 //       apply_chat_template, a marker's text inside content is encoded as

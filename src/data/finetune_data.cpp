@@ -138,6 +138,28 @@ FinetuneExample read_messages(const json& messages, ExampleBuilder& b, const Tok
         b.text("<|eot_id|>", counted);
       }
       break;
+    case ChatTemplate::gemma: {
+      // Gemma 3's template: a system message is the first user turn's prefix.
+      const bool system = turns.front().role == "system";
+      b.text("<bos>", false);
+      for (size_t k = system ? 1 : 0; k < turns.size(); ++k) {
+        const Message& t = turns[k];
+        const size_t turn = k - (system ? 1 : 0);
+        if ((t.role == "user") != (turn % 2 == 0) || t.role == "system") {
+          throw b.error("\"messages\"[" + std::to_string(k) + "] is a " + t.role +
+                        " message; Gemma's template takes user and assistant messages by turns, user first, "
+                        "after an optional system message");
+        }
+        const bool counted = t.role == "assistant";
+        b.text("<start_of_turn>" + std::string(counted ? "model" : "user") + "\n" +
+                   (turn == 0 && system ? turns.front().content + "\n\n" : ""),
+               false);
+        b.text(trim(t.content), counted);
+        b.text("<end_of_turn>", counted);
+        b.text("\n", false);
+      }
+      break;
+    }
   }
   return b.finish("no assistant message");
 }
@@ -177,7 +199,8 @@ FinetuneExample read_line(const json& j, ExampleBuilder& b, const Tokenizer& tok
 ChatTemplate parse_chat_template(const std::string& name) {
   if (name == "chatml") return ChatTemplate::chatml;
   if (name == "llama3") return ChatTemplate::llama3;
-  throw UsageError("unknown chat template \"" + name + "\": expected \"chatml\" or \"llama3\"");
+  if (name == "gemma") return ChatTemplate::gemma;
+  throw UsageError("unknown chat template \"" + name + "\": expected \"chatml\", \"llama3\" or \"gemma\"");
 }
 
 const char* chat_template_name(ChatTemplate t) {
@@ -186,6 +209,8 @@ const char* chat_template_name(ChatTemplate t) {
       return "chatml";
     case ChatTemplate::llama3:
       return "llama3";
+    case ChatTemplate::gemma:
+      return "gemma";
   }
   return "?";
 }
@@ -193,8 +218,9 @@ const char* chat_template_name(ChatTemplate t) {
 std::optional<ChatTemplate> recognize_chat_template(const std::string& jinja) {
   const bool chatml = jinja.find("<|im_start|>") != std::string::npos;
   const bool llama3 = jinja.find("<|start_header_id|>") != std::string::npos;
-  if (chatml == llama3) return std::nullopt;
-  return chatml ? ChatTemplate::chatml : ChatTemplate::llama3;
+  const bool gemma = jinja.find("<start_of_turn>") != std::string::npos;
+  if (int(chatml) + int(llama3) + int(gemma) != 1) return std::nullopt;
+  return chatml ? ChatTemplate::chatml : llama3 ? ChatTemplate::llama3 : ChatTemplate::gemma;
 }
 
 std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,

@@ -88,6 +88,13 @@ std::unique_ptr<BpeTokenizer> llama3_tokenizer(const TempDir& dir) {
                     "<|begin_of_text|>");
 }
 
+// Gemma's markers (ids as its own: <bos> 2, the turn markers 105 and 106
+// there; here after the bytes).
+constexpr int32_t kBos = 256, kStartOfTurn = 257, kEndOfTurn = 258;
+std::unique_ptr<BpeTokenizer> gemma_tokenizer(const TempDir& dir) {
+  return bytes_with(dir, {"<bos>", "<start_of_turn>", "<end_of_turn>"}, "<bos>");
+}
+
 std::vector<FinetuneExample> read_lines(const TempDir& dir, const std::string& text,
                                         const Tokenizer& tok,
                                         const FinetuneDataOptions& options = {}) {
@@ -114,6 +121,17 @@ const char* kLlama3Template =
     "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif "
     "%}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
     "'<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+
+// Gemma 3's chat template, its text branch (google/gemma-3-1b-it's
+// tokenizer_config.json has image branches and a role check besides).
+const char* kGemma3Template =
+    "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = "
+    "messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set "
+    "first_user_prefix = \"\" -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message in "
+    "loop_messages -%}{%- if (message['role'] == 'assistant') -%}{%- set role = \"model\" -%}{%- else "
+    "-%}{%- set role = message['role'] -%}{%- endif -%}{{ '<start_of_turn>' + role + '\n' + "
+    "(first_user_prefix if loop.first else \"\") }}{{ message['content'] | trim }}{{ '<end_of_turn>\n' "
+    "}}{%- endfor -%}{%- if add_generation_prompt -%}{{'<start_of_turn>model\n'}}{%- endif -%}";
 
 // Reading `text` fails with an IoError naming data.jsonl:`line` and saying `says`.
 void expect_line_error(const std::string& text, int line, const std::string& says) {
@@ -286,6 +304,40 @@ TEST(FinetuneData, Llama3MessagesWithItsMarkers) {
   EXPECT_EQ(ex[0].labels, want.labels);
 }
 
+// Gemma 3's template: <bos> once, the system message opening the first user
+// turn, the assistant as "model", content trimmed, <end_of_turn> counted;
+// turns out of order are refused as the template refuses them.
+TEST(FinetuneData, GemmaMessagesWithItsMarkers) {
+  TempDir dir;
+  auto tok = gemma_tokenizer(dir);
+  FinetuneDataOptions options;
+  options.chat_template = ChatTemplate::gemma;
+  const auto ex = read_lines(dir, kConversation, *tok, options);
+  ASSERT_EQ(ex.size(), 1u);
+  auto turn = [](const char* role) { return cat({{kStartOfTurn}, bytes(role), bytes("\n")}); };
+  Want want;
+  want.skip({kBos});
+  want.skip(turn("user")).skip(bytes("Be brief.\n\nHi")).skip({kEndOfTurn}).skip(bytes("\n"));
+  want.skip(turn("model")).learn(bytes("Hello!")).learn({kEndOfTurn}).skip(bytes("\n"));
+  want.skip(turn("user")).skip(bytes("Bye")).skip({kEndOfTurn}).skip(bytes("\n"));
+  want.skip(turn("model")).learn(bytes("Bye.")).learn({kEndOfTurn}).skip(bytes("\n"));
+  EXPECT_EQ(ex[0].ids, want.ids);
+  EXPECT_EQ(ex[0].labels, want.labels);
+  for (const char* bad :
+       {R"({"messages": [{"role": "assistant", "content": "Hi"}, {"role": "user", "content": "Yo"}]})",
+        R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "user", "content": "Yo"}]})",
+        R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Yo"}]})"}) {
+    try {
+      read_lines(dir, bad, *tok, options);
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("Gemma's template takes user and assistant messages by turns"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // SmolLM2's template adds its system message to a conversation without one.
 TEST(FinetuneData, DefaultSystemMessage) {
   TempDir dir;
@@ -372,17 +424,18 @@ TEST(FinetuneData, ErrorMissingFileOrNoExamples) {
 }
 
 TEST(FinetuneData, ChatTemplateNamesAndRecognition) {
-  for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3})
+  for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::gemma})
     EXPECT_EQ(parse_chat_template(chat_template_name(t)), t);
   try {
     parse_chat_template("mistral");
     FAIL() << "expected UsageError";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("\"chatml\" or \"llama3\""), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("\"chatml\", \"llama3\" or \"gemma\""), std::string::npos)
         << e.what();
   }
   EXPECT_EQ(recognize_chat_template(kSmolLM2Template), ChatTemplate::chatml);
   EXPECT_EQ(recognize_chat_template(kLlama3Template), ChatTemplate::llama3);
+  EXPECT_EQ(recognize_chat_template(kGemma3Template), ChatTemplate::gemma);
   EXPECT_EQ(recognize_chat_template(
                 "{{ bos_token }}{% for message in messages %}[INST] {{ message['content'] }} "
                 "[/INST]{% endfor %}"),
