@@ -336,7 +336,7 @@ struct Mlp {
     const Tensor g = gate(x, train);
     return fc2((gate_gelu ? apply_gelu(gelu, g) : silu(g)) * fc1(x, train), train);
   }
-  std::vector<Linear*> linears();  // gate (when SwiGLU), fc1, fc2
+  std::vector<Linear*> linears();  // gate (when gated), fc1, fc2
 };
 
 // Pre-LN transformer block: x + attn(norm1(x)), then + mlp(norm2(.)): ViT's

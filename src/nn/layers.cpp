@@ -400,7 +400,8 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
   // values' product writes its output token-major (matmul_heads), and the
   // backward products write dq, dk and dv so too: no head copies either way.
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
-  Tensor p = T > 64 ? attention_probs(q, k, false, scale) : softmax(matmul(heads_first(q), transpose(heads_first(k))), scale);
+  Tensor p = T > 64 ? attention_probs(q, k, false, scale)
+                    : softmax(matmul(heads_first(q), transpose(heads_first(k))), scale);
   return proj(reshape(matmul_heads(p, heads_first(v)), {N, Tq, inner}), train);
 }
 

@@ -397,13 +397,13 @@ KeyRange block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t 
   if (hide.seg || hide.window > 0) {
     const T hidden = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < rows; ++r) {
-      T* row = p + r * n - keys.begin;  // row[j] for key j
+      T* row = p + r * n;  // row[j - keys.begin] for key j
       const int64_t start = window_start(i0 + r, d.Tq, d.Tk, hide.window);
-      std::fill(row + keys.begin, row + std::max(keys.begin, std::min(start, keys.end)), hidden);
+      std::fill(row, row + (std::clamp(start, keys.begin, keys.end) - keys.begin), hidden);
       if (!hide.seg) continue;
       const int32_t mine = hide.seg[(i0 + r) * hide.seg_stride];
       for (int64_t j = keys.begin; j < keys.end; ++j) {
-        if (hide.seg[j * hide.seg_stride] != mine) row[j] = hidden;
+        if (hide.seg[j * hide.seg_stride] != mine) row[j - keys.begin] = hidden;
       }
     }
   }
