@@ -256,6 +256,11 @@ int run_finetune(const FinetuneArgs& a) {
   const int64_t n_train = int64_t(split.train.size()), n_val = int64_t(split.val.size());
   FinetuneBatcher train_batches(std::move(split.train), B, T, mode, seed, pad_id);
   FinetuneBatcher val_batches(std::move(split.val), B, T, mode, seed, pad_id);
+  if (train_batches.counted_tokens_total() == 0) {  // a zero loss to train on: a context too short for the prompts
+    throw UsageError(fmt::format("{}: no training example keeps a token to learn within a context of {} tokens ({} of "
+                                 "{} truncated); give a longer --context",
+                                 command, T, train_batches.truncated(), n_train));
+  }
   FinetuneTask task(session, std::move(train_batches), std::move(val_batches), a.threads);
 
   const std::string config_json = run_config(a, lora);

@@ -155,6 +155,8 @@ class FinetuneBatcher {
   // token (their loss is always zero: a prompt longer than T, say).
   int64_t truncated() const { return truncated_; }
   int64_t truncated_uncounted() const { return truncated_uncounted_; }
+  // The counted tokens of every example (0: nothing to learn from).
+  int64_t counted_tokens_total() const;
 
   int64_t batch_size() const { return batch_; }
   int64_t context() const { return context_; }

@@ -8,6 +8,7 @@
 #include "nabla/finetune_data.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -308,6 +309,10 @@ FinetuneBatcher::FinetuneBatcher(std::vector<FinetuneExample> examples, int64_t 
   }
   cut_rows();
   start_epoch(0);
+}
+
+int64_t FinetuneBatcher::counted_tokens_total() const {
+  return std::accumulate(counted_.begin(), counted_.end(), int64_t{0});
 }
 
 void FinetuneBatcher::start_epoch(int64_t epoch) {

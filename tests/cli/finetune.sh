@@ -75,6 +75,10 @@ out=$("$nabla" finetune --base "$dir/base" --data "$dir/bad.jsonl" 2>&1); status
 printf '{"text": "only one example"}\n' > "$dir/one.jsonl"
 out=$("$nabla" finetune --base "$dir/base" --data "$dir/one.jsonl" 2>&1); status=$?
 [ $status -eq 2 ] && echo "$out" | grep -q "no validation examples" || fail "one example: $status $out"
+grep prompt "$data" > "$dir/prompts.jsonl"
+out=$("$nabla" finetune --base "$dir/base" --data "$dir/prompts.jsonl" --context 8 2>&1); status=$?
+[ $status -eq 2 ] && echo "$out" | grep -q "no training example keeps a token to learn within a context of 8 tokens" ||
+  fail "a context shorter than every prompt: $status $out"
 out=$("$nabla" finetune --base "$dir/base" --data "$data" --full --lora-r 4 2>&1); status=$?
 [ $status -eq 2 ] || fail "--full with --lora-r: status $status"
 echo "finetune checks passed"
