@@ -256,7 +256,7 @@ struct HeadOperand {
   }
 
   // The operand from key `key` on: keys are op(B)'s columns (K^T, V^T) or
-  // rows (K, V). Unpacked operands only (a sliding window's blocks).
+  // rows (K, V). Key 0, or an unpacked operand (a sliding window's blocks).
   HeadOperand from_key(int64_t key, bool keys_are_columns) const {
     HeadOperand o = *this;
     o.p += key * (keys_are_columns == trans ? ld : 1);
@@ -393,7 +393,7 @@ KeyRange block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t 
   const int64_t n = keys.count();
   Q = head_rows(q, b, h, i0, rows, s.q);
   T* p = uninitialized(s.p, rows * n);
-  (keys.begin > 0 ? Kt.from_key(keys.begin, true) : Kt).multiply(bf16, Q.trans, rows, n, d.D, Q.p, Q.ld, p, n);
+  Kt.from_key(keys.begin, true).multiply(bf16, Q.trans, rows, n, d.D, Q.p, Q.ld, p, n);
   if (hide.seg || hide.window > 0) {
     const T hidden = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < rows; ++r) {
@@ -445,8 +445,7 @@ void attention_kernel(const KernelArgs& a) {
         const int64_t n = keys.count();
         // O rows = P V, written into out [B, Tq, H, Dv] in place.
         T* o = out + ((b * d.Tq + i0) * d.H + h) * d.Dv;
-        (keys.begin > 0 ? Vn.from_key(keys.begin, false) : Vn)
-            .multiply(bf16, false, rows, d.Dv, n, s.p.data(), n, o, d.H * d.Dv);
+        Vn.from_key(keys.begin, false).multiply(bf16, false, rows, d.Dv, n, s.p.data(), n, o, d.H * d.Dv);
       }
     }
   });
@@ -504,10 +503,10 @@ void attention_back_kernel(const KernelArgs& a) {
           const HeadRows<T> dO = head_rows(dout, b, h, i0, rows, s.dout);
           T* P = s.p.data();
           T* dS = uninitialized(s.dp, rows * n);
-          (k0 > 0 ? Vt.from_key(k0, true) : Vt).multiply(bf16, dO.trans, rows, n, d.Dv, dO.p, dO.ld, dS, n);
+          Vt.from_key(k0, true).multiply(bf16, dO.trans, rows, n, d.Dv, dO.p, dO.ld, dS, n);
           for (int64_t r = 0; r < rows; ++r) score_gradient_row(P + r * n, 1, dS + r * n, 1, dS + r * n, n, scale);
           T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
-          (k0 > 0 ? Kn.from_key(k0, false) : Kn).multiply(bf16, false, rows, d.D, n, dS, n, dq_rows, d.H * d.D);
+          Kn.from_key(k0, false).multiply(bf16, false, rows, d.D, n, dS, n, dq_rows, d.H * d.D);
           // dK += dS^T Q and dV += P^T dO over the keys written before, and
           // written (no pass zeroing them first) over the keys new to this block.
           for (const bool add : {true, false}) {
