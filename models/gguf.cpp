@@ -1,5 +1,5 @@
 // Checkpoints as GGUF. The Llama mapping (add_llama) follows llama.cpp's
-// llama, qwen2 and qwen3 architectures, the GPT-2 mapping its gpt2 architecture, so
+// llama, qwen2, qwen3, smollm3 and gemma3 architectures, the GPT-2 mapping its gpt2 architecture, so
 // that llama.cpp loads and runs the file:
 //
 //   nabla (Hugging Face)        GGUF (llama.cpp)          NumPy shape -> ggml ne
@@ -236,6 +236,15 @@ std::string gguf_architecture(const LlamaConfig& c) {
   return c.model_type == "mistral" ? "llama" : c.model_type;
 }
 
+// llama.cpp's llama and smollm3 rotate adjacent pairs (convert_hf_to_gguf.py
+// permutes their q/k rows to that order); the others rotate halves, as
+// Hugging Face does.
+bool interleaves_heads(const std::string& arch) { return arch == "llama" || arch == "smollm3"; }
+
+// What llama.cpp's smollm3 fixes rather than reads: every fourth layer
+// without rotary positions.
+bool smollm3_llama_cpp_rotates(int64_t i) { return (i + 1) % 4 != 0; }
+
 // What llama.cpp's gemma3 fixes rather than reads: every sixth layer full
 // attention, the others sliding with rotary base 10000, scores scaled by
 // 1/sqrt(head size) (27B, 62 layers: 1/sqrt(hidden / heads)).
@@ -258,12 +267,13 @@ std::vector<std::pair<std::string, std::string>> block_norms(const LlamaConfig& 
 double norm_shift(const LlamaConfig& c) { return c.gemma() ? 1.0 : 0.0; }
 
 // llama.cpp's llama architecture (llama, SmolLM2, TinyLlama, Llama 3,
-// Mistral), qwen2 (q/k/v biases), qwen3 (q/k head norms) and gemma3 (norms
-// around both branches, block_norms); all but llama rotate half, so their
-// q/k rows are not interleaved:
+// Mistral), qwen2 (q/k/v biases), qwen3 (q/k head norms), smollm3 (llama's
+// tensors, NoPE layers) and gemma3 (norms around both branches,
+// block_norms); llama and smollm3 rotate adjacent pairs, so their q/k rows
+// are interleaved (interleaves_heads):
 //   model.embed_tokens.weight                 token_embd.weight
 //   model.layers.i.input_layernorm.weight     blk.i.attn_norm.weight
-//   model.layers.i.self_attn.{q,k}_proj.*     blk.i.attn_{q,k}.*  (llama: rows interleaved)
+//   model.layers.i.self_attn.{q,k}_proj.*     blk.i.attn_{q,k}.*  (llama, smollm3: rows interleaved)
 //   model.layers.i.self_attn.v_proj.*         blk.i.attn_v.*
 //   model.layers.i.self_attn.o_proj.weight    blk.i.attn_output.weight
 //   model.layers.i.self_attn.{q,k}_norm       blk.i.attn_{q,k}_norm.weight (qwen3)
@@ -275,9 +285,9 @@ double norm_shift(const LlamaConfig& c) { return c.gemma() ? 1.0 : 0.0; }
 void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWriter& w) {
   const LlamaConfig c = llama_config_from_checkpoint(ckpt);
   const std::string arch = gguf_architecture(c), a = arch + ".";
-  const bool interleave = arch == "llama";
+  const bool interleave = interleaves_heads(arch);
   const int64_t hd = c.head_size();
-  if (!interleave && c.rope_scaling.type == "llama3") {
+  if (arch != "llama" && c.rope_scaling.type == "llama3") {
     throw UsageError(ckpt.path + ": llama.cpp's " + arch + " architecture has no llama3 rope scaling");
   }
   if (c.qk_norm() && c.attention_bias) {
@@ -293,6 +303,12 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
     if (c.rope_local_base_freq != 10000 || (c.query_pre_attn_scalar > 0 && c.query_pre_attn_scalar != gemma3_llama_cpp_scalar(c))) {
       throw UsageError(ckpt.path + ": llama.cpp's gemma3 fixes rope_local_base_freq 10000 and query_pre_attn_scalar " +
                        std::to_string(int64_t(gemma3_llama_cpp_scalar(c))) + " for this model");
+    }
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers && arch == "smollm3"; ++i) {
+    if (c.layer_rotates(i) != smollm3_llama_cpp_rotates(i)) {
+      throw UsageError(ckpt.path + ": llama.cpp's smollm3 takes every fourth layer without rotary positions, the "
+                       "others with; this model's layer " + std::to_string(i) + (c.layer_rotates(i) ? " rotates" : " does not"));
     }
   }
   w.set("general.architecture", arch);
@@ -413,9 +429,9 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   const GgufValue* arch_value = file.find_value("general.architecture");
   const std::string arch =
       arch_value && arch_value->type() == GgufType::string ? arch_value->get<std::string>() : "";
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "gemma3") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "smollm3" && arch != "gemma3") {
     throw fail("general.architecture is " + (arch.empty() ? std::string("missing") : "\"" + arch + "\"") +
-               ", nabla reads \"llama\", \"qwen2\", \"qwen3\" and \"gemma3\" GGUF files");
+               ", nabla reads \"llama\", \"qwen2\", \"qwen3\", \"smollm3\" and \"gemma3\" GGUF files");
   }
   // Integer keys as any unsigned or signed type the writer chose.
   auto integer = [&](const std::string& key, std::optional<int64_t> fallback = {}) -> int64_t {
@@ -496,6 +512,9 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
     }
     c.query_pre_attn_scalar = c.num_attention_heads > 0 ? gemma3_llama_cpp_scalar(c) : 0;
   }
+  for (int64_t i = 0; i < std::min<int64_t>(c.num_hidden_layers, 1 << 20) && arch == "smollm3"; ++i) {
+    c.no_rope_layers.push_back(smollm3_llama_cpp_rotates(i) ? 1 : 0);
+  }
   try {
     c.validate();
   } catch (const Error& e) {
@@ -508,7 +527,7 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   ckpt.config_json = c.to_json();
   auto& out = ckpt.file.tensors;
   auto rows = [&](const Tensor& t, int64_t heads) {
-    if (arch != "llama") return t;
+    if (!interleaves_heads(arch)) return t;
     if (t.rank() < 1 || t.dim(0) != heads * c.head_size()) {
       throw fail("a q/k tensor is " + to_string(t.shape()) + ", expected " + std::to_string(heads * c.head_size()) + " rows");
     }
@@ -599,14 +618,14 @@ GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions&
   } else if (arch == "gpt2") {
     add_gpt2(ckpt, options, w);
   } else {
-    add_llama(ckpt, options, w);  // general.architecture "llama", "qwen2", "qwen3" or "gemma3"
+    add_llama(ckpt, options, w);  // general.architecture "llama", "qwen2", "qwen3", "smollm3" or "gemma3"
   }
   return w;
 }
 
 GgufWriter gguf_lora_adapter(const LlamaConfig& c, const PeftAdapter& adapter) {
   const std::string arch = gguf_architecture(c);
-  const bool interleave = arch == "llama";
+  const bool interleave = interleaves_heads(arch);
   GgufWriter w;
   w.set("general.architecture", arch);
   w.set("general.type", "adapter");

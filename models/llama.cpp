@@ -44,6 +44,7 @@ const char* hf_class(const std::string& model_type) {
                                                                 {"mistral", "MistralForCausalLM"},
                                                                 {"qwen2", "Qwen2ForCausalLM"},
                                                                 {"qwen3", "Qwen3ForCausalLM"},
+                                                                {"smollm3", "SmolLM3ForCausalLM"},
                                                                 {"gemma3_text", "Gemma3ForCausalLM"}};
   for (const auto& [type, name] : classes) {
     if (model_type == type) return name;
@@ -56,8 +57,8 @@ const char* hf_class(const std::string& model_type) {
 void LlamaConfig::validate() const {
   auto fail = [](const std::string& m) { throw UsageError("llama config: " + m); };
   if (!hf_class(model_type)) {
-    fail("model_type must be \"llama\", \"mistral\", \"qwen2\", \"qwen3\" or \"gemma3_text\", got \"" + model_type +
-         "\"");
+    fail("model_type must be \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\" or \"gemma3_text\", got \"" +
+         model_type + "\"");
   }
   if (sliding_window < 0 || (sliding_window > 0 && model_type != "mistral" && !gemma())) {
     fail("sliding_window must be 0 (none) or, for model_type \"mistral\" or \"gemma3_text\", positive");
@@ -82,6 +83,17 @@ void LlamaConfig::validate() const {
     }
   } else if (!layer_types.empty()) {
     fail("layer_types is read for model_type \"gemma3_text\" only");
+  }
+  if (model_type == "smollm3") {
+    if (no_rope_layers.size() != size_t(num_hidden_layers)) {
+      fail("no_rope_layers must hold a 1 (rotary) or 0 (none) for each of the " + std::to_string(num_hidden_layers) +
+           " layers, got " + std::to_string(no_rope_layers.size()));
+    }
+    for (int64_t r : no_rope_layers) {
+      if (r != 0 && r != 1) fail("no_rope_layers holds " + std::to_string(r) + ", expected 1 (rotary) or 0 (none)");
+    }
+  } else if (!no_rope_layers.empty()) {
+    fail("no_rope_layers is read for model_type \"smollm3\" only");
   }
   if (vocab_size <= 0 || hidden_size <= 0 || intermediate_size <= 0 || num_hidden_layers < 0 ||
       num_attention_heads <= 0 || num_key_value_heads < 0 || head_dim < 0 || max_position_embeddings <= 0) {
@@ -168,8 +180,8 @@ ConfigFields fields_of(LlamaConfig& c) {
   return f;
 }
 
-ConfigFields rope_scaling_fields(LlamaConfig::RopeScaling& s) {
-  ConfigFields f("llama config: rope_scaling");
+ConfigFields rope_scaling_fields(LlamaConfig::RopeScaling& s, const std::string& what = "rope_scaling") {
+  ConfigFields f("llama config: " + what);
   f.required("factor", s.factor);
   if (s.type == "llama3") {
     f.required("low_freq_factor", s.low_freq_factor)
@@ -177,6 +189,13 @@ ConfigFields rope_scaling_fields(LlamaConfig::RopeScaling& s) {
         .required("original_max_position_embeddings", s.original_max_position_embeddings, 1);
   }
   return f;
+}
+
+// The number of layers config.json gives, for the per-layer lists read
+// before the sizes are checked (bounded, so that a huge count reads nothing).
+int64_t listed_layers(const nlohmann::json& j) {
+  const auto layers = j.find("num_hidden_layers");
+  return layers != j.end() && layers->is_number_integer() ? std::clamp<int64_t>(layers->get<int64_t>(), 0, 1 << 20) : 0;
 }
 
 // Gemma 3's keys beyond Llama's (j: its config.json). What nabla does not
@@ -200,9 +219,7 @@ void read_gemma3(const nlohmann::json& j, LlamaConfig& c) {
       *value = it->get<double>();
     }
   }
-  const auto layers_key = j.find("num_hidden_layers");  // checked with the other sizes
-  const int64_t layers =
-      layers_key != j.end() && layers_key->is_number_integer() ? std::min<int64_t>(layers_key->get<int64_t>(), 1 << 20) : 0;
+  const int64_t layers = listed_layers(j);
   if (auto types = j.find("layer_types"); types != j.end() && !types->is_null()) {
     if (!types->is_array()) fail("layer_types must be a list, got " + types->dump());
     for (const auto& t : *types) {
@@ -219,6 +236,91 @@ void read_gemma3(const nlohmann::json& j, LlamaConfig& c) {
   }
   for (int64_t i = 0; i < layers; ++i) {
     c.layer_types.push_back((i + 1) % pattern == 0 ? "full_attention" : "sliding_attention");
+  }
+}
+
+// SmolLM3's NoPE layers: no_rope_layers (1: the layer rotates, 0: it has no
+// positions; at least one entry a layer), or every no_rope_layer_interval-th
+// layer (default 4) NoPE.
+void read_smollm3(const nlohmann::json& j, LlamaConfig& c) {
+  const auto fail = [](const std::string& m) { throw IoError("llama config: smollm3's " + m); };
+  const int64_t layers = listed_layers(j);
+  if (auto list = j.find("no_rope_layers"); list != j.end() && !list->is_null()) {
+    if (!list->is_array()) fail("no_rope_layers must be a list, got " + list->dump());
+    for (const auto& r : *list) {
+      if (!r.is_number_integer()) fail("no_rope_layers must hold integers, got " + r.dump());
+      if (int64_t(c.no_rope_layers.size()) < layers) c.no_rope_layers.push_back(r.get<int64_t>());
+    }
+    return;
+  }
+  int64_t interval = 4;
+  if (auto it = j.find("no_rope_layer_interval"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 1) fail("no_rope_layer_interval must be a positive integer");
+    interval = it->get<int64_t>();
+  }
+  for (int64_t i = 0; i < layers; ++i) c.no_rope_layers.push_back((i + 1) % interval != 0 ? 1 : 0);
+}
+
+// A rotary-scaling object: {"rope_type" (or "type"), the type's keys};
+// "default" is none. `what` names it in errors.
+LlamaConfig::RopeScaling read_scaling(const nlohmann::json& s, const std::string& what, bool type_required) {
+  const nlohmann::json none = type_required ? nlohmann::json() : nlohmann::json("default");
+  const auto type = s.is_object() ? s.value("rope_type", s.value("type", none)) : nlohmann::json();
+  if (!type.is_string()) {
+    throw IoError("llama config: " + what + " must be null or an object with a string \"rope_type\", got " + s.dump());
+  }
+  LlamaConfig::RopeScaling r;
+  if (type == "default") return r;
+  r.type = type.get<std::string>();
+  if (r.type != "linear" && r.type != "llama3") {
+    throw IoError("llama config: " + what + " type \"" + r.type + "\" is not supported (linear, llama3)");
+  }
+  rope_scaling_fields(r, what).from_json(s.dump());
+  return r;
+}
+
+// The rotations' base and scaling. transformers 4 writes rope_theta and
+// rope_scaling; 5 writes rope_parameters: {"rope_type", "rope_theta", the
+// scaling's keys}, or one such object per layer type where those rotate
+// differently (Gemma 3's full and sliding layers). As transformers reads
+// them: a non-null rope_scaling before rope_parameters, a rope_theta inside
+// the object before the top-level one.
+void read_rope(const nlohmann::json& j, LlamaConfig& c) {
+  std::string key = "rope_scaling";
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) it = j.find(key = "rope_parameters");
+  if (it == j.end() || it->is_null()) return;
+  const nlohmann::json& rope = *it;
+  if (!rope.is_object()) {
+    throw IoError("llama config: " + key + " must be null or an object, got " + rope.dump());
+  }
+  auto read = [&](const nlohmann::json& r, const std::string& what, double& theta, LlamaConfig::RopeScaling* scaling) {
+    if (auto t = r.find("rope_theta"); r.is_object() && t != r.end() && !t->is_null()) {
+      if (!t->is_number() || !(t->get<double>() > 0)) {
+        throw IoError("llama config: " + what + "'s rope_theta must be a positive number, got " + t->dump());
+      }
+      theta = t->get<double>();
+    }
+    const LlamaConfig::RopeScaling s = read_scaling(r, what, key == "rope_scaling");
+    if (scaling) {
+      *scaling = s;
+    } else if (!s.type.empty()) {
+      throw IoError("llama config: " + what + " type \"" + s.type + "\" is not supported (nabla scales the full-attention "
+                    "layers' rotations only)");
+    }
+  };
+  bool by_layer_type = !rope.empty();
+  for (const auto& [k, r] : rope.items()) by_layer_type &= k == "full_attention" || k == "sliding_attention";
+  if (!by_layer_type) return read(rope, key, c.rope_theta, &c.rope_scaling);
+  for (const auto& [layer_type, r] : rope.items()) {
+    if (layer_type == "full_attention") {
+      read(r, key + ".full_attention", c.rope_theta, &c.rope_scaling);
+    } else if (c.gemma()) {
+      read(r, key + ".sliding_attention", c.rope_local_base_freq, nullptr);
+    } else {
+      throw IoError("llama config: " + key + " gives sliding_attention layers their own rotations; model_type \"" +
+                    c.model_type + "\" has none");
+    }
   }
 }
 
@@ -246,6 +348,10 @@ std::string LlamaConfig::to_json() const {
                                                                                       : double(head_size())).dump() +
              ",\"final_logit_softcapping\":null,\"attn_logit_softcapping\":null";
   }
+  if (model_type == "smollm3") {
+    extra += ",\"no_rope_layers\":" + nlohmann::json(no_rope_layers).dump() +
+             ",\"use_sliding_window\":false,\"sliding_window\":null";
+  }
   const std::string activation = gemma() ? "\"hidden_activation\":\"gelu_pytorch_tanh\"" : "\"hidden_act\":\"silu\"";
   return "{\"architecture\":\"llama\",\"architectures\":[\"" + std::string(arch) + "\"]," + activation + "," +
          fields.substr(1, fields.size() - 2) + ",\"rope_scaling\":" + scaling + extra + "}";
@@ -253,60 +359,49 @@ std::string LlamaConfig::to_json() const {
 
 LlamaConfig LlamaConfig::from_json(const std::string& text) {
   LlamaConfig c;
+  std::string type, architecture, hidden_act = "silu";
+  bool mlp_bias = false, use_sliding_window = false;
+  ConfigFields probe("llama config");
+  probe.optional("model_type", type)
+      .optional("architecture", architecture)
+      .optional("hidden_act", hidden_act)
+      .optional("mlp_bias", mlp_bias)
+      .optional("use_sliding_window", use_sliding_window);
+  probe.from_json(text);  // IoError for text that is no JSON object
   // Qwen2's config has no attention_bias: its q, k and v always have biases.
-  {
-    std::string type, architecture, hidden_act = "silu";
-    bool mlp_bias = false, use_sliding_window = false;
-    ConfigFields probe("llama config");
-    probe.optional("model_type", type)
-        .optional("architecture", architecture)
-        .optional("hidden_act", hidden_act)
-        .optional("mlp_bias", mlp_bias)
-        .optional("use_sliding_window", use_sliding_window);
-    probe.from_json(text);
-    if (type == "qwen2") c.attention_bias = true;
-    if (type == "gemma3_text") c.tie_word_embeddings = true;  // Gemma3TextConfig's default
-    // nabla's checkpoints name their architecture; Hugging Face's config.json does not.
-    if (!architecture.empty() && architecture != "llama") {
-      throw IoError("llama config: architecture is \"" + architecture + "\", expected \"llama\"");
+  if (type == "qwen2") c.attention_bias = true;
+  if (type == "gemma3_text" || type == "smollm3") c.tie_word_embeddings = true;  // their configs' defaults
+  // nabla's checkpoints name their architecture; Hugging Face's config.json does not.
+  if (!architecture.empty() && architecture != "llama") {
+    throw IoError("llama config: architecture is \"" + architecture + "\", expected \"llama\"");
+  }
+  // Variants this model does not compute are refused, not approximated.
+  // (Gemma names its activation hidden_activation and ignores hidden_act.)
+  if (type != "gemma3_text" && hidden_act != "silu") {
+    throw IoError("llama config: hidden_act \"" + hidden_act + "\" is not supported (silu)");
+  }
+  if (mlp_bias) throw IoError("llama config: mlp_bias is not supported");
+  if (use_sliding_window) throw IoError("llama config: use_sliding_window is not supported");
+  const nlohmann::json j = nlohmann::json::parse(text);
+  // Qwen's configs carry a sliding_window that use_sliding_window leaves off.
+  if (auto window = j.find("sliding_window");
+      (type == "mistral" || type == "gemma3_text") && window != j.end() && !window->is_null()) {
+    if (!window->is_number_integer() || window->get<int64_t>() <= 0) {
+      throw IoError("llama config: sliding_window must be null or a positive integer, got " + window->dump());
     }
-    // Variants this model does not compute are refused, not approximated.
-    // (Gemma names its activation hidden_activation and ignores hidden_act.)
-    if (type != "gemma3_text" && hidden_act != "silu") {
-      throw IoError("llama config: hidden_act \"" + hidden_act + "\" is not supported (silu)");
-    }
-    if (mlp_bias) throw IoError("llama config: mlp_bias is not supported");
-    if (use_sliding_window) throw IoError("llama config: use_sliding_window is not supported");
-    const nlohmann::json j = nlohmann::json::parse(text);
-    // Qwen's configs carry a sliding_window that use_sliding_window leaves off.
-    if (auto window = j.find("sliding_window");
-        (type == "mistral" || type == "gemma3_text") && window != j.end() && !window->is_null()) {
-      if (!window->is_number_integer() || window->get<int64_t>() <= 0) {
-        throw IoError("llama config: sliding_window must be null or a positive integer, got " + window->dump());
-      }
-      c.sliding_window = window->get<int64_t>();
-    }
-    if (type == "gemma3_text") read_gemma3(j, c);
-    auto scaling = j.find("rope_scaling");
-    if (scaling != j.end() && !scaling->is_null()) {
-      const auto type = scaling->is_object() ? scaling->value("rope_type", scaling->value("type", nlohmann::json()))
-                                             : nlohmann::json();
-      if (!type.is_string()) {
-        throw IoError("llama config: rope_scaling must be null or an object with a string \"rope_type\", got " +
-                      scaling->dump());
-      }
-      // "default" is Hugging Face's name for no scaling.
-      if (type != "default") {
-        c.rope_scaling.type = type.get<std::string>();
-        if (c.rope_scaling.type != "linear" && c.rope_scaling.type != "llama3") {
-          throw IoError("llama config: rope_scaling type \"" + c.rope_scaling.type +
-                        "\" is not supported (linear, llama3)");
-        }
-        rope_scaling_fields(c.rope_scaling).from_json(scaling->dump());
-      }
+    c.sliding_window = window->get<int64_t>();
+  }
+  if (type == "gemma3_text") {
+    read_gemma3(j, c);
+  } else if (auto types = j.find("layer_types"); types != j.end() && types->is_array()) {
+    // transformers 5 lists every model's layer types; only Gemma's slide here.
+    for (const auto& t : *types) {
+      if (t != "full_attention") throw IoError("llama config: layer_types holds " + t.dump() + ", expected \"full_attention\"");
     }
   }
+  if (type == "smollm3") read_smollm3(j, c);
   fields_of(c).from_json(text);
+  read_rope(j, c);
   c.validate();
   return c;
 }
@@ -424,6 +519,10 @@ void Llama::build(nn::Init& init) {
     layer.window = c.layer_window(i);
     if (c.gemma() && layer.window > 0) {  // Gemma's sliding layers: their own base, unscaled
       layer.rope_theta = c.rope_local_base_freq;
+      layer.rope_freq_factors = {};
+    }
+    if (!c.layer_rotates(i)) {  // SmolLM3's NoPE layers
+      layer.rope_theta = 0;
       layer.rope_freq_factors = {};
     }
     layers_.emplace_back(params_, "model.layers." + std::to_string(i), layer, init);

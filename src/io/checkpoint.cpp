@@ -57,16 +57,18 @@ Safetensors load_shards(const std::string& dir, const std::string& index_path,
 
 // config.json's model_type -> the nabla architecture that reads it.
 std::string hf_architecture(const std::string& config_path, const std::string& config_json) {
+  static const char* const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma3_text"};
+  static const std::string read = "nabla reads \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\" and "
+                                  "\"gemma3_text\" models";
   json j = json::parse(config_json, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw IoError(config_path + ": not a JSON object");
   auto type = j.find("model_type");
-  if (type == j.end() || !type->is_string()) {
-    throw IoError(config_path + ": no string \"model_type\" (nabla reads \"llama\", \"mistral\", \"qwen2\", \"qwen3\" and \"gemma3_text\" models)");
-  }
+  if (type == j.end() || !type->is_string()) throw IoError(config_path + ": no string \"model_type\" (" + read + ")");
   const std::string t = type->get<std::string>();
-  if (t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3" || t == "gemma3_text") return "llama";
-  throw IoError(config_path + ": model_type \"" + t +
-                "\" is not supported (nabla reads \"llama\", \"mistral\", \"qwen2\", \"qwen3\" and \"gemma3_text\" models)");
+  for (const char* llama : llama_types) {
+    if (t == llama) return "llama";
+  }
+  throw IoError(config_path + ": model_type \"" + t + "\" is not supported (" + read + ")");
 }
 
 Checkpoint load_hf_folder(const std::string& dir, const std::function<bool(const std::string&)>& keep_half) {

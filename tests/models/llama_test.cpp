@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "nabla/checkpoint.h"
@@ -321,6 +322,164 @@ TEST(Llama, Gemma3BuildsDecodesAndRefusesOtherGgufLayers) {
   }
 }
 
+// SmolLM3-3B's config.json: Llama's maths with every fourth layer without
+// rotary positions (no_rope_layers); tied (SmolLM3Config's default);
+// 3,075,098,624 parameters.
+TEST(Llama, SmolLM3ReadsItsConfig) {
+  std::string listed;
+  for (int i = 0; i < 36; ++i) listed += std::string(i ? ", " : "") + ((i + 1) % 4 ? "1" : "0");
+  const std::string smol = R"({"architectures": ["SmolLM3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": null, "eos_token_id": 128012, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 11008, "max_position_embeddings": 65536,
+    "max_window_layers": 28, "mlp_bias": false, "model_type": "smollm3", "no_rope_layer_interval": 4,
+    "no_rope_layers": [)" + listed + R"(], "num_attention_heads": 16, "num_hidden_layers": 36,
+    "num_key_value_heads": 4, "pad_token_id": 128004, "pretraining_tp": 2, "rms_norm_eps": 1e-06,
+    "rope_scaling": null, "rope_theta": 5000000.0, "sliding_window": null, "torch_dtype": "bfloat16",
+    "use_cache": false, "use_sliding_window": false, "vocab_size": 128256})";
+  const LlamaConfig c = LlamaConfig::from_json(smol);
+  EXPECT_EQ(c.model_type, "smollm3");
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qk_norm());
+  EXPECT_EQ(c.parameter_count(), 3075098624);
+  ASSERT_EQ(c.no_rope_layers.size(), 36u);
+  for (int64_t i = 0; i < 36; ++i) EXPECT_EQ(c.layer_rotates(i), (i + 1) % 4 != 0) << "layer " << i;
+  EXPECT_NE(c.to_json().find("\"architectures\":[\"SmolLM3ForCausalLM\"]"), std::string::npos) << c.to_json();
+  EXPECT_EQ(LlamaConfig::from_json(c.to_json()).to_json(), c.to_json());
+  auto with = [&](const std::string& key, const std::string& value) {
+    std::string j = smol;
+    const size_t at = j.find("\"" + key + "\": ");
+    const size_t end = key == "no_rope_layers" ? j.find(']', at) + 1 : j.find_first_of(",}", at);
+    return j.replace(at, end - at, "\"" + key + "\": " + value);
+  };
+  // Without the list, every no_rope_layer_interval-th layer is NoPE.
+  const std::string unlisted = with("no_rope_layers", "null");
+  EXPECT_EQ(LlamaConfig::from_json(unlisted).no_rope_layers, c.no_rope_layers);
+  const LlamaConfig every_third = LlamaConfig::from_json(
+      std::string(unlisted).replace(unlisted.find("\"no_rope_layer_interval\": 4"), 27, "\"no_rope_layer_interval\": 3"));
+  for (int64_t i = 0; i < 36; ++i) EXPECT_EQ(every_third.layer_rotates(i), (i + 1) % 3 != 0) << "layer " << i;
+  // transformers reads at least one entry a layer; the ones past the last layer are not used.
+  EXPECT_EQ(LlamaConfig::from_json(with("no_rope_layers", "[" + listed + ", 1, 0]")).no_rope_layers, c.no_rope_layers);
+  EXPECT_THROW(LlamaConfig::from_json(with("no_rope_layers", "[1, 1, 0]")), UsageError);
+  EXPECT_THROW(LlamaConfig::from_json(with("no_rope_layers", "[2" + listed.substr(1) + "]")), UsageError);
+  EXPECT_THROW(LlamaConfig::from_json(with("no_rope_layers", "\"every fourth\"")), IoError);
+  EXPECT_THROW(LlamaConfig::from_json(
+                   std::string(unlisted).replace(unlisted.find("\"no_rope_layer_interval\": 4"), 27,
+                                                 "\"no_rope_layer_interval\": 0")),
+               IoError);
+  EXPECT_THROW(LlamaConfig::from_json(with("use_sliding_window", "true")), IoError);
+  LlamaConfig llama = small_config();
+  llama.no_rope_layers = {1, 0};
+  EXPECT_THROW(llama.validate(), UsageError);
+}
+
+// A NoPE layer sees the tokens before a position as a set: in a one-layer
+// model without rotations, the last position's logits do not change when
+// earlier tokens trade places (they do with rotary positions). Cached
+// decoding of a model mixing both kinds of layer equals its full forward.
+TEST(Llama, SmolLM3NoPELayersSeeNoOrder) {
+  LlamaConfig c = small_config();
+  c.model_type = "smollm3";
+  c.attention_bias = false;
+  c.num_hidden_layers = 1;
+  c.initializer_range = 0.3;  // scores far from uniform, so that positions show
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6}, swapped = {1, 3, 9, 1, 5, 4, 2, 6};
+  const int64_t T = int64_t(ids.size()), V = c.vocab_size;
+  auto last_logits = [&](const Llama& m, const std::vector<int32_t>& row) {
+    const std::vector<float> all = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, row))).to_vector<float>();
+    return std::vector<float>(all.end() - V, all.end());
+  };
+  auto largest_difference = [](const std::vector<float>& a, const std::vector<float>& b) {
+    float d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+    return d;
+  };
+  c.no_rope_layers = {0};
+  const Llama nope(c, 11);
+  EXPECT_LT(largest_difference(last_logits(nope, ids), last_logits(nope, swapped)), 2e-5);
+  c.no_rope_layers = {1};
+  const Llama rotary(c, 11);
+  EXPECT_GT(largest_difference(last_logits(rotary, ids), last_logits(rotary, swapped)), 0.1);
+  c.num_hidden_layers = 2;
+  c.no_rope_layers = {1, 0};
+  const Llama mixed(c, 11);
+  // The same parameters as Llama's, under the same names.
+  LlamaConfig llama = c;
+  llama.model_type = "llama";
+  llama.no_rope_layers = {};
+  EXPECT_EQ(mixed.params().count(), Llama(llama, 11).params().count());
+  const std::vector<float> full = eval(mixed.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  expect_decoding_matches(mixed.decode_step(T), ids, full, V);
+}
+
+// transformers 5 writes rope_parameters where 4 wrote rope_theta and
+// rope_scaling (Gemma 3: one object per layer type); both read to the same
+// config, as transformers reads them.
+TEST(Llama, ReadsTransformers5RopeParameters) {
+  const std::string shape = R"("model_type": "llama", "vocab_size": 128256, "hidden_size": 2048,
+    "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 64, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "tie_word_embeddings": true)";
+  // Llama 3.2 1B's rotations, as each version writes them.
+  const LlamaConfig v4 = LlamaConfig::from_json("{" + shape + R"(, "rope_theta": 500000.0, "rope_scaling": {
+    "factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"}})");
+  const std::string v5_rope = R"("rope_parameters": {"factor": 32.0, "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_theta": 500000.0, "rope_type": "llama3"})";
+  const LlamaConfig v5 = LlamaConfig::from_json("{" + shape + ", " + v5_rope + "}");
+  EXPECT_EQ(v5.rope_theta, 500000);
+  EXPECT_EQ(v5.rope_scaling.type, "llama3");
+  EXPECT_EQ(v5.to_json(), v4.to_json());
+  // rope_parameters' theta before the top-level one; a non-null rope_scaling before rope_parameters.
+  EXPECT_EQ(LlamaConfig::from_json("{" + shape + R"(, "rope_theta": 10000.0, )" + v5_rope + "}").to_json(), v4.to_json());
+  const LlamaConfig scaled = LlamaConfig::from_json("{" + shape + R"(, "rope_scaling": {"rope_type": "linear",
+    "factor": 2.0}, )" + v5_rope + "}");
+  EXPECT_EQ(scaled.rope_scaling.type, "linear");
+  EXPECT_EQ(scaled.rope_theta, 10000);  // rope_parameters unread, its theta too (transformers' default)
+  // No scaling: the type "default" or none.
+  for (const char* rope : {R"({"rope_theta": 1000000.0, "rope_type": "default"})", R"({"rope_theta": 1000000.0})"}) {
+    const LlamaConfig plain = LlamaConfig::from_json("{" + shape + ", \"rope_parameters\": " + rope + "}");
+    EXPECT_EQ(plain.rope_theta, 1e6) << rope;
+    EXPECT_TRUE(plain.rope_scaling.type.empty()) << rope;
+  }
+  // Gemma 3 4B's text model: linear scaling by 8 on the full layers, the sliding ones unscaled at base 10000.
+  const std::string gemma = R"("model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 2560,
+    "intermediate_size": 10240, "num_hidden_layers": 34, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 1024, "max_position_embeddings": 131072)";
+  const LlamaConfig gemma_v4 = LlamaConfig::from_json("{" + gemma + R"(, "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}})");
+  const std::string by_type = R"("rope_parameters": {"full_attention": {"factor": 8.0, "rope_theta": 1000000.0,
+    "rope_type": "linear"}, "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}})";
+  const LlamaConfig gemma_v5 = LlamaConfig::from_json("{" + gemma + ", " + by_type + "}");
+  EXPECT_EQ(gemma_v5.rope_theta, 1e6);
+  EXPECT_EQ(gemma_v5.rope_local_base_freq, 1e4);
+  EXPECT_EQ(gemma_v5.rope_scaling.factor, 8);
+  EXPECT_EQ(gemma_v5.to_json(), gemma_v4.to_json());
+  const LlamaConfig local = LlamaConfig::from_json("{" + gemma + R"(, "rope_parameters": {"full_attention":
+    {"rope_theta": 1000000.0, "rope_type": "default"}, "sliding_attention": {"rope_theta": 20000.0}}})");
+  EXPECT_EQ(local.rope_local_base_freq, 2e4);
+  EXPECT_TRUE(local.rope_scaling.type.empty());
+
+  // What nabla does not compute is refused, naming the key.
+  auto refused = [](const std::string& json, const std::string& says) {
+    try {
+      LlamaConfig::from_json(json);
+      ADD_FAILURE() << "read " << json;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused("{" + shape + R"(, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6}})",
+          "rope_parameters type \"yarn\" is not supported");
+  refused("{" + shape + R"(, "rope_parameters": {"rope_theta": -1.0}})", "rope_theta must be a positive number");
+  refused("{" + shape + R"(, "rope_parameters": "default"})", "rope_parameters must be null or an object");
+  refused("{" + shape + R"(, "rope_parameters": {"full_attention": {"rope_theta": 1e6},
+    "sliding_attention": {"rope_theta": 1e4}}})", "model_type \"llama\" has none");
+  refused("{" + gemma + R"(, "rope_parameters": {"full_attention": {"rope_theta": 1e6},
+    "sliding_attention": {"rope_type": "linear", "factor": 2.0}}})", "rope_parameters.sliding_attention type");
+  refused("{" + shape + R"(, "rope_parameters": {"rope_type": "llama3", "factor": 8.0}})",
+          "rope_parameters");  // llama3's other keys missing
+  refused("{" + shape + R"(, "layer_types": ["sliding_attention"]})", "layer_types holds \"sliding_attention\"");
+}
+
 // A prompt's pass gives its last token's logits and fills the caches, and
 // the steps after it give the full forward's logits.
 TEST(Llama, PromptPassThenCachedSteps) {
@@ -521,8 +680,14 @@ TEST(Llama, GgufRoundTrip) {
   gemma.sliding_window = 5;
   for (int64_t l = 0; l < 6; ++l) gemma.layer_types.push_back(l == 5 ? "full_attention" : "sliding_attention");
   gemma.rope_scaling = {.type = "linear", .factor = 2};
+  LlamaConfig smol = small_config();  // llama.cpp's smollm3: llama's tensors, every fourth layer NoPE
+  smol.model_type = "smollm3";
+  smol.attention_bias = false;
+  smol.num_hidden_layers = 5;
+  smol.no_rope_layers = {1, 1, 1, 0, 1};
+  smol.rope_scaling = {.type = "linear", .factor = 2};
   int i = 0;
-  for (LlamaConfig c : {llama3, qwen2, linear, qwen3, mistral, gemma}) {
+  for (LlamaConfig c : {llama3, qwen2, linear, qwen3, mistral, gemma, smol}) {
     c.preset = "round-trip-" + std::to_string(i);
     c.vocab_size = 256;  // the byte tokenizer's, which the GGUF carries
     const std::string ckpt = dir.file("m" + std::to_string(i) + ".safetensors"),
@@ -549,6 +714,21 @@ TEST(Llama, GgufRoundTrip) {
         continue;
       }
       for (size_t e = 0; e < want.size(); ++e) EXPECT_NEAR(want[e], got_values[e], 2e-7) << name;  // (w + 1) - 1
+    }
+  }
+  // What llama.cpp's smollm3 does not compute: Llama 3's scaling (no
+  // rope_freqs there), NoPE layers other than every fourth.
+  for (const auto& [change, says] : std::vector<std::pair<std::function<void(LlamaConfig&)>, std::string>>{
+           {[&](LlamaConfig& c) { c.rope_scaling = llama3.rope_scaling; }, "has no llama3 rope scaling"},
+           {[](LlamaConfig& c) { c.no_rope_layers = {1, 1, 0, 1, 1}; }, "layer 2 does not"}}) {
+    LlamaConfig c = smol;
+    change(c);
+    save_checkpoint(dir.file("smol.safetensors"), c.to_json(), Llama(c, 1).params());
+    try {
+      models::gguf_from_checkpoint(load_checkpoint(dir.file("smol.safetensors")));
+      ADD_FAILURE() << "exported " << says;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
     }
   }
   // A name that is not UTF-8 (config JSON could not hold it) is left out.

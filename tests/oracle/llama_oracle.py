@@ -16,11 +16,12 @@ is neither a multiple of 8 nor hidden / heads, tied and untied heads, q/k/v
 biases (Qwen2), per-head q/k RMSNorms (Qwen3), Mistral's sliding window
 (rows longer than it), Gemma 3 (norms scaled by 1 + weight around both
 branches, GeGLU, the scaled embedding, sliding layers with their own rotary
-base beside full ones with linear rope scaling), Llama 3's rope_scaling,
--100 labels.
+base beside full ones with linear rope scaling), SmolLM3 (layers without
+rotary positions), Llama 3's rope_scaling, -100 labels.
 
 The weights reach nabla as Hugging Face writes them: a folder of config.json
-and BF16 shards with model.safetensors.index.json, a folder of F16
+(as transformers 4 writes it, or 5: rope_parameters) and BF16 shards with
+model.safetensors.index.json, a folder of F16
 model.safetensors (weights rounded to those dtypes first, so both sides
 compute on the same values), and a nabla checkpoint. That checkpoint, written
 back out by `nabla export hf`, must load into the torch model with strict
@@ -121,6 +122,7 @@ class Attention(nn.Module):
             self.q_norm = RmsNorm(self.hd, c["rms_norm_eps"], gemma(c))
             self.k_norm = RmsNorm(self.hd, c["rms_norm_eps"], gemma(c))
         self.window = c.get("sliding_window") if c["model_type"] == "mistral" else None
+        self.rotate = c["no_rope_layers"][i] if c["model_type"] == "smollm3" else 1  # SmolLM3Attention.use_rope
         if gemma(c) and c["layer_types"][i] == "sliding_attention":  # Gemma 3's local layers: their own base
             self.window, self.theta, self.scaling = c["sliding_window"], c["rope_local_base_freq"], None
 
@@ -130,8 +132,10 @@ class Attention(nn.Module):
         def heads(y, n, norm=None):  # [B, n, T, hd]
             y = y.view(b, t, n, self.hd)
             return (norm(y) if self.qk_norm and norm else y).transpose(1, 2)
-        q = rope(heads(self.q_proj(x), self.h, getattr(self, "q_norm", None)), self.theta, self.scaling)
-        k = rope(heads(self.k_proj(x), self.kv, getattr(self, "k_norm", None)), self.theta, self.scaling)
+        q = heads(self.q_proj(x), self.h, getattr(self, "q_norm", None))
+        k = heads(self.k_proj(x), self.kv, getattr(self, "k_norm", None))
+        if self.rotate:
+            q, k = rope(q, self.theta, self.scaling), rope(k, self.theta, self.scaling)
         v = heads(self.v_proj(x), self.kv)
         g = self.h // self.kv
         k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # repeat_kv
@@ -264,25 +268,42 @@ def nabla_config(c):
             "tie_word_embeddings", "attention_bias")
     if gemma(c):
         keys += ("sliding_window", "layer_types", "rope_local_base_freq", "query_pre_attn_scalar")
+    if c["model_type"] == "smollm3":
+        keys += ("no_rope_layers",)
     return json.dumps({"architecture": "llama", "model_type": c["model_type"], **{k: c[k] for k in keys}})
 
 
-def hf_config(c):
-    """config.json as transformers writes it (no nabla keys)."""
+def rope_parameters(c):
+    """transformers 5's rope_parameters for rope_theta and rope_scaling (and
+    Gemma's rope_local_base_freq): one object, or one per layer type."""
+    full = {"rope_type": "default", **(c["rope_scaling"] or {}), "rope_theta": c["rope_theta"]}
+    if not gemma(c):
+        return full
+    return {"full_attention": full, "sliding_attention": {"rope_type": "default", "rope_theta": c["rope_local_base_freq"]}}
+
+
+def hf_config(c, transformers5=False):
+    """config.json as transformers writes it (no nabla keys); version 5 with
+    rope_parameters."""
     arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
-            "gemma3_text": "Gemma3ForCausalLM"}.get(c["model_type"], "LlamaForCausalLM")
+            "smollm3": "SmolLM3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}.get(c["model_type"], "LlamaForCausalLM")
     act = {"hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None,
            "attn_logit_softcapping": None} if gemma(c) else {"hidden_act": "silu"}
-    return {"architectures": [arch], **act, "torch_dtype": "bfloat16", "use_cache": True,
-            **{k: v for k, v in c.items() if not (c["model_type"] == "qwen2" and k == "attention_bias")}}
+    out = {"architectures": [arch], **act, "torch_dtype": "bfloat16", "use_cache": True,
+           **{k: v for k, v in c.items() if not (c["model_type"] == "qwen2" and k == "attention_bias")}}
+    if transformers5:
+        for k in ("rope_theta", "rope_scaling", "rope_local_base_freq", "torch_dtype"):
+            out.pop(k, None)
+        out.update(rope_parameters=rope_parameters(c), dtype="bfloat16", transformers_version="5.0.0")
+    return out
 
 
-def write_hf_folder(path, model, dtype, shards):
+def write_hf_folder(path, model, dtype, shards, transformers5=False):
     """A Hugging Face model folder in `dtype`: model.safetensors, or `shards`
     files listed by model.safetensors.index.json."""
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(hf_config(model.config), f, indent=2)
+        json.dump(hf_config(model.config, transformers5), f, indent=2)
     state = {k: v.to(dtype) for k, v in model.state_dict().items()}
     if shards == 1:
         write_safetensors(os.path.join(path, "model.safetensors"), state, {"format": "pt"})
@@ -322,7 +343,7 @@ def check_export(nabla, weights, model, ids, labels, folder, report, title):
 
 def check(nabla, work, report, title, c, n, t, seed, source, steps=3):
     """source: "checkpoint" (a nabla safetensors file, then exported back as a
-    Hugging Face folder), or ("hf", dtype, shards)."""
+    Hugging Face folder), or ("hf", dtype, shards[, "transformers5"])."""
     gen = torch.Generator().manual_seed(seed)
     model = Llama(c)
     randomize(model, gen)
@@ -335,13 +356,14 @@ def check(nabla, work, report, title, c, n, t, seed, source, steps=3):
         write_safetensors(w, model.state_dict(), {"format": "pt", "nabla.config": nabla_config(c)})
         check_export(nabla, w, model, ids, labels, os.path.join(work, f"{tag}.exported"), report, title)
     else:
-        _, dtype, shards = source
+        _, dtype, shards, *version = source
         with torch.no_grad():  # both sides compute on the values the folder holds
             for p in model.parameters():
                 p.copy_(p.to(dtype).float())
         w = os.path.join(work, f"{tag}.hf")
-        write_hf_folder(w, model, dtype, shards)
+        write_hf_folder(w, model, dtype, shards, version == ["transformers5"])
         title = f"{title}, {str(dtype).split('.')[-1]} Hugging Face folder" + (f" in {shards} shards" if shards > 1 else "")
+        title += " (transformers 5's config.json)" if version else ""
     write_safetensors(b, {"input_ids": ids, "labels": labels})
     extra = ["--adamw-steps", str(steps), "--lr", repr(ADAMW["lr"]), "--weight-decay", repr(ADAMW["weight_decay"]),
              "--beta1", repr(ADAMW["beta1"]), "--beta2", repr(ADAMW["beta2"]), "--eps", repr(ADAMW["eps"])]
@@ -398,10 +420,16 @@ def main():
                   layer_types=["sliding_attention", "full_attention"], rope_local_base_freq=10000.0,
                   query_pre_attn_scalar=24, rope_scaling={"rope_type": "linear", "factor": 8.0})
     check(args.nabla, work, report, "gemma3: sandwich norms, GeGLU, sliding and full layers, gqa 4",
-          config(**gemma3), 2, 13, 7, ("hf", torch.bfloat16, 1))
+          config(**gemma3), 2, 13, 7, ("hf", torch.bfloat16, 1, "transformers5"))
     check(args.nabla, work, report, "gemma3 untied, exported back",
           config(**{**gemma3, "tie_word_embeddings": False, "num_hidden_layers": 3,
                     "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]}), 2, 9, 8, "checkpoint")
+    # SmolLM3: layers without rotary positions (NoPE) beside rotating ones.
+    check(args.nabla, work, report, "smollm3: every fourth layer NoPE, llama3 rope scaling, tied",
+          config(model_type="smollm3", num_hidden_layers=4, no_rope_layers=[1, 1, 1, 0], tie_word_embeddings=True,
+                 rope_theta=5e6, rope_scaling=llama3), 2, 12, 9, ("hf", torch.bfloat16, 1, "transformers5"))
+    check(args.nabla, work, report, "smollm3 untied: NoPE first and last, exported back",
+          config(model_type="smollm3", num_hidden_layers=3, no_rope_layers=[0, 1, 0]), 2, 9, 10, "checkpoint")
     check(args.nabla, work, report, "qwen3 untied: q/k head norms, gqa 1, exported back",
           config(model_type="qwen3", num_attention_heads=4, num_key_value_heads=4, head_dim=8), 2, 9, 5, "checkpoint")
     if report.failures:

@@ -1,7 +1,7 @@
-// The Llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral, Qwen2, Qwen3,
-// Gemma 3's text model), laid out as Hugging Face's LlamaForCausalLM /
+// The Llama family (Llama 2/3, SmolLM2, SmolLM3, TinyLlama, Mistral, Qwen2,
+// Qwen3, Gemma 3's text model), laid out as Hugging Face's LlamaForCausalLM /
 // MistralForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM /
-// Gemma3ForCausalLM so that parameter names and shapes match their
+// SmolLM3ForCausalLM / Gemma3ForCausalLM so that parameter names and shapes match their
 // checkpoints: RMSNorm, grouped-query attention with rotary positions
 // (rotate-half), a SwiGLU (Gemma: GeGLU) MLP, an untied or tied head.
 #pragma once
@@ -22,10 +22,11 @@ namespace nabla::models {
 struct LlamaConfig {
   std::string preset;
   // "llama", "mistral" (Llama's maths; sliding_window), "qwen2" (q/k/v
-  // biases), "qwen3" (q/k heads RMS-normed), "gemma3_text" (Gemma 3: norms
-  // scaled by 1 + weight, also after attention and the MLP; q/k heads
-  // normed; GeGLU; the embedding scaled by sqrt(hidden_size); sliding-window
-  // layers with their own rotary base).
+  // biases), "qwen3" (q/k heads RMS-normed), "smollm3" (Llama's maths, some
+  // layers without rotary positions), "gemma3_text" (Gemma 3: norms scaled by
+  // 1 + weight, also after attention and the MLP; q/k heads normed; GeGLU;
+  // the embedding scaled by sqrt(hidden_size); sliding-window layers with
+  // their own rotary base).
   std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -51,6 +52,10 @@ struct LlamaConfig {
   std::vector<std::string> layer_types;
   double rope_local_base_freq = 10000.0;
   double query_pre_attn_scalar = 0;  // 0: head_size()
+  // SmolLM3: per layer, 1 where it rotates its queries and keys, 0 where it
+  // has no positions at all (NoPE); config.json's no_rope_layers, or every
+  // no_rope_layer_interval-th layer NoPE. Empty for the other model types.
+  std::vector<int64_t> no_rope_layers;
   std::string tokenizer = "byte";  // byte, gpt2, or the path of a tokenizer.json or GGUF model
   // config.json's rope_scaling: none (type ""), "linear" (every frequency
   // divided by factor) or "llama3" (Llama 3.1/3.2: low frequencies divided
@@ -67,6 +72,8 @@ struct LlamaConfig {
   // [head_size()]) before the rotary positions.
   bool qk_norm() const { return model_type == "qwen3" || gemma(); }
   bool gemma() const { return model_type == "gemma3_text"; }
+  // Whether layer i rotates its queries and keys (SmolLM3's NoPE layers do not).
+  bool layer_rotates(int64_t i) const { return no_rope_layers.empty() || no_rope_layers[size_t(i)] != 0; }
   // Layer i's sliding window (0: every earlier token).
   int64_t layer_window(int64_t i) const {
     if (gemma()) return layer_types[size_t(i)] == "sliding_attention" ? sliding_window : 0;
@@ -82,9 +89,11 @@ struct LlamaConfig {
   // Hugging Face's config.json (model_type, architectures) with nabla's
   // "architecture": "llama" beside it.
   std::string to_json() const;
-  // A config.json of model_type "llama", "mistral", "qwen2", "qwen3" or
-  // "gemma3_text" (keys it does not use are ignored), or a nabla checkpoint's
-  // config. IoError naming the problem.
+  // A config.json of model_type "llama", "mistral", "qwen2", "qwen3",
+  // "smollm3" or "gemma3_text" (keys it does not use are ignored), as
+  // transformers 4 writes it (rope_theta, rope_scaling) or 5
+  // (rope_parameters), or a nabla checkpoint's config. IoError naming the
+  // problem.
   static LlamaConfig from_json(const std::string& json);
 };
 

@@ -18,7 +18,9 @@
 // rope_scaling), "llama_tied" (GQA 1, tied), "qwen2" (q/k/v biases, GQA 2),
 // "qwen3" (q/k head norms, head size 32 != hidden / heads, GQA 2, tied);
 // "gemma3" (six layers as llama.cpp fixes them, five sliding with a window of
-// 16 and one full with linear rope scaling, GQA 4, tied);
+// 16 and one full with linear rope scaling, GQA 4, tied); "smollm3" (five
+// layers, the fourth without rotary positions as llama.cpp fixes it, linear
+// rope scaling, GQA 2, tied);
 // hidden 256 and intermediate 512, so that the block formats quantize most
 // matrices (rows of 256).
 #include <algorithm>
@@ -136,6 +138,15 @@ void write(const std::string& dir) {
   for (int64_t l = 0; l < 6; ++l) gemma3.layer_types.push_back(l == 5 ? "full_attention" : "sliding_attention");
   gemma3.rope_scaling = {.type = "linear", .factor = 4};
   configs.emplace_back("gemma3", gemma3);
+  models::LlamaConfig smollm3 = base();
+  smollm3.model_type = "smollm3";
+  smollm3.num_hidden_layers = 5;
+  smollm3.num_key_value_heads = 2;
+  smollm3.no_rope_layers = {1, 1, 1, 0, 1};
+  smollm3.rope_theta = 1e5;
+  smollm3.rope_scaling = {.type = "linear", .factor = 2};
+  smollm3.tie_word_embeddings = true;
+  configs.emplace_back("smollm3", smollm3);
 
   std::mt19937_64 rng(7);
   json prompts = json::object();
