@@ -80,7 +80,7 @@ void FinetuneSession::save(const std::string& dir, const std::string& config_jso
   if (full()) {
     save_hf_folder(dir, config().to_json(), model_->params());
   } else {
-    save_peft_adapter(dir, config_.lora, model_->adapter(), base_);
+    save_peft_adapter(dir, config_.lora, model_->adapter(), base_, config().multimodal);
   }
   // The moments and position alone: the weights are the folder's own.
   if (position) {

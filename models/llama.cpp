@@ -357,6 +357,40 @@ std::string LlamaConfig::to_json() const {
          fields.substr(1, fields.size() - 2) + ",\"rope_scaling\":" + scaling + extra + "}";
 }
 
+namespace {
+
+// A multimodal Gemma 3's text model: text_config holds the keys that differ
+// from Gemma3TextConfig's defaults (transformers writes the difference).
+LlamaConfig gemma3_text_config(const std::string& text) {
+  const nlohmann::json outer = nlohmann::json::parse(text);
+  const auto given = outer.find("text_config");
+  if (given == outer.end() || !given->is_object()) {
+    throw IoError("llama config: model_type \"gemma3\" (a multimodal Gemma 3) needs a \"text_config\" object");
+  }
+  nlohmann::json j = {{"vocab_size", 262208},
+                      {"hidden_size", 2304},
+                      {"intermediate_size", 9216},
+                      {"num_hidden_layers", 26},
+                      {"num_attention_heads", 8},
+                      {"num_key_value_heads", 4},
+                      {"head_dim", 256},
+                      {"max_position_embeddings", 131072},
+                      {"rms_norm_eps", 1e-6},
+                      {"rope_theta", 1000000.0},
+                      {"rope_local_base_freq", 10000.0},
+                      {"query_pre_attn_scalar", 256},
+                      {"sliding_window", 4096},
+                      {"initializer_range", 0.02},
+                      {"tie_word_embeddings", true}};
+  for (const auto& [key, value] : given->items()) j[key] = value;
+  j["model_type"] = "gemma3_text";
+  LlamaConfig c = LlamaConfig::from_json(j.dump());
+  c.multimodal = true;
+  return c;
+}
+
+}  // namespace
+
 LlamaConfig LlamaConfig::from_json(const std::string& text) {
   LlamaConfig c;
   std::string type, architecture, hidden_act = "silu";
@@ -368,6 +402,7 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
       .optional("mlp_bias", mlp_bias)
       .optional("use_sliding_window", use_sliding_window);
   probe.from_json(text);  // IoError for text that is no JSON object
+  if (type == "gemma3") return gemma3_text_config(text);
   // Qwen2's config has no attention_bias: its q, k and v always have biases.
   if (type == "qwen2") c.attention_bias = true;
   if (type == "gemma3_text" || type == "smollm3") c.tie_word_embeddings = true;  // their configs' defaults

@@ -20,10 +20,16 @@ using json = nlohmann::json;
 const char* kConfigFile = "adapter_config.json";
 const char* kWeightsFile = "adapter_model.safetensors";
 
+// PEFT's prefix of a causal LM's layers, and of a multimodal Gemma 3's
+// language model (transformers >= 4.52, then before).
+const std::string kCausalLm = "base_model.model.model.";
+const std::string kLanguageModel = "base_model.model.model.language_model.";
+const std::string kOldLanguageModel = "base_model.model.language_model.model.";
+
 }  // namespace
 
 void save_peft_adapter(const std::string& dir, const nn::LoraConfig& config, const nn::Params& adapter,
-                       const std::string& base_model) {
+                       const std::string& base_model, bool multimodal) {
   config.validate();
   json j = {{"peft_type", "LORA"},
             {"task_type", "CAUSAL_LM"},
@@ -45,7 +51,11 @@ void save_peft_adapter(const std::string& dir, const nn::LoraConfig& config, con
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError(dir + ": cannot create the folder: " + ec.message());
-  save_safetensors(dir + "/" + kWeightsFile, adapter.list(), {{"format", "pt"}});
+  std::vector<std::pair<std::string, Tensor>> tensors = adapter.list();
+  for (auto& [name, t] : tensors) {
+    if (multimodal && name.starts_with(kCausalLm)) name = kLanguageModel + name.substr(kCausalLm.size());
+  }
+  save_safetensors(dir + "/" + kWeightsFile, tensors, {{"format", "pt"}});
   write_file_atomic(dir + "/" + kConfigFile, j.dump(2) + "\n");
 }
 
@@ -110,7 +120,12 @@ PeftAdapter load_peft_adapter(const std::string& dir) {
   } catch (const UsageError& e) {
     fail(e.what());
   }
-  a.weights = load_safetensors(dir + "/" + kWeightsFile);
+  a.weights = load_safetensors(dir + "/" + kWeightsFile, {}, [](const std::string& name) {
+    for (const std::string* multimodal : {&kLanguageModel, &kOldLanguageModel}) {
+      if (name.starts_with(*multimodal)) return kCausalLm + name.substr(multimodal->size());
+    }
+    return name;
+  });
   return a;
 }
 

@@ -48,10 +48,12 @@ struct Checkpoint {
   bool has_position = false;
   TrainPosition position;
 };
-// A nabla checkpoint file, or a Hugging Face model folder of model_type
-// "llama" or "qwen2" (tensors F32, F16 or BF16, loaded as f32; a folder's F16
-// or BF16 matrices whose names keep_half accepts stay so, listed in
-// `formats`). IoError naming the file when it is neither, or is damaged.
+// A nabla checkpoint file, or a Hugging Face model folder of a model_type
+// the Llama family reads (tensors F32, F16 or BF16, loaded as f32; a folder's
+// F16 or BF16 matrices whose names keep_half accepts stay so, listed in
+// `formats`; a multimodal Gemma 3's text model under the text model's
+// names, its vision tower unread). IoError naming the file when it is
+// neither, or is damaged.
 Checkpoint load_checkpoint(const std::string& path, const std::function<bool(const std::string&)>& keep_half = {});
 
 // Writes a Hugging Face model folder: `config_json` (an object) as

@@ -35,12 +35,17 @@ struct Safetensors {
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// The name a stored tensor loads as, or "" to leave it unread.
+using TensorRename = std::function<std::string(const std::string&)>;
+
 // Loads every tensor as a leaf. F16/BF16 are widened to f32 and I64/I16/I8/U8
 // narrowed or widened to i32 (I64 values outside i32 are an error). A
 // matrix in F16 or BF16 whose name keep_half accepts stays as its bytes
-// instead, u8 [rows, 2 columns], listed in `half`.
-Safetensors load_safetensors(const std::string& path,
-                             const std::function<bool(const std::string&)>& keep_half = {});
+// instead, u8 [rows, 2 columns], listed in `half`. `rename` (when given)
+// names each tensor as loaded (keep_half sees that name) or leaves it
+// unread; two tensors loading as one name are an IoError.
+Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep_half = {},
+                             const TensorRename& rename = {});
 
 // ---- IDX (MNIST, Fashion-MNIST): big-endian magic 0x000008TT with TT the
 // element type (0x08 = u8) and the rank in the low byte, then the dimensions.

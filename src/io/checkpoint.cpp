@@ -24,7 +24,7 @@ std::string architecture_of(const std::string& config_json) {
 // The tensors a model.safetensors.index.json lists, read shard by shard:
 // the index is the authority on which tensor lives where.
 Safetensors load_shards(const std::string& dir, const std::string& index_path,
-                        const std::function<bool(const std::string&)>& keep_half) {
+                        const std::function<bool(const std::string&)>& keep_half, const TensorRename& rename) {
   json index = json::parse(read_file(index_path), nullptr, /*allow_exceptions=*/false);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     throw IoError(index_path + ": expected a JSON object with a \"weight_map\" of tensor name -> shard file");
@@ -41,15 +41,26 @@ Safetensors load_shards(const std::string& dir, const std::string& index_path,
   }
   if (names_by_shard.empty()) throw IoError(index_path + ": the weight_map lists no tensors");
   Safetensors merged;
+  std::map<std::string, std::string> loaded_as;  // loaded name -> its name in the index
   for (const auto& [shard, names] : names_by_shard) {
-    const std::string path = dir + "/" + shard;
-    Safetensors s = load_safetensors(path, keep_half);
-    if (merged.metadata.empty()) merged.metadata = s.metadata;
+    std::vector<std::pair<std::string, std::string>> read;  // (index name, loaded name)
     for (const std::string& name : names) {
-      const Tensor* t = s.find(name);
+      const std::string as = rename ? rename(name) : name;
+      if (as.empty()) continue;
+      if (auto [it, fresh] = loaded_as.emplace(as, name); !fresh) {
+        throw IoError(index_path + ": tensors '" + it->second + "' and '" + name + "' both load as '" + as + "'");
+      }
+      read.emplace_back(name, as);
+    }
+    if (read.empty()) continue;  // a shard of tensors left unread is not opened
+    const std::string path = dir + "/" + shard;
+    Safetensors s = load_safetensors(path, keep_half, rename);
+    if (merged.metadata.empty()) merged.metadata = s.metadata;
+    for (const auto& [name, as] : read) {
+      const Tensor* t = s.find(as);
       if (!t) throw IoError(path + ": no tensor '" + name + "', which " + index_path + " places there");
-      merged.tensors.emplace_back(name, *t);
-      if (auto h = s.half.find(name); h != s.half.end()) merged.half[name] = h->second;
+      merged.tensors.emplace_back(as, *t);
+      if (auto h = s.half.find(as); h != s.half.end()) merged.half[as] = h->second;
     }
   }
   return merged;
@@ -57,9 +68,10 @@ Safetensors load_shards(const std::string& dir, const std::string& index_path,
 
 // config.json's model_type -> the nabla architecture that reads it.
 std::string hf_architecture(const std::string& config_path, const std::string& config_json) {
-  static const char* const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma3_text"};
-  static const std::string read = "nabla reads \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\" and "
-                                  "\"gemma3_text\" models";
+  // gemma3: a multimodal Gemma 3, whose text model is read.
+  static const char* const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma3_text", "gemma3"};
+  static const std::string read = "nabla reads \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\", "
+                                  "\"gemma3_text\" and \"gemma3\" models";
   json j = json::parse(config_json, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw IoError(config_path + ": not a JSON object");
   auto type = j.find("model_type");
@@ -69,6 +81,19 @@ std::string hf_architecture(const std::string& config_path, const std::string& c
     if (t == llama) return "llama";
   }
   throw IoError(config_path + ": model_type \"" + t + "\" is not supported (" + read + ")");
+}
+
+// A multimodal Gemma 3 (Gemma3ForConditionalGeneration) holds its text model
+// under model.language_model.* (language_model.model.* before transformers
+// 4.52) and the head under lm_head.* (language_model.lm_head.*): those load
+// under the text model's names (model.*, lm_head.*); the vision tower and
+// its projector are not read.
+std::string gemma3_text_model_name(const std::string& name) {
+  for (const auto& [from, to] : {std::pair{"model.language_model.", "model."}, {"language_model.model.", "model."},
+                                 {"language_model.lm_head.", "lm_head."}, {"lm_head.", "lm_head."}}) {
+    if (name.starts_with(from)) return to + name.substr(std::string_view(from).size());
+  }
+  return "";
 }
 
 Checkpoint load_hf_folder(const std::string& dir, const std::function<bool(const std::string&)>& keep_half) {
@@ -81,12 +106,14 @@ Checkpoint load_hf_folder(const std::string& dir, const std::function<bool(const
   }
   c.config_json = read_file(config_path);
   c.architecture = hf_architecture(config_path, c.config_json);
+  const TensorRename rename =
+      json::parse(c.config_json).value("model_type", "") == "gemma3" ? TensorRename(gemma3_text_model_name) : nullptr;
   const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
   // Hugging Face's loader looks for the single file first, so does this.
   if (fs::exists(single, ec)) {
-    c.file = load_safetensors(single, keep_half);
+    c.file = load_safetensors(single, keep_half, rename);
   } else if (fs::exists(index, ec)) {
-    c.file = load_shards(dir, index, keep_half);
+    c.file = load_shards(dir, index, keep_half, rename);
   } else {
     throw IoError(dir + ": a Hugging Face model folder needs model.safetensors or model.safetensors.index.json");
   }

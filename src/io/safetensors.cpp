@@ -85,7 +85,8 @@ void save_safetensors(const std::string& path,
   out.commit();
 }
 
-Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep_half) {
+Safetensors load_safetensors(const std::string& path, const std::function<bool(const std::string&)>& keep_half,
+                             const TensorRename& rename) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": cannot open for reading");
   in.seekg(0, std::ios::end);
@@ -118,7 +119,7 @@ Safetensors load_safetensors(const std::string& path, const std::function<bool(c
   // own storage (a shard of several GiB is not held twice).
   Safetensors st;
   struct Entry {
-    std::string name, dtype;
+    std::string name, as, dtype;  // as: the name it loads as ("": not read)
     Shape shape;
     uint64_t count, begin, end;
   };
@@ -182,7 +183,16 @@ Safetensors load_safetensors(const std::string& path, const std::function<bool(c
       throw bad("holds " + std::to_string(end - begin) + " bytes, shape " + to_string(shape) +
                 " of " + dt + " needs " + std::to_string(count * elem));
     }
-    entries.push_back({name, dt, shape, count, begin, end});
+    entries.push_back({name, rename ? rename(name) : name, dt, shape, count, begin, end});
+  }
+  if (rename) {
+    std::map<std::string, const std::string*> loaded_as;
+    for (const Entry& e : entries) {
+      if (e.as.empty()) continue;
+      if (auto [it, fresh] = loaded_as.emplace(e.as, &e.name); !fresh) {
+        throw IoError(path + ": tensors '" + *it->second + "' and '" + e.name + "' both load as '" + e.as + "'");
+      }
+    }
   }
   // Tensors may not overlap: a corrupt file could otherwise alias them. Empty
   // tensors occupy nothing; the furthest end so far catches an overlap with
@@ -202,22 +212,23 @@ Safetensors load_safetensors(const std::string& path, const std::function<bool(c
   std::vector<char> staging;  // bytes of a tensor stored in another dtype than it loads as
   st.tensors.reserve(entries.size());
   for (const Entry& e : entries) {
+    if (e.as.empty()) continue;
     const std::string& dt = e.dtype;
     const uint64_t bytes = e.end - e.begin;
-    const bool half = (dt == "F16" || dt == "BF16") && e.shape.size() == 2 && keep_half && keep_half(e.name);
+    const bool half = (dt == "F16" || dt == "BF16") && e.shape.size() == 2 && keep_half && keep_half(e.as);
     const bool native = dt == "F32" || dt == "F64" || dt == "I32" || half;
     Tensor t = half ? Tensor::empty(DType::u8, {e.shape[0], 2 * e.shape[1]})
                     : Tensor::zeros(dt == "F64"                                    ? DType::f64
                                     : dt == "F32" || dt == "F16" || dt == "BF16" ? DType::f32
                                                                                  : DType::i32,
                                     e.shape);
-    if (half) st.half[e.name] = dt;
+    if (half) st.half[e.as] = dt;
     char* dst = native ? static_cast<char*>(t.data()) : (staging.resize(bytes), staging.data());
     in.seekg(static_cast<std::streamoff>(data_start + e.begin));
     in.read(dst, static_cast<std::streamsize>(bytes));
     if (!in) throw IoError(path + ": tensor '" + e.name + "': the file ends inside its data");
     if (native) {
-      st.tensors.emplace_back(e.name, t);
+      st.tensors.emplace_back(e.as, t);
       continue;
     }
     const char* p = staging.data();
@@ -250,7 +261,7 @@ Safetensors load_safetensors(const std::string& path, const std::function<bool(c
         o[i] = static_cast<int32_t>(x);
       }
     }
-    st.tensors.emplace_back(e.name, t);
+    st.tensors.emplace_back(e.as, t);
   }
   return st;
 }

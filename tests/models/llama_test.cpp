@@ -271,6 +271,29 @@ TEST(Llama, Gemma3ReadsItsConfig) {
   EXPECT_THROW(llama.validate(), UsageError);
 }
 
+// Gemma 3 4B's config.json (Gemma3ForConditionalGeneration): the text model
+// from text_config, Gemma3TextConfig's defaults for the rest; 3,209,008,128
+// parameters outside the embedding (the Gemma 3 report's 3,209M).
+TEST(Llama, Gemma3MultimodalConfigGivesItsTextModel) {
+  const LlamaConfig c = LlamaConfig::from_json(R"({"architectures": ["Gemma3ForConditionalGeneration"],
+    "boi_token_index": 255999, "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
+    "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+      "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+      "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14,
+      "vision_use_head": false}})");
+  EXPECT_TRUE(c.multimodal);
+  EXPECT_TRUE(c.gemma());
+  EXPECT_EQ(c.vocab_size, 262208);
+  EXPECT_EQ(c.kv_heads(), 4);
+  EXPECT_EQ(c.head_size(), 256);
+  EXPECT_EQ(c.rope_scaling.factor, 8);
+  EXPECT_EQ(c.parameter_count() - c.vocab_size * c.hidden_size - c.hidden_size, 3209008128);
+  for (int64_t i = 0; i < 34; ++i) EXPECT_EQ(c.layer_window(i), (i + 1) % 6 == 0 ? 0 : 1024) << "layer " << i;
+}
+
 // A small Gemma 3: Hugging Face's names (four norms a block, q/k norms),
 // gains that start at 0 (scaled by 1 + weight), cached decoding past the
 // sliding layer's window equal to the full forward, and no GGUF for layers

@@ -21,7 +21,9 @@ rotary positions), Llama 3's rope_scaling, -100 labels.
 
 The weights reach nabla as Hugging Face writes them: a folder of config.json
 (as transformers 4 writes it, or 5: rope_parameters) and BF16 shards with
-model.safetensors.index.json, a folder of F16
+model.safetensors.index.json, a multimodal Gemma 3's folder (text_config
+holding what differs from Gemma3TextConfig's defaults, the text model under
+model.language_model.*, a vision tower beside it), a folder of F16
 model.safetensors (weights rounded to those dtypes first, so both sides
 compute on the same values), and a nabla checkpoint. That checkpoint, written
 back out by `nabla export hf`, must load into the torch model with strict
@@ -298,13 +300,39 @@ def hf_config(c, transformers5=False):
     return out
 
 
-def write_hf_folder(path, model, dtype, shards, transformers5=False):
+# transformers' Gemma3TextConfig defaults, which a multimodal Gemma 3's
+# text_config leaves out.
+GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+                        "rope_local_base_freq": 10000.0, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+                        "tie_word_embeddings": True, "attention_bias": False, "rope_scaling": None,
+                        "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None,
+                        "attn_logit_softcapping": None}
+
+
+def multimodal_config(c):
+    """A Gemma3ForConditionalGeneration config.json around text model c."""
+    text = {k: v for k, v in hf_config(c).items()
+            if k not in ("architectures", "torch_dtype", "use_cache") and GEMMA3_TEXT_DEFAULTS.get(k, "unset") != v}
+    return {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": text,
+            "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8, "num_hidden_layers": 1},
+            "mm_tokens_per_image": 256, "torch_dtype": "bfloat16"}
+
+
+def write_hf_folder(path, model, dtype, shards, version=None):
     """A Hugging Face model folder in `dtype`: model.safetensors, or `shards`
-    files listed by model.safetensors.index.json."""
+    files listed by model.safetensors.index.json. version: "transformers5"
+    (rope_parameters), "multimodal" (Gemma3ForConditionalGeneration's)."""
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(hf_config(model.config, transformers5), f, indent=2)
+        config = multimodal_config(model.config) if version == "multimodal" else hf_config(model.config,
+                                                                                             version == "transformers5")
+        json.dump(config, f, indent=2)
     state = {k: v.to(dtype) for k, v in model.state_dict().items()}
+    if version == "multimodal":  # transformers >= 4.52's names, the vision tower beside
+        state = {"model.language_model." + k[len("model."):] if k.startswith("model.") else k: v for k, v in state.items()}
+        state["model.vision_tower.vision_model.post_layernorm.weight"] = torch.ones(8, dtype=dtype)
     if shards == 1:
         write_safetensors(os.path.join(path, "model.safetensors"), state, {"format": "pt"})
         return
@@ -343,7 +371,7 @@ def check_export(nabla, weights, model, ids, labels, folder, report, title):
 
 def check(nabla, work, report, title, c, n, t, seed, source, steps=3):
     """source: "checkpoint" (a nabla safetensors file, then exported back as a
-    Hugging Face folder), or ("hf", dtype, shards[, "transformers5"])."""
+    Hugging Face folder), or ("hf", dtype, shards[, "transformers5" or "multimodal"])."""
     gen = torch.Generator().manual_seed(seed)
     model = Llama(c)
     randomize(model, gen)
@@ -361,9 +389,10 @@ def check(nabla, work, report, title, c, n, t, seed, source, steps=3):
             for p in model.parameters():
                 p.copy_(p.to(dtype).float())
         w = os.path.join(work, f"{tag}.hf")
-        write_hf_folder(w, model, dtype, shards, version == ["transformers5"])
+        write_hf_folder(w, model, dtype, shards, *version)
         title = f"{title}, {str(dtype).split('.')[-1]} Hugging Face folder" + (f" in {shards} shards" if shards > 1 else "")
-        title += " (transformers 5's config.json)" if version else ""
+        title += {"transformers5": " (transformers 5's config.json)", "multimodal": " (Gemma3ForConditionalGeneration's)"
+                  }.get(*version, "") if version else ""
     write_safetensors(b, {"input_ids": ids, "labels": labels})
     extra = ["--adamw-steps", str(steps), "--lr", repr(ADAMW["lr"]), "--weight-decay", repr(ADAMW["weight_decay"]),
              "--beta1", repr(ADAMW["beta1"]), "--beta2", repr(ADAMW["beta2"]), "--eps", repr(ADAMW["eps"])]
@@ -421,6 +450,10 @@ def main():
                   query_pre_attn_scalar=24, rope_scaling={"rope_type": "linear", "factor": 8.0})
     check(args.nabla, work, report, "gemma3: sandwich norms, GeGLU, sliding and full layers, gqa 4",
           config(**gemma3), 2, 13, 7, ("hf", torch.bfloat16, 1, "transformers5"))
+    check(args.nabla, work, report, "gemma3 multimodal: its text model, defaults from Gemma3TextConfig",
+          config(**{**gemma3, "num_hidden_layers": 3, "max_position_embeddings": 131072,
+                    "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}),
+          2, 11, 11, ("hf", torch.bfloat16, 1, "multimodal"))
     check(args.nabla, work, report, "gemma3 untied, exported back",
           config(**{**gemma3, "tie_word_embeddings": False, "num_hidden_layers": 3,
                     "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]}), 2, 9, 8, "checkpoint")

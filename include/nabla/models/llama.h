@@ -57,6 +57,12 @@ struct LlamaConfig {
   // no_rope_layer_interval-th layer NoPE. Empty for the other model types.
   std::vector<int64_t> no_rope_layers;
   std::string tokenizer = "byte";  // byte, gpt2, or the path of a tokenizer.json or GGUF model
+  // Read from a multimodal Gemma 3's config.json (model_type "gemma3",
+  // Gemma3ForConditionalGeneration): the text model alone is built, and
+  // since Hugging Face names its layers model.language_model.layers.*
+  // there, PEFT adapters for it are named so (save_peft_adapter). Not
+  // written by to_json: what nabla saves of it is the text model.
+  bool multimodal = false;
   // config.json's rope_scaling: none (type ""), "linear" (every frequency
   // divided by factor) or "llama3" (Llama 3.1/3.2: low frequencies divided
   // by factor, high ones kept, a smooth blend between).
@@ -92,8 +98,9 @@ struct LlamaConfig {
   // A config.json of model_type "llama", "mistral", "qwen2", "qwen3",
   // "smollm3" or "gemma3_text" (keys it does not use are ignored), as
   // transformers 4 writes it (rope_theta, rope_scaling) or 5
-  // (rope_parameters), or a nabla checkpoint's config. IoError naming the
-  // problem.
+  // (rope_parameters); of model_type "gemma3" (a multimodal Gemma 3), its
+  // text_config, whose absent keys take Gemma3TextConfig's defaults; or a
+  // nabla checkpoint's config. IoError naming the problem.
   static LlamaConfig from_json(const std::string& json);
 };
 

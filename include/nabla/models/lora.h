@@ -15,15 +15,19 @@ struct PeftAdapter {
   std::string path;        // the folder
   nn::LoraConfig config;   // r, lora_alpha, lora_dropout, use_rslora, target_modules
   std::string base_model;  // base_model_name_or_path ("" when null)
-  Safetensors weights;     // PEFT's tensor names, f32
+  // PEFT's tensor names for a causal LM (base_model.model.model.layers.*),
+  // f32; a multimodal Gemma 3's (base_model.model.model.language_model.layers.*,
+  // or language_model.model.layers.* before transformers 4.52) read as those.
+  Safetensors weights;
 };
 
 // Writes `dir`/adapter_config.json (peft_type LORA, task_type CAUSAL_LM,
 // bias "none") and `dir`/adapter_model.safetensors (the adapter's
 // parameters under their PEFT names), each atomically; the folder is
-// created when missing.
+// created when missing. `multimodal`: the base is a multimodal Gemma 3
+// (LlamaConfig::multimodal), so the names are its language model's.
 void save_peft_adapter(const std::string& dir, const nn::LoraConfig& config, const nn::Params& adapter,
-                       const std::string& base_model);
+                       const std::string& base_model, bool multimodal = false);
 
 // Reads a PEFT LoRA folder. IoError naming the file for a missing or
 // damaged file, and for what nabla would not compute as PEFT does: another
