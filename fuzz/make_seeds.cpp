@@ -271,6 +271,20 @@ void checkpoint_seeds() {
   models::Llama llama(lc, 1);
   save_checkpoint(seed_path("checkpoint", "llama_weights"), lc.to_json(), llama.params());
   write_bytes(seed_path("config", "smollm2_135m"), models::llama_preset("smollm2-135m").to_json());
+  // What the other Llama-family readers take: SmolLM3's NoPE layers,
+  // transformers 5's rope_parameters, a multimodal Gemma 3's text_config.
+  lc.model_type = "smollm3";
+  lc.attention_bias = false;
+  lc.no_rope_layers = {0};
+  write_bytes(seed_path("config", "smollm3"), lc.to_json());
+  write_bytes(seed_path("config", "rope_parameters"), R"({"model_type": "llama", "vocab_size": 8, "hidden_size": 8,
+    "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "rope_parameters": {"rope_type": "llama3",
+    "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+    "rope_theta": 500000.0}})");
+  write_bytes(seed_path("config", "gemma3_multimodal"), R"({"model_type": "gemma3", "text_config": {"vocab_size": 8,
+    "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 2, "head_dim": 4, "sliding_window": 2,
+    "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+    "sliding_attention": {"rope_theta": 1e4}}}, "vision_config": {}})");
 
   // fuzz_hf_folder's index over its two shards (a.safetensors holds the first 3 tensors).
   lc = models::llama_preset("llama-tiny-byte");
