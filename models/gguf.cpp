@@ -305,6 +305,12 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
                        std::to_string(int64_t(gemma3_llama_cpp_scalar(c))) + " for this model");
     }
   }
+  for (int64_t i = 0; i < c.num_hidden_layers && c.windows_by_layer() && !c.gemma(); ++i) {
+    if (c.layer_window(i) > 0) {
+      throw UsageError(ckpt.path + ": llama.cpp's " + arch + " architecture has no sliding window; this model's layer " +
+                       std::to_string(i) + " slides");
+    }
+  }
   for (int64_t i = 0; i < c.num_hidden_layers && arch == "smollm3"; ++i) {
     if (c.layer_rotates(i) != smollm3_llama_cpp_rotates(i)) {
       throw UsageError(ckpt.path + ": llama.cpp's smollm3 takes every fourth layer without rotary positions, the "

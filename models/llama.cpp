@@ -60,10 +60,14 @@ void LlamaConfig::validate() const {
     fail("model_type must be \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\" or \"gemma3_text\", got \"" +
          model_type + "\"");
   }
-  if (sliding_window < 0 || (sliding_window > 0 && model_type != "mistral" && !gemma())) {
-    fail("sliding_window must be 0 (none) or, for model_type \"mistral\" or \"gemma3_text\", positive");
+  if (sliding_window < 0 || (sliding_window > 0 && model_type == "llama")) {
+    fail("sliding_window must be 0 (none) or, for a model_type other than \"llama\", positive");
   }
-  if (gemma()) {
+  if (sliding_window > 0 && windows_by_layer() && layer_types.empty()) {
+    fail("a sliding_window needs layer_types saying which layers slide");
+  }
+  if (!layer_types.empty() || gemma()) {
+    if (!windows_by_layer()) fail("layer_types is read for model_types qwen2, qwen3, smollm3 and gemma3_text");
     if (layer_types.size() != size_t(num_hidden_layers)) {
       fail("layer_types must name each of the " + std::to_string(num_hidden_layers) + " layers, got " +
            std::to_string(layer_types.size()));
@@ -74,6 +78,8 @@ void LlamaConfig::validate() const {
       }
       if (t == "sliding_attention" && sliding_window <= 0) fail("sliding_attention layers need a sliding_window");
     }
+  }
+  if (gemma()) {
     if (attention_bias) fail("gemma3_text has no q/k/v biases");
     if (!(query_pre_attn_scalar >= 0) || !std::isfinite(query_pre_attn_scalar)) {
       fail("query_pre_attn_scalar must be positive");
@@ -81,8 +87,6 @@ void LlamaConfig::validate() const {
     if (!(rope_local_base_freq > 0) || !std::isfinite(rope_local_base_freq)) {
       fail("rope_local_base_freq must be positive");
     }
-  } else if (!layer_types.empty()) {
-    fail("layer_types is read for model_type \"gemma3_text\" only");
   }
   if (model_type == "smollm3") {
     if (no_rope_layers.size() != size_t(num_hidden_layers)) {
@@ -198,6 +202,38 @@ int64_t listed_layers(const nlohmann::json& j) {
   return layers != j.end() && layers->is_number_integer() ? std::clamp<int64_t>(layers->get<int64_t>(), 0, 1 << 20) : 0;
 }
 
+// config.json's layer_types into c.layer_types (false when it has none).
+bool read_layer_types(const nlohmann::json& j, LlamaConfig& c) {
+  const auto types = j.find("layer_types");
+  if (types == j.end() || types->is_null()) return false;
+  if (!types->is_array()) throw IoError("llama config: layer_types must be a list, got " + types->dump());
+  for (const auto& t : *types) {
+    if (!t.is_string()) throw IoError("llama config: layer_types must hold strings, got " + t.dump());
+    c.layer_types.push_back(t.get<std::string>());
+  }
+  return true;
+}
+
+// Which layers of a Qwen2, Qwen3 or SmolLM3 with use_sliding_window slide:
+// layer_types, else Qwen's from max_window_layers on (default 28), SmolLM3's
+// NoPE layers (read before), as transformers derives them.
+void read_window_layers(const nlohmann::json& j, const std::string& type, LlamaConfig& c) {
+  if (read_layer_types(j, c)) return;
+  const int64_t layers = listed_layers(j);
+  int64_t first = 28;
+  if (auto it = j.find("max_window_layers"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+      throw IoError("llama config: max_window_layers must be a non-negative integer, got " + it->dump());
+    }
+    first = it->get<int64_t>();
+  }
+  for (int64_t i = 0; i < layers; ++i) {
+    const bool slides = type == "smollm3" ? size_t(i) < c.no_rope_layers.size() && c.no_rope_layers[size_t(i)] == 0
+                                          : i >= first;
+    c.layer_types.push_back(slides ? "sliding_attention" : "full_attention");
+  }
+}
+
 // Gemma 3's keys beyond Llama's (j: its config.json). What nabla does not
 // compute (logit soft-capping, bidirectional attention, another activation)
 // is refused.
@@ -219,15 +255,8 @@ void read_gemma3(const nlohmann::json& j, LlamaConfig& c) {
       *value = it->get<double>();
     }
   }
+  if (read_layer_types(j, c)) return;
   const int64_t layers = listed_layers(j);
-  if (auto types = j.find("layer_types"); types != j.end() && !types->is_null()) {
-    if (!types->is_array()) fail("layer_types must be a list, got " + types->dump());
-    for (const auto& t : *types) {
-      if (!t.is_string()) fail("layer_types must hold strings, got " + t.dump());
-      c.layer_types.push_back(t.get<std::string>());
-    }
-    return;
-  }
   // Without layer_types (transformers before 4.53): every pattern-th layer is full.
   int64_t pattern = 6;
   if (auto it = j.find("sliding_window_pattern"); it != j.end()) {
@@ -348,9 +377,18 @@ std::string LlamaConfig::to_json() const {
                                                                                       : double(head_size())).dump() +
              ",\"final_logit_softcapping\":null,\"attn_logit_softcapping\":null";
   }
-  if (model_type == "smollm3") {
-    extra += ",\"no_rope_layers\":" + nlohmann::json(no_rope_layers).dump() +
-             ",\"use_sliding_window\":false,\"sliding_window\":null";
+  if (model_type == "smollm3") extra += ",\"no_rope_layers\":" + nlohmann::json(no_rope_layers).dump();
+  if (windows_by_layer() && !gemma()) {
+    extra += ",\"use_sliding_window\":" + std::string(sliding_window > 0 ? "true" : "false") +
+             ",\"sliding_window\":" + (sliding_window > 0 ? std::to_string(sliding_window) : "null");
+    if (sliding_window > 0) {
+      extra += ",\"layer_types\":" + nlohmann::json(layer_types).dump();
+      // transformers before 4.53 reads no layer_types: Qwen's layers from max_window_layers on slide.
+      const auto first = std::find(layer_types.begin(), layer_types.end(), "sliding_attention");
+      if (model_type != "smollm3" && std::find(first, layer_types.end(), "full_attention") == layer_types.end()) {
+        extra += ",\"max_window_layers\":" + std::to_string(first - layer_types.begin());
+      }
+    }
   }
   const std::string activation = gemma() ? "\"hidden_activation\":\"gelu_pytorch_tanh\"" : "\"hidden_act\":\"silu\"";
   return "{\"architecture\":\"llama\",\"architectures\":[\"" + std::string(arch) + "\"]," + activation + "," +
@@ -416,25 +454,30 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
     throw IoError("llama config: hidden_act \"" + hidden_act + "\" is not supported (silu)");
   }
   if (mlp_bias) throw IoError("llama config: mlp_bias is not supported");
-  if (use_sliding_window) throw IoError("llama config: use_sliding_window is not supported");
+  const bool qwen_windows = type == "qwen2" || type == "qwen3" || type == "smollm3";
+  if (use_sliding_window && !qwen_windows) {
+    throw IoError("llama config: use_sliding_window is read for model_types qwen2, qwen3 and smollm3");
+  }
   const nlohmann::json j = nlohmann::json::parse(text);
-  // Qwen's configs carry a sliding_window that use_sliding_window leaves off.
-  if (auto window = j.find("sliding_window");
-      (type == "mistral" || type == "gemma3_text") && window != j.end() && !window->is_null()) {
+  // Qwen's and SmolLM3's configs carry a sliding_window that use_sliding_window leaves off.
+  if (auto window = j.find("sliding_window"); (type == "mistral" || type == "gemma3_text" || use_sliding_window) &&
+                                              window != j.end() && !window->is_null()) {
     if (!window->is_number_integer() || window->get<int64_t>() <= 0) {
       throw IoError("llama config: sliding_window must be null or a positive integer, got " + window->dump());
     }
     c.sliding_window = window->get<int64_t>();
   }
+  if (type == "smollm3") read_smollm3(j, c);
   if (type == "gemma3_text") {
     read_gemma3(j, c);
-  } else if (auto types = j.find("layer_types"); types != j.end() && types->is_array()) {
-    // transformers 5 lists every model's layer types; only Gemma's slide here.
+  } else if (qwen_windows && c.sliding_window > 0) {
+    read_window_layers(j, type, c);
+  } else if (auto types = j.find("layer_types"); !qwen_windows && types != j.end() && types->is_array()) {
+    // transformers 5 lists layer types; without a window Qwen's sliding ones compute as full ones.
     for (const auto& t : *types) {
       if (t != "full_attention") throw IoError("llama config: layer_types holds " + t.dump() + ", expected \"full_attention\"");
     }
   }
-  if (type == "smollm3") read_smollm3(j, c);
   fields_of(c).from_json(text);
   read_rope(j, c);
   c.validate();

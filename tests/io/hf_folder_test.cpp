@@ -242,7 +242,7 @@ TEST(HfFolder, DamagedFoldersNameTheFileAndWhatWasExpected) {
   for (const auto& [key, value, says] :
        {std::tuple{"hidden_act", json("gelu"), "hidden_act \"gelu\" is not supported"},
         std::tuple{"mlp_bias", json(true), "mlp_bias is not supported"},
-        std::tuple{"use_sliding_window", json(true), "use_sliding_window is not supported"}}) {
+        std::tuple{"rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4.0}}, "type \"yarn\" is not supported"}}) {
     json c = json::parse(config);
     c[key] = value;
     EXPECT_THROW(

@@ -389,7 +389,6 @@ TEST(Llama, SmolLM3ReadsItsConfig) {
                    std::string(unlisted).replace(unlisted.find("\"no_rope_layer_interval\": 4"), 27,
                                                  "\"no_rope_layer_interval\": 0")),
                IoError);
-  EXPECT_THROW(LlamaConfig::from_json(with("use_sliding_window", "true")), IoError);
   LlamaConfig llama = small_config();
   llama.no_rope_layers = {1, 0};
   EXPECT_THROW(llama.validate(), UsageError);
@@ -432,6 +431,69 @@ TEST(Llama, SmolLM3NoPELayersSeeNoOrder) {
   EXPECT_EQ(mixed.params().count(), Llama(llama, 11).params().count());
   const std::vector<float> full = eval(mixed.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
   expect_decoding_matches(mixed.decode_step(T), ids, full, V);
+}
+
+// Qwen2, Qwen3 and SmolLM3 with use_sliding_window: the layers that
+// layer_types names slide, else (as transformers derives them) Qwen's from
+// max_window_layers on and SmolLM3's NoPE layers; without it none do, whatever
+// sliding_window or layer_types say. Such a model computes its windows (cached
+// decoding too) and has no llama.cpp GGUF.
+TEST(Llama, QwenAndSmolLM3SlideWhereTheirConfigsSay) {
+  const std::string shape = R"("vocab_size": 100, "hidden_size": 32, "intermediate_size": 64,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64)";
+  auto read = [&](const std::string& keys) { return LlamaConfig::from_json("{" + shape + ", " + keys + "}"); };
+  auto windows = [](const LlamaConfig& c) {
+    std::vector<int64_t> w;
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) w.push_back(c.layer_window(i));
+    return w;
+  };
+  const LlamaConfig qwen = read(R"("model_type": "qwen2", "use_sliding_window": true, "sliding_window": 8,
+    "max_window_layers": 2)");
+  EXPECT_EQ(windows(qwen), (std::vector<int64_t>{0, 0, 8, 8}));
+  EXPECT_NE(qwen.to_json().find("\"max_window_layers\":2"), std::string::npos) << qwen.to_json();
+  EXPECT_EQ(LlamaConfig::from_json(qwen.to_json()).to_json(), qwen.to_json());
+  EXPECT_EQ(windows(read(R"("model_type": "qwen3", "use_sliding_window": true, "sliding_window": 8,
+    "layer_types": ["sliding_attention", "full_attention", "full_attention", "sliding_attention"])")),
+            (std::vector<int64_t>{8, 0, 0, 8}));
+  EXPECT_EQ(windows(read(R"("model_type": "qwen3", "use_sliding_window": true, "sliding_window": 8)")),
+            (std::vector<int64_t>{0, 0, 0, 0}));  // max_window_layers 28 by default
+  EXPECT_EQ(windows(read(R"("model_type": "qwen2", "use_sliding_window": false, "sliding_window": 8,
+    "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention"])")),
+            (std::vector<int64_t>{0, 0, 0, 0}));
+  EXPECT_EQ(windows(read(R"("model_type": "qwen2", "use_sliding_window": true, "sliding_window": null)")),
+            (std::vector<int64_t>{0, 0, 0, 0}));
+  EXPECT_EQ(windows(read(R"("model_type": "smollm3", "use_sliding_window": true, "sliding_window": 8,
+    "no_rope_layer_interval": 2)")),
+            (std::vector<int64_t>{0, 8, 0, 8}));
+  EXPECT_THROW(read(R"("model_type": "llama", "use_sliding_window": true, "sliding_window": 8)"), IoError);
+  EXPECT_THROW(read(R"("model_type": "qwen2", "use_sliding_window": true, "sliding_window": 8,
+    "max_window_layers": -1)"), IoError);
+  EXPECT_THROW(read(R"("model_type": "qwen2", "use_sliding_window": true, "sliding_window": 8,
+    "layer_types": ["sliding_attention"])"), UsageError);
+
+  LlamaConfig c = small_config();
+  c.model_type = "qwen2";
+  c.sliding_window = 3;
+  c.layer_types = {"full_attention", "sliding_attention"};
+  Llama m(c, 9);
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  const int64_t T = int64_t(ids.size());
+  const std::vector<float> full = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  expect_decoding_matches(m.decode_step(T), ids, full, c.vocab_size);
+  LlamaConfig unwindowed = c;
+  unwindowed.sliding_window = 0;
+  unwindowed.layer_types = {};
+  const std::vector<float> all =
+      eval(Llama(unwindowed, 9).forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  EXPECT_GT(std::abs(all.back() - full.back()), 1e-5);
+  nabla::testing_support::TempDir dir;
+  save_checkpoint(dir.file("q.safetensors"), c.to_json(), m.params());
+  try {
+    models::gguf_from_checkpoint(load_checkpoint(dir.file("q.safetensors")));
+    ADD_FAILURE() << "a qwen2 GGUF with a sliding layer";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no sliding window"), std::string::npos) << e.what();
+  }
 }
 
 // transformers 5 writes rope_parameters where 4 wrote rope_theta and

@@ -14,7 +14,8 @@ equal torch's; then `nabla grad --adamw-steps 3`, whose loss before each step
 must equal torch.optim.AdamW's. Configs: GQA ratios 1 and 3, a head size that
 is neither a multiple of 8 nor hidden / heads, tied and untied heads, q/k/v
 biases (Qwen2), per-head q/k RMSNorms (Qwen3), Mistral's sliding window
-(rows longer than it), Gemma 3 (norms scaled by 1 + weight around both
+(rows longer than it), Qwen2's use_sliding_window (layers from
+max_window_layers on), Gemma 3 (norms scaled by 1 + weight around both
 branches, GeGLU, the scaled embedding, sliding layers with their own rotary
 base beside full ones with linear rope scaling), SmolLM3 (layers without
 rotary positions), Llama 3's rope_scaling, -100 labels.
@@ -124,6 +125,9 @@ class Attention(nn.Module):
             self.q_norm = RmsNorm(self.hd, c["rms_norm_eps"], gemma(c))
             self.k_norm = RmsNorm(self.hd, c["rms_norm_eps"], gemma(c))
         self.window = c.get("sliding_window") if c["model_type"] == "mistral" else None
+        if c.get("use_sliding_window") and c.get("sliding_window"):  # Qwen2Config: from max_window_layers on
+            slides = c["layer_types"][i] == "sliding_attention" if "layer_types" in c else i >= c["max_window_layers"]
+            self.window = c["sliding_window"] if slides else None
         self.rotate = c["no_rope_layers"][i] if c["model_type"] == "smollm3" else 1  # SmolLM3Attention.use_rope
         if gemma(c) and c["layer_types"][i] == "sliding_attention":  # Gemma 3's local layers: their own base
             self.window, self.theta, self.scaling = c["sliding_window"], c["rope_local_base_freq"], None
@@ -441,6 +445,9 @@ def main():
     # Mistral with rows of 13 tokens past its window of 5.
     check(args.nabla, work, report, "mistral: sliding window 5, gqa 3",
           config(model_type="mistral", sliding_window=5), 2, 13, 6, ("hf", torch.bfloat16, 1))
+    check(args.nabla, work, report, "qwen2 use_sliding_window: window 4 from layer 1 of 2",
+          config(model_type="qwen2", attention_bias=True, use_sliding_window=True, sliding_window=4,
+                 max_window_layers=1), 2, 12, 12, ("hf", torch.bfloat16, 1))
     # Gemma 3: a sliding layer (window 4, its own rotary base) then a full one
     # (linear rope scaling), rows of 13; the scores scaled by
     # 1/sqrt(query_pre_attn_scalar), not the head size.

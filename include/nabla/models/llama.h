@@ -41,12 +41,15 @@ struct LlamaConfig {
   double initializer_range = 0.02;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q, k and v biases (Qwen2's; set by model_type "qwen2")
-  // Mistral's window (every layer) and Gemma 3's (its sliding_attention
-  // layers): each token attends to the last sliding_window tokens, itself
-  // included (0: every earlier token).
+  // Mistral's window (every layer) and that of the sliding_attention layers
+  // of Gemma 3, and of Qwen2, Qwen3 and SmolLM3 with use_sliding_window:
+  // each token attends to the last sliding_window tokens, itself included
+  // (0: every earlier token).
   int64_t sliding_window = 0;
-  // Gemma 3: "sliding_attention" or "full_attention" per layer (config.json's
-  // layer_types, or every sliding_window_pattern-th layer full); the sliding
+  // "sliding_attention" or "full_attention" per layer (config.json's
+  // layer_types; without them Gemma 3's every sliding_window_pattern-th layer
+  // is full, Qwen's layers from max_window_layers on slide, SmolLM3's NoPE
+  // layers slide). Empty: no layer slides but Mistral's. Gemma 3: the sliding
   // layers' rotary base (no rope_scaling there); the scores' scale
   // 1/sqrt(query_pre_attn_scalar).
   std::vector<std::string> layer_types;
@@ -80,10 +83,14 @@ struct LlamaConfig {
   bool gemma() const { return model_type == "gemma3_text"; }
   // Whether layer i rotates its queries and keys (SmolLM3's NoPE layers do not).
   bool layer_rotates(int64_t i) const { return no_rope_layers.empty() || no_rope_layers[size_t(i)] != 0; }
+  // The model types whose layers slide or not by layer_types.
+  bool windows_by_layer() const {
+    return gemma() || model_type == "qwen2" || model_type == "qwen3" || model_type == "smollm3";
+  }
   // Layer i's sliding window (0: every earlier token).
   int64_t layer_window(int64_t i) const {
-    if (gemma()) return layer_types[size_t(i)] == "sliding_attention" ? sliding_window : 0;
-    return sliding_window;
+    if (!layer_types.empty()) return layer_types[size_t(i)] == "sliding_attention" ? sliding_window : 0;
+    return model_type == "mistral" ? sliding_window : 0;
   }
   // The divisor of each of the head_size() / 2 rotary frequencies that
   // rope_scaling gives, as Hugging Face computes them (empty: none).
