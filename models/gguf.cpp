@@ -232,7 +232,7 @@ uint32_t file_type(GgmlType t) {
 // llama.cpp's architecture for a model_type: Mistral is llama.cpp's llama
 // (as convert_hf_to_gguf.py writes it; the sliding window is not kept).
 std::string gguf_architecture(const LlamaConfig& c) {
-  if (c.gemma()) return "gemma3";
+  if (c.gemma3()) return "gemma3";
   return c.model_type == "mistral" ? "llama" : c.model_type;
 }
 
@@ -284,6 +284,7 @@ double norm_shift(const LlamaConfig& c) { return c.gemma() ? 1.0 : 0.0; }
 //   rope_scaling llama3                       rope_freqs.weight [hd / 2], the frequency divisors
 void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWriter& w) {
   const LlamaConfig c = llama_config_from_checkpoint(ckpt);
+  if (c.model_type == "gemma2") throw UsageError(ckpt.path + ": GGUF export of gemma2 (llama.cpp's gemma2) is not supported");
   const std::string arch = gguf_architecture(c), a = arch + ".";
   const bool interleave = interleaves_heads(arch);
   const int64_t hd = c.head_size();
@@ -293,7 +294,7 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
   if (c.qk_norm() && c.attention_bias) {
     throw UsageError(ckpt.path + ": llama.cpp's qwen3 architecture has no q/k/v biases");
   }
-  if (c.gemma()) {
+  if (c.gemma3()) {
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       if ((c.layer_window(i) > 0) != gemma3_llama_cpp_layers(i)) {
         throw UsageError(ckpt.path + ": llama.cpp's gemma3 takes every sixth layer as full attention, the others "

@@ -45,6 +45,7 @@ const char* hf_class(const std::string& model_type) {
                                                                 {"qwen2", "Qwen2ForCausalLM"},
                                                                 {"qwen3", "Qwen3ForCausalLM"},
                                                                 {"smollm3", "SmolLM3ForCausalLM"},
+                                                                {"gemma2", "Gemma2ForCausalLM"},
                                                                 {"gemma3_text", "Gemma3ForCausalLM"}};
   for (const auto& [type, name] : classes) {
     if (model_type == type) return name;
@@ -57,8 +58,8 @@ const char* hf_class(const std::string& model_type) {
 void LlamaConfig::validate() const {
   auto fail = [](const std::string& m) { throw UsageError("llama config: " + m); };
   if (!hf_class(model_type)) {
-    fail("model_type must be \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\" or \"gemma3_text\", got \"" +
-         model_type + "\"");
+    fail("model_type must be \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\", \"gemma2\" or \"gemma3_text\", "
+         "got \"" + model_type + "\"");
   }
   if (sliding_window < 0 || (sliding_window > 0 && model_type == "llama")) {
     fail("sliding_window must be 0 (none) or, for a model_type other than \"llama\", positive");
@@ -67,7 +68,7 @@ void LlamaConfig::validate() const {
     fail("a sliding_window needs layer_types saying which layers slide");
   }
   if (!layer_types.empty() || gemma()) {
-    if (!windows_by_layer()) fail("layer_types is read for model_types qwen2, qwen3, smollm3 and gemma3_text");
+    if (!windows_by_layer()) fail("layer_types is read for model_types qwen2, qwen3, smollm3, gemma2 and gemma3_text");
     if (layer_types.size() != size_t(num_hidden_layers)) {
       fail("layer_types must name each of the " + std::to_string(num_hidden_layers) + " layers, got " +
            std::to_string(layer_types.size()));
@@ -80,12 +81,17 @@ void LlamaConfig::validate() const {
     }
   }
   if (gemma()) {
-    if (attention_bias) fail("gemma3_text has no q/k/v biases");
+    if (attention_bias) fail(model_type + " has no q/k/v biases");
     if (!(query_pre_attn_scalar >= 0) || !std::isfinite(query_pre_attn_scalar)) {
       fail("query_pre_attn_scalar must be positive");
     }
     if (!(rope_local_base_freq > 0) || !std::isfinite(rope_local_base_freq)) {
       fail("rope_local_base_freq must be positive");
+    }
+  }
+  for (double cap : {attn_logit_softcapping, final_logit_softcapping}) {
+    if (!(cap >= 0) || !std::isfinite(cap) || (cap > 0 && model_type != "gemma2")) {
+      fail("the soft caps must be 0 (none) or, for model_type \"gemma2\", positive");
     }
   }
   if (model_type == "smollm3") {
@@ -234,29 +240,43 @@ void read_window_layers(const nlohmann::json& j, const std::string& type, LlamaC
   }
 }
 
-// Gemma 3's keys beyond Llama's (j: its config.json). What nabla does not
-// compute (logit soft-capping, bidirectional attention, another activation)
-// is refused.
-void read_gemma3(const nlohmann::json& j, LlamaConfig& c) {
-  const auto fail = [](const std::string& m) { throw IoError("llama config: gemma3_text's " + m); };
-  if (auto it = j.find("hidden_activation"); it != j.end() && *it != "gelu_pytorch_tanh") {
+// Gemma 2's and 3's keys beyond Llama's (j: the config.json of model_type
+// `type`). What nabla does not compute (Gemma 3's soft-capping,
+// bidirectional attention, another activation) is refused.
+void read_gemma(const nlohmann::json& j, const std::string& type, LlamaConfig& c) {
+  const auto fail = [&](const std::string& m) { throw IoError("llama config: " + type + "'s " + m); };
+  if (auto it = j.find("hidden_activation"); it != j.end() && !it->is_null() && *it != "gelu_pytorch_tanh") {
     fail("hidden_activation " + it->dump() + " is not supported (\"gelu_pytorch_tanh\")");
-  }
-  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
-    if (auto it = j.find(key); it != j.end() && !it->is_null()) fail(std::string(key) + " is not supported (null)");
   }
   if (auto it = j.find("use_bidirectional_attention"); it != j.end() && *it != false) {
     fail("use_bidirectional_attention is not supported");
   }
+  const bool gemma2 = type == "gemma2";
+  // Gemma2Config's defaults for the caps; Gemma 3 has none.
+  if (gemma2) c.attn_logit_softcapping = 50, c.final_logit_softcapping = 30, c.query_pre_attn_scalar = 256;
   for (auto [key, value] : {std::pair{"rope_local_base_freq", &c.rope_local_base_freq},
-                            std::pair{"query_pre_attn_scalar", &c.query_pre_attn_scalar}}) {
-    if (auto it = j.find(key); it != j.end()) {
-      if (!it->is_number()) fail(std::string(key) + " must be a number, got " + it->dump());
+                            std::pair{"query_pre_attn_scalar", &c.query_pre_attn_scalar},
+                            std::pair{"attn_logit_softcapping", &c.attn_logit_softcapping},
+                            std::pair{"final_logit_softcapping", &c.final_logit_softcapping}}) {
+    const auto it = j.find(key);
+    if (it == j.end()) continue;
+    const bool cap = std::string_view(key).ends_with("softcapping");
+    if (cap && it->is_null()) {
+      *value = 0;
+    } else if (cap && !gemma2) {
+      fail(std::string(key) + " is not supported (null)");
+    } else if (!it->is_number()) {
+      fail(std::string(key) + " must be a number, got " + it->dump());
+    } else {
       *value = it->get<double>();
     }
   }
   if (read_layer_types(j, c)) return;
   const int64_t layers = listed_layers(j);
+  if (gemma2) {  // Gemma2Config: the even layers slide
+    for (int64_t i = 0; i < layers; ++i) c.layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    return;
+  }
   // Without layer_types (transformers before 4.53): every pattern-th layer is full.
   int64_t pattern = 6;
   if (auto it = j.find("sliding_window_pattern"); it != j.end()) {
@@ -344,7 +364,7 @@ void read_rope(const nlohmann::json& j, LlamaConfig& c) {
   for (const auto& [layer_type, r] : rope.items()) {
     if (layer_type == "full_attention") {
       read(r, key + ".full_attention", c.rope_theta, &c.rope_scaling);
-    } else if (c.gemma()) {
+    } else if (c.gemma3()) {
       read(r, key + ".sliding_attention", c.rope_local_base_freq, nullptr);
     } else {
       throw IoError("llama config: " + key + " gives sliding_attention layers their own rotations; model_type \"" +
@@ -371,12 +391,14 @@ std::string LlamaConfig::to_json() const {
     extra += ",\"sliding_window\":" + (sliding_window > 0 ? std::to_string(sliding_window) : "null");
   }
   if (gemma()) {
+    const auto cap = [](double v) { return v > 0 ? nlohmann::json(v).dump() : std::string("null"); };
     extra += ",\"layer_types\":" + nlohmann::json(layer_types).dump() +
-             ",\"rope_local_base_freq\":" + nlohmann::json(rope_local_base_freq).dump() +
              ",\"query_pre_attn_scalar\":" + nlohmann::json(query_pre_attn_scalar > 0 ? query_pre_attn_scalar
                                                                                       : double(head_size())).dump() +
-             ",\"final_logit_softcapping\":null,\"attn_logit_softcapping\":null";
+             ",\"final_logit_softcapping\":" + cap(final_logit_softcapping) +
+             ",\"attn_logit_softcapping\":" + cap(attn_logit_softcapping);
   }
+  if (gemma3()) extra += ",\"rope_local_base_freq\":" + nlohmann::json(rope_local_base_freq).dump();
   if (model_type == "smollm3") extra += ",\"no_rope_layers\":" + nlohmann::json(no_rope_layers).dump();
   if (windows_by_layer() && !gemma()) {
     extra += ",\"use_sliding_window\":" + std::string(sliding_window > 0 ? "true" : "false") +
@@ -443,14 +465,15 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
   if (type == "gemma3") return gemma3_text_config(text);
   // Qwen2's config has no attention_bias: its q, k and v always have biases.
   if (type == "qwen2") c.attention_bias = true;
-  if (type == "gemma3_text" || type == "smollm3") c.tie_word_embeddings = true;  // their configs' defaults
+  const bool gemma = type == "gemma3_text" || type == "gemma2";
+  if (gemma || type == "smollm3") c.tie_word_embeddings = true;  // their configs' defaults
   // nabla's checkpoints name their architecture; Hugging Face's config.json does not.
   if (!architecture.empty() && architecture != "llama") {
     throw IoError("llama config: architecture is \"" + architecture + "\", expected \"llama\"");
   }
   // Variants this model does not compute are refused, not approximated.
   // (Gemma names its activation hidden_activation and ignores hidden_act.)
-  if (type != "gemma3_text" && hidden_act != "silu") {
+  if (!gemma && hidden_act != "silu") {
     throw IoError("llama config: hidden_act \"" + hidden_act + "\" is not supported (silu)");
   }
   if (mlp_bias) throw IoError("llama config: mlp_bias is not supported");
@@ -460,7 +483,7 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
   }
   const nlohmann::json j = nlohmann::json::parse(text);
   // Qwen's and SmolLM3's configs carry a sliding_window that use_sliding_window leaves off.
-  if (auto window = j.find("sliding_window"); (type == "mistral" || type == "gemma3_text" || use_sliding_window) &&
+  if (auto window = j.find("sliding_window"); (type == "mistral" || gemma || use_sliding_window) &&
                                               window != j.end() && !window->is_null()) {
     if (!window->is_number_integer() || window->get<int64_t>() <= 0) {
       throw IoError("llama config: sliding_window must be null or a positive integer, got " + window->dump());
@@ -468,8 +491,8 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
     c.sliding_window = window->get<int64_t>();
   }
   if (type == "smollm3") read_smollm3(j, c);
-  if (type == "gemma3_text") {
-    read_gemma3(j, c);
+  if (gemma) {
+    read_gemma(j, type, c);
   } else if (qwen_windows && c.sliding_window > 0) {
     read_window_layers(j, type, c);
   } else if (auto types = j.find("layer_types"); !qwen_windows && types != j.end() && types->is_array()) {
@@ -591,11 +614,12 @@ void Llama::build(nn::Init& init) {
     block.gate_gelu = true;
     block.gelu = nn::Gelu::tanh;
     block.attn_scale = 1 / std::sqrt(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(c.head_size()));
+    block.attn_softcap = c.attn_logit_softcapping;
   }
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     nn::BlockConfig layer = block;
     layer.window = c.layer_window(i);
-    if (c.gemma() && layer.window > 0) {  // Gemma's sliding layers: their own base, unscaled
+    if (c.gemma3() && layer.window > 0) {  // Gemma 3's sliding layers: their own base, unscaled
       layer.rope_theta = c.rope_local_base_freq;
       layer.rope_freq_factors = {};
     }
@@ -647,7 +671,13 @@ void Llama::merge_lora() {
 }
 
 Tensor Llama::forward(const Tensor& input_ids, bool train, const Tensor& segments) const {
-  return lm_head_.logits(hidden(input_ids, train, segments));  // [B, T, V]
+  return logits(hidden(input_ids, train, segments));  // [B, T, V]
+}
+
+Tensor Llama::logits(const Tensor& h) const {
+  const Tensor z = lm_head_.logits(h);
+  const double cap = config_.final_logit_softcapping;
+  return cap > 0 ? scale(tanh(scale(z, 1 / cap)), cap) : z;  // Gemma2ForCausalLM's final soft cap
 }
 
 Tensor Llama::embed(const Tensor& ids) const {
@@ -671,10 +701,10 @@ Tensor Llama::hidden(const Tensor& input_ids, bool train, const Tensor& segments
 }
 
 Tensor Llama::head_loss(const Tensor& h, const Tensor& targets) const {
-  if (!checkpointing_) return cross_entropy(lm_head_.logits(h), targets, -100);
+  if (!checkpointing_) return cross_entropy(logits(h), targets, -100);
   // Chunks of chunk_logits_ logits (by default 8M, 32 MiB: SmolLM2's
   // 49,152-token vocabulary in 170-row chunks).
-  return nn::chunked_cross_entropy(h, targets, [&](const Tensor& rows) { return lm_head_.logits(rows); },
+  return nn::chunked_cross_entropy(h, targets, [&](const Tensor& rows) { return logits(rows); },
                                    std::max<int64_t>(1, chunk_logits_ / config_.vocab_size));
 }
 
@@ -692,7 +722,7 @@ nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
   const LlamaConfig& c = config_;
   nn::DecodeStep s(std::min(max_tokens, c.max_position_embeddings));
   const Tensor x = s.through(layers_, reshape(embed(s.token), {1, 1, c.hidden_size}), c.kv_heads(), c.head_size());
-  s.logits = reshape(lm_head_.logits(norm_(x)), {1, c.vocab_size});
+  s.logits = reshape(logits(norm_(x)), {1, c.vocab_size});
   return s;
 }
 
@@ -705,7 +735,7 @@ nn::DecodeStep::Prompt Llama::prompt(int64_t tokens) const {
   nn::DecodeStep::Prompt p;
   p.tokens = Tensor::zeros(DType::i32, {1, tokens});
   const Tensor x = nn::DecodeStep::prompt_through(layers_, embed(p.tokens), p);
-  p.logits = reshape(lm_head_.logits(norm_(slice(x, 1, tokens - 1, tokens))), {1, c.vocab_size});
+  p.logits = reshape(logits(norm_(slice(x, 1, tokens - 1, tokens))), {1, c.vocab_size});
   return p;
 }
 

@@ -215,6 +215,9 @@ struct BlockConfig {
   bool causal = false;
   int64_t window = 0;    // causal only: each token attends to its last `window` tokens (a sliding window); 0: all
   double attn_scale = 0;  // the scores' scale; 0: 1/sqrt(head size)
+  // Gemma 2's soft-capped scores, cap * tanh(scale q k / cap) before the
+  // softmax (0: none); such attention is composed (the fused op has no cap).
+  double attn_softcap = 0;
   bool qkv_bias = true;  // the q/k/v projections' biases
   bool bias = true;      // the other projections' biases
   WeightLayout layout = WeightLayout::out_in;
@@ -304,6 +307,7 @@ struct Attention {
   bool causal = false;
   int64_t window = 0;  // a sliding window (BlockConfig::window)
   double scale = 0;    // the scores' scale
+  double softcap = 0;  // BlockConfig::attn_softcap
   Attention() = default;
   Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
   // With `record`, its new_keys and new_values are set to the keys (rotated)
@@ -321,6 +325,8 @@ struct Attention {
   Tensor rotary(const Tensor& t, int64_t offset) const;
   Tensor per_query_head(const Tensor& t) const;  // [N, T, kv_heads, hd] -> [N, T, heads, hd]
   Tensor window_mask(const KvCache& cache, int64_t Tm) const;
+  // Probabilities [N, heads, Tq, Tk] from soft-capped scores (softcap > 0).
+  Tensor capped_probs(const Tensor& scores, const Tensor& mask, bool causal) const;
 };
 
 // fc1 -> GELU -> fc2, SwiGLU: fc2(silu(gate(x)) * fc1(x)), or GeGLU:

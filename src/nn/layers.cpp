@@ -286,8 +286,11 @@ Tensor Dropout::operator()(const Tensor& x, bool train, int64_t salt) const {
 Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init)
     : heads(c.heads), kv_heads(c.kv_head_count()), head_dim(c.head_size()), rope_theta(c.rope_theta),
       rope_freq_factors(c.rope_freq_factors), causal(c.causal), window(c.window),
-      scale(c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(double(c.head_size()))) {
+      scale(c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(double(c.head_size()))), softcap(c.attn_softcap) {
   const std::string what = "attention: ";
+  if (!(softcap >= 0) || !std::isfinite(softcap)) {
+    throw UsageError(what + "the scores' soft cap must be 0 (none) or positive, got " + std::to_string(softcap));
+  }
   if (window < 0 || (window > 0 && !causal)) {
     throw UsageError(what + "a sliding window needs causal attention and a positive size, got " +
                      std::to_string(window));
@@ -390,6 +393,29 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
     record->new_keys = k;
     record->new_values = v;
   }
+  auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
+  if (softcap > 0) {
+    // Composed: [N, heads, Tq, T] scores, capped, then masked (the window
+    // before each query, other segments) and softmaxed.
+    Tensor mask;
+    if (window > 0) {
+      std::vector<float> m(size_t(Tq * T), 0.0f);
+      for (int64_t i = 0; i < Tq; ++i) {
+        std::fill_n(m.begin() + i * T, std::max<int64_t>(0, i + (T - Tq) - window + 1),
+                    -std::numeric_limits<float>::infinity());
+      }
+      mask = cast(Tensor::from_vector<float>({Tq, T}, m), q.dtype());
+    }
+    if (segments.defined()) {
+      const Tensor ids = cast(segments, q.dtype());
+      const Tensor across = where(eq(reshape(ids, {N, 1, T, 1}), reshape(ids, {N, 1, 1, T})),
+                                  Tensor::scalar(0.0, q.dtype()),
+                                  Tensor::scalar(-std::numeric_limits<double>::infinity(), q.dtype()));
+      mask = mask.defined() ? mask + across : across;
+    }
+    const Tensor p = capped_probs(matmul(heads_first(q), transpose(heads_first(per_query_head(k)))), mask, causal);
+    return proj(reshape(matmul_heads(p, heads_first(per_query_head(v))), {N, Tq, inner}), train);
+  }
   // The fused op reads a group's key/value head in place.
   if (causal || T > 256 || segments.defined()) {
     return proj(reshape(attention(q, k, v, causal, scale, segments, window), {N, Tq, inner}), train);
@@ -399,10 +425,15 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
   // Composed on heads-first views of the token-major projections; the
   // values' product writes its output token-major (matmul_heads), and the
   // backward products write dq, dk and dv so too: no head copies either way.
-  auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
   Tensor p = T > 64 ? attention_probs(q, k, false, scale)
                     : softmax(matmul(heads_first(q), transpose(heads_first(k))), scale);
   return proj(reshape(matmul_heads(p, heads_first(v)), {N, Tq, inner}), train);
+}
+
+// Gemma 2: softmax(cap tanh(scale s / cap) + mask), as Gemma2Attention computes it.
+Tensor Attention::capped_probs(const Tensor& scores, const Tensor& mask, bool causal_rows) const {
+  const Tensor capped = nabla::scale(tanh(nabla::scale(scores, scale / softcap)), softcap);
+  return softmax(capped, 1.0, mask, causal_rows);
 }
 
 // The cache's mask with the positions before a sliding window closed too:
@@ -447,7 +478,8 @@ Tensor Attention::decode(const Tensor& x, KvCache& cache) const {
   cache.new_keys = k;  // [N, kv_heads, 1, hd]
   cache.new_values = v;
   Tensor scores = concat({matmul(q, transpose(cache.keys)), sum(q * k, {-1}, true)}, -1);  // [N, kvh, g, Tm + 1]
-  Tensor p = softmax(scores, scale, window > 0 ? window_mask(cache, Tm) : cache.mask);
+  const Tensor mask = window > 0 ? window_mask(cache, Tm) : cache.mask;
+  Tensor p = softcap > 0 ? capped_probs(scores, mask, false) : softmax(scores, scale, mask);
   Tensor o = matmul(slice(p, -1, 0, Tm), cache.values) + slice(p, -1, Tm, Tm + 1) * v;  // [N, kvh, g, hd]
   return proj(reshape(o, {N, 1, heads * hd}));
 }

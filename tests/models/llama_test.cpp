@@ -271,6 +271,73 @@ TEST(Llama, Gemma3ReadsItsConfig) {
   EXPECT_THROW(llama.validate(), UsageError);
 }
 
+// Gemma 2 2B's config.json: Gemma 3's block without q/k norms, the even
+// layers sliding, scores capped at 50 and logits at 30; 2,614,341,888
+// parameters. A small one decodes as its full forward computes (caps and
+// windows on both paths); GGUF export is refused, saying so.
+TEST(Llama, Gemma2ReadsItsConfigAndCapsItsScores) {
+  const LlamaConfig c = LlamaConfig::from_json(R"({"architectures": ["Gemma2ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid",
+    "eos_token_id": 1, "final_logit_softcapping": 30.0, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2304, "initializer_range": 0.02,
+    "intermediate_size": 9216, "max_position_embeddings": 8192, "model_type": "gemma2", "num_attention_heads": 8,
+    "num_hidden_layers": 26, "num_key_value_heads": 4, "pad_token_id": 0, "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096, "torch_dtype": "float32",
+    "use_cache": true, "vocab_size": 256000})");
+  EXPECT_TRUE(c.gemma());
+  EXPECT_FALSE(c.gemma3());
+  EXPECT_FALSE(c.qk_norm());
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.parameter_count(), 2614341888);
+  EXPECT_EQ(c.attn_logit_softcapping, 50);
+  EXPECT_EQ(c.final_logit_softcapping, 30);
+  for (int64_t i = 0; i < 26; ++i) EXPECT_EQ(c.layer_window(i), i % 2 == 0 ? 4096 : 0) << "layer " << i;
+  EXPECT_NE(c.to_json().find("\"architectures\":[\"Gemma2ForCausalLM\"]"), std::string::npos) << c.to_json();
+  EXPECT_EQ(LlamaConfig::from_json(c.to_json()).to_json(), c.to_json());
+  LlamaConfig gemma3 = c;
+  gemma3.model_type = "gemma3_text";
+  EXPECT_THROW(gemma3.validate(), UsageError);  // no caps there
+
+  LlamaConfig small = small_config();
+  small.model_type = "gemma2";
+  small.attention_bias = false;
+  small.tie_word_embeddings = true;
+  small.sliding_window = 3;
+  small.layer_types = {"sliding_attention", "full_attention"};
+  small.query_pre_attn_scalar = 6;
+  small.attn_logit_softcapping = 0.5;
+  small.final_logit_softcapping = 2;
+  small.initializer_range = 0.3;  // scores past the cap
+  Llama m(small, 4);
+  vary_norms(m);
+  EXPECT_EQ(m.params().count(), small.parameter_count());
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  const int64_t T = int64_t(ids.size());
+  const std::vector<float> full = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  for (float z : full) EXPECT_LE(std::abs(z), 2.0f);
+  expect_decoding_matches(m.decode_step(T), ids, full, small.vocab_size);
+  LlamaConfig uncapped = small;
+  uncapped.attn_logit_softcapping = 0;
+  Llama u(uncapped, 4);
+  vary_norms(u);
+  const std::vector<float> plain = eval(u.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  float d = 0;
+  for (size_t i = 0; i < full.size(); ++i) d = std::max(d, std::abs(full[i] - plain[i]));
+  EXPECT_GT(d, 1e-3);
+  // Packed documents (segments) compute as they would alone, through the composed capped attention.
+  const std::vector<int32_t> second(ids.begin() + 4, ids.end());
+  const std::vector<float> alone =
+      eval(m.forward(Tensor::from_vector<int32_t>({1, T - 4}, second))).to_vector<float>();
+  const std::vector<int32_t> docs = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
+  const std::vector<float> packed = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids), false,
+                                                   Tensor::from_vector<int32_t>({1, T}, docs)))
+                                        .to_vector<float>();
+  for (size_t i = 0; i < alone.size(); ++i) EXPECT_NEAR(packed[4 * size_t(small.vocab_size) + i], alone[i], 2e-5) << i;
+  nabla::testing_support::TempDir dir;
+  save_checkpoint(dir.file("g2.safetensors"), small.to_json(), m.params());
+  EXPECT_THROW(models::gguf_from_checkpoint(load_checkpoint(dir.file("g2.safetensors"))), UsageError);
+}
+
 // Gemma 3 4B's config.json (Gemma3ForConditionalGeneration): the text model
 // from text_config, Gemma3TextConfig's defaults for the rest; 3,209,008,128
 // parameters outside the embedding (the Gemma 3 report's 3,209M).

@@ -77,8 +77,13 @@ class RmsNorm(nn.Module):
             1 + self.weight if self.unit_offset else self.weight)
 
 
-def gemma(c):
-    return c["model_type"] == "gemma3_text"
+def gemma(c):  # Gemma 2's and 3's block
+    return c["model_type"] in ("gemma3_text", "gemma2")
+
+
+def gemma_layer_types(c):  # Gemma2Config without layer_types: the even layers slide
+    return c.get("layer_types") or ["sliding_attention" if i % 2 == 0 else "full_attention"
+                                    for i in range(c["num_hidden_layers"])]
 
 
 def rotate_half(x):
@@ -120,7 +125,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d, self.kv * self.hd, bias=b)
         self.v_proj = nn.Linear(d, self.kv * self.hd, bias=b)
         self.o_proj = nn.Linear(self.h * self.hd, d, bias=False)
-        self.qk_norm = c["model_type"] == "qwen3" or gemma(c)
+        self.qk_norm = c["model_type"] in ("qwen3", "gemma3_text")
         if self.qk_norm:  # Qwen3Attention, Gemma3Attention: each head RMS-normed before the rotation
             self.q_norm = RmsNorm(self.hd, c["rms_norm_eps"], gemma(c))
             self.k_norm = RmsNorm(self.hd, c["rms_norm_eps"], gemma(c))
@@ -129,8 +134,11 @@ class Attention(nn.Module):
             slides = c["layer_types"][i] == "sliding_attention" if "layer_types" in c else i >= c["max_window_layers"]
             self.window = c["sliding_window"] if slides else None
         self.rotate = c["no_rope_layers"][i] if c["model_type"] == "smollm3" else 1  # SmolLM3Attention.use_rope
-        if gemma(c) and c["layer_types"][i] == "sliding_attention":  # Gemma 3's local layers: their own base
-            self.window, self.theta, self.scaling = c["sliding_window"], c["rope_local_base_freq"], None
+        if gemma(c) and gemma_layer_types(c)[i] == "sliding_attention":
+            self.window = c["sliding_window"]
+            if c["model_type"] == "gemma3_text":  # Gemma 3's local layers: their own base
+                self.theta, self.scaling = c["rope_local_base_freq"], None
+        self.softcap = c.get("attn_logit_softcapping") if c["model_type"] == "gemma2" else None
 
     def forward(self, x):
         b, t, _ = x.shape
@@ -146,6 +154,8 @@ class Attention(nn.Module):
         g = self.h // self.kv
         k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # repeat_kv
         w = (q @ k.transpose(-1, -2)) * self.scale
+        if self.softcap:  # Gemma2Attention: tanh(w / cap) * cap before the mask
+            w = torch.tanh(w / self.softcap) * self.softcap
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         if self.window:  # transformers' sliding_window_overlay: key j visible to query i where i - j < window
             causal &= ~torch.ones(t, t, dtype=torch.bool).tril(-self.window)
@@ -210,7 +220,9 @@ class Llama(nn.Module):
         for layer in self.model.layers:
             x = layer(x)
         head = self.model.embed_tokens.weight if self.config["tie_word_embeddings"] else self.lm_head.weight
-        return self.model.norm(x) @ head.t()
+        logits = self.model.norm(x) @ head.t()
+        cap = self.config.get("final_logit_softcapping") if self.config["model_type"] == "gemma2" else None
+        return torch.tanh(logits / cap) * cap if cap else logits  # Gemma2ForCausalLM
 
     def loss(self, ids, labels):  # LlamaForCausalLM: shift inside, -100 ignored, mean over the counted
         logits = self(ids)[:, :-1]
@@ -273,7 +285,11 @@ def nabla_config(c):
             "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
             "tie_word_embeddings", "attention_bias")
     if gemma(c):
-        keys += ("sliding_window", "layer_types", "rope_local_base_freq", "query_pre_attn_scalar")
+        keys += ("sliding_window", "query_pre_attn_scalar")
+        return json.dumps({"architecture": "llama", "model_type": c["model_type"], **{k: c[k] for k in keys},
+                           "layer_types": gemma_layer_types(c),
+                           **{k: c[k] for k in ("rope_local_base_freq", "attn_logit_softcapping",
+                                                "final_logit_softcapping") if k in c}})
     if c["model_type"] == "smollm3":
         keys += ("no_rope_layers",)
     return json.dumps({"architecture": "llama", "model_type": c["model_type"], **{k: c[k] for k in keys}})
@@ -292,7 +308,8 @@ def hf_config(c, transformers5=False):
     """config.json as transformers writes it (no nabla keys); version 5 with
     rope_parameters."""
     arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
-            "smollm3": "SmolLM3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}.get(c["model_type"], "LlamaForCausalLM")
+            "smollm3": "SmolLM3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
+            "gemma3_text": "Gemma3ForCausalLM"}.get(c["model_type"], "LlamaForCausalLM")
     act = {"hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None,
            "attn_logit_softcapping": None} if gemma(c) else {"hidden_act": "silu"}
     out = {"architectures": [arch], **act, "torch_dtype": "bfloat16", "use_cache": True,
@@ -461,6 +478,15 @@ def main():
           config(**{**gemma3, "num_hidden_layers": 3, "max_position_embeddings": 131072,
                     "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}),
           2, 11, 11, ("hf", torch.bfloat16, 1, "multimodal"))
+    # Gemma 2: soft-capped scores and logits (caps small enough to bite),
+    # the even layers sliding (derived: no layer_types in its config.json).
+    gemma2 = dict(model_type="gemma2", num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  tie_word_embeddings=True, rms_norm_eps=1e-6, sliding_window=4, query_pre_attn_scalar=24,
+                  attn_logit_softcapping=2.0, final_logit_softcapping=3.0, num_hidden_layers=3)
+    check(args.nabla, work, report, "gemma2: soft-capped scores and logits, alternating windows",
+          config(**gemma2), 2, 11, 13, ("hf", torch.bfloat16, 1))
+    check(args.nabla, work, report, "gemma2 untied, exported back",
+          config(**{**gemma2, "tie_word_embeddings": False, "num_hidden_layers": 2}), 2, 9, 14, "checkpoint")
     check(args.nabla, work, report, "gemma3 untied, exported back",
           config(**{**gemma3, "tie_word_embeddings": False, "num_hidden_layers": 3,
                     "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]}), 2, 9, 8, "checkpoint")

@@ -1,7 +1,8 @@
 // The Llama family (Llama 2/3, SmolLM2, SmolLM3, TinyLlama, Mistral, Qwen2,
-// Qwen3, Gemma 3's text model), laid out as Hugging Face's LlamaForCausalLM /
-// MistralForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM /
-// SmolLM3ForCausalLM / Gemma3ForCausalLM so that parameter names and shapes match their
+// Qwen3, Gemma 2, Gemma 3's text model), laid out as Hugging Face's
+// LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM /
+// Qwen3ForCausalLM / SmolLM3ForCausalLM / Gemma2ForCausalLM /
+// Gemma3ForCausalLM so that parameter names and shapes match their
 // checkpoints: RMSNorm, grouped-query attention with rotary positions
 // (rotate-half), a SwiGLU (Gemma: GeGLU) MLP, an untied or tied head.
 #pragma once
@@ -26,7 +27,8 @@ struct LlamaConfig {
   // layers without rotary positions), "gemma3_text" (Gemma 3: norms scaled by
   // 1 + weight, also after attention and the MLP; q/k heads normed; GeGLU;
   // the embedding scaled by sqrt(hidden_size); sliding-window layers with
-  // their own rotary base).
+  // their own rotary base), "gemma2" (Gemma 3's block without q/k norms,
+  // every other layer sliding, scores and logits soft-capped).
   std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -55,6 +57,9 @@ struct LlamaConfig {
   std::vector<std::string> layer_types;
   double rope_local_base_freq = 10000.0;
   double query_pre_attn_scalar = 0;  // 0: head_size()
+  // Gemma 2's soft caps (0: none): attention's scores cap * tanh(s / cap)
+  // before the softmax, and the logits likewise.
+  double attn_logit_softcapping = 0, final_logit_softcapping = 0;
   // SmolLM3: per layer, 1 where it rotates its queries and keys, 0 where it
   // has no positions at all (NoPE); config.json's no_rope_layers, or every
   // no_rope_layer_interval-th layer NoPE. Empty for the other model types.
@@ -79,8 +84,12 @@ struct LlamaConfig {
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   // Qwen3's q_norm and k_norm: each query and key head RMS-normed (weights
   // [head_size()]) before the rotary positions.
-  bool qk_norm() const { return model_type == "qwen3" || gemma(); }
-  bool gemma() const { return model_type == "gemma3_text"; }
+  bool qk_norm() const { return model_type == "qwen3" || gemma3(); }
+  // Gemma's block (Gemma 2 and 3): norms scaled by 1 + weight around both
+  // branches, GeGLU, the embedding scaled by sqrt(hidden_size), scores by
+  // 1/sqrt(query_pre_attn_scalar), sliding and full layers.
+  bool gemma() const { return gemma3() || model_type == "gemma2"; }
+  bool gemma3() const { return model_type == "gemma3_text"; }
   // Whether layer i rotates its queries and keys (SmolLM3's NoPE layers do not).
   bool layer_rotates(int64_t i) const { return no_rope_layers.empty() || no_rope_layers[size_t(i)] != 0; }
   // The model types whose layers slide or not by layer_types.
@@ -191,6 +200,8 @@ class Llama {
   Tensor embed(const Tensor& ids) const;
   // The final norm's output for input_ids, [B, T, D].
   Tensor hidden(const Tensor& input_ids, bool train, const Tensor& segments) const;
+  // The head's logits of h [.., D] (Gemma 2: soft-capped).
+  Tensor logits(const Tensor& h) const;
   // Mean cross-entropy of h [B, T', D]'s logits against targets i32 [B, T']
   // (-100 not counted), in chunks of rows when checkpointing.
   Tensor head_loss(const Tensor& h, const Tensor& targets) const;
