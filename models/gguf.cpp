@@ -245,12 +245,17 @@ bool interleaves_heads(const std::string& arch) { return arch == "llama" || arch
 // without rotary positions.
 bool smollm3_llama_cpp_rotates(int64_t i) { return (i + 1) % 4 != 0; }
 
-// What llama.cpp's gemma3 fixes rather than reads: every sixth layer full
-// attention, the others sliding with rotary base 10000, scores scaled by
-// 1/sqrt(head size) (27B, 62 layers: 1/sqrt(hidden / heads)).
-bool gemma3_llama_cpp_layers(int64_t i) { return (i + 1) % 6 != 0; }  // sliding
-double gemma3_llama_cpp_scalar(const LlamaConfig& c) {
-  return c.num_hidden_layers == 62 ? double(c.hidden_size / c.num_attention_heads) : double(c.head_size());
+// What llama.cpp's gemma2 and gemma3 fix rather than read: the layers that
+// slide (gemma2: the even ones; gemma3: all but every sixth, with rotary
+// base 10000), scores scaled by 1/sqrt(head size) (the 27Bs, 46 and 62
+// layers: 1/sqrt(hidden / heads)).
+const char* gemma_llama_cpp_pattern(const std::string& arch) {
+  return arch == "gemma2" ? "the even layers as sliding, the others full" : "every sixth layer as full, the others sliding";
+}
+bool gemma_llama_cpp_slides(const std::string& arch, int64_t i) { return arch == "gemma2" ? i % 2 == 0 : (i + 1) % 6 != 0; }
+double gemma_llama_cpp_scalar(const std::string& arch, const LlamaConfig& c) {
+  return c.num_hidden_layers == (arch == "gemma2" ? 46 : 62) ? double(c.hidden_size / c.num_attention_heads)
+                                                             : double(c.head_size());
 }
 
 // A block's norms, Hugging Face's name and llama.cpp's; Gemma's gains are
@@ -284,7 +289,6 @@ double norm_shift(const LlamaConfig& c) { return c.gemma() ? 1.0 : 0.0; }
 //   rope_scaling llama3                       rope_freqs.weight [hd / 2], the frequency divisors
 void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWriter& w) {
   const LlamaConfig c = llama_config_from_checkpoint(ckpt);
-  if (c.model_type == "gemma2") throw UsageError(ckpt.path + ": GGUF export of gemma2 (llama.cpp's gemma2) is not supported");
   const std::string arch = gguf_architecture(c), a = arch + ".";
   const bool interleave = interleaves_heads(arch);
   const int64_t hd = c.head_size();
@@ -294,16 +298,19 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
   if (c.qk_norm() && c.attention_bias) {
     throw UsageError(ckpt.path + ": llama.cpp's qwen3 architecture has no q/k/v biases");
   }
-  if (c.gemma3()) {
+  if (c.gemma()) {
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      if ((c.layer_window(i) > 0) != gemma3_llama_cpp_layers(i)) {
-        throw UsageError(ckpt.path + ": llama.cpp's gemma3 takes every sixth layer as full attention, the others "
-                         "sliding; this model's layer " + std::to_string(i) + " is " + c.layer_types[size_t(i)]);
+      if ((c.layer_window(i) > 0) != gemma_llama_cpp_slides(arch, i)) {
+        throw UsageError(ckpt.path + ": llama.cpp's " + arch + " takes " + gemma_llama_cpp_pattern(arch) +
+                         "; this model's layer " + std::to_string(i) + " is " + c.layer_types[size_t(i)]);
       }
     }
-    if (c.rope_local_base_freq != 10000 || (c.query_pre_attn_scalar > 0 && c.query_pre_attn_scalar != gemma3_llama_cpp_scalar(c))) {
-      throw UsageError(ckpt.path + ": llama.cpp's gemma3 fixes rope_local_base_freq 10000 and query_pre_attn_scalar " +
-                       std::to_string(int64_t(gemma3_llama_cpp_scalar(c))) + " for this model");
+    const double scalar = gemma_llama_cpp_scalar(arch, c);
+    if ((c.gemma3() && c.rope_local_base_freq != 10000) ||
+        (c.query_pre_attn_scalar > 0 && c.query_pre_attn_scalar != scalar)) {
+      throw UsageError(ckpt.path + ": llama.cpp's " + arch + " fixes query_pre_attn_scalar " +
+                       std::to_string(int64_t(scalar)) + " for this model" +
+                       (c.gemma3() ? " and rope_local_base_freq 10000" : ""));
     }
   }
   for (int64_t i = 0; i < c.num_hidden_layers && c.windows_by_layer() && !c.gemma(); ++i) {
@@ -336,6 +343,8 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
     w.set(a + "rope.scaling.factor", float(c.rope_scaling.factor));
   }
   if (c.gemma()) w.set(a + "attention.sliding_window", uint32_t(c.sliding_window));
+  if (c.attn_logit_softcapping > 0) w.set(a + "attn_logit_softcapping", float(c.attn_logit_softcapping));
+  if (c.final_logit_softcapping > 0) w.set(a + "final_logit_softcapping", float(c.final_logit_softcapping));
   add_vocab(ckpt, options.tokenizer.empty() ? checkpoint_tokenizer(ckpt.path, c.tokenizer) : options.tokenizer,
             c.vocab_size, options, w);
 
@@ -436,9 +445,9 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   const GgufValue* arch_value = file.find_value("general.architecture");
   const std::string arch =
       arch_value && arch_value->type() == GgufType::string ? arch_value->get<std::string>() : "";
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "smollm3" && arch != "gemma3") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "smollm3" && arch != "gemma2" && arch != "gemma3") {
     throw fail("general.architecture is " + (arch.empty() ? std::string("missing") : "\"" + arch + "\"") +
-               ", nabla reads \"llama\", \"qwen2\", \"qwen3\", \"smollm3\" and \"gemma3\" GGUF files");
+               ", nabla reads \"llama\", \"qwen2\", \"qwen3\", \"smollm3\", \"gemma2\" and \"gemma3\" GGUF files");
   }
   // Integer keys as any unsigned or signed type the writer chose.
   auto integer = [&](const std::string& key, std::optional<int64_t> fallback = {}) -> int64_t {
@@ -513,11 +522,15 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
     c.rope_scaling = llama3_from_factors(path, freqs->tensor.to_vector<float>(), c.rope_theta);
   }
   if (c.gemma()) {  // what llama.cpp's gemma3 fixes
-    c.sliding_window = integer("attention.sliding_window");
+    c.sliding_window = integer("attention.sliding_window", arch == "gemma2" ? std::optional<int64_t>(4096) : std::nullopt);
     for (int64_t i = 0; i < std::min<int64_t>(c.num_hidden_layers, 1 << 20); ++i) {
-      c.layer_types.push_back(gemma3_llama_cpp_layers(i) ? "sliding_attention" : "full_attention");
+      c.layer_types.push_back(gemma_llama_cpp_slides(arch, i) ? "sliding_attention" : "full_attention");
     }
-    c.query_pre_attn_scalar = c.num_attention_heads > 0 ? gemma3_llama_cpp_scalar(c) : 0;
+    c.query_pre_attn_scalar = c.num_attention_heads > 0 ? gemma_llama_cpp_scalar(arch, c) : 0;
+  }
+  if (arch == "gemma2") {  // llama.cpp's defaults, Gemma 2's caps
+    c.attn_logit_softcapping = real("attn_logit_softcapping", 50.0);
+    c.final_logit_softcapping = real("final_logit_softcapping", 30.0);
   }
   for (int64_t i = 0; i < std::min<int64_t>(c.num_hidden_layers, 1 << 20) && arch == "smollm3"; ++i) {
     c.no_rope_layers.push_back(smollm3_llama_cpp_rotates(i) ? 1 : 0);

@@ -274,7 +274,8 @@ TEST(Llama, Gemma3ReadsItsConfig) {
 // Gemma 2 2B's config.json: Gemma 3's block without q/k norms, the even
 // layers sliding, scores capped at 50 and logits at 30; 2,614,341,888
 // parameters. A small one decodes as its full forward computes (caps and
-// windows on both paths); GGUF export is refused, saying so.
+// windows on both paths); layers llama.cpp's gemma2 would not slide as it
+// does have no GGUF (GgufRoundTrip has one that does).
 TEST(Llama, Gemma2ReadsItsConfigAndCapsItsScores) {
   const LlamaConfig c = LlamaConfig::from_json(R"({"architectures": ["Gemma2ForCausalLM"], "attention_bias": false,
     "attention_dropout": 0.0, "attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid",
@@ -333,9 +334,16 @@ TEST(Llama, Gemma2ReadsItsConfigAndCapsItsScores) {
                                                    Tensor::from_vector<int32_t>({1, T}, docs)))
                                         .to_vector<float>();
   for (size_t i = 0; i < alone.size(); ++i) EXPECT_NEAR(packed[4 * size_t(small.vocab_size) + i], alone[i], 2e-5) << i;
+  // llama.cpp's gemma2 slides the even layers: a model that does not has no GGUF.
   nabla::testing_support::TempDir dir;
-  save_checkpoint(dir.file("g2.safetensors"), small.to_json(), m.params());
-  EXPECT_THROW(models::gguf_from_checkpoint(load_checkpoint(dir.file("g2.safetensors"))), UsageError);
+  small.layer_types = {"full_attention", "sliding_attention"};
+  save_checkpoint(dir.file("g2.safetensors"), small.to_json(), Llama(small, 1).params());
+  try {
+    models::gguf_from_checkpoint(load_checkpoint(dir.file("g2.safetensors")));
+    ADD_FAILURE() << "a gemma2 GGUF whose layer 0 is full attention";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("the even layers as sliding"), std::string::npos) << e.what();
+  }
 }
 
 // Gemma 3 4B's config.json (Gemma3ForConditionalGeneration): the text model
@@ -405,7 +413,7 @@ TEST(Llama, Gemma3BuildsDecodesAndRefusesOtherGgufLayers) {
     models::gguf_from_checkpoint(load_checkpoint(dir.file("g.safetensors")));
     ADD_FAILURE() << "a gemma3 GGUF whose layer 1 is full attention";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("every sixth layer as full attention, the others sliding; this model's layer 1 "
+    EXPECT_NE(std::string(e.what()).find("every sixth layer as full, the others sliding; this model's layer 1 "
                                          "is full_attention"),
               std::string::npos)
         << e.what();
@@ -838,8 +846,14 @@ TEST(Llama, GgufRoundTrip) {
   smol.num_hidden_layers = 5;
   smol.no_rope_layers = {1, 1, 1, 0, 1};
   smol.rope_scaling = {.type = "linear", .factor = 2};
+  LlamaConfig gemma2 = gemma;  // llama.cpp's gemma2: the even layers slide, caps as keys
+  gemma2.model_type = "gemma2";
+  gemma2.num_hidden_layers = 4;
+  gemma2.layer_types = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  gemma2.attn_logit_softcapping = 20;
+  gemma2.final_logit_softcapping = 15;
   int i = 0;
-  for (LlamaConfig c : {llama3, qwen2, linear, qwen3, mistral, gemma, smol}) {
+  for (LlamaConfig c : {llama3, qwen2, linear, qwen3, mistral, gemma, smol, gemma2}) {
     c.preset = "round-trip-" + std::to_string(i);
     c.vocab_size = 256;  // the byte tokenizer's, which the GGUF carries
     const std::string ckpt = dir.file("m" + std::to_string(i) + ".safetensors"),

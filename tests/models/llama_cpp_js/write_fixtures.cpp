@@ -20,7 +20,9 @@
 // "gemma3" (six layers as llama.cpp fixes them, five sliding with a window of
 // 16 and one full with linear rope scaling, GQA 4, tied); "smollm3" (five
 // layers, the fourth without rotary positions as llama.cpp fixes it, linear
-// rope scaling, GQA 2, tied);
+// rope scaling, GQA 2, tied); "gemma2" (four layers, the even ones sliding
+// with a window of 16, scores capped at 0.5 and logits at 8, so that both
+// caps bite, GQA 2, tied);
 // hidden 256 and intermediate 512, so that the block formats quantize most
 // matrices (rows of 256).
 #include <algorithm>
@@ -147,6 +149,17 @@ void write(const std::string& dir) {
   smollm3.rope_scaling = {.type = "linear", .factor = 2};
   smollm3.tie_word_embeddings = true;
   configs.emplace_back("smollm3", smollm3);
+  models::LlamaConfig gemma2 = base();
+  gemma2.model_type = "gemma2";
+  gemma2.num_hidden_layers = 4;
+  gemma2.num_key_value_heads = 2;
+  gemma2.rms_norm_eps = 1e-6;
+  gemma2.tie_word_embeddings = true;
+  gemma2.sliding_window = 16;
+  gemma2.layer_types = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  gemma2.attn_logit_softcapping = 0.5;
+  gemma2.final_logit_softcapping = 8;
+  configs.emplace_back("gemma2", gemma2);
 
   std::mt19937_64 rng(7);
   json prompts = json::object();
