@@ -252,8 +252,11 @@ void read_gemma(const nlohmann::json& j, const std::string& type, LlamaConfig& c
     fail("use_bidirectional_attention is not supported");
   }
   const bool gemma2 = type == "gemma2";
-  // Gemma2Config's defaults for the caps; Gemma 3 has none.
-  if (gemma2) c.attn_logit_softcapping = 50, c.final_logit_softcapping = 30, c.query_pre_attn_scalar = 256;
+  if (gemma2) {  // Gemma2Config's defaults; Gemma 3 has no caps
+    c.attn_logit_softcapping = 50;
+    c.final_logit_softcapping = 30;
+    c.query_pre_attn_scalar = 256;
+  }
   for (auto [key, value] : {std::pair{"rope_local_base_freq", &c.rope_local_base_freq},
                             std::pair{"query_pre_attn_scalar", &c.query_pre_attn_scalar},
                             std::pair{"attn_logit_softcapping", &c.attn_logit_softcapping},
