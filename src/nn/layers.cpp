@@ -396,23 +396,8 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
   if (softcap > 0) {
     // Composed: [N, heads, Tq, T] scores, capped, then masked (the window
-    // before each query, other segments) and softmaxed.
-    Tensor mask;
-    if (window > 0) {
-      std::vector<float> m(size_t(Tq * T), 0.0f);
-      for (int64_t i = 0; i < Tq; ++i) {
-        std::fill_n(m.begin() + i * T, std::max<int64_t>(0, i + (T - Tq) - window + 1),
-                    -std::numeric_limits<float>::infinity());
-      }
-      mask = cast(Tensor::from_vector<float>({Tq, T}, m), q.dtype());
-    }
-    if (segments.defined()) {
-      const Tensor ids = cast(segments, q.dtype());
-      const Tensor across = where(eq(reshape(ids, {N, 1, T, 1}), reshape(ids, {N, 1, 1, T})),
-                                  Tensor::scalar(0.0, q.dtype()),
-                                  Tensor::scalar(-std::numeric_limits<double>::infinity(), q.dtype()));
-      mask = mask.defined() ? mask + across : across;
-    }
+    // before each query, other segments) as attention's composite masks them.
+    const Tensor mask = attention_mask(Tq, T, segments, window, q.dtype());
     const Tensor p = capped_probs(matmul(heads_first(q), transpose(heads_first(per_query_head(k)))), mask, causal);
     return proj(reshape(matmul_heads(p, heads_first(per_query_head(v))), {N, Tq, inner}), train);
   }

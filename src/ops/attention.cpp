@@ -726,12 +726,9 @@ Tensor window_mask(int64_t tq, int64_t tk, int64_t window, DType dtype) {
 }
 
 Tensor attention_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
-  const int64_t H = in[0].dim(2), window = window_of(attrs);
-  Tensor mask = segmented(attrs) ? segment_mask(in[3], in[0].dtype()) : Tensor();
-  if (window > 0) {
-    const Tensor w = window_mask(in[0].dim(1), in[1].dim(1), window, in[0].dtype());
-    mask = mask.defined() ? mask + w : w;
-  }
+  const int64_t H = in[0].dim(2);
+  const Tensor mask = attention_mask(in[0].dim(1), in[1].dim(1), segmented(attrs) ? in[3] : Tensor(),
+                                     window_of(attrs), in[0].dtype());
   Tensor o = scaled_dot_product_attention(heads_first(in[0]), heads_first(per_query_head(in[1], H)),
                                           heads_first(per_query_head(in[2], H)), mask, causal_of(attrs),
                                           scale_of(attrs));
@@ -950,6 +947,15 @@ extern const OpDef op_attention_probs_values_back{
 NABLA_CPU_KERNEL(op_attention_probs_values_back, attention_probs_values_back_forward);
 
 }  // namespace ops
+
+Tensor attention_mask(int64_t tq, int64_t tk, const Tensor& segments, int64_t window, DType dtype) {
+  Tensor mask = segments.defined() ? ops::segment_mask(segments, dtype) : Tensor();
+  if (window > 0) {
+    const Tensor w = ops::window_mask(tq, tk, window, dtype);
+    mask = mask.defined() ? mask + w : w;
+  }
+  return mask;
+}
 
 namespace {
 Attrs attention_attrs(const char* op, const Tensor& q, bool causal, std::optional<double> scale,
