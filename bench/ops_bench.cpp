@@ -177,6 +177,7 @@ void run_graph(benchmark::State& state, const std::vector<Tensor>& inputs, const
     dt = std::chrono::steady_clock::now() - t0;
   }
   report(state, bytes, copy, dt.count(), flops);
+  state.counters["arena_MiB"] = double(ex.memory().arena_bytes) / double(1 << 20);
   // NABLA_PROFILE=1: where a graph of several nodes spent its time.
   if (const std::string where = ex.profile(); !where.empty()) {
     std::fprintf(stderr, "%s", where.c_str());
@@ -450,6 +451,41 @@ BENCHMARK(BM_attention_window)
     ->ArgNames({"N", "T", "H", "D", "window"})
     ->Args({1, 2048, 4, 64, 0})
     ->Args({1, 2048, 4, 64, 512})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// ---- Gemma 2's soft-capped causal attention, forward and backward: {N, T,
+// H, D, form}: form 0 the fused op uncapped, 1 the fused op capped (softcap
+// 50, Gemma 2's), 2 capped and composed (scores, tanh, causal softmax,
+// values: what Gemma 2 ran before the op took the cap). GFLOP/s counts the
+// causal products; arena_MiB is the graph's planned intermediate memory.
+void BM_attention_softcap(benchmark::State& state) {
+  const int64_t n = state.range(0), t = state.range(1), h = state.range(2), d = state.range(3);
+  const int64_t form = state.range(4);
+  Tensor q = random_leaf({n, t, h, d}, 13), k = random_leaf({n, t, h, d}, 14), v = random_leaf({n, t, h, d}, 15);
+  Tensor dout = random_leaf({n, t, h, d}, 16);
+  auto heads = [](const Tensor& x) { return nabla::permute(x, {0, 2, 1, 3}); };
+  const double scale = 1.0 / std::sqrt(double(d)), cap = 50;
+  Tensor o;
+  if (form == 2) {
+    const Tensor s = nabla::matmul(heads(q), nabla::transpose(heads(k)));
+    const Tensor capped = nabla::scale(nabla::tanh(nabla::scale(s, scale / cap)), cap);
+    o = nabla::matmul_heads(nabla::softmax(capped, 1.0, Tensor(), true), heads(v));
+  } else {
+    o = nabla::attention(q, k, v, true, scale, Tensor(), 0, form == 1 ? cap : 0);
+  }
+  std::vector<Tensor> outs = nabla::grad(nabla::sum(o * dout), {q, k, v});
+  for (Tensor& g : outs) g = nabla::contiguous(g);
+  outs.push_back(o);
+  run_graph(state, {q, k, v, dout}, outs, 0, 6 * 2.0 * double(n * h * t * t * d) / 2);
+  state.SetLabel(std::string(form == 0 ? "fused, uncapped" : form == 1 ? "fused, capped" : "composed, capped") +
+                 ", " + std::to_string(threads()) + " threads");
+}
+BENCHMARK(BM_attention_softcap)
+    ->ArgNames({"N", "T", "H", "D", "form"})
+    ->Args({1, 1024, 4, 256, 0})
+    ->Args({1, 1024, 4, 256, 1})
+    ->Args({1, 1024, 4, 256, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -235,6 +235,12 @@ nabla_status nabla_attention(nabla_context* ctx, nabla_tensor* q, nabla_tensor* 
 nabla_status nabla_attention_within(nabla_context* ctx, nabla_tensor* q, nabla_tensor* k, nabla_tensor* v,
                                     int causal, double scale, nabla_tensor* segments, int64_t window,
                                     nabla_tensor** out);
+/* The same with each score s = scale q.k soft-capped before the softmax,
+ * to softcap tanh(s / softcap) (Gemma 2's attn_logit_softcapping); softcap
+ * 0: none. Fused as the others, forward and backward. */
+nabla_status nabla_attention_capped(nabla_context* ctx, nabla_tensor* q, nabla_tensor* k, nabla_tensor* v,
+                                    int causal, double scale, nabla_tensor* segments, int64_t window,
+                                    double softcap, nabla_tensor** out);
 /* Rotary position embedding of x [..., T, D] at positions offset, offset+1, ...
  * mode 0: GPT-NeoX pairs (x[i], x[i + D/2]); 1: original pairs (x[2i], x[2i+1]). */
 nabla_status nabla_rope(nabla_context* ctx, nabla_tensor* x, int64_t offset, double base, int mode,

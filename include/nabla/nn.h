@@ -216,7 +216,7 @@ struct BlockConfig {
   int64_t window = 0;    // causal only: each token attends to its last `window` tokens (a sliding window); 0: all
   double attn_scale = 0;  // the scores' scale; 0: 1/sqrt(head size)
   // Gemma 2's soft-capped scores, cap * tanh(scale q k / cap) before the
-  // softmax (0: none); such attention is composed (the fused op has no cap).
+  // softmax (0: none).
   double attn_softcap = 0;
   bool qkv_bias = true;  // the q/k/v projections' biases
   bool bias = true;      // the other projections' biases
@@ -325,8 +325,8 @@ struct Attention {
   Tensor rotary(const Tensor& t, int64_t offset) const;
   Tensor per_query_head(const Tensor& t) const;  // [N, T, kv_heads, hd] -> [N, T, heads, hd]
   Tensor window_mask(const KvCache& cache, int64_t Tm) const;
-  // Probabilities [N, heads, Tq, Tk] from soft-capped scores (softcap > 0).
-  Tensor capped_probs(const Tensor& scores, const Tensor& mask, bool causal) const;
+  // A decoded token's probabilities from soft-capped scores (softcap > 0).
+  Tensor capped_probs(const Tensor& scores, const Tensor& mask) const;
 };
 
 // fc1 -> GELU -> fc2, SwiGLU: fc2(silu(gate(x)) * fc1(x)), or GeGLU:

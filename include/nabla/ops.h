@@ -166,9 +166,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // window > 0 (causal only): a sliding window, query i sees the `window` keys
 // j with 0 <= i + (Tk - Tq) - j < window (Mistral's, Gemma's; llama.cpp's
 // SWA); the keys before it are skipped, not just hidden.
+// softcap > 0: each score s = scale q.k is capped to softcap tanh(s / softcap)
+// before the softmax (Gemma 2's attn_logit_softcapping); 0: none.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
                  std::optional<double> scale = std::nullopt, const Tensor& segments = Tensor(),
-                 int64_t window = 0);
+                 int64_t window = 0, double softcap = 0);
 // Rotary position embedding of x [..., T, D] (D even) at positions i32 [T]
 // (or offset, offset + 1, ...): pair i turns by pos * base^(-2i/D) /
 // freq_factors[i]. neox pairs (x[i], x[i + D/2]) (GPT-NeoX, Hugging Face

@@ -578,6 +578,15 @@ nabla_status nabla_attention_within(nabla_context* ctx, nabla_tensor* q, nabla_t
   });
 }
 
+nabla_status nabla_attention_capped(nabla_context* ctx, nabla_tensor* q, nabla_tensor* k, nabla_tensor* v,
+                                    int causal, double scale, nabla_tensor* segments, int64_t window,
+                                    double softcap, nabla_tensor** out) {
+  return op_call("nabla_attention_capped", ctx, out, [&](Call& c) {
+    return nabla::attention(c.tensor(ctx, q, "q"), c.tensor(ctx, k, "k"), c.tensor(ctx, v, "v"), causal != 0,
+                            attention_scale(scale), c.optional(ctx, segments, "segments"), window, softcap);
+  });
+}
+
 nabla_status nabla_rope(nabla_context* ctx, nabla_tensor* x, int64_t offset, double base, int mode,
                         nabla_tensor** out) {
   return op_call("nabla_rope", ctx, out, [&](Call& c) {

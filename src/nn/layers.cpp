@@ -394,16 +394,9 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
     record->new_values = v;
   }
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
-  if (softcap > 0) {
-    // Composed: [N, heads, Tq, T] scores, capped, then masked (the window
-    // before each query, other segments) as attention's composite masks them.
-    const Tensor mask = attention_mask(Tq, T, segments, window, q.dtype());
-    const Tensor p = capped_probs(matmul(heads_first(q), transpose(heads_first(per_query_head(k)))), mask, causal);
-    return proj(reshape(matmul_heads(p, heads_first(per_query_head(v))), {N, Tq, inner}), train);
-  }
   // The fused op reads a group's key/value head in place.
-  if (causal || T > 256 || segments.defined()) {
-    return proj(reshape(attention(q, k, v, causal, scale, segments, window), {N, Tq, inner}), train);
+  if (causal || T > 256 || segments.defined() || softcap > 0) {
+    return proj(reshape(attention(q, k, v, causal, scale, segments, window, softcap), {N, Tq, inner}), train);
   }
   k = per_query_head(k);
   v = per_query_head(v);
@@ -416,9 +409,9 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
 }
 
 // Gemma 2: softmax(cap tanh(scale s / cap) + mask), as Gemma2Attention computes it.
-Tensor Attention::capped_probs(const Tensor& scores, const Tensor& mask, bool causal_rows) const {
+Tensor Attention::capped_probs(const Tensor& scores, const Tensor& mask) const {
   const Tensor capped = nabla::scale(tanh(nabla::scale(scores, scale / softcap)), softcap);
-  return softmax(capped, 1.0, mask, causal_rows);
+  return softmax(capped, 1.0, mask);
 }
 
 // The cache's mask with the positions before a sliding window closed too:
@@ -464,7 +457,7 @@ Tensor Attention::decode(const Tensor& x, KvCache& cache) const {
   cache.new_values = v;
   Tensor scores = concat({matmul(q, transpose(cache.keys)), sum(q * k, {-1}, true)}, -1);  // [N, kvh, g, Tm + 1]
   const Tensor mask = window > 0 ? window_mask(cache, Tm) : cache.mask;
-  Tensor p = softcap > 0 ? capped_probs(scores, mask, false) : softmax(scores, scale, mask);
+  Tensor p = softcap > 0 ? capped_probs(scores, mask) : softmax(scores, scale, mask);
   Tensor o = matmul(slice(p, -1, 0, Tm), cache.values) + slice(p, -1, Tm, Tm + 1) * v;  // [N, kvh, g, hd]
   return proj(reshape(o, {N, 1, heads * hd}));
 }

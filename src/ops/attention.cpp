@@ -9,6 +9,8 @@
 // trade of FLOPs for memory) instead of keeping every layer's T x T
 // probabilities alive until the backward pass. Causal attention skips the
 // keys no query of a block can see, and a sliding window those before it.
+// Soft-capped scores (Gemma 2) are capped in that scratch, their tanh kept
+// beside them in the backward for its factor 1 - tanh^2.
 // attention_back: dq, dk and dv packed in one flat tensor (q's, k's, then v's
 // elements), which attention's backward splits into views.
 // attention_probs: the probabilities alone, P = softmax(scale q k^T, causal)
@@ -71,16 +73,18 @@ extern const OpDef op_attention;  // whose composite attention_back differentiat
 
 namespace {
 
-// attrs: ints {causal, segments, window}, reals {scale}. segments: attention
+// attrs: ints {causal, segments, window}, reals {scale, softcap}. segments: attention
 // and attention_back take an i32 [B, T] input (after v, or after dout), each
 // query seeing only the keys of its own segment id (packed documents);
 // without it that input is a placeholder, never read. window > 0 (causal
 // only): a sliding window, each query seeing the last `window` keys up to its
-// own position.
+// own position. softcap > 0: scores capped to softcap tanh(s / softcap)
+// before the softmax.
 bool causal_of(const Attrs& a) { return a.ints[0] != 0; }
 bool segmented(const Attrs& a) { return a.ints.size() > 1 && a.ints[1] != 0; }
 int64_t window_of(const Attrs& a) { return a.ints.size() > 2 ? a.ints[2] : 0; }
 double scale_of(const Attrs& a) { return a.reals[0]; }
+double softcap_of(const Attrs& a) { return a.reals.size() > 1 ? a.reals[1] : 0.0; }
 
 // The first key query `row` sees: 0 without a window (causal_visible's end).
 int64_t window_start(int64_t row, int64_t tq, int64_t tk, int64_t window) {
@@ -281,6 +285,7 @@ HeadOperand<T> head_operand(bool trans, const HeadRows<T>& rows, int64_t K, int6
 template <class T>
 struct Scratch {
   std::vector<T> q, k, v, dout, p, dp;
+  std::vector<T> capped;            // tanh(s / softcap) of capped scores, for the backward
   cpu::PackedB k_t, v_n, v_t, k_n;  // K^T, V, V^T, K packed (f32)
 };
 template <class T>
@@ -350,6 +355,22 @@ void score_gradient_row(const T* p, int64_t ps, const T* dp, int64_t dps, T* ds,
   }
 }
 
+// ds [count] times 1 - t^2: the gradient of capped scores' softmax input
+// (softcap t) carried to the scores.
+template <class T>
+void through_cap(T* ds, const T* t, int64_t count) {
+  if constexpr (std::is_same_v<T, float>) {
+    using cpu::VecF;
+    for (int64_t i = 0; i < count; i += VecF::kWidth) {
+      const int64_t n = std::min<int64_t>(VecF::kWidth, count - i);
+      const VecF y = VecF::load(t + i, 1, n);
+      VecF(VecF::load(ds + i, 1, n) * (1.0f - y * y)).store(ds + i, n);
+    }
+  } else {
+    for (int64_t i = 0; i < count; ++i) ds[i] *= T(1) - t[i] * t[i];
+  }
+}
+
 // Hk: key/value heads (H / Hk query heads to each).
 struct Dims {
   int64_t B, Tq, Tk, H, D, Dv, Hk;
@@ -378,22 +399,50 @@ struct Hiding {
   int64_t seg_stride;
 };
 
+// Scores x [count] (unscaled products) capped in place: x = softcap
+// tanh(scale x / softcap), softmax's input at scale 1; the tanh into t where
+// given (the backward's factor 1 - t^2).
+template <class T>
+void cap_scores(T* x, int64_t count, double scale, double softcap, T* t) {
+  if constexpr (std::is_same_v<T, float>) {
+    using cpu::VecF;
+    const float in = float(scale / softcap), out = float(softcap);
+    for (int64_t i = 0; i < count; i += VecF::kWidth) {
+      const int64_t n = std::min<int64_t>(VecF::kWidth, count - i);
+      const VecF y = cpu::tanh(VecF::load(x + i, 1, n) * in);
+      if (t) y.store(t + i, n);
+      VecF(y * out).store(x + i, n);
+    }
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
+      const T y = T(std::tanh(double(x[i]) * scale / softcap));
+      if (t) t[i] = y;
+      x[i] = T(double(y) * softcap);
+    }
+  }
+}
+
 // Queries [i0, i0 + rows) of one head: P = softmax(scale Q K^T) in s.p over
 // the keys any of them sees, which it returns (P's columns). bf16: the bf16
 // matmul option (every product of the op rounds its operands, as a matmul's
 // do). Keys a window or another segment hides from a query are -inf scores,
 // which the softmax turns into zeros (a query always sees itself, so no row
-// is all hidden).
+// is all hidden). softcap > 0: the scores capped first (cap_scores), their
+// tanh kept in s.capped where keep_tanh.
 template <class T>
 KeyRange block_probabilities(const TensorView& q, int64_t b, int64_t h, int64_t i0, int64_t rows,
                              const HeadOperand<T>& Kt, const Dims& d, bool causal, const Hiding& hide, double scale,
-                             bool bf16, Scratch<T>& s, HeadRows<T>& Q) {
+                             double softcap, bool keep_tanh, bool bf16, Scratch<T>& s, HeadRows<T>& Q) {
   const KeyRange keys{window_start(i0, d.Tq, d.Tk, hide.window),
                       causal ? causal_visible(i0 + rows - 1, d.Tq, d.Tk) : d.Tk};
   const int64_t n = keys.count();
   Q = head_rows(q, b, h, i0, rows, s.q);
   T* p = uninitialized(s.p, rows * n);
   Kt.from_key(keys.begin, true).multiply(bf16, Q.trans, rows, n, d.D, Q.p, Q.ld, p, n);
+  if (softcap > 0) {
+    cap_scores(p, rows * n, scale, softcap, keep_tanh ? uninitialized(s.capped, rows * n) : nullptr);
+    scale = 1;
+  }
   if (hide.seg || hide.window > 0) {
     const T hidden = -std::numeric_limits<T>::infinity();
     for (int64_t r = 0; r < rows; ++r) {
@@ -424,7 +473,7 @@ void attention_kernel(const KernelArgs& a) {
   const TensorView &q = a.in[0], &k = a.in[1], &v = a.in[2];
   const Dims d = dims_of(q, v);
   const bool causal = causal_of(*a.attrs);
-  const double scale = scale_of(*a.attrs);
+  const double scale = scale_of(*a.attrs), softcap = softcap_of(*a.attrs);
   const bool bf16 = a.bf16_matmul;
   T* out = a.out.ptr<T>();
   const int64_t block = query_block(d.Tq, d.Tk, causal);
@@ -441,7 +490,8 @@ void attention_kernel(const KernelArgs& a) {
       for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
         const int64_t rows = std::min(block, d.Tq - i0);
         HeadRows<T> Q{};
-        const KeyRange keys = block_probabilities(q, b, h, i0, rows, Kt, d, causal, hiding(a, 3, b), scale, bf16, s, Q);
+        const KeyRange keys =
+            block_probabilities(q, b, h, i0, rows, Kt, d, causal, hiding(a, 3, b), scale, softcap, false, bf16, s, Q);
         const int64_t n = keys.count();
         // O rows = P V, written into out [B, Tq, H, Dv] in place.
         T* o = out + ((b * d.Tq + i0) * d.H + h) * d.Dv;
@@ -460,7 +510,8 @@ void zero_keys(T* dk_h, T* dv_h, const Dims& d, int64_t j0, int64_t j1) {
   }
 }
 
-// dS = P (dP - rowsum(P dP)) scale, with dP = dO V^T; then dQ = dS K,
+// dS = P (dP - rowsum(P dP)) scale, with dP = dO V^T (times 1 - t^2 for
+// scores capped to softcap t, t = tanh(scale s / softcap)); then dQ = dS K,
 // dK += dS^T Q, dV += P^T dO, query block by query block in order, and a
 // group's query heads in order, so each key/value head's sums run in a
 // fixed order whatever the threads.
@@ -470,7 +521,7 @@ void attention_back_kernel(const KernelArgs& a) {
   const Dims d = dims_of(q, v);
   const int64_t group = d.H / d.Hk;
   const bool causal = causal_of(*a.attrs);
-  const double scale = scale_of(*a.attrs);
+  const double scale = scale_of(*a.attrs), softcap = softcap_of(*a.attrs);
   const bool bf16 = a.bf16_matmul;
   T* dq = a.out.ptr<T>();
   T* dk = dq + d.B * d.Tq * d.H * d.D;
@@ -495,8 +546,8 @@ void attention_back_kernel(const KernelArgs& a) {
         for (int64_t i0 = 0; i0 < d.Tq; i0 += block) {
           const int64_t rows = std::min(block, d.Tq - i0);
           HeadRows<T> Q{};
-          const KeyRange keys =
-              block_probabilities(q, b, h, i0, rows, Kt, d, causal, hiding(a, 4, b), scale, bf16, s, Q);
+          const KeyRange keys = block_probabilities(q, b, h, i0, rows, Kt, d, causal, hiding(a, 4, b), scale,
+                                                    softcap, true, bf16, s, Q);
           const int64_t k0 = keys.begin, n = keys.count();
           zero_keys(dk_h, dv_h, d, written, k0);  // keys before the window, no query of the head sees
           written = std::max(written, k0);
@@ -505,6 +556,7 @@ void attention_back_kernel(const KernelArgs& a) {
           T* dS = uninitialized(s.dp, rows * n);
           Vt.from_key(k0, true).multiply(bf16, dO.trans, rows, n, d.Dv, dO.p, dO.ld, dS, n);
           for (int64_t r = 0; r < rows; ++r) score_gradient_row(P + r * n, 1, dS + r * n, 1, dS + r * n, n, scale);
+          if (softcap > 0) through_cap(dS, s.capped.data(), rows * n);
           T* dq_rows = dq + ((b * d.Tq + i0) * d.H + h) * d.D;
           Kn.from_key(k0, false).multiply(bf16, false, rows, d.D, n, dS, n, dq_rows, d.H * d.D);
           // dK += dS^T Q and dV += P^T dO over the keys written before, and
@@ -725,14 +777,29 @@ Tensor window_mask(int64_t tq, int64_t tk, int64_t window, DType dtype) {
   return cast(Tensor::from_vector<double>({tq, tk}, m), dtype);
 }
 
+// What attention hides beyond causality, as an additive mask (0, or -inf
+// where hidden): the keys before each query's sliding window (window > 0),
+// [tq, tk], plus the keys of other segments (segments defined), [B, 1, T, T].
+// Undefined when neither.
+Tensor attention_mask(int64_t tq, int64_t tk, const Tensor& segments, int64_t window, DType dtype) {
+  Tensor mask = segments.defined() ? segment_mask(segments, dtype) : Tensor();
+  if (window > 0) {
+    const Tensor w = window_mask(tq, tk, window, dtype);
+    mask = mask.defined() ? mask + w : w;
+  }
+  return mask;
+}
+
 Tensor attention_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
   const int64_t H = in[0].dim(2);
   const Tensor mask = attention_mask(in[0].dim(1), in[1].dim(1), segmented(attrs) ? in[3] : Tensor(),
                                      window_of(attrs), in[0].dtype());
-  Tensor o = scaled_dot_product_attention(heads_first(in[0]), heads_first(per_query_head(in[1], H)),
-                                          heads_first(per_query_head(in[2], H)), mask, causal_of(attrs),
-                                          scale_of(attrs));
-  return heads_first(o);
+  const Tensor q = heads_first(in[0]), k = heads_first(per_query_head(in[1], H)),
+               v = heads_first(per_query_head(in[2], H));
+  const double cap = softcap_of(attrs);
+  if (cap <= 0) return heads_first(scaled_dot_product_attention(q, k, v, mask, causal_of(attrs), scale_of(attrs)));
+  const Tensor capped = scale(tanh(scale(matmul(q, transpose(k)), scale_of(attrs) / cap)), cap);
+  return heads_first(matmul(softmax(capped, 1.0, mask, causal_of(attrs)), v));
 }
 
 // The vector-Jacobian product of attention's composite, with q, k, v and dout
@@ -750,7 +817,7 @@ Tensor attention_back_composite(const std::vector<Tensor>& in, const Attrs& attr
 Grads attention_backward(const BackwardArgs& g) {
   const Tensor &q = g.inputs[0], &k = g.inputs[1], &v = g.inputs[2];
   Tensor flat = attention_back(q, k, v, g.dout, causal_of(g.attrs), scale_of(g.attrs),
-                               segmented(g.attrs) ? g.inputs[3] : Tensor(), window_of(g.attrs));
+                               segmented(g.attrs) ? g.inputs[3] : Tensor(), window_of(g.attrs), softcap_of(g.attrs));
   const int64_t nq = q.numel(), nk = k.numel(), nv = v.numel();
   return {reshape(slice(flat, 0, 0, nq), q.shape()), reshape(slice(flat, 0, nq, nq + nk), k.shape()),
           reshape(slice(flat, 0, nq + nk, nq + nk + nv), v.shape()), Tensor()};
@@ -758,6 +825,16 @@ Grads attention_backward(const BackwardArgs& g) {
 
 // Segment ids [2, 5]: documents of 2 and 3 tokens; of 1, 3 and padding.
 Tensor row_segments() { return Tensor::from_vector<int32_t>({2, 5}, {0, 0, 1, 1, 1, 0, 1, 1, 1, -1}); }
+// Segment ids [2, 67] over two query blocks: documents of 40 and 27 tokens;
+// of 10 and 57.
+Tensor long_segments() {
+  std::vector<int32_t> ids(2 * 67);
+  for (int64_t t = 0; t < 67; ++t) {
+    ids[size_t(t)] = t < 40 ? 0 : 1;
+    ids[size_t(67 + t)] = t < 10 ? 0 : 1;
+  }
+  return Tensor::from_vector<int32_t>({2, 67}, ids);
+}
 
 std::vector<GradCase> attention_cases() {
   using V = std::vector<Tensor>;
@@ -793,6 +870,13 @@ std::vector<GradCase> attention_cases() {
        [](const V& x) { return attention(x[0], x[1], x[2], true, std::nullopt, Tensor(), 5); }},
       {"window_segments", {normal({2, 5, 2, 2}), normal({2, 5, 2, 2}), normal({2, 5, 2, 3})},
        [](const V& x) { return attention(x[0], x[1], x[2], true, std::nullopt, row_segments(), 2); }},
+      // Scores soft-capped (Gemma 2), the cap small enough to bend them.
+      {"softcap", {normal({2, 3, 2, 4}), normal({2, 4, 2, 4}), normal({2, 4, 2, 3})},
+       [](const V& x) { return attention(x[0], x[1], x[2], false, 1.5, Tensor(), 0, 0.8); }},
+      {"softcap_window_grouped", {normal({2, 7, 4, 3}), normal({2, 7, 2, 3}), normal({2, 7, 2, 2})},
+       [](const V& x) { return attention(x[0], x[1], x[2], true, 1.2, Tensor(), 3, 0.7); }},
+      {"softcap_two_blocks_segments", {normal({2, 67, 1, 2}), normal({2, 67, 1, 2}), normal({2, 67, 1, 3})},
+       [](const V& x) { return attention(x[0], x[1], x[2], true, 1.5, long_segments(), 0, 0.9); }},
   };
 }
 
@@ -816,6 +900,9 @@ std::vector<GradCase> attention_back_cases() {
       {"window_more_keys",
        {normal({1, 3, 4, 2}), normal({1, 6, 2, 2}), normal({1, 6, 2, 3}), normal({1, 3, 4, 3})},
        [](const V& x) { return attention_back(x[0], x[1], x[2], x[3], true, 0.6, Tensor(), 2); }},
+      {"softcap_grouped",
+       {normal({1, 3, 4, 2}), normal({1, 5, 2, 2}), normal({1, 5, 2, 3}), normal({1, 3, 4, 3})},
+       [](const V& x) { return attention_back(x[0], x[1], x[2], x[3], true, 1.4, Tensor(), 0, 0.8); }},
   };
 }
 
@@ -890,7 +977,8 @@ std::vector<GradCase> attention_probs_values_back_cases() {
 extern const OpDef op_attention{
     .name = "attention",
     .summary = "softmax(scale q k^T, causal) v over [B, T, H, D] heads (k, v: H or fewer, grouped), optionally "
-               "within i32 segments [B, T] or a sliding window; fused, scores recomputed in the backward",
+               "within i32 segments [B, T] or a sliding window, scores optionally soft-capped; fused, scores "
+               "recomputed in the backward",
     .inputs = {{"q", Diff::yes}, {"k", Diff::yes}, {"v", Diff::yes}, {"segments", Diff::no}},
     .fused = true,
     .infer = attention_infer,
@@ -948,25 +1036,21 @@ NABLA_CPU_KERNEL(op_attention_probs_values_back, attention_probs_values_back_for
 
 }  // namespace ops
 
-Tensor attention_mask(int64_t tq, int64_t tk, const Tensor& segments, int64_t window, DType dtype) {
-  Tensor mask = segments.defined() ? ops::segment_mask(segments, dtype) : Tensor();
-  if (window > 0) {
-    const Tensor w = ops::window_mask(tq, tk, window, dtype);
-    mask = mask.defined() ? mask + w : w;
-  }
-  return mask;
-}
-
 namespace {
 Attrs attention_attrs(const char* op, const Tensor& q, bool causal, std::optional<double> scale,
-                      bool segments = false, int64_t window = 0) {
+                      bool segments = false, int64_t window = 0, double softcap = 0) {
   if (!q.defined()) throw UsageError(std::string(op) + ": q is an undefined tensor");
   if (q.rank() != 4) throw ShapeError(std::string(op) + ": q must be [B, T, H, D], got " + to_string(q.shape()));
   if (window < 0 || (window > 0 && !causal)) {
     throw UsageError(std::string(op) + ": window must be 0 (none) or, with causal attention, positive; got " +
                      std::to_string(window) + (causal ? "" : " without causal"));
   }
-  return Attrs{{causal ? 1 : 0, segments ? 1 : 0, window}, {scale ? *scale : 1.0 / std::sqrt(double(q.dim(3)))}};
+  if (!(softcap >= 0) || !std::isfinite(softcap)) {
+    throw UsageError(std::string(op) + ": softcap must be 0 (none) or positive and finite, got " +
+                     std::to_string(softcap));
+  }
+  return Attrs{{causal ? 1 : 0, segments ? 1 : 0, window},
+               {scale ? *scale : 1.0 / std::sqrt(double(q.dim(3))), softcap}};
 }
 
 // The segments input, or an i32 placeholder (as softmax's missing mask).
@@ -976,15 +1060,15 @@ Tensor segments_or_placeholder(const Tensor& segments) {
 }  // namespace
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale,
-                 const Tensor& segments, int64_t window) {
+                 const Tensor& segments, int64_t window, double softcap) {
   return apply(ops::op_attention, {q, k, v, segments_or_placeholder(segments)},
-               attention_attrs("attention", q, causal, scale, segments.defined(), window));
+               attention_attrs("attention", q, causal, scale, segments.defined(), window, softcap));
 }
 
 Tensor attention_back(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
-                      double scale, const Tensor& segments, int64_t window) {
+                      double scale, const Tensor& segments, int64_t window, double softcap) {
   return apply(ops::op_attention_back, {q, k, v, dout, segments_or_placeholder(segments)},
-               attention_attrs("attention_back", q, causal, scale, segments.defined(), window));
+               attention_attrs("attention_back", q, causal, scale, segments.defined(), window, softcap));
 }
 
 Tensor attention_probs(const Tensor& q, const Tensor& k, bool causal, std::optional<double> scale) {

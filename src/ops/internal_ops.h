@@ -84,7 +84,7 @@ Tensor cross_entropy_back(const Tensor& logits, const Tensor& labels, const Tens
 // attention's gradients in q, k and v for output gradient dout, packed flat
 // (q's elements, then k's, then v's).
 Tensor attention_back(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, bool causal,
-                      double scale, const Tensor& segments = Tensor(), int64_t window = 0);
+                      double scale, const Tensor& segments = Tensor(), int64_t window = 0, double softcap = 0);
 // The probabilities alone, softmax(scale q k^T, causal) per (batch, head):
 // q [B, Tq, H, D], k [B, Tk, H, D] -> [B, H, Tq, Tk], fused (the scores are
 // softmaxed while in cache), for attention that keeps its probabilities for
@@ -100,12 +100,6 @@ Tensor attention_probs_back(const Tensor& q, const Tensor& k, const Tensor& p, c
 // backward takes this form when its dp is that product).
 Tensor attention_probs_values_back(const Tensor& q, const Tensor& k, const Tensor& p, const Tensor& v,
                                    const Tensor& dout, double scale);
-// What attention hides beyond causality, as an additive mask (0, or -inf
-// where hidden) in dtype: the keys before each of tq queries' sliding window
-// over tk keys (window > 0), [tq, tk], plus the keys of other segments
-// (segments i32 [B, T] defined), [B, 1, T, T]. Undefined when neither.
-// Attention's composite applies it, and so does attention composed elsewhere.
-Tensor attention_mask(int64_t tq, int64_t tk, const Tensor& segments, int64_t window, DType dtype);
 
 // ---- A training step as one graph: the gradients' norm and clipping,
 // then the updates.

@@ -22,13 +22,15 @@ struct Case {
   int64_t b, tq, tk, h, hk, d;
   bool causal, probs;  // probs: attention_probs then matmul_heads (no grouped heads)
   int64_t window = 0;  // a sliding window (attention, causal)
+  double softcap = 0;  // scores capped (attention)
 };
 
 std::string describe(const Case& c) {
   return std::to_string(c.b) + "x" + std::to_string(c.tq) + " queries, " + std::to_string(c.tk) + " keys, " +
          std::to_string(c.h) + "/" + std::to_string(c.hk) + " heads of " + std::to_string(c.d) +
          (c.causal ? ", causal" : "") + (c.probs ? ", attention_probs" : "") +
-         (c.window > 0 ? ", window " + std::to_string(c.window) : "");
+         (c.window > 0 ? ", window " + std::to_string(c.window) : "") +
+         (c.softcap > 0 ? ", scores capped at " + std::to_string(c.softcap) : "");
 }
 
 // The output and the gradients of sum(o * dout) for q, k and v.
@@ -38,7 +40,7 @@ std::vector<Tensor> attention_outputs(const Case& c, DType dtype) {
   Tensor v = random_tensor(dtype, {c.b, c.tk, c.hk, c.d}, 3);
   Tensor dout = random_tensor(dtype, {c.b, c.tq, c.h, c.d}, 4);
   Tensor o = c.probs ? matmul_heads(attention_probs(q, k, c.causal), permute(v, {0, 2, 1, 3}))
-                     : attention(q, k, v, c.causal, std::nullopt, Tensor(), c.window);
+                     : attention(q, k, v, c.causal, std::nullopt, Tensor(), c.window, c.softcap);
   std::vector<Tensor> outs = grad(sum(o * dout), {q, k, v});
   outs.insert(outs.begin(), o);
   return outs;
@@ -75,14 +77,15 @@ class CudaAttention : public ::testing::TestWithParam<std::string> {};
 
 // f32 across many tiles (partial last tiles, causal key skipping, grouped
 // heads, more keys than queries, sliding windows starting within a tile and
-// keys no query sees), and under the bf16 option: within bf16's
+// keys no query sees, soft-capped scores), and under the bf16 option: within bf16's
 // precision of the CPU's bf16 products (the same operands rounded, other
 // sums and rescalings), moved from f32 (the option is in effect), and the
 // same bits run to run.
 TEST_P(CudaAttention, MatchesTheCpuAcrossTilesInF32AndBf16) {
   for (const Case& c : {Case{1, 197, 197, 3, 3, 64, false, false}, Case{2, 130, 130, 4, 2, 32, true, false},
                         Case{1, 40, 70, 2, 1, 24, true, false}, Case{1, 197, 197, 3, 3, 64, false, true},
-                        Case{2, 150, 150, 4, 2, 32, true, false, 40}, Case{1, 40, 90, 2, 1, 24, true, false, 17}}) {
+                        Case{2, 150, 150, 4, 2, 32, true, false, 40}, Case{1, 40, 90, 2, 1, 24, true, false, 17},
+                        Case{2, 130, 130, 4, 2, 32, true, false, 50, 0.7}}) {
     SCOPED_TRACE(describe(c));
     const std::vector<Tensor> outs = attention_outputs(c, DType::f32);
     const auto cpu = values(outs, {.threads = 2});
@@ -108,7 +111,8 @@ TEST_P(CudaAttention, MatchesTheCpuAcrossTilesInF32AndBf16) {
 // alone; attention_probs' 400) take the per-row kernels, to f64's precision.
 TEST_P(CudaAttention, WideHeadsMatchTheCpu) {
   for (const Case& c : {Case{1, 20, 20, 2, 1, 300, true, false}, Case{2, 17, 23, 2, 2, 130, false, false},
-                        Case{1, 18, 21, 2, 2, 400, true, true}, Case{1, 40, 45, 2, 1, 300, true, false, 7}}) {
+                        Case{1, 18, 21, 2, 2, 400, true, true}, Case{1, 40, 45, 2, 1, 300, true, false, 7},
+                        Case{1, 30, 30, 2, 1, 300, true, false, 0, 0.6}}) {
     SCOPED_TRACE(describe(c));
     const std::vector<Tensor> outs = attention_outputs(c, DType::f64);
     expect_close(values(outs, {.backend = GetParam()}), values(outs, {.threads = 2}), 1e-10);

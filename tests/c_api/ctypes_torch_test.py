@@ -223,6 +223,13 @@ def test_ops():
          attention_ref(heads(qg), heads(kg), heads(vg), 0.5,
                        torch.zeros(2, 1, 6, 6, dtype=torch.float64).masked_fill(hidden, float("-inf")),
                        True).permute(0, 2, 1, 3))
+    # The same with scores soft-capped at 0.6 (Gemma 2), as Gemma2Attention caps them.
+    s = 0.5 * heads(qg) @ heads(kg).transpose(-1, -2)
+    s = 0.6 * torch.tanh(s / 0.6)
+    s = s.masked_fill(hidden | torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+    case("attention_capped grouped segments window",
+         nb.op("attention_capped", nb.leaf(qg), nb.leaf(kg), nb.leaf(vg), 1, 0.5, nb.leaf(seg), 3, 0.6),
+         (torch.softmax(s, -1) @ heads(vg)).permute(0, 2, 1, 3))
 
     r = rand(2, 5, 8)
     case("rope neox", nb.op("rope", nb.leaf(r), 3, 100.0, 0), rope_ref(r, 3, 100.0, 0))

@@ -3,7 +3,7 @@
 # the npm package @huggingface/tokenizers (Tokenizers.js, pinned in
 # package-lock.json, installed here into node_modules on first use), on the
 # texts of bpe_reference.js (hand-written lines, then a multi-line text) and
-# the first 1 MB of the fortunes, for these tokenizer.json files:
+# the first BYTES of the fortunes (default 1 MB), for these tokenizer.json files:
 #   gpt2            GPT-2's vocabulary as `nabla tokenizer convert` writes it
 #   gpt2_trained    `nabla tokenizer train` on the fortunes, GPT-2's pattern
 #   llama3_trained  the same with Llama 3's pattern; llama3_ignore_merges
@@ -22,12 +22,13 @@
 # (in NFC for qwen2_nfc; for the SentencePiece ones, the text
 # @huggingface/tokenizers decodes from the same ids, which drops a leading
 # space under Metaspace).
-# Usage: hf_tokenizers.sh NABLA_BIN WORK_DIR
+# Usage: hf_tokenizers.sh NABLA_BIN WORK_DIR [BYTES]
 # Fails, never skips, when Node.js, npm or the registry is missing.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 nabla=$1
 work=$2
+bytes=${3:-1000000}
 fortunes=/usr/share/games/fortunes
 
 . "$here/../node_check.sh"
@@ -88,7 +89,7 @@ for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained 
   json="$work/$name.json" dir="$work/$name"
   mkdir -p "$dir"
   echo "== $name"
-  node "$here/bpe_reference.js" write "$json" "$dir" "$fortunes" 1000000 || fail "@huggingface/tokenizers could not encode with $json"
+  node "$here/bpe_reference.js" write "$json" "$dir" "$fortunes" "$bytes" || fail "@huggingface/tokenizers could not encode with $json"
   tokenize() { "$nabla" tokenize --tokenizer "$json" "$@"; }
   tokenize <"$dir/lines.txt" >"$dir/lines.actual" || fail "nabla tokenize failed on $dir/lines.txt"
   tokenize --whole <"$dir/whole.txt" >"$dir/whole.actual" || fail "nabla tokenize --whole failed on $dir/whole.txt"

@@ -1,7 +1,9 @@
 // Attention on the GPU (definitions in src/ops/attention.cpp): q [B, Tq, H,
 // D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], token-major, any strides; query
 // head h reads key/value head h / (H / Hk). Under the bf16 matmul option
-// every product rounds its operands to bf16, as the CPU's do.
+// every product rounds its operands to bf16, as the CPU's do. Soft-capped
+// scores (capped()) are capped where they are made, and the backward, which
+// makes them again, multiplies dS by 1 - tanh^2 there.
 //
 // attention and attention_back run on tiles (below: flash attention 2's
 // blocks of queries and keys in shared memory, their products on tensor
@@ -44,6 +46,7 @@ struct Attn {
   int64_t window;  // > 0: a sliding window (causal), the last `window` keys
   bool bf16;  // products round their operands to bf16 (the bf16 matmul option)
   double scale;
+  double softcap;  // > 0: scores capped to softcap tanh(s / softcap) before the softmax
   int64_t B, Tq, Tk, H, Hk, D, Dv;
 };
 
@@ -59,6 +62,7 @@ Attn attn_of(const Operands& a, const Context& ctx, size_t segments_at, bool val
   t.window = ints.size() > 2 ? ints[2] : 0;
   if (t.segmented) t.seg = make_view(a.in[segments_at]);
   t.scale = a.attrs->reals[0];
+  t.softcap = a.attrs->reals.size() > 1 ? a.attrs->reals[1] : 0.0;
   t.B = a.in[0].shape[0];
   t.Tq = a.in[0].shape[1];
   t.H = a.in[0].shape[2];
@@ -107,14 +111,27 @@ __device__ __forceinline__ bool visible(const Attn& a, int64_t b, int64_t i, int
   const int32_t* s = static_cast<const int32_t*>(a.seg.data) + b * a.seg.strides[0];
   return s[i * a.seg.strides[1]] == s[j * a.seg.strides[1]];
 }
-// scale q_i . k_j, k read at query head h's key head.
+// The softmax's input from a product x = q_i . k_j: scale x, capped where
+// softcap > 0; *slope (given) its derivative in scale x, 1 - tanh^2.
 template <class T>
-__device__ __forceinline__ T score(const Attn& a, int64_t b, int64_t i, int64_t h, int64_t j) {
+__device__ __forceinline__ T capped(const Attn& a, T x, T* slope = nullptr) {
+  const T s = x * T(a.scale);
+  if (a.softcap <= 0) {
+    if (slope) *slope = T(1);
+    return s;
+  }
+  const T t = gpu_math::tanh(s / T(a.softcap));
+  if (slope) *slope = T(1) - t * t;
+  return t * T(a.softcap);
+}
+// The softmax's input for q_i . k_j (capped), k read at query head h's key head.
+template <class T>
+__device__ __forceinline__ T score(const Attn& a, int64_t b, int64_t i, int64_t h, int64_t j, T* slope = nullptr) {
   const T* q = at4<T>(a.q, b, i, h);
   const T* k = at4<T>(a.k, b, j, h / (a.H / a.Hk));
   T s = T(0);
   for (int64_t d = 0; d < a.D; ++d) s += operand(a, q[d * a.q.strides[3]]) * operand(a, k[d * a.k.strides[3]]);
-  return s * T(a.scale);
+  return capped(a, s, slope);
 }
 template <class T>
 __device__ __forceinline__ T max_of(T a, T b) {
@@ -226,8 +243,9 @@ __global__ void attention_rows_back_kernel(Attn a, View dout, T* stats, T* dq) {
         const int64_t j = j0 + lane;
         T ds = T(0);
         if (j < end && visible(a, b, i, j)) {
-          const T p = gpu_math::exp(score<T>(a, b, i, h, j) - lse);
-          ds = p * (dout_dot_v<T>(a, dout, b, i, h, j) - dd);
+          T slope;
+          const T p = gpu_math::exp(score<T>(a, b, i, h, j, &slope) - lse);
+          ds = p * (dout_dot_v<T>(a, dout, b, i, h, j) - dd) * slope;
         }
         for (int src = 0; src < 32; ++src) {
           const T dss = shuffle_from(ds, src);
@@ -268,8 +286,9 @@ __global__ void attention_keys_back_kernel(Attn a, View dout, const T* stats, T*
         T p = T(0), ds = T(0);
         if (i < a.Tq && visible(a, b, i, j)) {
           const T* st = stats + ((b * a.H + h) * a.Tq + i) * 2;
-          p = gpu_math::exp(score<T>(a, b, i, h, j) - st[0]);
-          ds = p * (dout_dot_v<T>(a, dout, b, i, h, j) - st[1]);
+          T slope;
+          p = gpu_math::exp(score<T>(a, b, i, h, j, &slope) - st[0]);
+          ds = p * (dout_dot_v<T>(a, dout, b, i, h, j) - st[1]) * slope;
         }
         for (int src = 0; src < 32; ++src) {
           const T ps = shuffle_from(p, src), dss = shuffle_from(ds, src);
@@ -489,7 +508,7 @@ __device__ void attend_tile(const Attn& a, const Tiles& t, int64_t b, int64_t h,
       for (int e = 0; e < 2; ++e) {
         const int c = lane + 32 * e;
         const int64_t j = j0 + c;
-        x[e] = c < t.bc && i < a.Tq && j < a.Tk && visible(a, b, i, j) ? s[r * t.lds + c] * T(a.scale) : lowest;
+        x[e] = c < t.bc && i < a.Tq && j < a.Tk && visible(a, b, i, j) ? capped(a, s[r * t.lds + c]) : lowest;
         mx = max_of(mx, x[e]);
         if (scores && c < t.bc && i < a.Tq && j < a.Tk) scores[((b * a.H + h) * a.Tq + i) * a.Tk + j] = x[e];
       }
@@ -531,7 +550,8 @@ __global__ void attention_tiles_kernel(Attn a, Tiles t, T* out) {
   store_rows(out, b, a.Tq, a.H, h, a.Dv, i0, t.br, o, t.ldcv, T(1), l);
 }
 
-// P and dS = P (dP - D) of the scores s and dP (masked ones 0), as E.
+// P and dS = P (dP - D) of the scores s and dP (masked ones 0; capped
+// scores' times 1 - tanh^2), as E.
 template <class T, class E>
 __device__ void scores_back(const Attn& a, const Tiles& t, int64_t b, int64_t i0, int64_t j0) {
   const T* s = shared_at<T>(t.s);
@@ -544,8 +564,9 @@ __device__ void scores_back(const Attn& a, const Tiles& t, int64_t b, int64_t i0
     const int64_t i = i0 + r, j = j0 + c;
     T pv = T(0), dsv = T(0);
     if (i < a.Tq && j < a.Tk && visible(a, b, i, j)) {
-      pv = gpu_math::exp(s[r * t.lds + c] * T(a.scale) - lse[r]);
-      dsv = pv * (dp[r * t.lds + c] - dd[r]);
+      T slope;
+      pv = gpu_math::exp(capped(a, s[r * t.lds + c], &slope) - lse[r]);
+      dsv = pv * (dp[r * t.lds + c] - dd[r]) * slope;
     }
     p[r * t.ldp + c] = to_element<E>(pv);
     ds[r * t.ldp + c] = to_element<E>(dsv);
