@@ -825,15 +825,12 @@ Grads attention_backward(const BackwardArgs& g) {
 
 // Segment ids [2, 5]: documents of 2 and 3 tokens; of 1, 3 and padding.
 Tensor row_segments() { return Tensor::from_vector<int32_t>({2, 5}, {0, 0, 1, 1, 1, 0, 1, 1, 1, -1}); }
-// Segment ids [2, 67] over two query blocks: documents of 40 and 27 tokens;
-// of 10 and 57.
+// Segment ids [1, 67] over two query blocks (of 34 and 33 queries):
+// documents of 40 and 27 tokens, the second starting in the second block.
 Tensor long_segments() {
-  std::vector<int32_t> ids(2 * 67);
-  for (int64_t t = 0; t < 67; ++t) {
-    ids[size_t(t)] = t < 40 ? 0 : 1;
-    ids[size_t(67 + t)] = t < 10 ? 0 : 1;
-  }
-  return Tensor::from_vector<int32_t>({2, 67}, ids);
+  std::vector<int32_t> ids(67);
+  for (int64_t t = 0; t < 67; ++t) ids[size_t(t)] = t < 40 ? 0 : 1;
+  return Tensor::from_vector<int32_t>({1, 67}, ids);
 }
 
 std::vector<GradCase> attention_cases() {
@@ -875,7 +872,7 @@ std::vector<GradCase> attention_cases() {
        [](const V& x) { return attention(x[0], x[1], x[2], false, 1.5, Tensor(), 0, 0.8); }},
       {"softcap_window_grouped", {normal({2, 7, 4, 3}), normal({2, 7, 2, 3}), normal({2, 7, 2, 2})},
        [](const V& x) { return attention(x[0], x[1], x[2], true, 1.2, Tensor(), 3, 0.7); }},
-      {"softcap_two_blocks_segments", {normal({2, 67, 1, 2}), normal({2, 67, 1, 2}), normal({2, 67, 1, 3})},
+      {"softcap_two_blocks_segments", {normal({1, 67, 1, 2}), normal({1, 67, 1, 2}), normal({1, 67, 1, 2})},
        [](const V& x) { return attention(x[0], x[1], x[2], true, 1.5, long_segments(), 0, 0.9); }},
   };
 }
