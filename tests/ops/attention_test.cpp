@@ -280,6 +280,68 @@ TEST(Attention, SlidingWindowMatchesAMaskedComposite) {
   EXPECT_THROW(attention(q, q, q, /*causal=*/true, std::nullopt, Tensor(), -1), UsageError);
 }
 
+// Soft-capped scores (Gemma 2) in f32, the cap's tanh vectorized over
+// blocks of any width (tails past the vector), against the cap composed in
+// f64 (scale, tanh, scale, masked softmax): value and every gradient, causal
+// over several blocks, within a window, grouped heads, Gemma 2's head size.
+TEST(Attention, SoftCappedMatchesTheComposedCap) {
+  struct Case {
+    int64_t tq, tk, h, hk, d, window;
+    double cap;
+  };
+  const int64_t B = 2;
+  for (const Case& c : {Case{150, 150, 4, 2, 16, 0, 1.5}, Case{130, 130, 2, 1, 256, 37, 0.8},
+                        Case{20, 45, 2, 2, 8, 0, 5.0}, Case{70, 70, 2, 1, 24, 9, 50.0}}) {
+    SCOPED_TRACE(std::to_string(c.tq) + " queries, " + std::to_string(c.tk) + " keys, head size " +
+                 std::to_string(c.d) + ", window " + std::to_string(c.window) + ", cap " + std::to_string(c.cap));
+    Tensor q64 = random_leaf({B, c.tq, c.h, c.d}, 31), k64 = random_leaf({B, c.tk, c.hk, c.d}, 32);
+    Tensor v64 = random_leaf({B, c.tk, c.hk, c.d}, 33), dout64 = random_leaf({B, c.tq, c.h, c.d}, 34);
+    std::vector<double> mask(size_t(c.tq * c.tk), 0.0);
+    for (int64_t i = 0; i < c.tq; ++i) {
+      for (int64_t j = 0; j < c.tk; ++j) {
+        const int64_t behind = i + (c.tk - c.tq) - j;  // causal: hidden below 0
+        if (behind < 0 || (c.window > 0 && behind >= c.window)) {
+          mask[size_t(i * c.tk + j)] = -std::numeric_limits<double>::infinity();
+        }
+      }
+    }
+    const double scale = 1 / std::sqrt(double(c.d)) * 4;  // scores large enough for the cap to bend
+    auto run = [&](DType dtype) {
+      Tensor q = in_dtype(q64, dtype), k = in_dtype(k64, dtype), v = in_dtype(v64, dtype);
+      Tensor o;
+      if (dtype == DType::f32) {
+        o = attention(q, k, v, true, scale, Tensor(), c.window, c.cap);
+      } else {
+        const auto heads = [&](const Tensor& t) {
+          const Tensor x = permute(t, {0, 2, 1, 3});  // [B, Hk, T, D] -> each head for its group
+          return reshape(expand(reshape(x, {B, t.dim(2), 1, t.dim(1), c.d}), {B, t.dim(2), c.h / t.dim(2), t.dim(1), c.d}),
+                         {B, c.h, t.dim(1), c.d});
+        };
+        const Tensor s = matmul(heads(q), transpose(heads(k)));
+        const Tensor capped = nabla::scale(tanh(nabla::scale(s, scale / c.cap)), c.cap);
+        o = permute(matmul(softmax(capped, 1.0, Tensor::from_vector<double>({c.tq, c.tk}, mask)), heads(v)),
+                    {0, 2, 1, 3});
+      }
+      std::vector<Tensor> outs = grad(sum(o * in_dtype(dout64, dtype)), {q, k, v});
+      outs.insert(outs.begin(), o);
+      return values_of(outs);
+    };
+    const auto fused = run(DType::f32), reference = run(DType::f64);
+    const char* names[] = {"output", "dq", "dk", "dv"};
+    for (size_t n = 0; n < fused.size(); ++n) {
+      double scale_n = 0;
+      for (double x : reference[n]) scale_n = std::max(scale_n, std::abs(x));
+      for (size_t i = 0; i < fused[n].size(); ++i) {
+        ASSERT_NEAR(fused[n][i], reference[n][i], 2e-5 * scale_n) << names[n] << " entry " << i;
+      }
+    }
+  }
+  Tensor q = Tensor::zeros(DType::f32, {1, 3, 2, 4});
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    EXPECT_THROW(attention(q, q, q, true, std::nullopt, Tensor(), 0, bad), UsageError) << bad;
+  }
+}
+
 TEST(Attention, FusedRejectsBadShapes) {
   Tensor q = Tensor::zeros(DType::f32, {1, 3, 2, 4}), k = Tensor::zeros(DType::f32, {1, 2, 2, 4});
   Tensor v = Tensor::zeros(DType::f32, {1, 2, 2, 5});
