@@ -47,6 +47,28 @@ std::vector<std::vector<double>> values_of(const std::vector<Tensor>& outs) {
   return values;
 }
 
+// o and the gradients of sum(o * dout) in q, k and v, as values_of gives them.
+std::vector<std::vector<double>> output_and_gradients(const Tensor& o, const Tensor& q, const Tensor& k,
+                                                      const Tensor& v, const Tensor& dout) {
+  std::vector<Tensor> outs = grad(sum(o * dout), {q, k, v});
+  outs.insert(outs.begin(), o);
+  return values_of(outs);
+}
+
+// Each of got's output, dq, dk and dv within tolerance x the largest
+// magnitude of want's (at least floor).
+void expect_close(const std::vector<std::vector<double>>& got, const std::vector<std::vector<double>>& want,
+                  double tolerance, double floor = 0) {
+  const char* names[] = {"output", "dq", "dk", "dv"};
+  for (size_t n = 0; n < want.size(); ++n) {
+    double scale = floor;
+    for (double x : want[n]) scale = std::max(scale, std::abs(x));
+    for (size_t i = 0; i < got[n].size(); ++i) {
+      ASSERT_NEAR(got[n][i], want[n][i], tolerance * scale) << names[n] << " entry " << i;
+    }
+  }
+}
+
 struct AttentionCase {
   const char* name;
   int64_t b, h, tq, tk, d, dv;
@@ -260,20 +282,10 @@ TEST(Attention, SlidingWindowMatchesAMaskedComposite) {
                                      : heads(scaled_dot_product_attention(
                                            heads(q), heads(k), heads(v),
                                            Tensor::from_vector<double>({c.tq, c.tk}, mask), true));
-      std::vector<Tensor> outs = grad(sum(o * in_dtype(dout64, dtype)), {q, k, v});
-      outs.insert(outs.begin(), o);
-      return values_of(outs);
+      return output_and_gradients(o, q, k, v, in_dtype(dout64, dtype));
     };
-    const auto fused = run(DType::f32), reference = run(DType::f64);
-    const char* names[] = {"output", "dq", "dk", "dv"};
-    for (size_t n = 0; n < fused.size(); ++n) {
-      double scale = 0;
-      for (double x : reference[n]) scale = std::max(scale, std::abs(x));
-      // A window of one makes the output v itself and dq, dk zero.
-      for (size_t i = 0; i < fused[n].size(); ++i) {
-        ASSERT_NEAR(fused[n][i], reference[n][i], 2e-5 * std::max(scale, 1.0)) << names[n] << " entry " << i;
-      }
-    }
+    // A window of one makes the output v itself and dq, dk zero: no scale below 1.
+    expect_close(run(DType::f32), run(DType::f64), 2e-5, 1.0);
   }
   Tensor q = Tensor::zeros(DType::f32, {1, 3, 2, 4});
   EXPECT_THROW(attention(q, q, q, /*causal=*/false, std::nullopt, Tensor(), 2), UsageError);
@@ -322,19 +334,9 @@ TEST(Attention, SoftCappedMatchesTheComposedCap) {
         o = permute(matmul(softmax(capped, 1.0, Tensor::from_vector<double>({c.tq, c.tk}, mask)), heads(v)),
                     {0, 2, 1, 3});
       }
-      std::vector<Tensor> outs = grad(sum(o * in_dtype(dout64, dtype)), {q, k, v});
-      outs.insert(outs.begin(), o);
-      return values_of(outs);
+      return output_and_gradients(o, q, k, v, in_dtype(dout64, dtype));
     };
-    const auto fused = run(DType::f32), reference = run(DType::f64);
-    const char* names[] = {"output", "dq", "dk", "dv"};
-    for (size_t n = 0; n < fused.size(); ++n) {
-      double scale_n = 0;
-      for (double x : reference[n]) scale_n = std::max(scale_n, std::abs(x));
-      for (size_t i = 0; i < fused[n].size(); ++i) {
-        ASSERT_NEAR(fused[n][i], reference[n][i], 2e-5 * scale_n) << names[n] << " entry " << i;
-      }
-    }
+    expect_close(run(DType::f32), run(DType::f64), 2e-5);
   }
   Tensor q = Tensor::zeros(DType::f32, {1, 3, 2, 4});
   for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
