@@ -14,7 +14,8 @@ gradient of every adapter tensor and of nothing else, and with
 --adamw-steps 3 the loss before each AdamW step on the adapters alone.
 Configs: all seven targets at GQA 3 with an untied head, q/v only with
 rsLoRA on a tied head with Qwen2's biases, q/k and the MLP on Qwen3's head
-norms, all seven on Gemma 3 (GeGLU, a sliding and a full layer).
+norms, all seven on Gemma 3 (GeGLU, a sliding and a full layer), q/v/o on
+Gemma 2 (soft-capped scores and logits, alternating windows).
 
 Tolerances: llama_oracle.py's (RTOL, ATOL, LOSS_RTOL, ADAMW_LOSS_RTOL): f32
 rounding in either framework; a wrong scale, a transposed A or B, or a
@@ -166,6 +167,13 @@ def main():
                  layer_types=["sliding_attention", "full_attention"], rope_local_base_freq=10000.0,
                  query_pre_attn_scalar=16),
           {"r": 4, "alpha": 8.0, "rslora": False, "targets": every}, 2, 10, 4)
+    # Through the fused op's soft-capped scores (caps small enough to bite)
+    # and the capped logits.
+    check(args.nabla, work, report, "q, v and o: gemma2 soft caps, alternating windows",
+          config(model_type="gemma2", num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                 tie_word_embeddings=True, rms_norm_eps=1e-6, sliding_window=4, query_pre_attn_scalar=24,
+                 attn_logit_softcapping=1.5, final_logit_softcapping=3.0, num_hidden_layers=2),
+          {"r": 4, "alpha": 8.0, "rslora": False, "targets": ["q_proj", "v_proj", "o_proj"]}, 2, 11, 5)
     if report.failures:
         print(f"\n{len(report.failures)} failure(s)")
         return 1
