@@ -373,9 +373,9 @@ Tensor Attention::per_query_head(const Tensor& t) const {
 }
 
 // With queries, only the first `queries` tokens ask (q and the output
-// [N, queries, D] are theirs); every token is a key and a value. Causal or
-// long attention runs fused (whole key blocks skipped, no T x T
-// probabilities kept); shorter bidirectional attention keeps its
+// [N, queries, D] are theirs); every token is a key and a value. Causal,
+// long, segmented or soft-capped attention runs fused (whole key blocks
+// skipped, no T x T probabilities kept); shorter bidirectional attention keeps its
 // probabilities for the backward instead of recomputing the scores, from
 // attention_probs past 64 tokens and composed below (docs/performance.md).
 Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, bool train,
