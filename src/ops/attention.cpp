@@ -777,23 +777,13 @@ Tensor window_mask(int64_t tq, int64_t tk, int64_t window, DType dtype) {
   return cast(Tensor::from_vector<double>({tq, tk}, m), dtype);
 }
 
-// What attention hides beyond causality, as an additive mask (0, or -inf
-// where hidden): the keys before each query's sliding window (window > 0),
-// [tq, tk], plus the keys of other segments (segments defined), [B, 1, T, T].
-// Undefined when neither.
-Tensor attention_mask(int64_t tq, int64_t tk, const Tensor& segments, int64_t window, DType dtype) {
-  Tensor mask = segments.defined() ? segment_mask(segments, dtype) : Tensor();
+Tensor attention_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
+  const int64_t H = in[0].dim(2), window = window_of(attrs);
+  Tensor mask = segmented(attrs) ? segment_mask(in[3], in[0].dtype()) : Tensor();
   if (window > 0) {
-    const Tensor w = window_mask(tq, tk, window, dtype);
+    const Tensor w = window_mask(in[0].dim(1), in[1].dim(1), window, in[0].dtype());
     mask = mask.defined() ? mask + w : w;
   }
-  return mask;
-}
-
-Tensor attention_composite(const std::vector<Tensor>& in, const Attrs& attrs) {
-  const int64_t H = in[0].dim(2);
-  const Tensor mask = attention_mask(in[0].dim(1), in[1].dim(1), segmented(attrs) ? in[3] : Tensor(),
-                                     window_of(attrs), in[0].dtype());
   const Tensor q = heads_first(in[0]), k = heads_first(per_query_head(in[1], H)),
                v = heads_first(per_query_head(in[2], H));
   const double cap = softcap_of(attrs);
