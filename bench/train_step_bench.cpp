@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
         model_name += std::string("-") + ggml_type_name(f->type);
       }
       if (lora > 0) {
-        model.add_lora({.r = lora, .alpha = 2.0 * lora, .targets = models::llama_lora_modules()}, 2);
+        model.add_lora({.r = lora, .alpha = 2.0 * lora}, 2);
         model_name += "-lora" + std::to_string(lora);
       }
       const nn::Params& trained = lora > 0 ? model.adapter() : model.params();

@@ -470,8 +470,8 @@ typedef struct nabla_finetune nabla_finetune;
  * adapters. lora_r: the adapters' rank, 0 for full fine-tuning; their scale
  * alpha / r; flags: NABLA_FINETUNE_* (1 alone: rsLoRA); lora_dropout on their
  * inputs while training; lora_targets: comma-separated module names
- * (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj), NULL for
- * all seven. batch rows of context tokens a step (context 0: the model's
+ * (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; Phi-3's
+ * qkv_proj, o_proj, gate_up_proj, down_proj), NULL for all of the model's. batch rows of context tokens a step (context 0: the model's
  * positions, at most 512). AdamW with weight_decay (betas 0.9, 0.999, eps
  * 1e-8). threads <= 0: every core. seed: the adapters' initialisation and
  * dropout masks. */

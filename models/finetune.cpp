@@ -40,6 +40,7 @@ FinetuneSession::FinetuneSession(const std::string& base, FinetuneConfig setting
     config_.lora = attach_peft_adapter(*model_, adapter_dir).config;
   } else if (!full()) {
     model_->add_lora(config_.lora, config_.seed);
+    config_.lora = model_->lora();  // the targets filled in where none were given
   }
   model_->set_gradient_checkpointing(config_.gradient_checkpointing);
   const int64_t T = config_.context, parts = int64_t(std::max(1, config_.replicas)) * (config_.comm ? config_.comm->size() : 1);

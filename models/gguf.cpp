@@ -232,6 +232,7 @@ uint32_t file_type(GgmlType t) {
 // llama.cpp's architecture for a model_type: Mistral is llama.cpp's llama
 // (as convert_hf_to_gguf.py writes it; the sliding window is not kept).
 std::string gguf_architecture(const LlamaConfig& c) {
+  if (c.phi3()) throw UsageError("gguf: a phi3 model (fused qkv_proj, gate_up_proj; longrope) is not written as GGUF yet");
   if (c.gemma3()) return "gemma3";
   return c.model_type == "mistral" ? "llama" : c.model_type;
 }

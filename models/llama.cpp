@@ -46,7 +46,8 @@ const char* hf_class(const std::string& model_type) {
                                                                 {"qwen3", "Qwen3ForCausalLM"},
                                                                 {"smollm3", "SmolLM3ForCausalLM"},
                                                                 {"gemma2", "Gemma2ForCausalLM"},
-                                                                {"gemma3_text", "Gemma3ForCausalLM"}};
+                                                                {"gemma3_text", "Gemma3ForCausalLM"},
+                                                                {"phi3", "Phi3ForCausalLM"}};
   for (const auto& [type, name] : classes) {
     if (model_type == type) return name;
   }
@@ -58,8 +59,12 @@ const char* hf_class(const std::string& model_type) {
 void LlamaConfig::validate() const {
   auto fail = [](const std::string& m) { throw UsageError("llama config: " + m); };
   if (!hf_class(model_type)) {
-    fail("model_type must be \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\", \"gemma2\" or \"gemma3_text\", "
-         "got \"" + model_type + "\"");
+    fail("model_type must be \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\", \"gemma2\", \"gemma3_text\" or "
+         "\"phi3\", got \"" + model_type + "\"");
+  }
+  if (phi3() && attention_bias) fail("phi3 has no q/k/v biases");
+  if (!(partial_rotary_factor > 0 && partial_rotary_factor <= 1) || (partial_rotary_factor != 1 && !phi3())) {
+    fail("partial_rotary_factor must be in (0, 1], and 1 but for model_type \"phi3\"");
   }
   if (sliding_window < 0 || (sliding_window > 0 && model_type == "llama")) {
     fail("sliding_window must be 0 (none) or, for a model_type other than \"llama\", positive");
@@ -123,7 +128,10 @@ void LlamaConfig::validate() const {
     fail("num_attention_heads " + std::to_string(num_attention_heads) + " is not a multiple of num_key_value_heads " +
          std::to_string(kv_heads()));
   }
-  if (head_size() % 2 != 0) fail("the head size must be even for rotary positions, got " + std::to_string(head_size()));
+  if (rotary_dims() % 2 != 0 || rotary_dims() <= 0) {
+    fail("the rotated part of each head must be even and positive, got " + std::to_string(rotary_dims()) + " of " +
+         std::to_string(head_size()));
+  }
   if (!(rms_norm_eps >= 0 && rms_norm_eps < 1)) fail("rms_norm_eps must be in [0, 1)");
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail("rope_theta must be positive");
   if (!(initializer_range > 0 && initializer_range < 1)) fail("initializer_range must be in (0, 1)");
@@ -131,9 +139,25 @@ void LlamaConfig::validate() const {
     fail("tokenizer must be \"byte\", \"gpt2\" or the path of a tokenizer.json or .gguf");
   }
   const RopeScaling& s = rope_scaling;
-  if (!s.type.empty()) {
+  if (phi3() && !s.type.empty() && s.type != "longrope") fail("phi3's rope_scaling must be longrope or none");
+  if (s.type == "longrope") {
+    if (!phi3()) fail("rope_scaling longrope is read for model_type \"phi3\"");
+    for (const auto* list : {&s.short_factor, &s.long_factor}) {
+      if (list->size() != size_t(rotary_dims() / 2)) {
+        fail("longrope's short_factor and long_factor need rotary_dims / 2 = " + std::to_string(rotary_dims() / 2) +
+             " factors each, got " + std::to_string(list->size()));
+      }
+      for (double f : *list) {
+        if (!(f > 0) || !std::isfinite(f)) fail("longrope's factors must be positive");
+      }
+    }
+    if (s.original_max_position_embeddings <= 0 || !(s.factor > 0) || !std::isfinite(s.factor) ||
+        !(s.attention_factor >= 0) || !std::isfinite(s.attention_factor)) {
+      fail("longrope needs original_max_position_embeddings > 0, a positive factor and attention_factor >= 0");
+    }
+  } else if (!s.type.empty()) {
     if (s.type != "linear" && s.type != "llama3") {
-      fail("rope_scaling type \"" + s.type + "\" is not supported (linear, llama3)");
+      fail("rope_scaling type \"" + s.type + "\" is not supported (linear, llama3, longrope)");
     }
     if (!(s.factor > 0) || !std::isfinite(s.factor)) fail("rope_scaling factor must be positive");
     if (s.type == "llama3" && !(s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
@@ -146,7 +170,8 @@ void LlamaConfig::validate() const {
 std::vector<double> LlamaConfig::rope_freq_factors() const {
   const RopeScaling& s = rope_scaling;
   if (s.type.empty()) return {};
-  const int64_t hd = head_size();
+  if (s.type == "longrope") return s.short_factor;
+  const int64_t hd = rotary_dims();
   std::vector<double> f(size_t(hd / 2), s.factor);
   if (s.type == "linear") return f;
   // transformers' _compute_llama3_parameters: wavelengths above
@@ -165,6 +190,15 @@ std::vector<double> LlamaConfig::rope_freq_factors() const {
     }
   }
   return f;
+}
+
+// transformers' _compute_longrope_parameters.
+double LlamaConfig::rope_attention_factor() const {
+  const RopeScaling& s = rope_scaling;
+  if (s.type != "longrope") return 1;
+  if (s.attention_factor > 0) return s.attention_factor;
+  if (s.factor <= 1) return 1;
+  return std::sqrt(1 + std::log(s.factor) / std::log(double(s.original_max_position_embeddings)));
 }
 
 namespace {
@@ -192,6 +226,12 @@ ConfigFields fields_of(LlamaConfig& c) {
 
 ConfigFields rope_scaling_fields(LlamaConfig::RopeScaling& s, const std::string& what = "rope_scaling") {
   ConfigFields f("llama config: " + what);
+  if (s.type == "longrope") {  // the factor and original length are config.json's where it has them (read_phi3)
+    f.optional("factor", s.factor)
+        .optional("attention_factor", s.attention_factor)
+        .optional("original_max_position_embeddings", s.original_max_position_embeddings, 1);
+    return f;
+  }
   f.required("factor", s.factor);
   if (s.type == "llama3") {
     f.required("low_freq_factor", s.low_freq_factor)
@@ -313,6 +353,38 @@ void read_smollm3(const nlohmann::json& j, LlamaConfig& c) {
   for (int64_t i = 0; i < layers; ++i) c.no_rope_layers.push_back((i + 1) % interval != 0 ? 1 : 0);
 }
 
+// Phi-3's keys beyond Llama's, read after the rotations: the rotated share
+// of each head, and longrope's original length (config.json's
+// original_max_position_embeddings, then factor = max_position_embeddings /
+// original, as transformers computes it; else the scaling object's, else
+// max_position_embeddings with the object's factor). Dropout, which nabla's
+// model does not apply, is refused.
+void read_phi3(const nlohmann::json& j, LlamaConfig& c) {
+  const auto fail = [](const std::string& m) { throw IoError("llama config: phi3's " + m); };
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attention_dropout"}) {
+    if (auto it = j.find(key); it != j.end() && !it->is_null() && (!it->is_number() || it->get<double>() != 0)) {
+      fail(std::string(key) + " " + it->dump() + " is not supported (0: nabla's model applies no dropout)");
+    }
+  }
+  if (auto it = j.find("partial_rotary_factor"); it != j.end() && !it->is_null()) {
+    if (!it->is_number()) fail("partial_rotary_factor must be a number, got " + it->dump());
+    c.partial_rotary_factor = it->get<double>();
+  }
+  LlamaConfig::RopeScaling& s = c.rope_scaling;
+  if (s.type != "longrope") return;
+  if (auto it = j.find("original_max_position_embeddings"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+      fail("original_max_position_embeddings must be a positive integer, got " + it->dump());
+    }
+    s.original_max_position_embeddings = it->get<int64_t>();
+  }
+  if (s.original_max_position_embeddings > 0) {
+    s.factor = double(c.max_position_embeddings) / double(s.original_max_position_embeddings);
+  } else {
+    s.original_max_position_embeddings = c.max_position_embeddings;
+  }
+}
+
 // A rotary-scaling object: {"rope_type" (or "type"), the type's keys};
 // "default" is none. `what` names it in errors.
 LlamaConfig::RopeScaling read_scaling(const nlohmann::json& s, const std::string& what, bool type_required) {
@@ -323,9 +395,20 @@ LlamaConfig::RopeScaling read_scaling(const nlohmann::json& s, const std::string
   }
   LlamaConfig::RopeScaling r;
   if (type == "default") return r;
-  r.type = type.get<std::string>();
-  if (r.type != "linear" && r.type != "llama3") {
-    throw IoError("llama config: " + what + " type \"" + r.type + "\" is not supported (linear, llama3)");
+  r.type = type == "su" ? "longrope" : type.get<std::string>();  // Phi3Config's older name
+  if (r.type != "linear" && r.type != "llama3" && r.type != "longrope") {
+    throw IoError("llama config: " + what + " type \"" + r.type + "\" is not supported (linear, llama3, longrope)");
+  }
+  if (r.type == "longrope") {
+    r.original_max_position_embeddings = 0;  // unless given here or in config.json
+    for (auto [key, list] : {std::pair{"short_factor", &r.short_factor}, std::pair{"long_factor", &r.long_factor}}) {
+      const auto it = s.find(key);
+      if (it == s.end() || !it->is_array()) throw IoError("llama config: " + what + " longrope needs a list " + key);
+      for (const auto& f : *it) {
+        if (!f.is_number()) throw IoError("llama config: " + what + "'s " + key + " must hold numbers, got " + f.dump());
+        list->push_back(f.get<double>());
+      }
+    }
   }
   rope_scaling_fields(r, what).from_json(s.dump());
   return r;
@@ -384,14 +467,27 @@ std::string LlamaConfig::to_json() const {
   if (c.head_dim == 0) c.head_dim = head_size();
   std::string fields = fields_of(c).to_json();  // {"preset": ..., ...}
   std::string scaling = "null";
-  if (!c.rope_scaling.type.empty()) {
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type == "longrope") {
+    // Phi3Config's three keys (transformers before 4.48 takes no others);
+    // the original length beside them at the top level.
+    nlohmann::json o = {{"type", "longrope"}, {"short_factor", rs.short_factor}, {"long_factor", rs.long_factor}};
+    if (rs.attention_factor > 0) o["attention_factor"] = rs.attention_factor;
+    scaling = o.dump();
+  } else if (!c.rope_scaling.type.empty()) {
     // Hugging Face's key for the type is "rope_type" ("type" in older configs).
     scaling = "{\"rope_type\":\"" + c.rope_scaling.type + "\"," + rope_scaling_fields(c.rope_scaling).to_json().substr(1);
   }
   const char* arch = hf_class(model_type) ? hf_class(model_type) : "LlamaForCausalLM";  // validate() refuses others
   std::string extra;
-  if (model_type == "mistral" || gemma()) {
+  if (model_type == "mistral" || phi3() || gemma()) {
     extra += ",\"sliding_window\":" + (sliding_window > 0 ? std::to_string(sliding_window) : "null");
+  }
+  if (phi3()) {
+    extra += ",\"partial_rotary_factor\":" + nlohmann::json(partial_rotary_factor).dump();
+    if (rs.type == "longrope") {
+      extra += ",\"original_max_position_embeddings\":" + std::to_string(rs.original_max_position_embeddings);
+    }
   }
   if (gemma()) {
     const auto cap = [](double v) { return v > 0 ? nlohmann::json(v).dump() : std::string("null"); };
@@ -486,7 +582,7 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
   }
   const nlohmann::json j = nlohmann::json::parse(text);
   // Qwen's and SmolLM3's configs carry a sliding_window that use_sliding_window leaves off.
-  if (auto window = j.find("sliding_window"); (type == "mistral" || gemma || use_sliding_window) &&
+  if (auto window = j.find("sliding_window"); (type == "mistral" || type == "phi3" || gemma || use_sliding_window) &&
                                               window != j.end() && !window->is_null()) {
     if (!window->is_number_integer() || window->get<int64_t>() <= 0) {
       throw IoError("llama config: sliding_window must be null or a positive integer, got " + window->dump());
@@ -506,6 +602,11 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
   }
   fields_of(c).from_json(text);
   read_rope(j, c);
+  if (type == "phi3") {
+    read_phi3(j, c);
+  } else if (auto it = j.find("partial_rotary_factor"); it != j.end() && !it->is_null() && *it != 1) {
+    throw IoError("llama config: partial_rotary_factor " + it->dump() + " is read for model_type \"phi3\" only");
+  }
   c.validate();
   return c;
 }
@@ -589,8 +690,14 @@ void Llama::build(nn::Init& init) {
   block.mlp_hidden = c.intermediate_size;
   block.norm = norm;
   block.norm_eps = c.rms_norm_eps;
-  block.rope_theta = c.rope_theta;
-  block.rope_freq_factors = c.rope_freq_factors();
+  block.rope.theta = c.rope_theta;
+  block.rope.dims = c.rotary_dims();
+  block.rope.freq_factors = c.rope_freq_factors();
+  block.rope.scale = c.rope_attention_factor();
+  if (c.rope_scaling.type == "longrope") {
+    block.rope.long_factors = c.rope_scaling.long_factor;
+    block.rope.long_after = c.rope_scaling.original_max_position_embeddings;
+  }
   block.causal = true;
   block.window = c.sliding_window;
   block.qkv_bias = c.attention_bias;
@@ -610,6 +717,11 @@ void Llama::build(nn::Init& init) {
   block.gate = "mlp.gate_proj";
   block.fc1 = "mlp.up_proj";
   block.fc2 = "mlp.down_proj";
+  if (c.phi3()) {  // q, k, v in one projection, gate and up in one
+    block.qkv = "self_attn.qkv_proj";
+    block.gate = "";
+    block.gate_up = "mlp.gate_up_proj";
+  }
   if (c.gemma()) {
     block.post_norm1 = "post_attention_layernorm";
     block.norm2 = "pre_feedforward_layernorm";
@@ -623,13 +735,10 @@ void Llama::build(nn::Init& init) {
     nn::BlockConfig layer = block;
     layer.window = c.layer_window(i);
     if (c.gemma3() && layer.window > 0) {  // Gemma 3's sliding layers: their own base, unscaled
-      layer.rope_theta = c.rope_local_base_freq;
-      layer.rope_freq_factors = {};
+      layer.rope.theta = c.rope_local_base_freq;
+      layer.rope.freq_factors = {};
     }
-    if (!c.layer_rotates(i)) {  // SmolLM3's NoPE layers
-      layer.rope_theta = 0;
-      layer.rope_freq_factors = {};
-    }
+    if (!c.layer_rotates(i)) layer.rope = nn::Rotary{};  // SmolLM3's NoPE layers
     layers_.emplace_back(params_, "model.layers." + std::to_string(i), layer, init);
   }
   norm_ = nn::Norm(params_, "model.norm", D, c.rms_norm_eps, init, norm);
@@ -637,20 +746,24 @@ void Llama::build(nn::Init& init) {
                                    : nn::Embedding(params_, "lm_head.weight", c.vocab_size, D, init, c.initializer_range);
 }
 
-const std::vector<std::string>& llama_lora_modules() {
+const std::vector<std::string>& llama_lora_modules(const LlamaConfig& c) {
   static const std::vector<std::string> names{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                               "down_proj"};
-  return names;
+  static const std::vector<std::string> phi3{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+  return c.phi3() ? phi3 : names;
 }
 
-void Llama::add_lora(const nn::LoraConfig& config, uint64_t seed) {
+void Llama::add_lora(const nn::LoraConfig& given, uint64_t seed) {
   if (lora_.r > 0) throw UsageError("llama: the model has adapters already");
+  const std::vector<std::string>& known = llama_lora_modules(config_);
+  nn::LoraConfig config = given;
+  if (config.targets.empty()) config.targets = known;
   config.validate();
   for (const std::string& t : config.targets) {
-    const auto& known = llama_lora_modules();
     if (std::find(known.begin(), known.end(), t) == known.end()) {
-      throw UsageError("llama: LoRA target '" + t + "' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                       "up_proj, down_proj");
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw UsageError("llama: LoRA target '" + t + "' is not one of " + config_.model_type + "'s " + list);
     }
   }
   std::vector<nn::Linear*> layers;
@@ -729,13 +842,14 @@ nn::DecodeStep Llama::decode_step(int64_t max_tokens) const {
   return s;
 }
 
-nn::DecodeStep::Prompt Llama::prompt(int64_t tokens) const {
+nn::DecodeStep::Prompt Llama::prompt(int64_t tokens, int64_t max_tokens) const {
   const LlamaConfig& c = config_;
   if (tokens < 1 || tokens > c.max_position_embeddings) {
     throw UsageError("llama: a prompt of " + std::to_string(tokens) + " tokens (1 to max_position_embeddings " +
                      std::to_string(c.max_position_embeddings) + ")");
   }
   nn::DecodeStep::Prompt p;
+  p.positions = std::min(std::max(max_tokens, tokens), c.max_position_embeddings);  // decode_step's cache
   p.tokens = Tensor::zeros(DType::i32, {1, tokens});
   const Tensor x = nn::DecodeStep::prompt_through(layers_, embed(p.tokens), p);
   p.logits = reshape(logits(norm_(slice(x, 1, tokens - 1, tokens))), {1, c.vocab_size});

@@ -30,9 +30,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// --lora-targets' short names for Hugging Face's modules.
+// --lora-targets' short names for Hugging Face's modules (none: every
+// projection of the base's model type).
 std::vector<std::string> lora_targets(const std::vector<std::string>& given) {
-  if (given.empty()) return models::llama_lora_modules();
   std::vector<std::string> out;
   for (const std::string& t : given) {
     const std::string name = t.ends_with("_proj") ? t : t + "_proj";

@@ -90,7 +90,7 @@ int run_sample(const SampleArgs& a) {
   const int64_t n = int64_t(ids.size());
   std::vector<float> logits;
   if (llama) {
-    nn::DecodeStep::Prompt prompt = llama->prompt(n);
+    nn::DecodeStep::Prompt prompt = llama->prompt(n, max_len);
     Executor pass(Graph(prompt.outputs()), {.threads = a.threads, .backend = a.backend});
     std::copy(ids.begin(), ids.end(), prompt.tokens.data_as<int32_t>());
     pass.run();

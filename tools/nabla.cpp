@@ -373,10 +373,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   finetune_cmd
       ->add_option("--lora-targets", ft.lora_targets,
-                   "Projections with adapters, comma-separated: q, k, v, o, gate, up, down (default: all seven)")
+                   "Projections with adapters, comma-separated: q, k, v, o, gate, up, down (Phi-3: qkv, o, gate_up, "
+                   "down; default: all of the model's)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"q", "k", "v", "o", "gate", "up", "down", "q_proj", "k_proj", "v_proj", "o_proj",
-                             "gate_proj", "up_proj", "down_proj"}));
+      ->check(CLI::IsMember({"q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up", "q_proj", "k_proj", "v_proj",
+                             "o_proj", "gate_proj", "up_proj", "down_proj", "qkv_proj", "gate_up_proj"}));
   finetune_cmd->add_flag("--rslora", ft.rslora, "Scale adapters by alpha / sqrt(r) (rsLoRA)");
   add_int(finetune_cmd, "--replicas", ft.replicas,
           "Data-parallel replicas, each a share of the batch's rows on a thread of its own (under mpirun: per process)",

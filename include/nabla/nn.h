@@ -197,6 +197,33 @@ struct Dropout {
   Tensor operator()(const Tensor& x, bool train, int64_t salt) const;
 };
 
+// Rotary positions as Hugging Face rotates them (rotate-half pairs) with
+// base theta (0: none), on each query and key head.
+struct Rotary {
+  double theta = 0;
+  int64_t dims = 0;  // the rotated first part of each head (Phi-3's partial_rotary_factor); 0: all of it
+  // dims / 2 divisors of the frequencies (Llama 3's scaled ones, longrope's
+  // short ones); empty: none.
+  std::vector<double> freq_factors;
+  // longrope's: the divisors for rows (a decoding session: its cache)
+  // longer than long_after positions, as transformers switches at
+  // original_max_position_embeddings.
+  std::vector<double> long_factors;
+  int64_t long_after = 0;
+  double scale = 1;  // on cos and sin: longrope's attention factor
+
+  bool on() const { return theta > 0; }
+  // t [..., T, hd] at positions i32 [T] (or offset, offset + 1, ...), in a
+  // row or session of `length` positions.
+  Tensor operator()(const Tensor& t, const Tensor& positions, int64_t length) const;
+  Tensor operator()(const Tensor& t, int64_t offset, int64_t length) const;
+
+ private:
+  const std::vector<double>& factors_for(int64_t length) const {
+    return !long_factors.empty() && length > long_after ? long_factors : freq_factors;
+  }
+};
+
 // What a pre-norm transformer block is made of; each model fills it from
 // its own config. Parameter names are relative to the block's prefix.
 // ViT's and GPT-2's: LayerNorm, one fused qkv projection, a GELU MLP.
@@ -210,8 +237,7 @@ struct BlockConfig {
   double norm_eps = 1e-5;
   NormKind norm = NormKind::layer;
   Gelu gelu = Gelu::erf;
-  double rope_theta = 0;  // rotary positions (Hugging Face's rotate-half) with this base; 0: none
-  std::vector<double> rope_freq_factors;  // head_dim / 2 divisors of the rotary frequencies (Llama 3); empty: none
+  Rotary rope;  // rotary positions; none by default
   bool causal = false;
   int64_t window = 0;    // causal only: each token attends to its last `window` tokens (a sliding window); 0: all
   double attn_scale = 0;  // the scores' scale; 0: 1/sqrt(head size)
@@ -227,11 +253,15 @@ struct BlockConfig {
   Tensor dropout_seed;
   std::string norm1 = "norm1", qkv = "attn.qkv", proj = "attn.proj", norm2 = "norm2", fc1 = "mlp.fc1",
               fc2 = "mlp.fc2";  // timm's names
-  // Separate q, k, v projections where qkv is empty (Llama's q_proj, ...).
+  // qkv holds the queries' heads * head size rows, then the keys' and the
+  // values' kv_heads * head size each (Phi-3's qkv_proj). Separate q, k, v
+  // projections where qkv is empty (Llama's q_proj, ...).
   std::string q, k, v;
   // SwiGLU where set: fc2(silu(gate(x)) * fc1(x)), fc1 being Llama's up_proj;
   // with gate_gelu, GeGLU: the gate through `gelu` instead (Gemma's).
-  std::string gate;
+  // gate_up instead: one projection holding the gate's rows then fc1's
+  // (Phi-3's gate_up_proj).
+  std::string gate, gate_up;
   bool gate_gelu = false;
   // Where set, norms of attention's and the MLP's outputs before each joins
   // the residual stream (Gemma's post_attention / post_feedforward norms).
@@ -247,12 +277,16 @@ struct BlockConfig {
 
 // Keys and values of the positions decoded so far, for one block's
 // attention to take one new token at a time (TransformerBlock::decode).
+// A prompt's pass records into one (Attention::operator()'s `record`);
+// `positions` then says how many the decoding session spans (longrope's
+// factors depend on it; 0: the prompt's).
 struct KvCache {
   Tensor keys, values;          // leaves [N, kv heads, Tmax, hd], filled by the caller from new_keys / new_values
   Tensor mask;                  // [N or 1, Tmax + 1]: 0 where a position is written (and at Tmax, the new
                                 // token itself), -inf elsewhere; one mask may serve every block
   Tensor new_keys, new_values;  // outputs [N, kv heads, 1, hd]: the new token's, set by decode
   Tensor position;              // i32 [1]: the new token's position, for rotary positions
+  int64_t positions = 0;        // a prompt's record: the session's length
 };
 
 struct TransformerBlock;
@@ -281,6 +315,7 @@ struct DecodeStep {
   // i32 [1, P] and gives the last token's logits [1, V] and each block's
   // keys and values [1, P, kv heads, hd] (as a step's new ones, rotated).
   struct Prompt {
+    int64_t positions = 0;  // the decoding session's length (0: the prompt's)
     Tensor tokens, logits;
     std::vector<Tensor> keys, values;
     std::vector<Tensor> outputs() const;  // logits, then each block's keys and values
@@ -302,8 +337,7 @@ struct Attention {
   Linear qkv, q, k, v, proj;  // qkv, or q, k and v
   Norm q_norm, k_norm;        // per head, when the config names them
   int64_t heads = 1, kv_heads = 1, head_dim = 0;
-  double rope_theta = 0;
-  std::vector<double> rope_freq_factors;
+  Rotary rope;
   bool causal = false;
   int64_t window = 0;  // a sliding window (BlockConfig::window)
   double scale = 0;    // the scores' scale
@@ -322,7 +356,8 @@ struct Attention {
 
  private:
   Tensor project(int64_t i, const Tensor& x, bool train = false) const;  // q, k or v: [N, T, heads (kv_heads), hd]
-  Tensor rotary(const Tensor& t, int64_t offset) const;
+  // t [N, T, h, hd] rotated at positions 0.. in a row or session of `length`.
+  Tensor rotary(const Tensor& t, int64_t length) const;
   Tensor per_query_head(const Tensor& t) const;  // [N, T, kv_heads, hd] -> [N, T, heads, hd]
   Tensor window_mask(const KvCache& cache, int64_t Tm) const;
   // A decoded token's probabilities from soft-capped scores (softcap > 0).
@@ -333,16 +368,13 @@ struct Attention {
 // fc2(gelu(gate(x)) * fc1(x)).
 struct Mlp {
   Linear fc1, fc2, gate;  // gate: SwiGLU's or GeGLU's, when defined
+  Linear gate_up;         // or gate and fc1 in one (BlockConfig::gate_up), when defined
   Gelu gelu = Gelu::erf;
   bool gate_gelu = false;  // GeGLU
   Mlp() = default;
   Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init);
-  Tensor operator()(const Tensor& x, bool train = false) const {
-    if (!gate.weight.defined()) return fc2(apply_gelu(gelu, fc1(x, train)), train);
-    const Tensor g = gate(x, train);
-    return fc2((gate_gelu ? apply_gelu(gelu, g) : silu(g)) * fc1(x, train), train);
-  }
-  std::vector<Linear*> linears();  // gate (when gated), fc1, fc2
+  Tensor operator()(const Tensor& x, bool train = false) const;
+  std::vector<Linear*> linears();  // gate_up or gate (when gated) and fc1; then fc2
 };
 
 // Pre-LN transformer block: x + attn(norm1(x)), then + mlp(norm2(.)): ViT's

@@ -171,17 +171,20 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
                  std::optional<double> scale = std::nullopt, const Tensor& segments = Tensor(),
                  int64_t window = 0, double softcap = 0);
-// Rotary position embedding of x [..., T, D] (D even) at positions i32 [T]
-// (or offset, offset + 1, ...): pair i turns by pos * base^(-2i/D) /
-// freq_factors[i]. neox pairs (x[i], x[i + D/2]) (GPT-NeoX, Hugging Face
-// Llama); original pairs (x[2i], x[2i+1]) (GPT-J, Meta). freq_factors: empty
-// (all 1), or D/2 positive factors (Llama 3's scaled frequencies; llama.cpp's
+// Rotary position embedding of x [..., T, D] at positions i32 [T] (or
+// offset, offset + 1, ...): the first R = dims elements of each row (0: all
+// D; R even) rotate, the rest pass through (Phi-3's partial_rotary_factor,
+// llama.cpp's n_rot). Pair i turns by pos * base^(-2i/R) / freq_factors[i]
+// and is multiplied by scale (longrope's attention factor on cos and sin).
+// neox pairs (x[i], x[i + R/2]) (GPT-NeoX, Hugging Face Llama); original
+// pairs (x[2i], x[2i+1]) (GPT-J, Meta). freq_factors: empty (all 1), or R/2
+// positive factors (Llama 3's scaled frequencies, longrope's; llama.cpp's
 // rope_freqs).
 enum class RopeMode : int64_t { neox = 0, original = 1 };
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000.0, RopeMode mode = RopeMode::neox,
-            const std::vector<double>& freq_factors = {});
+            const std::vector<double>& freq_factors = {}, int64_t dims = 0, double scale = 1);
 Tensor rope(const Tensor& x, int64_t offset, double base = 10000.0, RopeMode mode = RopeMode::neox,
-            const std::vector<double>& freq_factors = {});
+            const std::vector<double>& freq_factors = {}, int64_t dims = 0, double scale = 1);
 // Zeroes elements with probability p and scales the rest by 1/(1-p); the mask
 // is a hash of seed (i32, one element) and the element's position. train =
 // false or p = 0 returns x.

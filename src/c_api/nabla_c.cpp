@@ -1313,9 +1313,7 @@ nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, in
         if (comma > at) fc.lora.targets.push_back(list.substr(at, comma - at));
         at = comma + 1;
       }
-    } else {
-      fc.lora.targets = nabla::models::llama_lora_modules();
-    }
+    }  // none: every projection of the base's model type
     fc.batch = batch;
     fc.context = context;
     fc.adamw.weight_decay = weight_decay;

@@ -69,10 +69,10 @@ Safetensors load_shards(const std::string& dir, const std::string& index_path,
 // config.json's model_type -> the nabla architecture that reads it.
 std::string hf_architecture(const std::string& config_path, const std::string& config_json) {
   // gemma3: a multimodal Gemma 3, whose text model is read.
-  static const char* const llama_types[] = {"llama",  "mistral",     "qwen2", "qwen3",
-                                            "smollm3", "gemma2", "gemma3_text", "gemma3"};
+  static const char* const llama_types[] = {"llama",  "mistral", "qwen2",       "qwen3", "smollm3",
+                                            "gemma2", "gemma3_text", "gemma3", "phi3"};
   static const std::string read = "nabla reads \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\", "
-                                  "\"gemma2\", \"gemma3_text\" and \"gemma3\" models";
+                                  "\"gemma2\", \"gemma3_text\", \"gemma3\" and \"phi3\" models";
   json j = json::parse(config_json, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw IoError(config_path + ": not a JSON object");
   auto type = j.find("model_type");

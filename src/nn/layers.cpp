@@ -284,8 +284,8 @@ Tensor Dropout::operator()(const Tensor& x, bool train, int64_t salt) const {
 }
 
 Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c, Init& init)
-    : heads(c.heads), kv_heads(c.kv_head_count()), head_dim(c.head_size()), rope_theta(c.rope_theta),
-      rope_freq_factors(c.rope_freq_factors), causal(c.causal), window(c.window),
+    : heads(c.heads), kv_heads(c.kv_head_count()), head_dim(c.head_size()), rope(c.rope), causal(c.causal),
+      window(c.window),
       scale(c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(double(c.head_size()))), softcap(c.attn_softcap) {
   const std::string what = "attention: ";
   if (!(softcap >= 0) || !std::isfinite(softcap)) {
@@ -303,17 +303,17 @@ Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c,
     throw UsageError(what + std::to_string(heads) + " query heads are not a multiple of " + std::to_string(kv_heads) +
                      " key/value heads");
   }
-  if (rope_theta < 0 || (rope_theta > 0 && head_dim % 2 != 0)) {
-    throw UsageError(what + "rotary positions need a base > 0 and an even head size, got " +
-                     std::to_string(head_dim));
+  if (rope.dims == 0) rope.dims = head_dim;
+  if (rope.theta < 0 || (rope.on() && (rope.dims % 2 != 0 || rope.dims < 0 || rope.dims > head_dim)) ||
+      !(rope.scale > 0)) {
+    throw UsageError(what + "rotary positions need a base > 0, a positive scale and an even number of rotated "
+                     "dimensions up to the head size " + std::to_string(head_dim) + ", got " +
+                     std::to_string(rope.dims));
   }
   const int64_t inner = heads * head_dim;
   if (!c.qkv.empty()) {
-    if (kv_heads != heads || inner != c.dim) {
-      throw UsageError(what + "a fused qkv projection needs as many key/value heads as query heads and heads x "
-                       "head size = width");
-    }
-    qkv = Linear(p, join(prefix, c.qkv), c.dim, 3 * c.dim, c.qkv_bias, init, c.init_std, c.layout);
+    qkv = Linear(p, join(prefix, c.qkv), c.dim, inner + 2 * kv_heads * head_dim, c.qkv_bias, init, c.init_std,
+                 c.layout);
   } else {
     q = Linear(p, join(prefix, c.q), c.dim, inner, c.qkv_bias, init, c.init_std, c.layout);
     k = Linear(p, join(prefix, c.k), c.dim, kv_heads * head_dim, c.qkv_bias, init, c.init_std, c.layout);
@@ -326,14 +326,15 @@ Attention::Attention(Params& p, const std::string& prefix, const BlockConfig& c,
 }
 
 // x [N, T, D] -> [N, T, heads, hd] (a reshape, no copy) of projection i (q,
-// k, v; kv_heads heads for k and v). A fused projection is read a third of
+// k, v; kv_heads heads for k and v). A fused projection is read a part of
 // the weight at a time: the same maths as slicing the fused output, but the
 // backward adds into the small weight instead of zero-filling and summing
 // three activation-sized gradients.
 Tensor Attention::project(int64_t i, const Tensor& x, bool train) const {
-  const int64_t h = i == 0 ? heads : kv_heads, D = x.dim(2);
+  const int64_t h = i == 0 ? heads : kv_heads;
+  const int64_t begin = i == 0 ? 0 : (heads + (i - 1) * kv_heads) * head_dim;
   const Linear& l = i == 0 ? q : i == 1 ? k : v;
-  const Tensor t = reshape(qkv.weight.defined() ? qkv.outputs(i * D, (i + 1) * D)(x, train) : l(x, train),
+  const Tensor t = reshape(qkv.weight.defined() ? qkv.outputs(begin, begin + h * head_dim)(x, train) : l(x, train),
                            {x.dim(0), x.dim(1), h, head_dim});
   const Norm& norm = i == 0 ? q_norm : k_norm;
   return i < 2 && norm.weight.defined() ? norm(t) : t;
@@ -345,8 +346,19 @@ std::vector<Linear*> Attention::linears() {
 }
 
 std::vector<Linear*> Mlp::linears() {
+  if (gate_up.weight.defined()) return {&gate_up, &fc2};
   if (gate.weight.defined()) return {&gate, &fc1, &fc2};
   return {&fc1, &fc2};
+}
+
+// A fused gate_up is read half of the weight at a time (as Attention::project).
+Tensor Mlp::operator()(const Tensor& x, bool train) const {
+  const int64_t F = gate_up.weight.defined() ? gate_up.out_features() / 2 : 0;
+  const Linear& g = F > 0 ? gate_up.outputs(0, F) : gate;
+  const Linear& up = F > 0 ? gate_up.outputs(F, 2 * F) : fc1;
+  if (!g.weight.defined()) return fc2(apply_gelu(gelu, up(x, train)), train);
+  const Tensor a = g(x, train);
+  return fc2((gate_gelu ? apply_gelu(gelu, a) : silu(a)) * up(x, train), train);
 }
 
 std::vector<Linear*> TransformerBlock::linears() {
@@ -355,12 +367,19 @@ std::vector<Linear*> TransformerBlock::linears() {
   return out;
 }
 
-// Rotary positions on t [N, T, h, hd] from position `offset` (rotate-half
-// pairs, Hugging Face's Llama), through a heads-first view.
-Tensor Attention::rotary(const Tensor& t, int64_t offset) const {
-  if (rope_theta <= 0) return t;
+Tensor Rotary::operator()(const Tensor& t, const Tensor& positions, int64_t length) const {
+  return on() ? rope(t, positions, theta, RopeMode::neox, factors_for(length), dims, scale) : t;
+}
+
+Tensor Rotary::operator()(const Tensor& t, int64_t offset, int64_t length) const {
+  return on() ? rope(t, offset, theta, RopeMode::neox, factors_for(length), dims, scale) : t;
+}
+
+// Rotary positions on t [N, T, h, hd] from position 0, through a heads-first view.
+Tensor Attention::rotary(const Tensor& t, int64_t length) const {
+  if (!rope.on()) return t;
   const std::vector<int64_t> swap{0, 2, 1, 3};
-  return permute(rope(permute(t, swap), offset, rope_theta, RopeMode::neox, rope_freq_factors), swap);
+  return permute(rope(permute(t, swap), int64_t{0}, length), swap);
 }
 
 // Each key/value head of t [N, T, kv_heads, hd] repeated for its group of
@@ -387,8 +406,9 @@ Tensor Attention::operator()(const Tensor& x, int64_t queries, KvCache* record, 
   }
   const int64_t Tq = queries > 0 ? queries : T;
   if (causal && Tq != T) throw UsageError("attention: causal attention takes every token as a query");
-  const Tensor q = rotary(project(0, Tq == T ? x : slice(x, 1, 0, Tq), train), 0);
-  Tensor k = rotary(project(1, x, train), 0), v = project(2, x, train);
+  const int64_t length = record && record->positions > 0 ? record->positions : T;
+  const Tensor q = rotary(project(0, Tq == T ? x : slice(x, 1, 0, Tq), train), length);
+  Tensor k = rotary(project(1, x, train), length), v = project(2, x, train);
   if (record) {
     record->new_keys = k;
     record->new_values = v;
@@ -441,15 +461,13 @@ Tensor Attention::decode(const Tensor& x, KvCache& cache) const {
     throw ShapeError("attention: the key/value cache must be two [N, kv heads, Tmax, hd] = " + to_string(cache_shape) +
                      " tensors");
   }
-  if (rope_theta > 0 && (!cache.position.defined() || cache.position.dtype() != DType::i32 ||
+  if (rope.on() && (!cache.position.defined() || cache.position.dtype() != DType::i32 ||
                          cache.position.shape() != Shape{1})) {
     throw ShapeError("attention: rotary positions need the new token's position, an i32 [1] in the cache");
   }
   const int64_t Tm = cache_shape[2];
   auto heads_first = [](const Tensor& t) { return permute(t, {0, 2, 1, 3}); };
-  auto at_position = [&](const Tensor& t) {
-    return rope_theta > 0 ? rope(t, cache.position, rope_theta, RopeMode::neox, rope_freq_factors) : t;
-  };
+  auto at_position = [&](const Tensor& t) { return rope(t, cache.position, Tm); };
   const Tensor q_heads = at_position(heads_first(project(0, x)));  // [N, heads, 1, hd]
   const Tensor q = g == 1 ? q_heads : reshape(q_heads, {N, kv_heads, g, hd});
   const Tensor k = at_position(heads_first(project(1, x))), v = heads_first(project(2, x));
@@ -496,7 +514,7 @@ std::vector<Tensor> DecodeStep::outputs() const {
 
 Tensor DecodeStep::prompt_through(const std::vector<TransformerBlock>& blocks, Tensor x, Prompt& p) {
   for (const TransformerBlock& b : blocks) {
-    KvCache record;
+    KvCache record{.positions = p.positions};
     x = b.prompt(x, record);
     p.keys.push_back(record.new_keys);
     p.values.push_back(record.new_values);
@@ -552,8 +570,12 @@ void DecodeStep::remember(const Executor& ex, int64_t position) {
 }
 
 Mlp::Mlp(Params& p, const std::string& prefix, const BlockConfig& c, Init& init) : gelu(c.gelu), gate_gelu(c.gate_gelu) {
-  if (!c.gate.empty()) gate = Linear(p, join(prefix, c.gate), c.dim, c.mlp_hidden, c.bias, init, c.init_std, c.layout);
-  fc1 = Linear(p, join(prefix, c.fc1), c.dim, c.mlp_hidden, c.bias, init, c.init_std, c.layout);
+  if (!c.gate_up.empty()) {
+    gate_up = Linear(p, join(prefix, c.gate_up), c.dim, 2 * c.mlp_hidden, c.bias, init, c.init_std, c.layout);
+  } else {
+    if (!c.gate.empty()) gate = Linear(p, join(prefix, c.gate), c.dim, c.mlp_hidden, c.bias, init, c.init_std, c.layout);
+    fc1 = Linear(p, join(prefix, c.fc1), c.dim, c.mlp_hidden, c.bias, init, c.init_std, c.layout);
+  }
   fc2 = Linear(p, join(prefix, c.fc2), c.mlp_hidden, c.dim, c.bias, init, c.resid_std, c.layout);
 }
 

@@ -179,7 +179,7 @@ TEST_P(BackendModels, LlamaStepAgrees) {
 
 TEST_P(BackendModels, LlamaLoraStepAgrees) {
   models::Llama llama(small_llama(), 3);
-  llama.add_lora({.r = 4, .alpha = 8, .dropout = 0.1, .targets = models::llama_lora_modules()}, 5);
+  llama.add_lora({.r = 4, .alpha = 8, .dropout = 0.1}, 5);
   // B starts at zero (PEFT's init): give it values, so A's gradients are not all zero.
   int k = 0;
   for (const auto& [name, p] : llama.adapter().list()) {

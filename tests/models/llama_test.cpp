@@ -642,14 +642,12 @@ TEST(Llama, ReadsTransformers5RopeParameters) {
 
 // A prompt's pass gives its last token's logits and fills the caches, and
 // the steps after it give the full forward's logits.
-TEST(Llama, PromptPassThenCachedSteps) {
-  LlamaConfig c = small_config();
-  Llama m(c, 8);
-  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
-  const int64_t T = int64_t(ids.size()), P = 6, V = c.vocab_size;
-  const std::vector<float> full = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+// A prompt's pass of its first P tokens, then cached steps over a cache of
+// ids.size() positions: each position's logits are the full forward's.
+void expect_prompt_then_steps(const Llama& m, const std::vector<int32_t>& ids, int64_t P, const std::vector<float>& full) {
+  const int64_t T = int64_t(ids.size()), V = m.config().vocab_size;
   nn::DecodeStep s = m.decode_step(T);
-  nn::DecodeStep::Prompt prompt = m.prompt(P);
+  nn::DecodeStep::Prompt prompt = m.prompt(P, T);
   Executor pass(Graph(prompt.outputs()), {.threads = 2});
   std::copy_n(ids.begin(), P, prompt.tokens.data_as<int32_t>());
   pass.run();
@@ -665,8 +663,152 @@ TEST(Llama, PromptPassThenCachedSteps) {
     for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(logits[size_t(v)], full[size_t(p * V + v)], 1e-5) << p << " " << v;
     s.remember(ex, p);
   }
+}
+
+TEST(Llama, PromptPassThenCachedSteps) {
+  LlamaConfig c = small_config();
+  Llama m(c, 8);
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  const int64_t T = int64_t(ids.size()), P = 6;
+  expect_prompt_then_steps(m, ids, P, eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>());
+  nn::DecodeStep::Prompt prompt = m.prompt(P);
+  Executor pass(Graph(prompt.outputs()), {.threads = 2});
+  pass.run();
   EXPECT_THROW(m.prompt(c.max_position_embeddings + 1), UsageError);
   EXPECT_THROW(m.decode_step(P - 1).remember_prompt(pass, prompt), UsageError);  // longer than the cache
+}
+
+// Phi-3-mini-4k-instruct's, Phi-3.5-mini-instruct's and Phi-4-mini-instruct's
+// config.json (the longrope factors' values aside: 48 each, as theirs):
+// 3,821,079,552, 3,821,079,552 and 3,836,021,760 parameters.
+TEST(Llama, Phi3ReadsItsConfigs) {
+  std::string factors = "[";
+  for (int i = 0; i < 48; ++i) factors += (i ? ", " : "") + std::to_string(1.0 + 0.25 * i);
+  factors += "]";
+  const std::string mini = R"({"architectures": ["Phi3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu",
+    "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096,
+    "model_type": "phi3", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+    "rope_scaling": null, "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": true, "vocab_size": 32064})";
+  const LlamaConfig m = LlamaConfig::from_json(mini);
+  EXPECT_TRUE(m.phi3());
+  EXPECT_EQ(m.parameter_count(), 3821079552);
+  EXPECT_EQ(m.rotary_dims(), 96);
+  EXPECT_EQ(m.layer_window(0), 2047);
+  EXPECT_TRUE(m.rope_freq_factors().empty());
+  EXPECT_EQ(m.rope_attention_factor(), 1);
+  EXPECT_NE(m.to_json().find("\"architectures\":[\"Phi3ForCausalLM\"]"), std::string::npos) << m.to_json();
+  EXPECT_EQ(LlamaConfig::from_json(m.to_json()).to_json(), m.to_json());
+  auto with = [&](std::string j, const std::string& key, const std::string& value) {
+    const size_t at = j.find("\"" + key + "\": ");
+    const size_t end = j.find_first_of(",}", at);
+    return j.replace(at, end - at, "\"" + key + "\": " + value);
+  };
+  // Phi-3.5-mini: longrope over 131,072 positions from 4,096 (the "su" of
+  // the first Phi-3-128k configs is its older name).
+  const std::string longrope = R"({"long_factor": )" + factors + R"(, "short_factor": )" + factors + R"(, "type": "longrope"})";
+  auto phi35 = [&](const std::string& rope_scaling) {
+    return with(with(with(mini, "max_position_embeddings", "131072"), "sliding_window", "262144"), "rope_scaling",
+                rope_scaling);
+  };
+  const std::string mini35 = phi35(longrope);
+  for (const std::string& j : {mini35, phi35(R"({"type": "su", "long_factor": )" + factors + R"(, "short_factor": )" +
+                                             factors + "}")}) {
+    const LlamaConfig l = LlamaConfig::from_json(j);
+    EXPECT_EQ(l.parameter_count(), 3821079552);
+    EXPECT_EQ(l.rope_scaling.type, "longrope");
+    EXPECT_EQ(l.rope_scaling.original_max_position_embeddings, 4096);
+    EXPECT_EQ(l.rope_scaling.factor, 32);
+    EXPECT_DOUBLE_EQ(l.rope_attention_factor(), std::sqrt(1 + std::log(32.0) / std::log(4096.0)));  // 1.1902
+    EXPECT_EQ(l.rope_freq_factors(), l.rope_scaling.short_factor);
+    ASSERT_EQ(l.rope_scaling.long_factor.size(), 48u);
+    EXPECT_EQ(l.rope_scaling.long_factor[47], 12.75);
+    EXPECT_EQ(LlamaConfig::from_json(l.to_json()).to_json(), l.to_json()) << l.to_json();
+  }
+  const LlamaConfig explicit_factor =
+      LlamaConfig::from_json(phi35(longrope.substr(0, longrope.size() - 1) + R"(, "attention_factor": 1.5})"));
+  EXPECT_EQ(explicit_factor.rope_attention_factor(), 1.5);
+  EXPECT_EQ(LlamaConfig::from_json(explicit_factor.to_json()).rope_attention_factor(), 1.5);
+  // Phi-4-mini: grouped heads, three quarters of each head rotated, a tied head.
+  const std::string phi4 = with(with(with(with(with(mini35, "vocab_size", "200064"), "num_attention_heads", "24"),
+                                            "num_key_value_heads", "8"), "tie_word_embeddings", "true"),
+                                 "rope_theta", "10000.0, \"partial_rotary_factor\": 0.75");
+  const LlamaConfig p4 = LlamaConfig::from_json(phi4);
+  EXPECT_EQ(p4.parameter_count(), 3836021760);
+  EXPECT_EQ(p4.head_size(), 128);
+  EXPECT_EQ(p4.rotary_dims(), 96);
+  EXPECT_EQ(LlamaConfig::from_json(p4.to_json()).to_json(), p4.to_json());
+  // What nabla's model does not compute, and configs that do not hold together.
+  EXPECT_THROW(LlamaConfig::from_json(with(mini, "resid_pdrop", "0.1")), IoError);
+  EXPECT_THROW(LlamaConfig::from_json(with(mini, "rope_scaling", R"({"type": "linear", "factor": 2.0})")), UsageError);
+  EXPECT_THROW(LlamaConfig::from_json(with(phi4, "num_attention_heads", "32")), UsageError);  // 48 factors for 72 dims
+  EXPECT_THROW(LlamaConfig::from_json(phi35(R"({"type": "longrope", "short_factor": [1]})")), IoError);
+  EXPECT_THROW(LlamaConfig::from_json(with(mini, "rope_theta", "10000.0, \"partial_rotary_factor\": 0")), UsageError);
+  EXPECT_THROW(LlamaConfig::from_json(with(mini, "attention_bias", "true")), UsageError);
+  LlamaConfig llama = small_config();
+  llama.partial_rotary_factor = 0.5;
+  EXPECT_THROW(llama.validate(), UsageError);
+  llama.partial_rotary_factor = 1;
+  llama.rope_scaling = LlamaConfig::from_json(mini35).rope_scaling;
+  EXPECT_THROW(llama.validate(), UsageError);  // longrope is Phi-3's
+}
+
+// A small Phi-3 in Phi-4-mini's shape: Hugging Face's fused names, the
+// cached decoding and a prompt's pass equal to the full forward with
+// longrope's long factors (rows past the original 4) and its short ones,
+// LoRA on the fused projections by default, merged as it computed.
+TEST(Llama, Phi3FusesItsProjectionsAndDecodes) {
+  LlamaConfig c = small_config();
+  c.model_type = "phi3";
+  c.attention_bias = false;
+  c.num_attention_heads = 4;
+  c.head_dim = 8;
+  c.partial_rotary_factor = 0.75;
+  c.max_position_embeddings = 16;
+  c.initializer_range = 0.2;  // logits far enough from 0 for the rotations to show
+  c.rope_scaling = {.type = "longrope", .factor = 4, .original_max_position_embeddings = 4,
+                    .short_factor = {1.0, 2.0, 3.5}, .long_factor = {1.5, 6.0, 20.0}};
+  Llama m(c, 9);
+  vary_norms(m);
+  EXPECT_EQ(m.params().count(), c.parameter_count());
+  EXPECT_EQ(m.params().get("model.layers.1.self_attn.qkv_proj.weight").shape(), (Shape{(4 + 2 * 2) * 8, 24}));
+  EXPECT_EQ(m.params().get("model.layers.1.mlp.gate_up_proj.weight").shape(), (Shape{2 * 40, 24}));
+  EXPECT_THROW(m.params().get("model.layers.0.self_attn.q_proj.weight"), UsageError);
+  const std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+  const int64_t T = int64_t(ids.size());
+  const std::vector<float> full = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  expect_decoding_matches(m.decode_step(T), ids, full, c.vocab_size);
+  expect_prompt_then_steps(m, ids, 3, full);  // the prompt within the original length, the session past it
+  const std::vector<int32_t> short_ids(ids.begin(), ids.begin() + 4);
+  const std::vector<float> short_full = eval(m.forward(Tensor::from_vector<int32_t>({1, 4}, short_ids))).to_vector<float>();
+  expect_decoding_matches(m.decode_step(4), short_ids, short_full, c.vocab_size);
+  // The short factors differ from the long ones where it matters: the last of 4 tokens' logits.
+  float d = 0;
+  for (int64_t v = 0; v < c.vocab_size; ++v) d = std::max(d, std::abs(short_full[size_t(3 * c.vocab_size + v)] - full[size_t(3 * c.vocab_size + v)]));
+  EXPECT_GT(d, 1e-3);
+
+  m.add_lora({.r = 2, .alpha = 4}, 3);
+  EXPECT_EQ(m.lora().targets, (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
+  EXPECT_EQ(m.adapter().get("base_model.model.model.layers.0.self_attn.qkv_proj.lora_B.weight").shape(),
+            (Shape{64, 2}));
+  for (const auto& [name, t] : m.adapter().list()) {  // B away from zero, so the adapters change the output
+    std::vector<float> w(size_t(t.numel()));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * float(int((i * 5 + name.size()) % 7) - 3);
+    Tensor(t).assign(w);
+  }
+  const std::vector<float> adapted = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  m.merge_lora();
+  const std::vector<float> merged = eval(m.forward(Tensor::from_vector<int32_t>({1, T}, ids))).to_vector<float>();
+  float moved = 0;
+  for (size_t i = 0; i < full.size(); ++i) {
+    EXPECT_NEAR(merged[i], adapted[i], 1e-5) << i;
+    moved = std::max(moved, std::abs(adapted[i] - full[i]));
+  }
+  EXPECT_GT(moved, 1e-3);
+  Llama again(c, 9);
+  EXPECT_THROW(again.add_lora({.r = 2, .alpha = 4, .targets = {"q_proj"}}, 3), UsageError);
 }
 
 // Llama 3.2's rope_scaling: low frequencies divided by factor, high ones

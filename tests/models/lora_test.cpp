@@ -35,7 +35,7 @@ LlamaConfig small_config() {
 }
 
 nn::LoraConfig all_targets(int64_t r = 4) {
-  return {.r = r, .alpha = 8, .dropout = 0, .rslora = false, .targets = models::llama_lora_modules()};
+  return {.r = r, .alpha = 8, .dropout = 0, .rslora = false};
 }
 
 Tensor tokens(int64_t B, int64_t T, int64_t vocab, int64_t seed) {
@@ -216,7 +216,7 @@ TEST(Lora, PeftConfigsNablaWouldNotComputeAsPeftAreRefused) {
   const LlamaConfig c = small_config();
   Llama m(c, 3);
   m.add_lora(all_targets(), 2);
-  models::save_peft_adapter(dir.path(), all_targets(), m.adapter(), "");
+  models::save_peft_adapter(dir.path(), m.lora(), m.adapter(), "");
   const std::string config = dir.file("adapter_config.json");
   const std::string good = read_file(config);
   auto with = [&](const std::string& from, const std::string& to) {

@@ -89,7 +89,7 @@ Tensor tokens(int64_t B, int64_t T, int64_t vocab) {
 // Adapters on all seven projections with random B (zero at the start), so
 // that the adapters' gradients depend on the base's every product.
 void adapt(Llama& m) {
-  m.add_lora({.r = 4, .alpha = 8, .targets = models::llama_lora_modules()}, 2);
+  m.add_lora({.r = 4, .alpha = 8}, 2);
   nn::Init init(9);
   for (auto& [name, t] : m.adapter().list()) {
     if (name.ends_with("lora_B.weight")) {

@@ -60,6 +60,34 @@ TEST(Rope, FrequencyFactorsDivideTheAngles) {
   EXPECT_THROW(rope(x4, int64_t{0}, 100.0, RopeMode::neox, {1.0, 0.0}), UsageError);
 }
 
+// Phi-3's partial rotation: the first R = 4 of D = 6 dimensions turn (at
+// base^(-2i/R)), scaled by longrope's attention factor; the last two pass
+// through unscaled.
+TEST(Rope, PartialRotationScalesTheRotatedPartAlone) {
+  const std::vector<double> x = {1, 2, 3, 4, 5, 6, -1, 0.5, 2, -3, 7, -8}, factors = {2.0, 0.5};
+  const std::vector<int32_t> pos = {3, 7};
+  const double m = 1.19;
+  const std::vector<double> got = eval(rope(Tensor::from_vector<double>({2, 6}, x), Tensor::from_vector<int32_t>({2}, pos),
+                                            100.0, RopeMode::neox, factors, 4, m))
+                                      .to_vector<double>();
+  for (int t = 0; t < 2; ++t) {
+    for (int i = 0; i < 2; ++i) {
+      const double th = pos[t] * std::pow(100.0, -2.0 * i / 4.0) / factors[i];
+      const double xa = x[t * 6 + i], xb = x[t * 6 + i + 2];
+      EXPECT_NEAR(got[t * 6 + i], m * (xa * std::cos(th) - xb * std::sin(th)), 1e-12);
+      EXPECT_NEAR(got[t * 6 + i + 2], m * (xa * std::sin(th) + xb * std::cos(th)), 1e-12);
+    }
+    EXPECT_EQ(got[t * 6 + 4], x[t * 6 + 4]);
+    EXPECT_EQ(got[t * 6 + 5], x[t * 6 + 5]);
+  }
+  const Tensor x6 = Tensor::zeros(DType::f32, {2, 6});
+  EXPECT_THROW(rope(x6, int64_t{0}, 100.0, RopeMode::neox, {1.0, 2.0, 3.0}, 4), ShapeError);  // R/2 factors
+  EXPECT_THROW(rope(x6, int64_t{0}, 100.0, RopeMode::neox, {}, 3), ShapeError);               // odd
+  EXPECT_THROW(rope(x6, int64_t{0}, 100.0, RopeMode::neox, {}, 8), ShapeError);               // past D
+  EXPECT_THROW(rope(x6, int64_t{0}, 100.0, RopeMode::neox, {}, -2), UsageError);
+  EXPECT_THROW(rope(x6, int64_t{0}, 100.0, RopeMode::neox, {}, 4, 0.0), UsageError);
+}
+
 TEST(Rope, RejectsBadShapes) {
   EXPECT_THROW(rope(Tensor::zeros(DType::f32, {2, 3}), int64_t{0}), ShapeError);
   EXPECT_THROW(

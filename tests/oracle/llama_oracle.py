@@ -18,7 +18,10 @@ biases (Qwen2), per-head q/k RMSNorms (Qwen3), Mistral's sliding window
 max_window_layers on), Gemma 3 (norms scaled by 1 + weight around both
 branches, GeGLU, the scaled embedding, sliding layers with their own rotary
 base beside full ones with linear rope scaling), SmolLM3 (layers without
-rotary positions), Llama 3's rope_scaling, -100 labels.
+rotary positions), Llama 3's rope_scaling, Phi-3 (fused qkv_proj and
+gate_up_proj; longrope's short and long factors, each side of the original
+length, and its attention factor; Phi-4-mini's partial rotation and grouped
+heads; Phi-3-mini-4k's sliding window), -100 labels.
 
 The weights reach nabla as Hugging Face writes them: a folder of config.json
 (as transformers 4 writes it, or 5: rope_parameters) and BF16 shards with
@@ -102,16 +105,36 @@ def llama3_inv_freq(inv_freq, s):  # transformers' _compute_llama3_parameters
     return torch.where(medium, smoothed, scaled)
 
 
-def rope(x, theta, scaling=None):  # x [B, H, T, hd]: LlamaRotaryEmbedding + apply_rotary_pos_emb
+def longrope(c):
+    """transformers' _compute_longrope_parameters for Phi3Config: the
+    original length and the attention factor (cos and sin scaled by it)."""
+    original = c["original_max_position_embeddings"]
+    factor = c["max_position_embeddings"] / original
+    return original, 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+def rope(x, theta, scaling=None, dims=None, c=None):
+    """x [B, H, T, hd]: LlamaRotaryEmbedding + apply_rotary_pos_emb; Phi-3's
+    rotates the first `dims` of each head (partial_rotary_factor) and passes
+    the rest through; its longrope divides by the short factors, or past the
+    original length by the long ones, and scales cos and sin."""
     hd, t = x.shape[-1], x.shape[-2]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    if scaling and scaling["rope_type"] == "linear":
+    dims = dims or hd
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dims, 2, dtype=torch.float64) / dims))
+    m = 1.0
+    if scaling and scaling.get("type") == "longrope":
+        original, m = longrope(c)
+        ext = scaling["long_factor"] if t > original else scaling["short_factor"]
+        inv_freq = inv_freq / torch.tensor(ext, dtype=torch.float64)
+    elif scaling and scaling["rope_type"] == "linear":
         inv_freq = inv_freq / scaling["factor"]
     elif scaling:
         inv_freq = llama3_inv_freq(inv_freq, scaling)
     freqs = torch.outer(torch.arange(t, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
-    return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)
+    r, rest = x[..., :dims], x[..., dims:]
+    r = r * (emb.cos() * m).to(x.dtype) + rotate_half(r) * (emb.sin() * m).to(x.dtype)
+    return torch.cat((r, rest), dim=-1)
 
 
 class Attention(nn.Module):
@@ -121,15 +144,21 @@ class Attention(nn.Module):
         self.theta, self.scaling = c["rope_theta"], c.get("rope_scaling")
         self.scale = 1 / math.sqrt(c["query_pre_attn_scalar"] if gemma(c) else self.hd)
         b = c["attention_bias"]
-        self.q_proj = nn.Linear(d, self.h * self.hd, bias=b)
-        self.k_proj = nn.Linear(d, self.kv * self.hd, bias=b)
-        self.v_proj = nn.Linear(d, self.kv * self.hd, bias=b)
+        self.phi3, self.c = c["model_type"] == "phi3", c
+        if self.phi3:  # Phi3Attention: queries, keys, values in one projection
+            self.qkv_proj = nn.Linear(d, (self.h + 2 * self.kv) * self.hd, bias=False)
+            self.dims = int(self.hd * c.get("partial_rotary_factor", 1.0))
+        else:
+            self.q_proj = nn.Linear(d, self.h * self.hd, bias=b)
+            self.k_proj = nn.Linear(d, self.kv * self.hd, bias=b)
+            self.v_proj = nn.Linear(d, self.kv * self.hd, bias=b)
+            self.dims = None
         self.o_proj = nn.Linear(self.h * self.hd, d, bias=False)
         self.qk_norm = c["model_type"] in ("qwen3", "gemma3_text")
         if self.qk_norm:  # Qwen3Attention, Gemma3Attention: each head RMS-normed before the rotation
             self.q_norm = RmsNorm(self.hd, c["rms_norm_eps"], gemma(c))
             self.k_norm = RmsNorm(self.hd, c["rms_norm_eps"], gemma(c))
-        self.window = c.get("sliding_window") if c["model_type"] == "mistral" else None
+        self.window = c.get("sliding_window") if c["model_type"] in ("mistral", "phi3") else None
         if c.get("use_sliding_window") and c.get("sliding_window"):  # Qwen2Config: from max_window_layers on
             slides = c["layer_types"][i] == "sliding_attention" if "layer_types" in c else i >= c["max_window_layers"]
             self.window = c["sliding_window"] if slides else None
@@ -146,11 +175,16 @@ class Attention(nn.Module):
         def heads(y, n, norm=None):  # [B, n, T, hd]
             y = y.view(b, t, n, self.hd)
             return (norm(y) if self.qk_norm and norm else y).transpose(1, 2)
-        q = heads(self.q_proj(x), self.h, getattr(self, "q_norm", None))
-        k = heads(self.k_proj(x), self.kv, getattr(self, "k_norm", None))
+        if self.phi3:  # Phi3Attention's split: queries, then keys, then values
+            qkv, qn = self.qkv_proj(x), self.h * self.hd
+            q, k, v = qkv[..., :qn], qkv[..., qn:qn + self.kv * self.hd], qkv[..., qn + self.kv * self.hd:]
+            q, k, v = heads(q, self.h), heads(k, self.kv), heads(v, self.kv)
+        else:
+            q = heads(self.q_proj(x), self.h, getattr(self, "q_norm", None))
+            k = heads(self.k_proj(x), self.kv, getattr(self, "k_norm", None))
+            v = heads(self.v_proj(x), self.kv)
         if self.rotate:
-            q, k = rope(q, self.theta, self.scaling), rope(k, self.theta, self.scaling)
-        v = heads(self.v_proj(x), self.kv)
+            q, k = (rope(y, self.theta, self.scaling, self.dims, self.c) for y in (q, k))
         g = self.h // self.kv
         k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # repeat_kv
         w = (q @ k.transpose(-1, -2)) * self.scale
@@ -167,12 +201,19 @@ class Mlp(nn.Module):
     def __init__(self, c):
         super().__init__()
         d, f = c["hidden_size"], c["intermediate_size"]
-        self.gate_proj = nn.Linear(d, f, bias=False)
-        self.up_proj = nn.Linear(d, f, bias=False)
+        self.phi3 = c["model_type"] == "phi3"
+        if self.phi3:  # Phi3MLP: the gate's rows, then up's
+            self.gate_up_proj = nn.Linear(d, 2 * f, bias=False)
+        else:
+            self.gate_proj = nn.Linear(d, f, bias=False)
+            self.up_proj = nn.Linear(d, f, bias=False)
         self.down_proj = nn.Linear(f, d, bias=False)
         self.act = (lambda x: F.gelu(x, approximate="tanh")) if gemma(c) else F.silu  # gelu_pytorch_tanh
 
     def forward(self, x):
+        if self.phi3:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(up * self.act(gate))
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -292,6 +333,8 @@ def nabla_config(c):
                                                 "final_logit_softcapping") if k in c}})
     if c["model_type"] == "smollm3":
         keys += ("no_rope_layers",)
+    if c["model_type"] == "phi3":
+        keys += tuple(k for k in ("sliding_window", "partial_rotary_factor", "original_max_position_embeddings") if k in c)
     return json.dumps({"architecture": "llama", "model_type": c["model_type"], **{k: c[k] for k in keys}})
 
 
@@ -309,11 +352,13 @@ def hf_config(c, transformers5=False):
     rope_parameters."""
     arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM",
             "smollm3": "SmolLM3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
-            "gemma3_text": "Gemma3ForCausalLM"}.get(c["model_type"], "LlamaForCausalLM")
+            "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM"}.get(c["model_type"], "LlamaForCausalLM")
     act = {"hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None,
            "attn_logit_softcapping": None} if gemma(c) else {"hidden_act": "silu"}
     out = {"architectures": [arch], **act, "torch_dtype": "bfloat16", "use_cache": True,
-           **{k: v for k, v in c.items() if not (c["model_type"] == "qwen2" and k == "attention_bias")}}
+           **{k: v for k, v in c.items() if not (c["model_type"] in ("qwen2", "phi3") and k == "attention_bias")}}
+    if c["model_type"] == "phi3":  # Phi3Config's dropouts, written as 0
+        out.update(resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)
     if transformers5:
         for k in ("rope_theta", "rope_scaling", "rope_local_base_freq", "torch_dtype"):
             out.pop(k, None)
@@ -496,6 +541,30 @@ def main():
                  rope_theta=5e6, rope_scaling=llama3), 2, 12, 9, ("hf", torch.bfloat16, 1, "transformers5"))
     check(args.nabla, work, report, "smollm3 untied: NoPE first and last, exported back",
           config(model_type="smollm3", num_hidden_layers=3, no_rope_layers=[0, 1, 0]), 2, 9, 10, "checkpoint")
+    # Phi-3: fused qkv_proj and gate_up_proj; longrope (short factors for
+    # rows up to the original length, long ones past it, cos and sin scaled
+    # by sqrt(1 + ln(64 / original) / ln(original))); Phi-4-mini's partial
+    # rotation and grouped heads; Phi-3-mini-4k's sliding window.
+    def factors(n, seed):
+        g = torch.Generator().manual_seed(seed)
+        return [round(1 + 3 * float(v), 4) for v in torch.rand(n, generator=g)]
+    phi3 = dict(model_type="phi3", num_attention_heads=4, num_key_value_heads=4, head_dim=12, rope_theta=10000.0,
+                original_max_position_embeddings=16,
+                rope_scaling={"type": "longrope", "short_factor": factors(6, 1), "long_factor": factors(6, 2)})
+    check(args.nabla, work, report, "phi3: fused projections, longrope short factors (rows within the original 16)",
+          config(**phi3), 2, 13, 15, ("hf", torch.bfloat16, 1))
+    check(args.nabla, work, report, "phi3: longrope long factors (rows past the original 8), exported back",
+          config(**{**phi3, "original_max_position_embeddings": 8}), 2, 13, 16, "checkpoint")
+    phi4 = dict(model_type="phi3", num_attention_heads=6, num_key_value_heads=2, head_dim=8, partial_rotary_factor=0.75,
+                tie_word_embeddings=True, rope_theta=10000.0, original_max_position_embeddings=8,
+                rope_scaling={"type": "longrope", "short_factor": factors(3, 3), "long_factor": factors(3, 4)})
+    check(args.nabla, work, report, "phi4-mini: partial rotation 0.75, gqa 3, tied, longrope long factors",
+          config(**phi4), 2, 12, 17, ("hf", torch.bfloat16, 1))
+    check(args.nabla, work, report, "phi4-mini: partial rotation, exported back",
+          config(**{**phi4, "original_max_position_embeddings": 32}), 2, 9, 18, "checkpoint")
+    check(args.nabla, work, report, "phi3-mini-4k: sliding window 5, no rope scaling",
+          config(model_type="phi3", num_attention_heads=4, num_key_value_heads=4, head_dim=12, sliding_window=5),
+          2, 13, 19, ("hf", torch.bfloat16, 1))
     check(args.nabla, work, report, "qwen3 untied: q/k head norms, gqa 1, exported back",
           config(model_type="qwen3", num_attention_heads=4, num_key_value_heads=4, head_dim=8), 2, 9, 5, "checkpoint")
     if report.failures:

@@ -15,7 +15,8 @@ gradient of every adapter tensor and of nothing else, and with
 Configs: all seven targets at GQA 3 with an untied head, q/v only with
 rsLoRA on a tied head with Qwen2's biases, q/k and the MLP on Qwen3's head
 norms, all seven on Gemma 3 (GeGLU, a sliding and a full layer), q/v/o on
-Gemma 2 (soft-capped scores and logits, alternating windows).
+Gemma 2 (soft-capped scores and logits, alternating windows), Phi-3's four
+(one adapter on each fused qkv_proj and gate_up_proj).
 
 Tolerances: llama_oracle.py's (RTOL, ATOL, LOSS_RTOL, ADAMW_LOSS_RTOL): f32
 rounding in either framework; a wrong scale, a transposed A or B, or a
@@ -174,6 +175,15 @@ def main():
                  tie_word_embeddings=True, rms_norm_eps=1e-6, sliding_window=4, query_pre_attn_scalar=24,
                  attn_logit_softcapping=1.5, final_logit_softcapping=3.0, num_hidden_layers=2),
           {"r": 4, "alpha": 8.0, "rslora": False, "targets": ["q_proj", "v_proj", "o_proj"]}, 2, 11, 5)
+    # Phi-3's fused projections: one adapter per qkv_proj and gate_up_proj,
+    # its A shared by the parts (Phi-4-mini's shape: grouped heads, partial
+    # rotation, longrope's long factors).
+    check(args.nabla, work, report, "phi3: fused qkv_proj and gate_up_proj, gqa 3, partial rotation, longrope",
+          config(model_type="phi3", num_attention_heads=6, num_key_value_heads=2, head_dim=8,
+                 partial_rotary_factor=0.75, original_max_position_embeddings=8,
+                 rope_scaling={"type": "longrope", "short_factor": [1.0, 1.5, 2.0], "long_factor": [1.2, 3.0, 5.5]}),
+          {"r": 4, "alpha": 8.0, "rslora": False, "targets": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]},
+          2, 11, 6)
     if report.failures:
         print(f"\n{len(report.failures)} failure(s)")
         return 1

@@ -1,10 +1,11 @@
 // The Llama family (Llama 2/3, SmolLM2, SmolLM3, TinyLlama, Mistral, Qwen2,
-// Qwen3, Gemma 2, Gemma 3's text model), laid out as Hugging Face's
-// LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM /
-// Qwen3ForCausalLM / SmolLM3ForCausalLM / Gemma2ForCausalLM /
-// Gemma3ForCausalLM so that parameter names and shapes match their
-// checkpoints: RMSNorm, grouped-query attention with rotary positions
-// (rotate-half), a SwiGLU (Gemma: GeGLU) MLP, an untied or tied head.
+// Qwen3, Gemma 2, Gemma 3's text model, Phi-3 / Phi-3.5 / Phi-4-mini), laid
+// out as Hugging Face's LlamaForCausalLM / MistralForCausalLM /
+// Qwen2ForCausalLM / Qwen3ForCausalLM / SmolLM3ForCausalLM /
+// Gemma2ForCausalLM / Gemma3ForCausalLM / Phi3ForCausalLM so that parameter
+// names and shapes match their checkpoints: RMSNorm, grouped-query attention
+// with rotary positions (rotate-half), a SwiGLU (Gemma: GeGLU) MLP, an
+// untied or tied head.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,9 @@ struct LlamaConfig {
   // 1 + weight, also after attention and the MLP; q/k heads normed; GeGLU;
   // the embedding scaled by sqrt(hidden_size); sliding-window layers with
   // their own rotary base), "gemma2" (Gemma 3's block without q/k norms,
-  // every other layer sliding, scores and logits soft-capped).
+  // every other layer sliding, scores and logits soft-capped), "phi3"
+  // (Phi-3, Phi-3.5, Phi-4-mini: q, k and v in one qkv_proj, gate and up in
+  // one gate_up_proj; longrope; partial rotary; Mistral's sliding_window).
   std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -64,6 +67,9 @@ struct LlamaConfig {
   // has no positions at all (NoPE); config.json's no_rope_layers, or every
   // no_rope_layer_interval-th layer NoPE. Empty for the other model types.
   std::vector<int64_t> no_rope_layers;
+  // Phi-3: the rotated share of each query and key head (Phi-4-mini: 0.75;
+  // the rest passes through).
+  double partial_rotary_factor = 1;
   std::string tokenizer = "byte";  // byte, gpt2, or the path of a tokenizer.json or GGUF model
   // Read from a multimodal Gemma 3's config.json (model_type "gemma3",
   // Gemma3ForConditionalGeneration): the text model alone is built, and
@@ -72,12 +78,18 @@ struct LlamaConfig {
   // written by to_json: what nabla saves of it is the text model.
   bool multimodal = false;
   // config.json's rope_scaling: none (type ""), "linear" (every frequency
-  // divided by factor) or "llama3" (Llama 3.1/3.2: low frequencies divided
-  // by factor, high ones kept, a smooth blend between).
+  // divided by factor), "llama3" (Llama 3.1/3.2: low frequencies divided
+  // by factor, high ones kept, a smooth blend between) or "longrope"
+  // (Phi-3's: each frequency divided by its short_factor, or for rows longer
+  // than original_max_position_embeddings by its long_factor; cos and sin
+  // scaled by attention_factor, by default sqrt(1 + ln(factor) /
+  // ln(original)) with factor = max_position_embeddings / original).
   struct RopeScaling {
     std::string type;
     double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
     int64_t original_max_position_embeddings = 8192;
+    std::vector<double> short_factor, long_factor;
+    double attention_factor = 0;  // longrope: 0 derives it
   } rope_scaling;
 
   int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
@@ -90,6 +102,9 @@ struct LlamaConfig {
   // 1/sqrt(query_pre_attn_scalar), sliding and full layers.
   bool gemma() const { return gemma3() || model_type == "gemma2"; }
   bool gemma3() const { return model_type == "gemma3_text"; }
+  bool phi3() const { return model_type == "phi3"; }
+  // The rotated first part of each head: head_size() * partial_rotary_factor.
+  int64_t rotary_dims() const { return int64_t(double(head_size()) * partial_rotary_factor); }
   // Whether layer i rotates its queries and keys (SmolLM3's NoPE layers do not).
   bool layer_rotates(int64_t i) const { return no_rope_layers.empty() || no_rope_layers[size_t(i)] != 0; }
   // The model types whose layers slide or not by layer_types.
@@ -99,11 +114,14 @@ struct LlamaConfig {
   // Layer i's sliding window (0: every earlier token).
   int64_t layer_window(int64_t i) const {
     if (!layer_types.empty()) return layer_types[size_t(i)] == "sliding_attention" ? sliding_window : 0;
-    return model_type == "mistral" ? sliding_window : 0;
+    return model_type == "mistral" || phi3() ? sliding_window : 0;
   }
-  // The divisor of each of the head_size() / 2 rotary frequencies that
-  // rope_scaling gives, as Hugging Face computes them (empty: none).
+  // The divisor of each of the rotary_dims() / 2 rotary frequencies that
+  // rope_scaling gives, as Hugging Face computes them (empty: none;
+  // longrope: its short factors).
   std::vector<double> rope_freq_factors() const;
+  // longrope's multiplier of cos and sin (1 for the other scalings).
+  double rope_attention_factor() const;
   void validate() const;
   // Elements in the parameters Llama builds from this (valid) config
   // (saturates at INT64_MAX); known before anything is allocated.
@@ -169,18 +187,20 @@ class Llama {
   }
   bool gradient_checkpointing() const { return checkpointing_; }
 
-  // A decoding step over at most max_tokens positions (sampling).
+  // A decoding step over at most max_tokens positions (sampling). longrope
+  // rotates by the factors for max_tokens positions throughout (llama.cpp
+  // chooses by its context so too).
   nn::DecodeStep decode_step(int64_t max_tokens) const;
   // A prompt of `tokens` tokens in one pass, for the decoding steps after
-  // (DecodeStep::remember_prompt).
-  nn::DecodeStep::Prompt prompt(int64_t tokens) const;
+  // (DecodeStep::remember_prompt) of a decode_step(max_tokens).
+  nn::DecodeStep::Prompt prompt(int64_t tokens, int64_t max_tokens = 0) const;
 
   // LoRA: freezes the model's parameters (params() still lists them, for
   // loading) and gives the targeted projections adapters, whose A and B
   // are adapter()'s parameters under PEFT's names. Targets are Hugging
-  // Face's module names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
-  // down_proj. With dropout, its seed is lora_dropout_seed(), to be
-  // rewritten every step. UsageError for bad settings or a second call.
+  // Face's module names (llama_lora_modules); none: all of them. With
+  // dropout, its seed is lora_dropout_seed(), to be rewritten every step.
+  // UsageError for bad settings or a second call.
   void add_lora(const nn::LoraConfig& config, uint64_t seed);
   const nn::LoraConfig& lora() const { return lora_; }  // r 0: no adapters
   // Folds every adapter into its base weight and drops the adapters: the
@@ -219,9 +239,9 @@ class Llama {
   int64_t chunk_logits_ = 0;
 };
 
-// Hugging Face's names of the Llama projections LoRA can target, in the
-// order PEFT's docs list them: q_proj, k_proj, v_proj, o_proj, gate_proj,
-// up_proj, down_proj.
-const std::vector<std::string>& llama_lora_modules();
+// Hugging Face's names of the projections LoRA can target, in the order
+// PEFT's docs list them: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+// down_proj; Phi-3's qkv_proj, o_proj, gate_up_proj, down_proj.
+const std::vector<std::string>& llama_lora_modules(const LlamaConfig& c);
 
 }  // namespace nabla::models

@@ -232,13 +232,16 @@ void max_pool_back(const Operands& a, const Context& ctx) {
   });
 }
 
-// rope(x [..., T, D], positions [T]); attrs.ints = {mode, inverse}, reals =
-// {base, factor_0, ...}: pair i at position pos turns by pos *
-// base^(-2i/D) / factor_i; neox pairs (i, i + D/2), original (2i, 2i + 1).
+// rope(x [..., T, D], positions [T]); attrs.ints = {mode, inverse, R},
+// reals = {base, m, factor_0, ...}: the first R elements of a row rotate
+// (the rest are copied), pair i at position pos turning by pos *
+// base^(-2i/R) / factor_i, scaled by m; neox pairs (i, i + R/2), original
+// (2i, 2i + 1).
 constexpr int kMaxRopeFactors = 256;
 struct RopeParams {
   bool neox;
-  double sign, base;
+  int64_t rotated;
+  double sign, base, m;
   int factors;
   double factor[kMaxRopeFactors];
 };
@@ -246,17 +249,22 @@ struct RopeParams {
 template <class T>
 __global__ void rope_kernel(int64_t n, View x, View positions, View out_shape, RopeParams rp, T* out) {
   const int r = out_shape.rank;
-  const int64_t D = out_shape.shape[r - 1], Tn = out_shape.shape[r - 2], half = D / 2;
+  const int64_t D = out_shape.shape[r - 1], Tn = out_shape.shape[r - 2], half = rp.rotated / 2;
   NABLA_GRID_STRIDE(i, n) {
     const int64_t j = i % D, t = i / D % Tn;
+    const int64_t at = offset_of(x, i);
+    if (j >= rp.rotated) {
+      out[i] = static_cast<const T*>(x.data)[at];
+      continue;
+    }
     const int64_t pair = rp.neox ? j % half : j / 2;
     const bool first = rp.neox ? j < half : j % 2 == 0;
     const int64_t partner = rp.neox ? (first ? j + half : j - half) : (first ? j + 1 : j - 1);
     const double factor = rp.factors > 0 ? rp.factor[pair] : 1.0;
     const double pos = load<double>(positions, t * positions.strides[0]);
-    const double theta = pos * gpu_math::pow(rp.base, -2.0 * double(pair) / double(D)) / factor;
-    const double cs = gpu_math::cos(theta), sn = rp.sign * gpu_math::sin(theta);
-    const int64_t at = offset_of(x, i), partner_at = at + (partner - j) * x.strides[r - 1];
+    const double theta = pos * gpu_math::pow(rp.base, -2.0 * double(pair) / double(rp.rotated)) / factor;
+    const double cs = rp.m * gpu_math::cos(theta), sn = rp.m * rp.sign * gpu_math::sin(theta);
+    const int64_t partner_at = at + (partner - j) * x.strides[r - 1];
     const double self = double(static_cast<const T*>(x.data)[at]), other = double(static_cast<const T*>(x.data)[partner_at]);
     out[i] = T(first ? self * cs - other * sn : other * sn + self * cs);
   }
@@ -268,12 +276,14 @@ void rope(const Operands& a, const Context& ctx) {
   RopeParams rp{};
   rp.neox = a.attrs->ints[0] == int64_t(RopeMode::neox);
   rp.sign = a.attrs->ints[1] ? -1.0 : 1.0;
+  rp.rotated = a.attrs->ints[2];
   rp.base = a.attrs->reals[0];
-  rp.factors = int(a.attrs->reals.size()) - 1;
+  rp.m = a.attrs->reals[1];
+  rp.factors = int(a.attrs->reals.size()) - 2;
   if (rp.factors > kMaxRopeFactors) {
     throw ShapeError("rope: the cuda kernel takes at most " + std::to_string(kMaxRopeFactors) + " frequency factors");
   }
-  for (int k = 0; k < rp.factors; ++k) rp.factor[k] = a.attrs->reals[size_t(k) + 1];
+  for (int k = 0; k < rp.factors; ++k) rp.factor[k] = a.attrs->reals[size_t(k) + 2];
   dispatch_real(a.out.dtype, ctx.op, [&]<class T>() {
     launch(ctx, elementwise_launch(n), rope_kernel<T>, n, make_view(a.in[0]), make_view(a.in[1]), make_view(a.out),
            rp, a.out.ptr<T>());

@@ -150,26 +150,31 @@ void max_pool_2d_back_kernel(const Operands& a) {
   store(a.out, acc);
 }
 
-// rope(x [..., T, D], positions [T]); attrs.ints = {mode, inverse}, reals =
-// {base, factor_0, ...} (no factors: all 1). Pair i of the row at position pos
-// turns by theta = pos * base^(-2i/D) / factor_i (by -theta when inverse):
-// (a, b) -> (a cos - b sin, a sin + b cos).
-// The pair is (x[i], x[i + D/2]) in neox mode, (x[2i], x[2i+1]) in original.
+// rope(x [..., T, D], positions [T]); attrs.ints = {mode, inverse, R},
+// reals = {base, m, factor_0, ...} (no factors: all 1). The first R
+// elements of a row rotate, the rest are copied. Pair i of the row at
+// position pos turns by theta = pos * base^(-2i/R) / factor_i (by -theta
+// when inverse): (a, b) -> m (a cos - b sin, a sin + b cos).
+// The pair is (x[i], x[i + R/2]) in neox mode, (x[2i], x[2i+1]) in original.
 void rope_kernel(const Operands& a) {
   const TensorView &x = a.in[0], &positions = a.in[1];
   const bool neox = a.attrs->ints[0] == int64_t(RopeMode::neox);
-  const double sign = a.attrs->ints[1] ? -1.0 : 1.0, base = a.attrs->reals[0];
+  const double sign = a.attrs->ints[1] ? -1.0 : 1.0, base = a.attrs->reals[0], m = a.attrs->reals[1];
   const size_t r = a.out.shape.size();
-  const int64_t D = a.out.shape[r - 1], half = D / 2;
+  const int64_t R = a.attrs->ints[2], half = R / 2;
   for_each_index(a.out.shape, [&](const Index& o) {
     const int64_t j = o[r - 1];
+    if (j >= R) {
+      set(a.out, o, get(x, o));
+      return;
+    }
     // This element's pair, whether it is the pair's first member, and its partner.
     const int64_t pair = neox ? j % half : j / 2;
     const bool first = neox ? j < half : j % 2 == 0;
     const int64_t partner = neox ? (first ? j + half : j - half) : (first ? j + 1 : j - 1);
-    const double factor = a.attrs->reals.size() > 1 ? a.attrs->reals[1 + size_t(pair)] : 1.0;
-    const double theta = get(positions, {o[r - 2]}) * std::pow(base, -2.0 * double(pair) / double(D)) / factor;
-    const double cs = std::cos(theta), sn = sign * std::sin(theta);
+    const double factor = a.attrs->reals.size() > 2 ? a.attrs->reals[2 + size_t(pair)] : 1.0;
+    const double theta = get(positions, {o[r - 2]}) * std::pow(base, -2.0 * double(pair) / double(R)) / factor;
+    const double cs = m * std::cos(theta), sn = m * sign * std::sin(theta);
     Index ip = o;
     ip[r - 1] = partner;
     const double self = get(x, o), other = get(x, ip);

@@ -171,7 +171,7 @@ void write(const std::string& dir) {
     save_checkpoint(dir + "/" + name + ".safetensors", c.to_json(), m.params());
     if (name != "llama_tied") {
       // Every target, B non-zero; rsLoRA on one (llama.cpp knows only alpha / r).
-      nn::LoraConfig lora{.r = 8, .alpha = 16, .rslora = name == "llama_gqa3", .targets = models::llama_lora_modules()};
+      nn::LoraConfig lora{.r = 8, .alpha = 16, .rslora = name == "llama_gqa3"};
       m.add_lora(lora, seed);
       std::mt19937_64 g(seed + 100);
       std::normal_distribution<double> normal;
