@@ -12,6 +12,7 @@
 //   model.layers.i.self_attn.q_proj.weight       [H hd, D]     (.bias [H hd] with attention_bias)
 //   model.layers.i.self_attn.k_proj.weight       [Hkv hd, D]   (.bias [Hkv hd])
 //   model.layers.i.self_attn.v_proj.weight       [Hkv hd, D]   (.bias [Hkv hd])
+//   model.layers.i.self_attn.qkv_proj.weight     [(H + 2 Hkv) hd, D] (Phi-3: q, k, v in one)
 //   model.layers.i.self_attn.o_proj.weight       [D, H hd]
 //   model.layers.i.self_attn.{q,k}_norm.weight   [hd]          (Qwen3, Gemma 3: each head RMS-normed)
 //   model.layers.i.post_attention_layernorm.weight [D]         (Gemma 3: of attention's output)
@@ -19,6 +20,7 @@
 //   model.layers.i.post_feedforward_layernorm.weight [D]       (Gemma 3: of the MLP's output)
 //   model.layers.i.mlp.gate_proj.weight          [F, D]
 //   model.layers.i.mlp.up_proj.weight            [F, D]
+//   model.layers.i.mlp.gate_up_proj.weight       [2 F, D]     (Phi-3: gate, then up)
 //   model.layers.i.mlp.down_proj.weight          [D, F]
 //   model.norm.weight                            [D]
 //   lm_head.weight                               [V, D]        (absent when tied)
