@@ -29,14 +29,20 @@ namespace nabla {
 //   gemma   Gemma 3: "<bos>", then per turn "<start_of_turn>" role "\n"
 //           content "<end_of_turn>\n" (role "model" for the assistant; a
 //           system message goes before the first user content)
-enum class ChatTemplate { chatml, llama3, gemma };
-// "chatml", "llama3" or "gemma"; UsageError naming them for another name.
+//   phi3    Phi-3, Phi-3.5: "<|" role "|>\n" content "<|end|>\n", then the
+//           end-of-text token
+//   phi4    Phi-4-mini: "<|" role "|>" content "<|end|>", then the
+//           end-of-text token
+enum class ChatTemplate { chatml, llama3, gemma, phi3, phi4 };
+// "chatml", "llama3", "gemma", "phi3" or "phi4"; UsageError naming them for another name.
 ChatTemplate parse_chat_template(const std::string& name);
 const char* chat_template_name(ChatTemplate t);
 // The built-in template a Jinja chat template (tokenizer_config.json's
 // "chat_template", GGUF's tokenizer.chat_template) is, recognised by its
 // markers: "<|im_start|>" for chatml, "<|start_header_id|>" for llama3,
-// "<start_of_turn>" for gemma; std::nullopt when it has none or several.
+// "<start_of_turn>" for gemma, "<|end|>" and "<|assistant|>" for phi3 (its
+// markers followed by a newline) or phi4; std::nullopt when it has none or
+// several.
 std::optional<ChatTemplate> recognize_chat_template(const std::string& jinja);
 
 struct FinetuneExample {
@@ -75,6 +81,11 @@ struct FinetuneDataOptions {
 //                "\n\n"), content trimmed, "<end_of_turn>", "\n" (not
 //                counted). Turns must alternate user, assistant, ... as the
 //                template demands.
+//       phi3:    prefix_ids(), then per message "<|" role "|>\n" (not
+//                counted), content, "<|end|>", "\n" (not counted; an empty
+//                system message is skipped, as Phi-3.5's template does); then
+//                eot_id(), counted when the last message is the assistant's.
+//       phi4:    as phi3 without the newlines.
 //       A marker is one id when the tokenizer has it as an added token, else
 //       whatever encode() makes of its text. NOTE: as with Hugging Face's
 //       apply_chat_template, a marker's text inside content is encoded as

@@ -161,6 +161,24 @@ FinetuneExample read_messages(const json& messages, ExampleBuilder& b, const Tok
       }
       break;
     }
+    case ChatTemplate::phi3:
+    case ChatTemplate::phi4: {
+      // "<|" role "|>" (Phi-3: and "\n"), content, "<|end|>" (Phi-3: "\n");
+      // the template's eos_token after the last message (it writes one when
+      // not prompting for a reply). Phi-3.5's skips an empty system message.
+      const bool phi3 = options.chat_template == ChatTemplate::phi3;
+      b.ids(tokenizer.prefix_ids(), false);
+      for (const Message& t : turns) {
+        if (phi3 && t.role == "system" && t.content.empty()) continue;
+        const bool counted = t.role == "assistant";
+        b.text("<|" + t.role + "|>" + (phi3 ? "\n" : ""), false);
+        b.text(t.content, counted);
+        b.text("<|end|>", counted);
+        if (phi3) b.text("\n", false);
+      }
+      if (tokenizer.eot_id() >= 0) b.ids({tokenizer.eot_id()}, turns.back().role == "assistant");
+      break;
+    }
   }
   return b.finish("no assistant message");
 }
@@ -201,7 +219,9 @@ ChatTemplate parse_chat_template(const std::string& name) {
   if (name == "chatml") return ChatTemplate::chatml;
   if (name == "llama3") return ChatTemplate::llama3;
   if (name == "gemma") return ChatTemplate::gemma;
-  throw UsageError("unknown chat template \"" + name + "\": expected \"chatml\", \"llama3\" or \"gemma\"");
+  if (name == "phi3") return ChatTemplate::phi3;
+  if (name == "phi4") return ChatTemplate::phi4;
+  throw UsageError("unknown chat template \"" + name + "\": expected \"chatml\", \"llama3\", \"gemma\", \"phi3\" or \"phi4\"");
 }
 
 const char* chat_template_name(ChatTemplate t) {
@@ -212,6 +232,10 @@ const char* chat_template_name(ChatTemplate t) {
       return "llama3";
     case ChatTemplate::gemma:
       return "gemma";
+    case ChatTemplate::phi3:
+      return "phi3";
+    case ChatTemplate::phi4:
+      return "phi4";
   }
   return "?";
 }
@@ -220,7 +244,10 @@ std::optional<ChatTemplate> recognize_chat_template(const std::string& jinja) {
   const bool chatml = jinja.find("<|im_start|>") != std::string::npos;
   const bool llama3 = jinja.find("<|start_header_id|>") != std::string::npos;
   const bool gemma = jinja.find("<start_of_turn>") != std::string::npos;
-  if (int(chatml) + int(llama3) + int(gemma) != 1) return std::nullopt;
+  const bool phi = jinja.find("<|end|>") != std::string::npos && jinja.find("<|assistant|>") != std::string::npos;
+  if (int(chatml) + int(llama3) + int(gemma) + int(phi) != 1) return std::nullopt;
+  // Phi-3's role markers end in a newline ('<|user|>\n'), Phi-4-mini's not.
+  if (phi) return jinja.find("|>\n") != std::string::npos ? ChatTemplate::phi3 : ChatTemplate::phi4;
   return chatml ? ChatTemplate::chatml : llama3 ? ChatTemplate::llama3 : ChatTemplate::gemma;
 }
 

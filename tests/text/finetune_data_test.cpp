@@ -95,6 +95,12 @@ std::unique_ptr<BpeTokenizer> gemma_tokenizer(const TempDir& dir) {
   return bytes_with(dir, {"<bos>", "<start_of_turn>", "<end_of_turn>"}, "<bos>");
 }
 
+// Phi-3's markers and end of text (ids 32000 and up there).
+constexpr int32_t kPhiEndOfText = 256, kPhiSystem = 257, kPhiUser = 258, kPhiAssistant = 259, kPhiEnd = 260;
+std::unique_ptr<BpeTokenizer> phi_tokenizer(const TempDir& dir) {
+  return bytes_with(dir, {"<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"});
+}
+
 std::vector<FinetuneExample> read_lines(const TempDir& dir, const std::string& text,
                                         const Tokenizer& tok,
                                         const FinetuneDataOptions& options = {}) {
@@ -338,6 +344,44 @@ TEST(FinetuneData, GemmaMessagesWithItsMarkers) {
   }
 }
 
+// Phi-3's template: "<|role|>\n" content "<|end|>\n" per message, the
+// end-of-text token after the last (counted after an assistant's); Phi-4-mini's
+// without the newlines.
+TEST(FinetuneData, PhiMessagesWithTheirMarkers) {
+  TempDir dir;
+  auto tok = phi_tokenizer(dir);
+  ASSERT_EQ(tok->eot_id(), kPhiEndOfText);
+  for (ChatTemplate t : {ChatTemplate::phi3, ChatTemplate::phi4}) {
+    FinetuneDataOptions options;
+    options.chat_template = t;
+    const auto ex = read_lines(dir, kConversation, *tok, options);
+    ASSERT_EQ(ex.size(), 1u);
+    const std::vector<int32_t> nl = t == ChatTemplate::phi3 ? bytes("\n") : std::vector<int32_t>{};
+    auto role = [&](int32_t marker) { return cat({{marker}, nl}); };
+    Want want;
+    want.skip(role(kPhiSystem)).skip(bytes("Be brief.")).skip({kPhiEnd}).skip(nl);
+    want.skip(role(kPhiUser)).skip(bytes("Hi")).skip({kPhiEnd}).skip(nl);
+    want.skip(role(kPhiAssistant)).learn(bytes("Hello!")).learn({kPhiEnd}).skip(nl);
+    want.skip(role(kPhiUser)).skip(bytes("Bye")).skip({kPhiEnd}).skip(nl);
+    want.skip(role(kPhiAssistant)).learn(bytes(" Bye. ")).learn({kPhiEnd}).skip(nl).learn({kPhiEndOfText});
+    EXPECT_EQ(ex[0].ids, want.ids) << chat_template_name(t);
+    EXPECT_EQ(ex[0].labels, want.labels) << chat_template_name(t);
+  }
+  // Phi-3.5's template skips an empty system message; the end of text after a
+  // user's last message is not learned.
+  FinetuneDataOptions options;
+  options.chat_template = ChatTemplate::phi3;
+  const auto ex = read_lines(dir,
+                             R"({"messages": [{"role": "system", "content": ""}, {"role": "assistant", "content": "Yo"},)"
+                             R"( {"role": "user", "content": "Hi"}]})",
+                             *tok, options);
+  Want want;
+  want.skip(cat({{kPhiAssistant}, bytes("\n")})).learn(bytes("Yo")).learn({kPhiEnd}).skip(bytes("\n"));
+  want.skip(cat({{kPhiUser}, bytes("\n")})).skip(bytes("Hi")).skip({kPhiEnd}).skip(bytes("\n")).skip({kPhiEndOfText});
+  EXPECT_EQ(ex[0].ids, want.ids);
+  EXPECT_EQ(ex[0].labels, want.labels);
+}
+
 // SmolLM2's template adds its system message to a conversation without one.
 TEST(FinetuneData, DefaultSystemMessage) {
   TempDir dir;
@@ -424,18 +468,31 @@ TEST(FinetuneData, ErrorMissingFileOrNoExamples) {
 }
 
 TEST(FinetuneData, ChatTemplateNamesAndRecognition) {
-  for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::gemma})
+  for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::gemma, ChatTemplate::phi3,
+                         ChatTemplate::phi4})
     EXPECT_EQ(parse_chat_template(chat_template_name(t)), t);
   try {
     parse_chat_template("mistral");
     FAIL() << "expected UsageError";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("\"chatml\", \"llama3\" or \"gemma\""), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("\"chatml\", \"llama3\", \"gemma\", \"phi3\" or \"phi4\""), std::string::npos)
         << e.what();
   }
   EXPECT_EQ(recognize_chat_template(kSmolLM2Template), ChatTemplate::chatml);
   EXPECT_EQ(recognize_chat_template(kLlama3Template), ChatTemplate::llama3);
   EXPECT_EQ(recognize_chat_template(kGemma3Template), ChatTemplate::gemma);
+  // The forms of Phi-3.5-mini-instruct's and Phi-4-mini-instruct's templates.
+  EXPECT_EQ(recognize_chat_template(
+                "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>\n' "
+                "+ message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + "
+                "message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + "
+                "message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ "
+                "'<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"),
+            ChatTemplate::phi3);
+  EXPECT_EQ(recognize_chat_template(
+                "{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% "
+                "endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}"),
+            ChatTemplate::phi4);
   EXPECT_EQ(recognize_chat_template(
                 "{{ bos_token }}{% for message in messages %}[INST] {{ message['content'] }} "
                 "[/INST]{% endfor %}"),
