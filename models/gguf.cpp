@@ -232,7 +232,6 @@ uint32_t file_type(GgmlType t) {
 // llama.cpp's architecture for a model_type: Mistral is llama.cpp's llama
 // (as convert_hf_to_gguf.py writes it; the sliding window is not kept).
 std::string gguf_architecture(const LlamaConfig& c) {
-  if (c.phi3()) throw UsageError("gguf: a phi3 model (fused qkv_proj, gate_up_proj; longrope) is not written as GGUF yet");
   if (c.gemma3()) return "gemma3";
   return c.model_type == "mistral" ? "llama" : c.model_type;
 }
@@ -288,6 +287,12 @@ double norm_shift(const LlamaConfig& c) { return c.gemma() ? 1.0 : 0.0; }
 //   model.norm.weight                         output_norm.weight
 //   lm_head.weight (untied)                   output.weight
 //   rope_scaling llama3                       rope_freqs.weight [hd / 2], the frequency divisors
+// and phi3 (Phi-3, Phi-4-mini: q/k/v and gate/up fused, rows as Hugging Face
+// has them; llama.cpp's phi3 ignores the sliding window):
+//   model.layers.i.self_attn.qkv_proj.weight  blk.i.attn_qkv.weight
+//   model.layers.i.mlp.gate_up_proj.weight    blk.i.ffn_up.weight
+//   rope_scaling longrope                     rope_factors_short.weight, rope_factors_long.weight [rotary / 2],
+//                                             rope.scaling.attn_factor, rope.scaling.original_context_length
 void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWriter& w) {
   const LlamaConfig c = llama_config_from_checkpoint(ckpt);
   const std::string arch = gguf_architecture(c), a = arch + ".";
@@ -298,6 +303,11 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
   }
   if (c.qk_norm() && c.attention_bias) {
     throw UsageError(ckpt.path + ": llama.cpp's qwen3 architecture has no q/k/v biases");
+  }
+  if (c.phi3() && c.num_attention_heads * hd != c.hidden_size) {
+    throw UsageError(ckpt.path + ": llama.cpp's phi3 takes heads x head size = hidden size; this model's are " +
+                     std::to_string(c.num_attention_heads) + " x " + std::to_string(hd) + " and " +
+                     std::to_string(c.hidden_size));
   }
   if (c.gemma()) {
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -335,7 +345,7 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
   w.set(a + "attention.head_count_kv", uint32_t(c.kv_heads()));
   w.set(a + "attention.key_length", uint32_t(hd));
   w.set(a + "attention.value_length", uint32_t(hd));
-  w.set(a + "rope.dimension_count", uint32_t(hd));
+  w.set(a + "rope.dimension_count", uint32_t(c.rotary_dims()));
   w.set(a + "rope.freq_base", float(c.rope_theta));
   w.set(a + "attention.layer_norm_rms_epsilon", float(c.rms_norm_eps));
   w.set(a + "vocab_size", uint32_t(c.vocab_size));
@@ -343,7 +353,13 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
     w.set(a + "rope.scaling.type", "linear");
     w.set(a + "rope.scaling.factor", float(c.rope_scaling.factor));
   }
-  if (c.gemma()) w.set(a + "attention.sliding_window", uint32_t(c.sliding_window));
+  if (c.gemma() || c.phi3()) w.set(a + "attention.sliding_window", uint32_t(c.sliding_window));
+  const bool longrope = c.rope_scaling.type == "longrope";
+  if (c.phi3()) {
+    w.set(a + "rope.scaling.original_context_length",
+          uint32_t(longrope ? c.rope_scaling.original_max_position_embeddings : c.max_position_embeddings));
+  }
+  if (longrope) w.set(a + "rope.scaling.attn_factor", float(c.rope_attention_factor()));
   if (c.attn_logit_softcapping > 0) w.set(a + "attn_logit_softcapping", float(c.attn_logit_softcapping));
   if (c.final_logit_softcapping > 0) w.set(a + "final_logit_softcapping", float(c.final_logit_softcapping));
   add_vocab(ckpt, options.tokenizer.empty() ? checkpoint_tokenizer(ckpt.path, c.tokenizer) : options.tokenizer,
@@ -368,12 +384,25 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
     const std::vector<double> f = c.rope_freq_factors();
     w.add_tensor("rope_freqs.weight", Tensor::from_vector<float>({int64_t(f.size())}, std::vector<float>(f.begin(), f.end())));
   }
+  if (longrope) {
+    for (auto [name, f] : {std::pair{"rope_factors_short.weight", &c.rope_scaling.short_factor},
+                           std::pair{"rope_factors_long.weight", &c.rope_scaling.long_factor}}) {
+      w.add_tensor(name, Tensor::from_vector<float>({int64_t(f->size())}, std::vector<float>(f->begin(), f->end())));
+    }
+  }
   const auto norm = [&](const std::string& name) {
     return norm_shift(c) == 0 ? p.get(name) : eval(p.get(name) + norm_shift(c));
   };
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
     for (const auto& [hf, gguf] : block_norms(c)) w.add_tensor(blk + gguf + ".weight", norm(h + hf + ".weight"));
+    if (c.phi3()) {
+      add(blk + "attn_qkv.weight", p.get(h + "self_attn.qkv_proj.weight"));
+      add(blk + "attn_output.weight", p.get(h + "self_attn.o_proj.weight"));
+      add(blk + "ffn_up.weight", p.get(h + "mlp.gate_up_proj.weight"));
+      add(blk + "ffn_down.weight", p.get(h + "mlp.down_proj.weight"));
+      continue;
+    }
     add(blk + "attn_q.weight", rows(p.get(h + "self_attn.q_proj.weight"), c.num_attention_heads));
     add(blk + "attn_k.weight", rows(p.get(h + "self_attn.k_proj.weight"), c.kv_heads()));
     add(blk + "attn_v.weight", p.get(h + "self_attn.v_proj.weight"));
@@ -446,9 +475,11 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   const GgufValue* arch_value = file.find_value("general.architecture");
   const std::string arch =
       arch_value && arch_value->type() == GgufType::string ? arch_value->get<std::string>() : "";
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "smollm3" && arch != "gemma2" && arch != "gemma3") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "smollm3" && arch != "gemma2" && arch != "gemma3" &&
+      arch != "phi3") {
     throw fail("general.architecture is " + (arch.empty() ? std::string("missing") : "\"" + arch + "\"") +
-               ", nabla reads \"llama\", \"qwen2\", \"qwen3\", \"smollm3\", \"gemma2\" and \"gemma3\" GGUF files");
+               ", nabla reads \"llama\", \"qwen2\", \"qwen3\", \"smollm3\", \"gemma2\", \"gemma3\" and \"phi3\" GGUF "
+               "files");
   }
   // Integer keys as any unsigned or signed type the writer chose.
   auto integer = [&](const std::string& key, std::optional<int64_t> fallback = {}) -> int64_t {
@@ -505,8 +536,14 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   c.head_dim = integer("attention.key_length", q_norm && q_norm->shape.size() == 1 ? q_norm->shape[0]
                                                : c.num_attention_heads > 0       ? c.hidden_size / c.num_attention_heads
                                                                                  : 0);
-  if (integer("attention.value_length", c.head_dim) != c.head_dim || integer("rope.dimension_count", c.head_dim) != c.head_dim) {
-    throw fail("key, value and rotary sizes differ; nabla's Llama rotates the whole head");
+  const int64_t rotary = integer("rope.dimension_count", c.head_dim);
+  if (integer("attention.value_length", c.head_dim) != c.head_dim || (rotary != c.head_dim && arch != "phi3")) {
+    throw fail("key, value and rotary sizes differ; nabla's " + arch + " rotates the whole head");
+  }
+  // Phi-4-mini's partial rotation: Hugging Face's int(head_dim * factor) gives the rotated size back.
+  if (c.head_dim > 0 && rotary != c.head_dim) {
+    c.partial_rotary_factor = double(rotary) / double(c.head_dim);
+    if (c.rotary_dims() != rotary) c.partial_rotary_factor = (double(rotary) + 0.5) / double(c.head_dim);
   }
   c.rms_norm_eps = real("attention.layer_norm_rms_epsilon", 1e-5);
   c.rope_theta = real("rope.freq_base", 10000.0);
@@ -521,6 +558,27 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   }
   if (const GgufTensor* freqs = file.find("rope_freqs.weight")) {
     c.rope_scaling = llama3_from_factors(path, freqs->tensor.to_vector<float>(), c.rope_theta);
+  }
+  if (arch == "phi3") {
+    c.sliding_window = integer("attention.sliding_window", 0);
+    const GgufTensor *short_f = file.find("rope_factors_short.weight"), *long_f = file.find("rope_factors_long.weight");
+    if ((short_f != nullptr) != (long_f != nullptr)) throw fail("one of rope_factors_short and rope_factors_long is missing");
+    if (short_f) {  // longrope; the attention factor as llama.cpp applies it (1 without the key)
+      const std::vector<float> s = short_f->tensor.to_vector<float>(), l = long_f->tensor.to_vector<float>();
+      c.rope_scaling = {.type = "longrope",
+                        .original_max_position_embeddings = integer("rope.scaling.original_context_length"),
+                        .short_factor = std::vector<double>(s.begin(), s.end()),
+                        .long_factor = std::vector<double>(l.begin(), l.end()),
+                        .attention_factor = real("rope.scaling.attn_factor", 1.0)};
+      if (c.rope_scaling.original_max_position_embeddings > 0) {
+        c.rope_scaling.factor = double(c.max_position_embeddings) / double(c.rope_scaling.original_max_position_embeddings);
+      }
+      LlamaConfig derived = c;  // a factor the default gives stays implied, as config.json has it
+      derived.rope_scaling.attention_factor = 0;
+      if (std::fabs(derived.rope_attention_factor() - c.rope_scaling.attention_factor) <= 1e-6 * c.rope_scaling.attention_factor) {
+        c.rope_scaling.attention_factor = 0;
+      }
+    }
   }
   if (c.gemma()) {  // what llama.cpp's gemma3 fixes
     c.sliding_window = integer("attention.sliding_window", arch == "gemma2" ? std::optional<int64_t>(4096) : std::nullopt);
@@ -571,6 +629,13 @@ Checkpoint checkpoint_from_gguf(const std::string& path, bool keep_stored) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", blk = "blk." + std::to_string(i) + ".";
     for (const auto& [hf, gguf] : block_norms(c)) out.emplace_back(h + hf + ".weight", norm(blk + gguf + ".weight"));
+    if (c.phi3()) {
+      matrix(h + "self_attn.qkv_proj.weight", blk + "attn_qkv.weight");
+      matrix(h + "self_attn.o_proj.weight", blk + "attn_output.weight");
+      matrix(h + "mlp.gate_up_proj.weight", blk + "ffn_up.weight");
+      matrix(h + "mlp.down_proj.weight", blk + "ffn_down.weight");
+      continue;
+    }
     matrix(h + "self_attn.q_proj.weight", blk + "attn_q.weight", c.num_attention_heads);
     matrix(h + "self_attn.k_proj.weight", blk + "attn_k.weight", c.kv_heads());
     matrix(h + "self_attn.v_proj.weight", blk + "attn_v.weight");
@@ -658,7 +723,8 @@ GgufWriter gguf_lora_adapter(const LlamaConfig& c, const PeftAdapter& adapter) {
       {"q_proj", {"attn_q", c.num_attention_heads}}, {"k_proj", {"attn_k", c.kv_heads()}},
       {"v_proj", {"attn_v", 0}},          {"o_proj", {"attn_output", 0}},
       {"gate_proj", {"ffn_gate", 0}},     {"up_proj", {"ffn_up", 0}},
-      {"down_proj", {"ffn_down", 0}}};
+      {"down_proj", {"ffn_down", 0}},     {"qkv_proj", {"attn_qkv", 0}},  // phi3's fused ones
+      {"gate_up_proj", {"ffn_up", 0}}};
   const std::string prefix = "base_model.model.model.layers.";
   for (const auto& [name, t] : adapter.weights.tensors) {
     // base_model.model.model.layers.<i>.<self_attn|mlp>.<module>.lora_<A|B>.weight

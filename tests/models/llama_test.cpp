@@ -994,8 +994,24 @@ TEST(Llama, GgufRoundTrip) {
   gemma2.layer_types = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
   gemma2.attn_logit_softcapping = 20;
   gemma2.final_logit_softcapping = 15;
+  LlamaConfig phi3 = small_config();  // llama.cpp's phi3: fused projections, longrope's factors as tensors
+  phi3.model_type = "phi3";
+  phi3.attention_bias = false;
+  phi3.num_attention_heads = 3;
+  phi3.num_key_value_heads = 1;
+  phi3.head_dim = 8;
+  phi3.partial_rotary_factor = 0.75;
+  phi3.sliding_window = 12;
+  phi3.rope_scaling = {.type = "longrope", .factor = 2, .original_max_position_embeddings = 16,
+                       .short_factor = {1, 1.5, 3}, .long_factor = {2, 5, 11}};
+  LlamaConfig phi3_factor = phi3;  // an attention factor of its own; no window
+  phi3_factor.sliding_window = 0;
+  phi3_factor.rope_scaling.attention_factor = 1.25;
+  LlamaConfig phi3_4k = phi3;  // Phi-3-mini-4k's: no scaling, every head rotated
+  phi3_4k.partial_rotary_factor = 1;
+  phi3_4k.rope_scaling = {};
   int i = 0;
-  for (LlamaConfig c : {llama3, qwen2, linear, qwen3, mistral, gemma, smol, gemma2}) {
+  for (LlamaConfig c : {llama3, qwen2, linear, qwen3, mistral, gemma, smol, gemma2, phi3, phi3_factor, phi3_4k}) {
     c.preset = "round-trip-" + std::to_string(i);
     c.vocab_size = 256;  // the byte tokenizer's, which the GGUF carries
     const std::string ckpt = dir.file("m" + std::to_string(i) + ".safetensors"),
@@ -1037,6 +1053,18 @@ TEST(Llama, GgufRoundTrip) {
       ADD_FAILURE() << "exported " << says;
     } catch (const UsageError& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+  // llama.cpp's phi3 reads queries at heads x head size = hidden size.
+  {
+    LlamaConfig wide = phi3_4k;
+    wide.head_dim = 10;
+    save_checkpoint(dir.file("wide.safetensors"), wide.to_json(), Llama(wide, 1).params());
+    try {
+      models::gguf_from_checkpoint(load_checkpoint(dir.file("wide.safetensors")));
+      ADD_FAILURE() << "exported a phi3 whose heads are wider than hidden / heads";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("phi3 takes heads x head size = hidden size"), std::string::npos) << e.what();
     }
   }
   // A name that is not UTF-8 (config JSON could not hold it) is left out.

@@ -160,6 +160,30 @@ void write(const std::string& dir) {
   gemma2.attn_logit_softcapping = 0.5;
   gemma2.final_logit_softcapping = 8;
   configs.emplace_back("gemma2", gemma2);
+  // Phi-4-mini's shape: fused projections, grouped heads, three quarters of
+  // each head rotated, longrope's factors and attention factor. llama.cpp
+  // picks the factors by its context (64, which it pads to 256): short
+  // within the original 256, as nabla's rows of at most 40 tokens; long past
+  // the original 128 of phi4_mini_long, for which expect() gives nabla the
+  // long factors (not named "phi3": llama.cpp gives a model whose
+  // general.name holds "phi3" or "phi-3" Phi-3's token attributes, looking
+  // up "</s>", which the byte vocabulary lacks).
+  models::LlamaConfig phi3 = base();
+  phi3.model_type = "phi3";
+  phi3.num_attention_heads = 8;
+  phi3.num_key_value_heads = 2;
+  phi3.partial_rotary_factor = 0.75;
+  phi3.tie_word_embeddings = true;
+  phi3.max_position_embeddings = 1024;
+  phi3.rope_scaling = {.type = "longrope", .factor = 4, .original_max_position_embeddings = 256};
+  for (int i = 0; i < 12; ++i) {
+    phi3.rope_scaling.short_factor.push_back(1 + 0.5 * i);
+    phi3.rope_scaling.long_factor.push_back(2 + 3.0 * i);
+  }
+  configs.emplace_back("phi4_mini", phi3);
+  phi3.max_position_embeddings = 512;
+  phi3.rope_scaling.original_max_position_embeddings = 128;
+  configs.emplace_back("phi4_mini_long", phi3);
 
   std::mt19937_64 rng(7);
   json prompts = json::object();
@@ -179,7 +203,7 @@ void write(const std::string& dir) {
         float* v = t.data_as<float>();
         for (int64_t i = 0; i < t.numel(); ++i) v[i] = float(normal(g) / std::sqrt(double(t.dim(1))) * 0.5);
       }
-      models::save_peft_adapter(dir + "/" + name + ".lora", lora, m.adapter(), name);
+      models::save_peft_adapter(dir + "/" + name + ".lora", m.lora(), m.adapter(), name);
     }
     json list = json::array();
     for (int64_t len : {1, 7, 40}) {
@@ -219,7 +243,9 @@ void expect(const std::string& dir) {
     const std::string stem = entry.path().stem().string();  // <model>.<type>
     const std::string model = stem.substr(0, stem.find('.'));
     Checkpoint ckpt = models::checkpoint_from_gguf(entry.path().string());
-    models::Llama m(models::llama_config_from_checkpoint(ckpt), 0);
+    models::LlamaConfig c = models::llama_config_from_checkpoint(ckpt);
+    if (model.ends_with("_long")) c.rope_scaling.short_factor = c.rope_scaling.long_factor;  // llama.cpp's choice
+    models::Llama m(c, 0);
     load_params(ckpt, m.params());
     expected[stem] = expectations(m, model);
     const std::string lora = dir + "/" + model + ".lora";
