@@ -125,7 +125,7 @@ case $case in
     gpt2_checkpoint "$dir/g.safetensors"
     "$nabla" export gguf "$dir/g.safetensors" -o "$dir/g.gguf" >/dev/null || { echo "could not export"; exit 1; }
     : >"$dir/batch.safetensors"
-    expect_error "$dir/g.gguf: general.architecture is \"gpt2\", nabla reads \"llama\", \"qwen2\", \"qwen3\", \"smollm3\", \"gemma2\" and \"gemma3\" GGUF files" \
+    expect_error "$dir/g.gguf: general.architecture is \"gpt2\", nabla reads \"llama\", \"qwen2\", \"qwen3\", \"smollm3\", \"gemma2\", \"gemma3\" and \"phi3\" GGUF files" \
         "$nabla" grad --weights "$dir/g.gguf" --batch "$dir/batch.safetensors" --out "$dir/out.safetensors" ;;
   *)
     echo "bad_input.sh: unknown case '$case'"; exit 1 ;;
