@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Writes src/text/unicode_tables.cpp: the code point classes GPT-2's
-pre-tokeniser needs (letters \\p{L}, numbers \\p{N}, white space \\s), and
+pre-tokeniser needs (letters \\p{L}, numbers \\p{N}, white space \\s), the
+letter cases o200k's pattern tells apart (Lu Lt; Ll; Lm Lo and marks M, in
+both of its letter classes), and
 what Unicode normalization form C needs (canonical combining classes,
 canonical decompositions one level deep, and the primary composites: pairs
 whose composition is not excluded). Hangul syllables are computed, not listed.
@@ -36,6 +38,28 @@ def ranges():
     out, start, cls = [], 0, None
     for cp in range(0x110001):
         c = class_of(cp) if cp <= 0x10FFFF else None
+        if c != cls:
+            if cls is not None:
+                out.append((start, cp - 1, cls))
+            start, cls = cp, c
+    return out
+
+
+def case_of(cp):
+    cat = unicodedata.category(chr(cp))
+    if cat in ("Lu", "Lt"):
+        return "kUpper"
+    if cat == "Ll":
+        return "kLower"
+    if cat in ("Lm", "Lo") or cat[0] == "M":
+        return "kCaseless"
+    return None
+
+
+def case_ranges():
+    out, start, cls = [], 0, None
+    for cp in range(0x110001):
+        c = case_of(cp) if cp <= 0x10FFFF else None
         if c != cls:
             if cls is not None:
                 out.append((start, cp - 1, cls))
@@ -97,6 +121,8 @@ def main():
     w("const char* const kUnicodeVersion = \"%s\";\n\n" % unicodedata.unidata_version)
     table(w, "Sorted, disjoint, inclusive ranges; code points outside them are kOther.", "CodePointRange",
           "kCodePointRanges", ranges(), "0x%X, 0x%X, %s")
+    table(w, "Letter cases and marks as ranges; code points outside them are kNoCase.", "LetterCaseRange",
+          "kLetterCaseRanges", case_ranges(), "0x%X, 0x%X, %s")
     table(w, "Canonical combining classes other than 0, as ranges.", "CombiningRange", "kCombiningRanges",
           combining_ranges(), "0x%X, 0x%X, %d")
     dec = decompositions()

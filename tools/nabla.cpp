@@ -447,8 +447,8 @@ int main(int argc, char** argv) {
   CLI::App* tok_train_cmd = tokenizer_cmd->add_subcommand("train", "Learn a byte-level BPE from a text");
   tok_train_cmd->add_option("--text", tokenizer_args.text, "Text file or folder (default: the installed fortunes)");
   add_int(tok_train_cmd, "--vocab-size", tokenizer_args.vocab_size, "Tokens, <|endoftext|> included", 257, 1 << 24);
-  tok_train_cmd->add_option("--pattern", tokenizer_args.pattern, "Pre-tokenizer: gpt2, llama3, qwen2 or digits")
-      ->check(CLI::IsMember({"gpt2", "llama3", "qwen2", "digits"}))
+  tok_train_cmd->add_option("--pattern", tokenizer_args.pattern, "Pre-tokenizer: gpt2, llama3, qwen2, digits or o200k")
+      ->check(CLI::IsMember({"gpt2", "llama3", "qwen2", "digits", "o200k"}))
       ->capture_default_str();
   tok_train_cmd->add_option("-o,--out", tokenizer_args.out, "tokenizer.json to write")->required();
   CLI::App* tok_convert_cmd = tokenizer_cmd->add_subcommand("convert", "Write a BPE tokenizer as tokenizer.json");

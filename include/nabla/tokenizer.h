@@ -15,8 +15,11 @@
 //           \s*[\r\n]+|\s+(?!\S)|\s+
 //   qwen2   llama3's with \p{N} for \p{N}{1,3}
 //   digits  every \p{N} a piece of its own, then gpt2 (SmolLM2's Digits + ByteLevel)
-// Letters and numbers are Unicode's categories L* and N* (Unicode 14.0.0,
-// tools/gen_unicode_tables.py) and \s is the White_Space property.
+//   o200k   [^\r\n\p{L}\p{N}]?U*W+C?|[^\r\n\p{L}\p{N}]?U+W*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|
+//           \s*[\r\n]+|\s+(?!\S)|\s+ (GPT-4o's, Phi-4-mini's), U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}],
+//           W = [\p{Ll}\p{Lm}\p{Lo}\p{M}], C = (?i:'s|'t|'re|'ve|'m|'ll|'d)
+// Letters and numbers are Unicode's categories L* and N*, marks M* (Unicode
+// 14.0.0, tools/gen_unicode_tables.py), and \s is the White_Space property.
 //
 // Every tokenizer is safe to use from several threads at once.
 #pragma once
@@ -60,8 +63,8 @@ class ByteTokenizer final : public Tokenizer {
   std::string name() const override { return "byte"; }
 };
 
-enum class PreTokenizer { gpt2, llama3, qwen2, digits };
-// "gpt2", "llama3", "qwen2", "digits"; UsageError for another name.
+enum class PreTokenizer { gpt2, llama3, qwen2, digits, o200k };
+// "gpt2", "llama3", "qwen2", "digits", "o200k"; UsageError for another name.
 PreTokenizer parse_pre_tokenizer(const std::string& name);
 const char* pre_tokenizer_name(PreTokenizer p);
 // The pieces `p` cuts `text` into, in order; their concatenation is `text`.

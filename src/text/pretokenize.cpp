@@ -117,6 +117,87 @@ size_t llama3_end(std::string_view s, size_t i, int max_digits) {
   return whitespace_end(s, i);
 }
 
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] (upper) or [\p{Ll}\p{Lm}\p{Lo}\p{M}] (lower)
+// at pos; len its bytes.
+bool cased_at(std::string_view s, size_t pos, size_t& len, bool upper) {
+  const uint32_t cp = text::decode_utf8(s, pos, len);
+  if (cp == text::kInvalid) return false;
+  const text::LetterCase c = text::letter_case(cp);
+  return c == text::kCaseless || c == (upper ? text::kUpper : text::kLower);
+}
+
+// The end of the run of (upper or lower) letters from pos; `last_lower` the
+// start of the run's last code point that is also a lower one (npos: none).
+size_t cased_run(std::string_view s, size_t pos, bool upper, size_t* last_lower = nullptr) {
+  if (last_lower) *last_lower = std::string_view::npos;
+  while (pos < s.size()) {
+    size_t len;
+    if (!cased_at(s, pos, len, upper)) break;
+    if (last_lower && cased_at(s, pos, len, false)) *last_lower = pos;
+    pos += len;
+  }
+  return pos;
+}
+
+//   [^\r\n\p{L}\p{N}]?[U]*[W]+C?|[^\r\n\p{L}\p{N}]?[U]+[W]*C?|\p{N}{1,3}|
+//    ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], W = [\p{Ll}\p{Lm}\p{Lo}\p{M}],
+// C = (?i:'s|'t|'re|'ve|'m|'ll|'d): GPT-4o's o200k (Phi-4-mini's).
+size_t o200k_end(std::string_view s, size_t i) {
+  const size_t n = s.size(), npos = std::string_view::npos;
+  size_t len0;
+  const CodeClass c0 = class_at(s, i, len0);
+  // Each letter alternative first with the optional lead code point, then without.
+  const bool can_lead = !is_crlf(s[i]) && c0 != text::kLetter && c0 != text::kNumber && i + len0 < n;
+  const size_t starts[2] = {can_lead ? i + len0 : npos, i};
+  for (size_t j : starts) {  // U* W+: the U run, given back to its last W if no W follows
+    if (j == npos) continue;
+    size_t last_lower;
+    const size_t k = cased_run(s, j, true, &last_lower);
+    size_t len;
+    size_t end = npos;
+    if (k < n && cased_at(s, k, len, false)) {
+      end = cased_run(s, k, false);
+    } else if (last_lower != npos) {
+      cased_at(s, last_lower, len, false);
+      end = last_lower + len;
+    }
+    if (end != npos) return std::max(end, contraction_end(s, end, true));
+  }
+  for (size_t j : starts) {  // U+ W*
+    if (j == npos) continue;
+    const size_t k = cased_run(s, j, true);
+    if (k == j) continue;
+    const size_t end = cased_run(s, k, false);
+    return std::max(end, contraction_end(s, end, true));
+  }
+  if (c0 == text::kNumber) {
+    size_t end = i + len0;
+    for (int count = 1; count < 3 && end < n; ++count) {
+      size_t l;
+      if (class_at(s, end, l) != text::kNumber) break;
+      end += l;
+    }
+    return end;
+  }
+  size_t start = i;
+  if (s[i] == ' ' && i + 1 < n) {
+    size_t l;
+    if (class_at(s, i + 1, l) == text::kOther) start = i + 1;
+  }
+  size_t l;
+  if (class_at(s, start, l) == text::kOther) {
+    size_t end = run_end(s, start, text::kOther);
+    while (end < n && (is_crlf(s[end]) || s[end] == '/')) ++end;
+    return end;
+  }
+  const size_t run = run_end(s, i, text::kSpace);
+  for (size_t k = run; k > i; --k) {
+    if (is_crlf(s[k - 1])) return k;
+  }
+  return whitespace_end(s, i);
+}
+
 }  // namespace
 
 PreTokenizer parse_pre_tokenizer(const std::string& name) {
@@ -124,7 +205,8 @@ PreTokenizer parse_pre_tokenizer(const std::string& name) {
   if (name == "llama3") return PreTokenizer::llama3;
   if (name == "qwen2") return PreTokenizer::qwen2;
   if (name == "digits") return PreTokenizer::digits;
-  throw UsageError("unknown pre-tokenizer '" + name + "' (gpt2, llama3, qwen2, digits)");
+  if (name == "o200k") return PreTokenizer::o200k;
+  throw UsageError("unknown pre-tokenizer '" + name + "' (gpt2, llama3, qwen2, digits, o200k)");
 }
 
 const char* pre_tokenizer_name(PreTokenizer p) {
@@ -137,6 +219,8 @@ const char* pre_tokenizer_name(PreTokenizer p) {
       return "qwen2";
     case PreTokenizer::digits:
       return "digits";
+    case PreTokenizer::o200k:
+      return "o200k";
   }
   return "?";
 }
@@ -147,6 +231,7 @@ std::vector<std::string_view> pre_tokenize(std::string_view text, PreTokenizer p
     for (size_t i = 0; i < s.size();) {
       const size_t end = p == PreTokenizer::llama3   ? llama3_end(s, i, 3)
                          : p == PreTokenizer::qwen2 ? llama3_end(s, i, 1)
+                         : p == PreTokenizer::o200k ? o200k_end(s, i)
                                                     : gpt2_end(s, i);
       pieces.push_back(s.substr(i, end - i));
       i = end;

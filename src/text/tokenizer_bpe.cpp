@@ -36,6 +36,10 @@ using json = nlohmann::json;
 constexpr const char* kLlama3Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
+constexpr const char* kO200kRegex =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr const char* kQwen2Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
@@ -617,6 +621,8 @@ json pre_tokenizer_json(PreTokenizer p) {
       return {{"type", "Sequence"}, {"pretokenizers", {split(kLlama3Regex), byte_level(false)}}};
     case PreTokenizer::qwen2:
       return {{"type", "Sequence"}, {"pretokenizers", {split(kQwen2Regex), byte_level(false)}}};
+    case PreTokenizer::o200k:
+      return {{"type", "Sequence"}, {"pretokenizers", {split(kO200kRegex), byte_level(false)}}};
     case PreTokenizer::digits:
       return {{"type", "Sequence"},
               {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
@@ -628,8 +634,8 @@ json pre_tokenizer_json(PreTokenizer p) {
 // naming what nabla does not implement.
 PreTokenizer parse_pre_tokenizer_json(const json& j, const std::string& path) {
   auto fail = [&](const std::string& what) {
-    return IoError(path + ": pre_tokenizer " + what + " is not supported (nabla reads ByteLevel; Split of Llama 3's "
-                   "or Qwen2's pattern, then ByteLevel; Digits, then ByteLevel)");
+    return IoError(path + ": pre_tokenizer " + what + " is not supported (nabla reads ByteLevel; Split of Llama 3's, "
+                   "Qwen2's or o200k's pattern, then ByteLevel; Digits, then ByteLevel)");
   };
   const std::string where = path + ": pre_tokenizer";
   auto is_byte_level = [&](const json& b, bool use_regex) {
@@ -647,6 +653,7 @@ PreTokenizer parse_pre_tokenizer_json(const json& j, const std::string& path) {
       const std::string regex = first["pattern"]["Regex"].get<std::string>();
       if (regex == kLlama3Regex) return PreTokenizer::llama3;
       if (regex == kQwen2Regex) return PreTokenizer::qwen2;
+      if (regex == kO200kRegex) return PreTokenizer::o200k;
       throw fail("Split with the pattern " + json(regex).dump());
     }
     if (has_type(first, "Digits") && optional_field(first, "individual_digits", false, where) &&
@@ -998,7 +1005,8 @@ struct GgufPre {
 };
 constexpr GgufPre kGgufPres[] = {{"gpt-2", PreTokenizer::gpt2},     {"llama-bpe", PreTokenizer::llama3},
                                  {"llama3", PreTokenizer::llama3},  {"llama-v3", PreTokenizer::llama3},
-                                 {"qwen2", PreTokenizer::qwen2},    {"smollm", PreTokenizer::digits}};
+                                 {"qwen2", PreTokenizer::qwen2},    {"smollm", PreTokenizer::digits},
+                                 {"gpt-4o", PreTokenizer::o200k}};
 
 // An array of strings or of integers under `key`, IoError naming it otherwise.
 std::vector<std::string> gguf_strings(const GgufFile& f, const std::string& key, const std::string& path) {

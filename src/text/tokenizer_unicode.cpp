@@ -22,6 +22,18 @@ CodeClass code_class(uint32_t cp) {
   return r != end && r->first <= cp ? r->cls : kOther;
 }
 
+LetterCase letter_case(uint32_t cp) {
+  if (cp < 0x80) {
+    if (cp >= 'A' && cp <= 'Z') return kUpper;
+    if (cp >= 'a' && cp <= 'z') return kLower;
+    return kNoCase;
+  }
+  const LetterCaseRange* end = kLetterCaseRanges + kLetterCaseRangeCount;
+  const LetterCaseRange* r = std::lower_bound(
+      kLetterCaseRanges, end, cp, [](const LetterCaseRange& a, uint32_t v) { return a.last < v; });
+  return r != end && r->first <= cp ? r->cls : kNoCase;
+}
+
 uint32_t decode_utf8(std::string_view text, size_t pos, size_t& len) {
   auto byte = [&](size_t i) { return static_cast<uint8_t>(text[i]); };
   uint8_t b0 = byte(pos);

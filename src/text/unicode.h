@@ -25,6 +25,18 @@ extern const size_t kCodePointRangeCount;
 
 CodeClass code_class(uint32_t cp);
 
+// o200k's letter classes: [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] holds kUpper and
+// kCaseless, [\p{Ll}\p{Lm}\p{Lo}\p{M}] kLower and kCaseless (Lm, Lo and the
+// marks M, which are not \p{L}).
+enum LetterCase : uint8_t { kNoCase = 0, kUpper = 1, kLower = 2, kCaseless = 3 };
+struct LetterCaseRange {
+  uint32_t first, last;
+  LetterCase cls;
+};
+extern const LetterCaseRange kLetterCaseRanges[];
+extern const size_t kLetterCaseRangeCount;
+LetterCase letter_case(uint32_t cp);
+
 // What NFC needs (the same script generates them).
 struct CombiningRange {
   uint32_t first, last;

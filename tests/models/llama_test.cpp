@@ -1014,8 +1014,9 @@ TEST(Llama, GgufRoundTrip) {
   for (LlamaConfig c : {llama3, qwen2, linear, qwen3, mistral, gemma, smol, gemma2, phi3, phi3_factor, phi3_4k}) {
     c.preset = "round-trip-" + std::to_string(i);
     c.vocab_size = 256;  // the byte tokenizer's, which the GGUF carries
-    const std::string ckpt = dir.file("m" + std::to_string(i) + ".safetensors"),
-                      gguf = dir.file("m" + std::to_string(i++) + ".gguf");
+    std::string stem = dir.file("m");  // (m + to_string: g++ 12 warns falsely of -Wrestrict here)
+    stem += std::to_string(i++);
+    const std::string ckpt = stem + ".safetensors", gguf = stem + ".gguf";
     Llama a(c, 5);
     vary_norms(a);
     save_checkpoint(ckpt, c.to_json(), a.params());

@@ -32,6 +32,11 @@ const HAND = [
   "I'm, you're, he's, we've, they'll, I'd, can't, won't, shan't", "'s 't 're 've 'm 'll 'd", "''s'''t'''re", "'S 'T 'RE",
   "IT'S ALL CAPS'LL DO", "rock 'n' roll", "don\u2019t (curly apostrophe)", "\"quoted\" and 'single' and `back`",
   "the dog's bone's owner's", "it'sn't 'twas o'clock", "'", "''", "'s", " 's", "x's", "1's 2'd",
+  // letter case runs (o200k's pattern splits at them), slashes after punctuation
+  "McDonald's iPhone HTTPServer XMLHttpRequest camelCaseWORDS THEY'RE They'Re \u00c9COLE \u00c9cole",
+  "a/b// c/./ ../x .// (/) #!/usr/bin/env",
+  // a caseless run (Lo, Lm, marks) then capitals: o200k's first branch gives the capitals back
+  "\u65e5\u672cAB, e\u0301XY. \u02b0AB! x\u0308\u0301QR's \u0e01\u0e48A-",
   // numbers
   "1234567890", "3.14159 2,718 1e10 -42 +7", "Version 2.0.1-rc3 (build 20240101)", "0x1F 0b1010 007 1_000_000",
   "\u0663\u0664\u0665 Arabic-Indic digits, \u00bd \u00be \u2167 \u00b2 \u00b3", "12ab34cd", "$100.00 \u20ac50 \u00a330",

@@ -8,7 +8,8 @@
 #   gpt2_trained    `nabla tokenizer train` on the fortunes, GPT-2's pattern
 #   llama3_trained  the same with Llama 3's pattern; llama3_ignore_merges
 #                   that file with ignore_merges on, as Llama 3's has it
-#   qwen2_trained, digits_trained   Qwen2's pattern, SmolLM2's digit split
+#   qwen2_trained, digits_trained, o200k_trained   Qwen2's pattern, SmolLM2's
+#                   digit split, GPT-4o's and Phi-4-mini's o200k pattern
 #   qwen2_nfc       qwen2_trained with Qwen2's NFC normalizer
 #   spm_legacy, spm_metaspace   SentencePiece-style BPE as Hugging Face
 #                   converts Llama 2's (make_spm_tokenizer.js: U+2581 pieces,
@@ -38,7 +39,7 @@ vocab=$("$here/../../scripts/fetch-gpt2-vocab") || fail "scripts/fetch-gpt2-voca
 rm -rf "$work"
 mkdir -p "$work"
 "$nabla" tokenizer convert --tokenizer gpt2 --vocab "$vocab" -o "$work/gpt2.json" || fail "tokenizer convert failed"
-for pattern in gpt2 llama3 qwen2 digits; do
+for pattern in gpt2 llama3 qwen2 digits o200k; do
   "$nabla" tokenizer train --pattern $pattern --vocab-size 3000 -o "$work/${pattern}_trained.json" ||
     fail "tokenizer train --pattern $pattern failed"
 done
@@ -84,7 +85,7 @@ done
   --save "$work/spm_gguf_model.safetensors" >"$work/spm_gguf_train.log" 2>&1 || fail "train llama with spm.gguf's vocabulary failed"
 cp "$work/spm_gguf_model.tokenizer.json" "$work/spm_from_gguf.json"
 
-for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained qwen2_nfc digits_trained spm_legacy \
+for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained qwen2_nfc digits_trained o200k_trained spm_legacy \
   spm_metaspace spm_gemma spm_from_gguf; do
   json="$work/$name.json" dir="$work/$name"
   mkdir -p "$dir"
@@ -110,5 +111,5 @@ for name in gpt2 gpt2_trained llama3_trained llama3_ignore_merges qwen2_trained 
 done
 
 [ $status -eq 0 ] || fail "nabla's ids differ from @huggingface/tokenizers' (texts and ids in $work)"
-echo "ok: nabla encodes as @huggingface/tokenizers with all eleven tokenizer.json files, and decodes back to the text;" \
+echo "ok: nabla encodes as @huggingface/tokenizers with all twelve tokenizer.json files, and decodes back to the text;" \
   "a Llama trains, exports (Hugging Face, GGUF) and samples with the SentencePiece one"

@@ -348,13 +348,37 @@ TEST(TokenizerPatterns, Llama3Qwen2AndDigits) {
   EXPECT_EQ(pieces_of("12345 6", PreTokenizer::qwen2), (Pieces{"1", "2", "3", "4", "5", " ", "6"}));
   EXPECT_EQ(pieces_of(" 12ab 7", PreTokenizer::digits), (Pieces{" ", "1", "2", "ab", " ", "7"}));
   EXPECT_EQ(pieces_of("IT'S", PreTokenizer::gpt2), (Pieces{"IT", "'", "S"}));
-  for (PreTokenizer p : {PreTokenizer::gpt2, PreTokenizer::llama3, PreTokenizer::qwen2, PreTokenizer::digits}) {
+  for (PreTokenizer p : {PreTokenizer::gpt2, PreTokenizer::llama3, PreTokenizer::qwen2, PreTokenizer::digits,
+                         PreTokenizer::o200k}) {
     EXPECT_EQ(parse_pre_tokenizer(pre_tokenizer_name(p)), p);
     std::string joined;
     for (const std::string& s : pieces_of("Mixed: 東京 2024!\r\n\t x  ", p)) joined += s;
     EXPECT_EQ(joined, "Mixed: 東京 2024!\r\n\t x  ") << pre_tokenizer_name(p);
   }
   EXPECT_THROW(parse_pre_tokenizer("sentencepiece"), UsageError);
+}
+
+// GPT-4o's o200k pattern (Phi-4-mini's): the pieces V8's regular
+// expressions cut these texts into (the pattern with (?i:...) spelled out
+// as classes, Node 18), where case runs, marks and modifier letters decide.
+TEST(TokenizerPatterns, O200kSplitsAtLetterCase) {
+  const auto o200k = [](std::string_view t) { return pieces_of(t, PreTokenizer::o200k); };
+  EXPECT_EQ(o200k("\u65e5\u672cAB, x"), (Pieces{"\u65e5\u672c", "AB", ",", " x"}));  // caseless letters given back
+  EXPECT_EQ(o200k("e\u0301XY. \u02b0AB!"), (Pieces{"e\u0301", "XY", ".", " \u02b0", "AB", "!"}));
+  EXPECT_EQ(o200k(" \u0301abc"), (Pieces{" \u0301abc"}));
+  EXPECT_EQ(o200k("\u0301"), (Pieces{"\u0301"}));
+  EXPECT_EQ(o200k("HTTPServer's"), (Pieces{"HTTPServer's"}));
+  EXPECT_EQ(o200k("THEY'RE they'RE"), (Pieces{"THEY'RE", " they'RE"}));
+  EXPECT_EQ(o200k("McDonald's iPhone"), (Pieces{"Mc", "Donald's", " i", "Phone"}));
+  EXPECT_EQ(o200k("\u01c5emal \u01c4EMAL"), (Pieces{"\u01c5emal", " \u01c4EMAL"}));
+  EXPECT_EQ(o200k(" x\u0308\u0301QR's"), (Pieces{" x\u0308\u0301", "QR's"}));
+  EXPECT_EQ(o200k("\u0e01\u0e48A-"), (Pieces{"\u0e01\u0e48", "A", "-"}));
+  EXPECT_EQ(o200k("a1234b"), (Pieces{"a", "123", "4", "b"}));
+  EXPECT_EQ(o200k("  \n\n  x"), (Pieces{"  \n\n", " ", " x"}));
+  EXPECT_EQ(o200k("foo//bar /\n/"), (Pieces{"foo", "//", "bar", " /\n/"}));
+  EXPECT_EQ(o200k("-Abc"), (Pieces{"-Abc"}));
+  EXPECT_EQ(o200k("\n\u0301x"), (Pieces{"\n", "\u0301x"}));
+  EXPECT_EQ(o200k("ABc\u02b0D"), (Pieces{"ABc\u02b0", "D"}));
 }
 
 // A trained tokenizer written as tokenizer.json reads back as the same

@@ -72,7 +72,7 @@ TEXTS
 } >"$tok/lines.txt"
 { cat "$tok/lines.txt"; cat $fortunes | head -c 200000; } >"$tok/whole.txt"
 names=""
-for pattern in gpt2 qwen2 digits llama3; do
+for pattern in gpt2 qwen2 digits llama3 o200k; do
   json="$tok/$pattern.json"
   "$nabla" tokenizer train --pattern $pattern --vocab-size 1000 -o "$json" >/dev/null ||
     fail "nabla tokenizer train --pattern $pattern failed"
