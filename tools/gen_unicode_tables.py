@@ -34,10 +34,11 @@ def class_of(cp):
     return None
 
 
-def ranges():
+def ranges(of):
+    """(first, last, value) runs of the code points where of() is not None."""
     out, start, cls = [], 0, None
     for cp in range(0x110001):
-        c = class_of(cp) if cp <= 0x10FFFF else None
+        c = of(cp) if cp <= 0x10FFFF else None
         if c != cls:
             if cls is not None:
                 out.append((start, cp - 1, cls))
@@ -55,16 +56,6 @@ def case_of(cp):
         return "kCaseless"
     return None
 
-
-def case_ranges():
-    out, start, cls = [], 0, None
-    for cp in range(0x110001):
-        c = case_of(cp) if cp <= 0x10FFFF else None
-        if c != cls:
-            if cls is not None:
-                out.append((start, cp - 1, cls))
-            start, cls = cp, c
-    return out
 
 
 def combining_ranges():
@@ -120,9 +111,9 @@ def main():
     w('#include "text/unicode.h"\n\nnamespace nabla::text {\n\n')
     w("const char* const kUnicodeVersion = \"%s\";\n\n" % unicodedata.unidata_version)
     table(w, "Sorted, disjoint, inclusive ranges; code points outside them are kOther.", "CodePointRange",
-          "kCodePointRanges", ranges(), "0x%X, 0x%X, %s")
+          "kCodePointRanges", ranges(class_of), "0x%X, 0x%X, %s")
     table(w, "Letter cases and marks as ranges; code points outside them are kNoCase.", "LetterCaseRange",
-          "kLetterCaseRanges", case_ranges(), "0x%X, 0x%X, %s")
+          "kLetterCaseRanges", ranges(case_of), "0x%X, 0x%X, %s")
     table(w, "Canonical combining classes other than 0, as ranges.", "CombiningRange", "kCombiningRanges",
           combining_ranges(), "0x%X, 0x%X, %d")
     dec = decompositions()

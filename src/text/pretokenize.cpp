@@ -76,19 +76,14 @@ size_t gpt2_end(std::string_view s, size_t i) {
 
 bool is_crlf(char c) { return c == '\r' || c == '\n'; }
 
-//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
-//   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-size_t llama3_end(std::string_view s, size_t i, int max_digits) {
+// What follows the letter alternatives in Llama 3's, Qwen2's and o200k's
+// patterns: \p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|
+// \s+(?!\S)|\s+ at i, where no letter alternative matched; o200k's
+// ([\r\n/]* after the run, `slash`) takes slashes after those newlines too.
+size_t tail_end(std::string_view s, size_t i, int max_digits, bool slash) {
   const size_t n = s.size();
-  if (size_t e = contraction_end(s, i, true); e > i) return e;
   size_t len0;
-  const CodeClass c0 = class_at(s, i, len0);
-  if (c0 == text::kLetter) return run_end(s, i, text::kLetter);
-  if (!is_crlf(s[i]) && c0 != text::kNumber && i + len0 < n) {
-    size_t len1;
-    if (class_at(s, i + len0, len1) == text::kLetter) return run_end(s, i + len0, text::kLetter);
-  }
-  if (c0 == text::kNumber) {
+  if (class_at(s, i, len0) == text::kNumber) {
     size_t end = i + len0;
     for (int count = 1; count < max_digits && end < n; ++count) {
       size_t l;
@@ -105,16 +100,31 @@ size_t llama3_end(std::string_view s, size_t i, int max_digits) {
   size_t l;
   if (class_at(s, start, l) == text::kOther) {
     size_t end = run_end(s, start, text::kOther);
-    while (end < n && is_crlf(s[end])) ++end;
+    while (end < n && (is_crlf(s[end]) || (slash && s[end] == '/'))) ++end;
     return end;
   }
-  // c0 is whitespace. "\s*[\r\n]+": up to the run's last \r or \n (a
-  // multi-byte space never holds those bytes).
+  // Whitespace. "\s*[\r\n]+": up to the run's last \r or \n (a multi-byte
+  // space never holds those bytes).
   const size_t run = run_end(s, i, text::kSpace);
   for (size_t k = run; k > i; --k) {
     if (is_crlf(s[k - 1])) return k;
   }
   return whitespace_end(s, i);
+}
+
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
+//   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+size_t llama3_end(std::string_view s, size_t i, int max_digits) {
+  const size_t n = s.size();
+  if (size_t e = contraction_end(s, i, true); e > i) return e;
+  size_t len0;
+  const CodeClass c0 = class_at(s, i, len0);
+  if (c0 == text::kLetter) return run_end(s, i, text::kLetter);
+  if (!is_crlf(s[i]) && c0 != text::kNumber && i + len0 < n) {
+    size_t len1;
+    if (class_at(s, i + len0, len1) == text::kLetter) return run_end(s, i + len0, text::kLetter);
+  }
+  return tail_end(s, i, max_digits, false);
 }
 
 // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] (upper) or [\p{Ll}\p{Lm}\p{Lo}\p{M}] (lower)
@@ -171,31 +181,7 @@ size_t o200k_end(std::string_view s, size_t i) {
     const size_t end = cased_run(s, k, false);
     return std::max(end, contraction_end(s, end, true));
   }
-  if (c0 == text::kNumber) {
-    size_t end = i + len0;
-    for (int count = 1; count < 3 && end < n; ++count) {
-      size_t l;
-      if (class_at(s, end, l) != text::kNumber) break;
-      end += l;
-    }
-    return end;
-  }
-  size_t start = i;
-  if (s[i] == ' ' && i + 1 < n) {
-    size_t l;
-    if (class_at(s, i + 1, l) == text::kOther) start = i + 1;
-  }
-  size_t l;
-  if (class_at(s, start, l) == text::kOther) {
-    size_t end = run_end(s, start, text::kOther);
-    while (end < n && (is_crlf(s[end]) || s[end] == '/')) ++end;
-    return end;
-  }
-  const size_t run = run_end(s, i, text::kSpace);
-  for (size_t k = run; k > i; --k) {
-    if (is_crlf(s[k - 1])) return k;
-  }
-  return whitespace_end(s, i);
+  return tail_end(s, i, 3, true);
 }
 
 }  // namespace

@@ -7,6 +7,19 @@
 
 namespace nabla::text {
 
+namespace {
+
+// The value of the range of a sorted, disjoint table that holds cp, or `none`.
+template <class Range, class Value>
+Value in_ranges(const Range* table, size_t count, uint32_t cp, Value none) {
+  const Range* end = table + count;
+  // The first range whose last code point is >= cp.
+  const Range* r = std::lower_bound(table, end, cp, [](const Range& a, uint32_t v) { return a.last < v; });
+  return r != end && r->first <= cp ? r->cls : none;
+}
+
+}  // namespace
+
 CodeClass code_class(uint32_t cp) {
   if (cp < 0x80) {
     // The common case, without the search.
@@ -15,11 +28,7 @@ CodeClass code_class(uint32_t cp) {
     if (cp >= '0' && cp <= '9') return kNumber;
     return kOther;
   }
-  const CodePointRange* end = kCodePointRanges + kCodePointRangeCount;
-  // The first range whose last code point is >= cp.
-  const CodePointRange* r = std::lower_bound(
-      kCodePointRanges, end, cp, [](const CodePointRange& a, uint32_t v) { return a.last < v; });
-  return r != end && r->first <= cp ? r->cls : kOther;
+  return in_ranges(kCodePointRanges, kCodePointRangeCount, cp, kOther);
 }
 
 LetterCase letter_case(uint32_t cp) {
@@ -28,10 +37,7 @@ LetterCase letter_case(uint32_t cp) {
     if (cp >= 'a' && cp <= 'z') return kLower;
     return kNoCase;
   }
-  const LetterCaseRange* end = kLetterCaseRanges + kLetterCaseRangeCount;
-  const LetterCaseRange* r = std::lower_bound(
-      kLetterCaseRanges, end, cp, [](const LetterCaseRange& a, uint32_t v) { return a.last < v; });
-  return r != end && r->first <= cp ? r->cls : kNoCase;
+  return in_ranges(kLetterCaseRanges, kLetterCaseRangeCount, cp, kNoCase);
 }
 
 uint32_t decode_utf8(std::string_view text, size_t pos, size_t& len) {
