@@ -239,7 +239,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           nabla_tensor* x = pick();
           const int64_t offset = in.small();
           const double base = double(in.i8()) * 100;
-          s = nabla_rope(ctx, x, offset, base, int(in.small()), &out);
+          if (in.u8() & 1) {
+            s = nabla_rope(ctx, x, offset, base, int(in.small()), &out);
+            break;
+          }
+          nabla_tensor* positions = maybe();
+          double factors[4];
+          const int64_t n_factors = in.small() % 5;
+          for (int64_t i = 0; i < n_factors; ++i) factors[i] = double(in.i8()) / 8;
+          s = nabla_rope_at(ctx, x, positions, offset, base, int(in.small()), factors, n_factors, in.small(),
+                            double(in.i8()) / 32, &out);
           break;
         }
         case 17: {

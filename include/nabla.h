@@ -245,6 +245,15 @@ nabla_status nabla_attention_capped(nabla_context* ctx, nabla_tensor* q, nabla_t
  * mode 0: GPT-NeoX pairs (x[i], x[i + D/2]); 1: original pairs (x[2i], x[2i+1]). */
 nabla_status nabla_rope(nabla_context* ctx, nabla_tensor* x, int64_t offset, double base, int mode,
                         nabla_tensor** out);
+/* The same at positions (i32 [T]; NULL: offset, offset+1, ..., else offset
+ * must be 0), the first dims elements of each row rotating and the rest
+ * passing through (0: all D; Phi-3's partial_rotary_factor, llama.cpp's
+ * n_rot), pair i's frequency divided by freq_factors[i] (n_factors = dims/2
+ * positive values, or NULL and 0: Llama 3's scaling, longrope's factors),
+ * cos and sin multiplied by scale (1: none; longrope's attention factor). */
+nabla_status nabla_rope_at(nabla_context* ctx, nabla_tensor* x, nabla_tensor* positions, int64_t offset,
+                           double base, int mode, const double* freq_factors, int64_t n_factors, int64_t dims,
+                           double scale, nabla_tensor** out);
 /* Zeroes elements with probability p and scales the rest by 1/(1-p); the mask
  * is a hash of seed (an i32 tensor of one element: write a new value into it
  * for new masks without recompiling) and salt. train == 0 returns x. */

@@ -50,6 +50,8 @@ module Nabla
     nabla_attention: [[P, P, P, P, :int, :double, P], :int],
     nabla_attention_within: [[P, P, P, P, :int, :double, P, :int64, P], :int],
     nabla_attention_capped: [[P, P, P, P, :int, :double, P, :int64, :double, P], :int],
+    nabla_rope: [[P, P, :int64, :double, :int, P], :int],
+    nabla_rope_at: [[P, P, P, :int64, :double, :int, P, :int64, :int64, :double, P], :int],
     nabla_conv_2d: [[P, P, P, P, P, P, P, :int64, P], :int],
     nabla_cross_entropy: [[P, P, P, :int64, P], :int],
     nabla_argmax: [[P, P, :int64, :int, P], :int],

@@ -587,13 +587,37 @@ nabla_status nabla_attention_capped(nabla_context* ctx, nabla_tensor* q, nabla_t
   });
 }
 
+static nabla::RopeMode rope_mode(const Call& c, int mode) {
+  if (mode != 0 && mode != 1) {
+    c.argument_error("unknown mode " + std::to_string(mode) + "; expected 0 (GPT-NeoX) or 1 (original)");
+  }
+  return static_cast<nabla::RopeMode>(mode);
+}
+
 nabla_status nabla_rope(nabla_context* ctx, nabla_tensor* x, int64_t offset, double base, int mode,
                         nabla_tensor** out) {
   return op_call("nabla_rope", ctx, out, [&](Call& c) {
-    if (mode != 0 && mode != 1) {
-      c.argument_error("unknown mode " + std::to_string(mode) + "; expected 0 (GPT-NeoX) or 1 (original)");
+    return nabla::rope(c.tensor(ctx, x, "x"), offset, base, rope_mode(c, mode));
+  });
+}
+
+nabla_status nabla_rope_at(nabla_context* ctx, nabla_tensor* x, nabla_tensor* positions, int64_t offset,
+                           double base, int mode, const double* freq_factors, int64_t n_factors, int64_t dims,
+                           double scale, nabla_tensor** out) {
+  return op_call("nabla_rope_at", ctx, out, [&](Call& c) {
+    if (n_factors < 0) c.argument_error("argument 'n_factors' is negative (" + std::to_string(n_factors) + ")");
+    if (n_factors > 0 && !freq_factors) {
+      c.argument_error("argument 'freq_factors' is NULL but 'n_factors' is " + std::to_string(n_factors));
     }
-    return nabla::rope(c.tensor(ctx, x, "x"), offset, base, static_cast<nabla::RopeMode>(mode));
+    if (positions && offset != 0) {
+      c.argument_error("both positions and offset " + std::to_string(offset) + " given; offset applies only "
+                       "without positions");
+    }
+    const std::vector<double> factors(freq_factors, freq_factors + n_factors);
+    const nabla::Tensor& in = c.tensor(ctx, x, "x");
+    const nabla::RopeMode m = rope_mode(c, mode);
+    return positions ? nabla::rope(in, c.tensor(ctx, positions, "positions"), base, m, factors, dims, scale)
+                     : nabla::rope(in, offset, base, m, factors, dims, scale);
   });
 }
 

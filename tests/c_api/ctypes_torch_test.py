@@ -120,6 +120,10 @@ def i64s(*values):
     return (ctypes.c_int64 * len(values))(*values)
 
 
+def doubles(*values):
+    return (ctypes.c_double * len(values))(*values)
+
+
 def close(name, got, want, tol=1e-10):
     err = (got.double() - want.double()).abs().max().item() if want.numel() else 0.0
     scale = max(want.double().abs().max().item(), 1.0) if want.numel() else 1.0
@@ -128,16 +132,22 @@ def close(name, got, want, tol=1e-10):
     expect(ok, f"{name}: shape {list(got.shape)} vs {list(want.shape)}, max err {err:.3e}")
 
 
-def rope_ref(x, offset, base, mode):
+def rope_ref(x, offset, base, mode, positions=None, factors=None, dims=0, scale=1.0):
     T, D = x.shape[-2], x.shape[-1]
-    pos = torch.arange(offset, offset + T, dtype=torch.float64)[:, None]
-    theta = base ** (-torch.arange(0, D // 2, dtype=torch.float64) * 2 / D)
-    cos, sin = torch.cos(pos * theta), torch.sin(pos * theta)
+    R = dims or D
+    x, rest = x[..., :R], x[..., R:]
+    pos = (torch.arange(offset, offset + T) if positions is None else positions).double()[:, None]
+    theta = base ** (-torch.arange(0, R // 2, dtype=torch.float64) * 2 / R)
+    if factors is not None:
+        theta = theta / torch.tensor(factors, dtype=torch.float64)
+    cos, sin = scale * torch.cos(pos * theta), scale * torch.sin(pos * theta)
     if mode == 0:
-        a, b = x[..., : D // 2], x[..., D // 2:]
-        return torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
-    a, b = x[..., 0::2], x[..., 1::2]
-    return torch.stack([a * cos - b * sin, b * cos + a * sin], -1).flatten(-2)
+        a, b = x[..., : R // 2], x[..., R // 2:]
+        turned = torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+        turned = torch.stack([a * cos - b * sin, b * cos + a * sin], -1).flatten(-2)
+    return torch.cat([turned, rest], -1)
 
 
 def attention_ref(q, k, v, scale, mask=None, causal=False):
@@ -234,6 +244,15 @@ def test_ops():
     r = rand(2, 5, 8)
     case("rope neox", nb.op("rope", nb.leaf(r), 3, 100.0, 0), rope_ref(r, 3, 100.0, 0))
     case("rope original", nb.op("rope", nb.leaf(r), 0, 10000.0, 1), rope_ref(r, 0, 10000.0, 1))
+    rpos = torch.tensor([7, 0, 3, 3, 12], dtype=torch.int32)[: r.shape[-2]]
+    factors = [1.0, 4.0, 0.5, 9.0][: (r.shape[-1] - 2) // 2]
+    case("rope_at positions factors partial scale",
+         nb.op("rope_at", nb.leaf(r), nb.leaf(rpos), 0, 100.0, 0, doubles(*factors), len(factors),
+               r.shape[-1] - 2, 1.3),
+         rope_ref(r, 0, 100.0, 0, rpos, factors, r.shape[-1] - 2, 1.3))
+    case("rope_at offset original partial",
+         nb.op("rope_at", nb.leaf(r), None, 5, 500.0, 1, None, 0, r.shape[-1] - 2, 1.0),
+         rope_ref(r, 5, 500.0, 1, dims=r.shape[-1] - 2))
     seed = nb.leaf(torch.tensor([5], dtype=torch.int32))
     case("dropout eval", nb.op("dropout", X, 0.5, seed, 0, 0), x)
     dropped = nb.op("dropout", X, 0.5, seed, 1, 0)

@@ -448,6 +448,7 @@ static void errors(void) {
   FAILS(nabla_cross_entropy(ctx, x, flabels, -100, &out), NABLA_ERROR_DTYPE, "cross_entropy");
   FAILS(nabla_max_pool_2d(ctx, image, NULL, NULL, NULL, &out), NABLA_ERROR_ARGUMENT, "kernel");
   FAILS(nabla_rope(ctx, x, 0, 10000.0, 5, &out), NABLA_ERROR_ARGUMENT, "nabla_rope");
+  FAILS(nabla_rope_at(ctx, x, NULL, 0, 10000.0, 0, NULL, 3, 0, 1.0, &out), NABLA_ERROR_ARGUMENT, "freq_factors");
   FAILS(nabla_dropout(ctx, x, 0.1, seed, 1, 0, &out), NABLA_ERROR_DTYPE, "dropout");
   FAILS(nabla_attention(ctx, x, x, x, 0, 0.0, &out), NABLA_ERROR_SHAPE, "attention");
   CHECK(out == NULL);
