@@ -162,8 +162,9 @@ class FinetuneTask : public TrainingTask {
 
 // The run's record in its training state's config: the base, and the mode
 // and adapter settings it trained with.
-std::string run_config(const FinetuneArgs& a, const nn::LoraConfig& lora) {
+std::string run_config(const FinetuneArgs& a, const nn::LoraConfig& lora, const FinetuneDataOptions& data) {
   nlohmann::json j = {{"architecture", "finetune"}, {"base", fs::absolute(a.base).string()}, {"full", a.full}};
+  if (!data.today.empty()) j["chat_date"] = data.today;
   if (!a.full) {
     j["lora"] = {{"r", lora.r}, {"alpha", lora.alpha}, {"dropout", lora.dropout}, {"rslora", lora.rslora},
                  {"targets", lora.targets}};
@@ -201,6 +202,15 @@ int run_finetune(const FinetuneArgs& a) {
     state = models::FinetuneSession::load_state(a.resume);
   }
   const uint64_t seed = state ? state->position.seed : a.seed;
+  // SmolLM3's template dates its system block; a resumed run renders its
+  // examples with the date it began with, so that they stay the same.
+  const ChatTemplate tmpl = chat_template(a);
+  FinetuneDataOptions dopt{.chat_template = tmpl};
+  if (tmpl == ChatTemplate::smollm3) {
+    const auto recorded = state ? nlohmann::json::parse(state->config_json, nullptr, false) : nlohmann::json();
+    dopt.today = recorded.is_object() && recorded.value("chat_date", "") != "" ? recorded.value("chat_date", "")
+                                                                                 : chat_date_today();
+  }
 
   // The base, read whole, then frozen under the adapters (a full run
   // resumes from its own saved model).
@@ -222,7 +232,8 @@ int run_finetune(const FinetuneArgs& a) {
     std::string data;
     for (const std::string& path : {a.data, a.val_data}) data += path.empty() ? "" : read_file(path);
     dist::check_same(*a.comm, "the fine-tuning data",
-                     fmt::format("{} bytes, hash {}", data.size(), dist::fingerprint(data.data(), data.size())));
+                     fmt::format("{} bytes, hash {}{}", data.size(), dist::fingerprint(data.data(), data.size()),
+                                 dopt.today.empty() ? "" : ", dated " + dopt.today));
   }
   models::FinetuneSession session(a.full && !a.resume.empty() ? a.resume : a.base, fc,
                                   a.full ? "" : a.resume);
@@ -237,8 +248,6 @@ int run_finetune(const FinetuneArgs& a) {
     throw UsageError(fmt::format("{}: the {} tokenizer has {} tokens, the model {}", command, tok->name(),
                                  tok->vocab_size(), cfg.vocab_size));
   }
-  const ChatTemplate tmpl = chat_template(a);
-  const FinetuneDataOptions dopt{.chat_template = tmpl};
   FinetuneSplit split;
   if (a.val_data.empty()) {
     split = split_validation(read_finetune_jsonl(a.data, *tok, dopt), a.val_fraction, seed);
@@ -263,7 +272,7 @@ int run_finetune(const FinetuneArgs& a) {
   }
   FinetuneTask task(session, std::move(train_batches), std::move(val_batches), a.threads);
 
-  const std::string config_json = run_config(a, lora);
+  const std::string config_json = run_config(a, lora, dopt);
   TrainingLoopOptions options{.command = command,
                               .epochs = a.epochs,
                               .min_lr_fraction = 0.0,

@@ -125,7 +125,7 @@ struct FinetuneArgs : TrainLoopArgs {
   std::string data;      // JSONL
   std::string val_data;  // JSONL; "" = val_fraction of data
   double val_fraction = 0.05;
-  std::string chat_template = "auto";  // chatml, llama3, gemma; auto: the tokenizer's, else chatml
+  std::string chat_template = "auto";  // a ChatTemplate's name; auto: the base's own, else chatml
   std::string tokenizer;               // "" = the base's (checkpoint_tokenizer)
   bool pad = false;                    // one example a row (default: packed)
   int epochs = 1;

@@ -352,9 +352,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   finetune_cmd
       ->add_option("--chat-template", ft.chat_template,
-                   "Template for {\"messages\"}: chatml, llama3, gemma, phi3, phi4, or auto (the base's own when it "
-                   "is one of these, else chatml)")
-      ->check(CLI::IsMember({"auto", "chatml", "llama3", "gemma", "phi3", "phi4"}))
+                   "Template for {\"messages\"}: chatml, llama3, gemma, phi3, phi4, smollm3, qwen3, or auto (the "
+                   "base's own when it is one of these, else chatml)")
+      ->check(CLI::IsMember({"auto", "chatml", "llama3", "gemma", "phi3", "phi4", "smollm3", "qwen3"}))
       ->capture_default_str();
   finetune_cmd->add_option("--tokenizer", ft.tokenizer, "Tokenizer (default: the base's)")->check(tokenizer_validator());
   finetune_cmd->add_flag("--pad", ft.pad,

@@ -33,16 +33,21 @@ namespace nabla {
 //           end-of-text token
 //   phi4    Phi-4-mini: "<|" role "|>" content "<|end|>", then the
 //           end-of-text token
-enum class ChatTemplate { chatml, llama3, gemma, phi3, phi4 };
-// "chatml", "llama3", "gemma", "phi3" or "phi4"; UsageError naming them for another name.
+//   smollm3 SmolLM3: ChatML after a system block of metadata (today's date,
+//           the reasoning mode) and custom instructions
+//   qwen3   Qwen3: ChatML with think blocks after the last user message
+enum class ChatTemplate { chatml, llama3, gemma, phi3, phi4, smollm3, qwen3 };
+// "chatml", "llama3", "gemma", "phi3", "phi4", "smollm3" or "qwen3"; UsageError
+// naming them for another name.
 ChatTemplate parse_chat_template(const std::string& name);
 const char* chat_template_name(ChatTemplate t);
 // The built-in template a Jinja chat template (tokenizer_config.json's
 // "chat_template", GGUF's tokenizer.chat_template) is, recognised by its
 // markers: "<|im_start|>" for chatml, "<|start_header_id|>" for llama3,
 // "<start_of_turn>" for gemma, "<|end|>" and "<|assistant|>" for phi3 (its
-// markers followed by a newline) or phi4; std::nullopt when it has none or
-// several.
+// markers followed by a newline) or phi4; ChatML's with "Reasoning Mode"
+// for smollm3, with "last_query_index" and "</think>" for qwen3;
+// std::nullopt when it has none or several.
 std::optional<ChatTemplate> recognize_chat_template(const std::string& jinja);
 
 struct FinetuneExample {
@@ -57,7 +62,12 @@ struct FinetuneDataOptions {
   // templates do with their own default (SmolLM2's: "You are a helpful AI
   // assistant named SmolLM, trained by Hugging Face").
   std::string default_system;
+  // SmolLM3's "Today Date" (its template's strftime_now("%d %B %Y")); empty:
+  // chat_date_today() when the line is read.
+  std::string today;
 };
+// The local date as SmolLM3's template writes it: "07 December 2026".
+std::string chat_date_today();
 
 // One example per non-blank line of a JSONL file, each line an object of one
 // of these forms (other keys are ignored):
@@ -86,6 +96,32 @@ struct FinetuneDataOptions {
 //                system message is skipped, as Phi-3.5's template does); then
 //                eot_id(), counted when the last message is the assistant's.
 //       phi4:    as phi3 without the newlines.
+//       smollm3: prefix_ids(), then "<|im_start|>system\n## Metadata\n\n
+//                Knowledge Cutoff Date: June 2025\nToday Date: " today
+//                "\nReasoning Mode: " ("/think" or "/no_think") "\n\n##
+//                Custom Instructions\n\n" instructions "\n\n" (not
+//                counted; no "<|im_end|>", as the template has it without
+//                tools). The mode is "/no_think" when the first message is a
+//                system message holding "/no_think", else "/think" when it
+//                holds "/think", else the line's chat_template_kwargs'
+//                "enable_thinking" (default true); the instructions are that
+//                message without those flags, right-stripped, else the
+//                kwargs' "custom_instructions", else SmolLM's default for the
+//                mode. A system message holding "/system_override" is
+//                rendered instead as "<|im_start|>system\n" its text (flags
+//                removed) "<|im_end|>\n". Then as chatml, assistant content
+//                left-stripped of newlines and, in "/no_think", opened by
+//                "<think>\n\n</think>\n" (not counted). A later system
+//                message is refused (the template drops it).
+//       qwen3:   prefix_ids(), then as chatml, but an assistant message's
+//                content holding "</think>" is split: its reasoning (between
+//                the last "<think>" before the first "</think>" and that,
+//                newlines stripped) and its answer (after the last
+//                "</think>", newlines left-stripped). Before the last user
+//                message the reasoning is dropped; after it, a message with
+//                reasoning, and the last message always, opens with
+//                "<think>\n" reasoning "\n</think>\n\n", counted, or when
+//                there is none "<think>\n\n</think>\n\n", not counted.
 //       A marker is one id when the tokenizer has it as an added token, else
 //       whatever encode() makes of its text. NOTE: as with Hugging Face's
 //       apply_chat_template, a marker's text inside content is encoded as

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <cstdio>
+#include <ctime>
 
 #include "data/counter_random.h"
 #include "nabla/error.h"
@@ -91,15 +93,164 @@ class ExampleBuilder {
   FinetuneExample example_;
 };
 
-FinetuneExample read_messages(const json& messages, ExampleBuilder& b, const Tokenizer& tokenizer,
+struct Message {
+  std::string role, content;
+};
+
+// SmolLM3's default custom instructions (its template's text), in thinking
+// and in non-thinking mode.
+constexpr const char* kSmolLM3ThinkingInstructions =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face. Your role as an assistant "
+    "involves thoroughly exploring questions through a systematic thinking process before providing "
+    "the final precise and accurate solutions. This requires engaging in a comprehensive cycle of "
+    "analysis, summarizing, exploration, reassessment, reflection, backtracking, and iteration to "
+    "develop well-considered thinking process. Please structure your response into two main sections: "
+    "Thought and Solution using the specified format: <think> Thought section </think> Solution "
+    "section. In the Thought section, detail your reasoning process in steps. Each step should "
+    "include detailed considerations such as analysing questions, summarizing relevant findings, "
+    "brainstorming new ideas, verifying the accuracy of the current steps, refining any errors, and "
+    "revisiting previous steps. In the Solution section, based on various attempts, explorations, and "
+    "reflections from the Thought section, systematically present the final solution that you deem "
+    "correct. The Solution section should be logical, accurate, and concise and detail necessary "
+    "steps needed to reach the conclusion.";
+constexpr const char* kSmolLM3Instructions = "You are a helpful AI assistant named SmolLM, trained by Hugging Face.";
+
+// Python's str.lstrip / rstrip / strip of the characters in `chars`.
+std::string_view lstrip(std::string_view s, std::string_view chars) {
+  while (!s.empty() && chars.find(s.front()) != std::string_view::npos) s.remove_prefix(1);
+  return s;
+}
+std::string_view rstrip(std::string_view s, std::string_view chars) {
+  while (!s.empty() && chars.find(s.back()) != std::string_view::npos) s.remove_suffix(1);
+  return s;
+}
+std::string_view strip(std::string_view s, std::string_view chars) { return lstrip(rstrip(s, chars), chars); }
+constexpr std::string_view kPySpace = " \t\n\r\v\f";  // str.rstrip()'s default, on ASCII
+
+// s with every `what` removed (Python's s.replace(what, "")).
+std::string erase_all(std::string s, std::string_view what) {
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at)) s.erase(at, what.size());
+  return s;
+}
+
+// The line's "chat_template_kwargs" (TRL's per-example template arguments):
+// `key` when the object holds it, checked to be of the type `is` accepts.
+const json* template_kwarg(const json& line, const char* key, bool (json::*is)() const noexcept,
+                           const char* expected, const ExampleBuilder& b) {
+  const auto kwargs = line.find("chat_template_kwargs");
+  if (kwargs == line.end() || kwargs->is_null()) return nullptr;
+  if (!kwargs->is_object()) throw b.error("\"chat_template_kwargs\" is " + json_text(*kwargs) + ", expected an object");
+  const auto v = kwargs->find(key);
+  if (v == kwargs->end() || v->is_null()) return nullptr;
+  if (!((*v).*is)()) {
+    throw b.error("\"chat_template_kwargs\"." + std::string(key) + " is " + json_text(*v) + ", expected " + expected);
+  }
+  return &*v;
+}
+
+// SmolLM3's template (no tools): a system block of metadata and custom
+// instructions, which a "/think" or "/no_think" in the system message (or
+// chat_template_kwargs' enable_thinking, default true) sets the reasoning
+// mode of; "/system_override" replaces the block with the message alone.
+// NOTE: as the template does, the block has no "<|im_end|>" without tools.
+// Assistant turns in "/no_think" open with an empty think block, not counted.
+void render_smollm3(const std::vector<Message>& turns, const json& line, ExampleBuilder& b,
+                    const Tokenizer& tokenizer, const FinetuneDataOptions& options) {
+  const json* thinking = template_kwarg(line, "enable_thinking", &json::is_boolean, "true or false", b);
+  bool think = thinking ? thinking->get<bool>() : true;
+  std::string custom;
+  if (const json* c = template_kwarg(line, "custom_instructions", &json::is_string, "a string", b)) {
+    custom = c->get<std::string>();
+  }
+  const bool system = turns.front().role == "system";
+  if (system) {
+    const std::string& m = turns.front().content;
+    if (m.find("/no_think") != std::string::npos) {
+      think = false;
+    } else if (m.find("/think") != std::string::npos) {
+      think = true;
+    }
+    custom = std::string(rstrip(erase_all(erase_all(m, "/no_think"), "/think"), kPySpace));
+  }
+  b.ids(tokenizer.prefix_ids(), false);
+  if (system && turns.front().content.find("/system_override") != std::string::npos) {
+    b.text("<|im_start|>system\n" + std::string(rstrip(erase_all(custom, "/system_override"), kPySpace)) +
+               "<|im_end|>\n",
+           false);
+  } else {
+    const std::string today = options.today.empty() ? chat_date_today() : options.today;
+    if (custom.empty()) custom = think ? kSmolLM3ThinkingInstructions : kSmolLM3Instructions;
+    b.text("<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: " + today +
+               "\nReasoning Mode: " + (think ? "/think" : "/no_think") + "\n\n## Custom Instructions\n\n" + custom +
+               "\n\n",
+           false);
+  }
+  for (size_t k = system ? 1 : 0; k < turns.size(); ++k) {
+    const Message& t = turns[k];
+    if (t.role == "system") {
+      throw b.error("\"messages\"[" + std::to_string(k) +
+                    "] is a system message; SmolLM3's template renders one system message, the first");
+    }
+    const bool counted = t.role == "assistant";
+    b.text("<|im_start|>" + t.role + "\n" + (counted && !think ? "<think>\n\n</think>\n" : ""), false);
+    b.text(counted ? lstrip(t.content, "\n") : t.content, counted);
+    b.text("<|im_end|>", counted);
+    b.text("\n", false);
+  }
+}
+
+// Qwen3's template (no tools): ChatML, each assistant message's reasoning
+// (what its content holds before "</think>") dropped, except after the last
+// user message, where a think block holds it and opens the last message
+// always (empty: not counted, as the prompt gives it in non-thinking mode).
+void render_qwen3(const std::vector<Message>& turns, ExampleBuilder& b, const Tokenizer& tokenizer) {
+  size_t last_query = turns.size() - 1;
+  for (size_t k = turns.size(); k-- > 0;) {
+    if (turns[k].role == "user") {
+      last_query = k;
+      break;
+    }
+  }
+  b.ids(tokenizer.prefix_ids(), false);
+  for (size_t k = 0; k < turns.size(); ++k) {
+    const Message& t = turns[k];
+    if (t.role != "assistant") {
+      b.text("<|im_start|>" + t.role + "\n", false);
+      b.text(t.content, false);
+      b.text("<|im_end|>\n", false);
+      continue;
+    }
+    std::string_view content = t.content, reasoning;
+    if (const size_t end = content.find("</think>"); end != std::string_view::npos) {
+      reasoning = rstrip(content.substr(0, end), "\n");
+      if (const size_t open = reasoning.rfind("<think>"); open != std::string_view::npos) {
+        reasoning.remove_prefix(open + 7);
+      }
+      reasoning = strip(reasoning, "\n");
+      content = lstrip(content.substr(content.rfind("</think>") + 8), "\n");
+    }
+    b.text("<|im_start|>assistant\n", false);
+    if (k > last_query && (k + 1 == turns.size() || !reasoning.empty())) {
+      if (reasoning.empty()) {
+        b.text("<think>\n\n</think>\n\n", false);
+      } else {
+        b.text("<think>\n" + std::string(reasoning) + "\n</think>\n\n", true);
+      }
+      content = lstrip(content, "\n");
+    }
+    b.text(content, true);
+    b.text("<|im_end|>", true);
+    b.text("\n", false);
+  }
+}
+
+FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokenizer& tokenizer,
                               const FinetuneDataOptions& options) {
+  const json& messages = line["messages"];
   if (!messages.is_array())
     throw b.error("\"messages\" is " + json_text(messages) +
                   ", expected an array of {role, content}");
   if (messages.empty()) throw b.error("\"messages\" is empty, expected at least one message");
-  struct Message {
-    std::string role, content;
-  };
   std::vector<Message> turns;
   for (size_t k = 0; k < messages.size(); ++k) {
     const json& m = messages[k];
@@ -161,6 +312,12 @@ FinetuneExample read_messages(const json& messages, ExampleBuilder& b, const Tok
       }
       break;
     }
+    case ChatTemplate::smollm3:
+      render_smollm3(turns, line, b, tokenizer, options);
+      break;
+    case ChatTemplate::qwen3:
+      render_qwen3(turns, b, tokenizer);
+      break;
     case ChatTemplate::phi3:
     case ChatTemplate::phi4: {
       // "<|" role "|>" (Phi-3: and "\n"), content, "<|end|>" (Phi-3: "\n");
@@ -195,7 +352,7 @@ FinetuneExample read_line(const json& j, ExampleBuilder& b, const Tokenizer& tok
                   ": expected one of {\"text\": ...}, {\"prompt\": ..., \"completion\": ...} or "
                   "{\"messages\": [...]}");
   }
-  if (messages) return read_messages(j["messages"], b, tokenizer, options);
+  if (messages) return read_messages(j, b, tokenizer, options);
   if (text) {
     b.ids(tokenizer.prefix_ids(), true);
     b.text(b.field(j, "text", "\"text\""), true);
@@ -221,7 +378,10 @@ ChatTemplate parse_chat_template(const std::string& name) {
   if (name == "gemma") return ChatTemplate::gemma;
   if (name == "phi3") return ChatTemplate::phi3;
   if (name == "phi4") return ChatTemplate::phi4;
-  throw UsageError("unknown chat template \"" + name + "\": expected \"chatml\", \"llama3\", \"gemma\", \"phi3\" or \"phi4\"");
+  if (name == "smollm3") return ChatTemplate::smollm3;
+  if (name == "qwen3") return ChatTemplate::qwen3;
+  throw UsageError("unknown chat template \"" + name +
+                   "\": expected \"chatml\", \"llama3\", \"gemma\", \"phi3\", \"phi4\", \"smollm3\" or \"qwen3\"");
 }
 
 const char* chat_template_name(ChatTemplate t) {
@@ -236,6 +396,10 @@ const char* chat_template_name(ChatTemplate t) {
       return "phi3";
     case ChatTemplate::phi4:
       return "phi4";
+    case ChatTemplate::smollm3:
+      return "smollm3";
+    case ChatTemplate::qwen3:
+      return "qwen3";
   }
   return "?";
 }
@@ -248,7 +412,24 @@ std::optional<ChatTemplate> recognize_chat_template(const std::string& jinja) {
   if (int(chatml) + int(llama3) + int(gemma) + int(phi) != 1) return std::nullopt;
   // Phi-3's role markers end in a newline ('<|user|>\n'), Phi-4-mini's not.
   if (phi) return jinja.find("|>\n") != std::string::npos ? ChatTemplate::phi3 : ChatTemplate::phi4;
-  return chatml ? ChatTemplate::chatml : llama3 ? ChatTemplate::llama3 : ChatTemplate::gemma;
+  if (chatml) {
+    auto has = [&](const char* s) { return jinja.find(s) != std::string::npos; };
+    if (has("Reasoning Mode")) return ChatTemplate::smollm3;
+    if (has("last_query_index") && has("</think>")) return ChatTemplate::qwen3;
+    return ChatTemplate::chatml;
+  }
+  return llama3 ? ChatTemplate::llama3 : ChatTemplate::gemma;
+}
+
+std::string chat_date_today() {
+  static constexpr const char* kMonths[] = {"January", "February", "March",     "April",   "May",      "June",
+                                            "July",    "August",   "September", "October", "November", "December"};
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char day[3];
+  std::snprintf(day, sizeof day, "%02d", local.tm_mday);
+  return std::string(day) + " " + kMonths[local.tm_mon] + " " + std::to_string(local.tm_year + 1900);
 }
 
 std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,

@@ -40,6 +40,16 @@ cmp "$dir/straight/adapter_model.safetensors" "$dir/part/adapter_model.safetenso
   fail "the resumed adapter differs from the uninterrupted run's"
 echo "resumed adapter is byte-identical to the uninterrupted run's"
 
+# SmolLM3's template dates its system block: the run records the date, and a
+# resumed run renders with it (here the same day: the same adapter).
+"$nabla" finetune --base "$dir/base" $common --chat-template smollm3 --save "$dir/smol" --max-steps 5 \
+  > "$dir/smol.log" 2>&1 || { cat "$dir/smol.log"; fail "smollm3 template"; }
+grep -q "smollm3 template" "$dir/smol.log" || { cat "$dir/smol.log"; fail "smollm3 template not used"; }
+grep -aqF "chat_date\\\":\\\"$(LC_ALL=C date '+%d %B %Y')" "$dir/smol/training_state.safetensors" ||
+  fail "the training state records no chat date"
+"$nabla" finetune --base "$dir/base" $common --chat-template smollm3 --save "$dir/smol" --resume "$dir/smol" \
+  > "$dir/smol_resumed.log" 2>&1 || { cat "$dir/smol_resumed.log"; fail "smollm3 resume"; }
+
 # A GGUF base, padded batches, accumulation, rsLoRA on two targets.
 "$nabla" finetune --base "$dir/base.gguf" --data "$data" --context 160 --batch 2 --grad-accum 3 --pad --epochs 1 \
   --lora-targets q,v --rslora --save "$dir/gguf_adapter" > "$dir/gguf.log" 2>&1 || { cat "$dir/gguf.log"; fail "gguf base"; }

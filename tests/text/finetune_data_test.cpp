@@ -403,6 +403,144 @@ TEST(FinetuneData, DefaultSystemMessage) {
       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user"));
 }
 
+// What a line's ids decode to, and what its counted ids decode to, with the
+// byte tokenizer (the rendered text, and the part of it that is learned).
+std::pair<std::string, std::string> rendered(const FinetuneExample& ex) {
+  Ids learned;
+  for (int32_t l : ex.labels)
+    if (l != X) learned.push_back(l);
+  ByteTokenizer tok;
+  return {tok.decode(ex.ids), tok.decode(learned)};
+}
+
+// SmolLM3's template (its chat_template.jinja rendered by jinja2 as
+// transformers does, strftime_now giving the date below): the system block's
+// modes, flags, override and defaults; the empty think block not learned.
+TEST(FinetuneData, SmolLM3MessagesAsItsTemplateRendersThem) {
+  TempDir dir;
+  ByteTokenizer tok;
+  FinetuneDataOptions options;
+  options.chat_template = ChatTemplate::smollm3;
+  options.today = "07 December 2026";
+  const std::string head = "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: 07 December "
+                           "2026\nReasoning Mode: ";
+  const std::string smol = "You are a helpful AI assistant named SmolLM, trained by Hugging Face.";
+  struct Case {
+    std::string line, text, learned;
+  };
+  const Case cases[] = {
+      {kConversation,
+       head + "/think\n\n## Custom Instructions\n\nBe brief.\n\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+              "Hello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n Bye. <|im_end|>\n",
+       "Hello!<|im_end|> Bye. <|im_end|>"},
+      {R"({"messages": [{"role": "system", "content": "Be brief. /no_think  "}, {"role": "user", "content": "Hi"},)"
+       R"( {"role": "assistant", "content": "Yo"}]})",
+       head + "/no_think\n\n## Custom Instructions\n\nBe brief.\n\n<|im_start|>user\nHi<|im_end|>\n"
+              "<|im_start|>assistant\n<think>\n\n</think>\nYo<|im_end|>\n",
+       "Yo<|im_end|>"},
+      {R"({"messages": [{"role": "system", "content": "/no_think"}, {"role": "user", "content": "Hi"},)"
+       R"( {"role": "assistant", "content": "Yo"}]})",
+       head + "/no_think\n\n## Custom Instructions\n\n" + smol +
+           "\n\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\nYo<|im_end|>\n",
+       "Yo<|im_end|>"},
+      {R"({"messages": [{"role": "system", "content": "Pirate. /system_override /think "},)"
+       R"( {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "<think>\nhm\n</think>\nArr"}]})",
+       "<|im_start|>system\nPirate.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nhm\n"
+       "</think>\nArr<|im_end|>\n",
+       "<think>\nhm\n</think>\nArr<|im_end|>"},
+      {R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],)"
+       R"( "chat_template_kwargs": {"enable_thinking": false}})",
+       head + "/no_think\n\n## Custom Instructions\n\n" + smol +
+           "\n\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\nYo<|im_end|>\n",
+       "Yo<|im_end|>"},
+      {R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],)"
+       R"( "chat_template_kwargs": {"enable_thinking": false, "custom_instructions": "Vampire."}})",
+       head + "/no_think\n\n## Custom Instructions\n\nVampire.\n\n<|im_start|>user\nHi<|im_end|>\n"
+              "<|im_start|>assistant\n<think>\n\n</think>\nYo<|im_end|>\n",
+       "Yo<|im_end|>"},
+  };
+  for (const Case& c : cases) {
+    const auto ex = read_lines(dir, c.line, tok, options);
+    ASSERT_EQ(ex.size(), 1u);
+    EXPECT_EQ(rendered(ex[0]), std::make_pair(c.text, c.learned)) << c.line;
+  }
+  // No system message, thinking: the template's long default instructions.
+  const auto ex = read_lines(dir, R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\n\nYo"}]})",
+                             tok, options);
+  const auto [text, learned] = rendered(ex[0]);
+  const std::string start = head + "/think\n\n## Custom Instructions\n\n" + smol + " Your role as an assistant involves ";
+  const std::string end = "necessary steps needed to reach the conclusion.\n\n<|im_start|>user\nHi<|im_end|>\n"
+                          "<|im_start|>assistant\nYo<|im_end|>\n";
+  EXPECT_EQ(text.substr(0, start.size()), start);
+  EXPECT_EQ(text.substr(text.size() - std::min(text.size(), end.size())), end);
+  EXPECT_EQ(text.size(), 1371u);  // jinja2's rendering's length
+  EXPECT_EQ(learned, "Yo<|im_end|>");
+  // The template drops a later system message; nabla refuses it.
+  for (const auto& [line, says] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Yo"}, {"role": "assistant", "content": "A"}]})",
+            "SmolLM3's template renders one system message, the first"},
+           {R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "A"}], "chat_template_kwargs": {"enable_thinking": "no"}})",
+            "\"chat_template_kwargs\".enable_thinking is \"no\", expected true or false"},
+           {R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "A"}], "chat_template_kwargs": [1]})",
+            "\"chat_template_kwargs\" is [1], expected an object"}}) {
+    try {
+      read_lines(dir, line, tok, options);
+      ADD_FAILURE() << "no error for " << line;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Qwen3's template (rendered by jinja2 as above): reasoning dropped before the
+// last user message, kept in a think block after it, an empty block opening
+// the last message (not learned).
+TEST(FinetuneData, Qwen3MessagesAsItsTemplateRendersThem) {
+  TempDir dir;
+  ByteTokenizer tok;
+  FinetuneDataOptions options;
+  options.chat_template = ChatTemplate::qwen3;
+  struct Case {
+    std::string line, text, learned;
+  };
+  const Case cases[] = {
+      {kConversation,
+       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+       "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n Bye. <|im_end|>\n",
+       "Hello!<|im_end|> Bye. <|im_end|>"},
+      {R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "<think>\nfirst\n</think>\n\nYo"},)"
+       R"( {"role": "user", "content": "Q"}, {"role": "assistant", "content": "<think>\n\nhm\n\n</think>\n\n\nA"},)"
+       R"( {"role": "assistant", "content": "more"}, {"role": "assistant", "content": "<think>x</think>end"}]})",
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n"
+       "<|im_start|>assistant\n<think>\nhm\n</think>\n\nA<|im_end|>\n<|im_start|>assistant\nmore<|im_end|>\n"
+       "<|im_start|>assistant\n<think>\nx\n</think>\n\nend<|im_end|>\n",
+       "Yo<|im_end|><think>\nhm\n</think>\n\nA<|im_end|>more<|im_end|><think>\nx\n</think>\n\nend<|im_end|>"},
+      {R"({"messages": [{"role": "assistant", "content": "<think>r</think>Yo"}, {"role": "system", "content": "late"},)"
+       R"( {"role": "assistant", "content": "Z"}]})",
+       "<|im_start|>assistant\nYo<|im_end|>\n<|im_start|>system\nlate<|im_end|>\n<|im_start|>assistant\nZ<|im_end|>\n",
+       "Yo<|im_end|>Z<|im_end|>"},
+      {R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "a</think>b</think>c"}]})",
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\na\n</think>\n\nc<|im_end|>\n",
+       "<think>\na\n</think>\n\nc<|im_end|>"},
+  };
+  for (const Case& c : cases) {
+    const auto ex = read_lines(dir, c.line, tok, options);
+    ASSERT_EQ(ex.size(), 1u);
+    EXPECT_EQ(rendered(ex[0]), std::make_pair(c.text, c.learned)) << c.line;
+  }
+  // With the think markers as added tokens: single ids, the empty block not learned.
+  auto marked = bytes_with(dir, {"<|im_start|>", "<|im_end|>", "<think>", "</think>"});
+  const auto ex = read_lines(dir, R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})",
+                             *marked, options);
+  ASSERT_EQ(ex.size(), 1u);
+  Want want;
+  want.skip({256}).skip(bytes("user\n")).skip(bytes("Hi")).skip({257}).skip(bytes("\n"));
+  want.skip({256}).skip(bytes("assistant\n")).skip({258}).skip(bytes("\n\n")).skip({259}).skip(bytes("\n\n"));
+  want.learn(bytes("Yo")).learn({257}).skip(bytes("\n"));
+  EXPECT_EQ(ex[0].ids, want.ids);
+  EXPECT_EQ(ex[0].labels, want.labels);
+}
+
 TEST(FinetuneData, ErrorNotJson) { expect_line_error(kGood + "{\"text\": \"a\"\n", 3, "not JSON"); }
 
 TEST(FinetuneData, ErrorNotAnObject) {
@@ -469,18 +607,28 @@ TEST(FinetuneData, ErrorMissingFileOrNoExamples) {
 
 TEST(FinetuneData, ChatTemplateNamesAndRecognition) {
   for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::gemma, ChatTemplate::phi3,
-                         ChatTemplate::phi4})
+                         ChatTemplate::phi4, ChatTemplate::smollm3, ChatTemplate::qwen3})
     EXPECT_EQ(parse_chat_template(chat_template_name(t)), t);
   try {
     parse_chat_template("mistral");
     FAIL() << "expected UsageError";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("\"chatml\", \"llama3\", \"gemma\", \"phi3\" or \"phi4\""), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("\"phi3\", \"phi4\", \"smollm3\" or \"qwen3\""), std::string::npos)
         << e.what();
   }
   EXPECT_EQ(recognize_chat_template(kSmolLM2Template), ChatTemplate::chatml);
   EXPECT_EQ(recognize_chat_template(kLlama3Template), ChatTemplate::llama3);
   EXPECT_EQ(recognize_chat_template(kGemma3Template), ChatTemplate::gemma);
+  // Fragments of SmolLM3-3B's and Qwen3's templates, and of Qwen2.5's (ChatML).
+  EXPECT_EQ(recognize_chat_template(R"({{- "<|im_start|>system\n" -}}{{- "Reasoning Mode: " + reasoning_mode + "\n\n" -}})"
+                                    R"({{ "<|im_start|>assistant\n" + "<think>\n\n</think>\n" }})"),
+            ChatTemplate::smollm3);
+  EXPECT_EQ(recognize_chat_template(
+                R"({%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %})"
+                R"({%- if '</think>' in content %}{{- '<|im_start|>' + message.role + '\n<think>\n' }}{% endif %})"),
+            ChatTemplate::qwen3);
+  EXPECT_EQ(recognize_chat_template(R"({{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.<|im_end|>\n' }})"),
+            ChatTemplate::chatml);
   // The forms of Phi-3.5-mini-instruct's and Phi-4-mini-instruct's templates.
   EXPECT_EQ(recognize_chat_template(
                 "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>\n' "
