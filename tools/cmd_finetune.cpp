@@ -202,11 +202,12 @@ int run_finetune(const FinetuneArgs& a) {
     state = models::FinetuneSession::load_state(a.resume);
   }
   const uint64_t seed = state ? state->position.seed : a.seed;
-  // SmolLM3's template dates its system block; a resumed run renders its
-  // examples with the date it began with, so that they stay the same.
+  // SmolLM3's and Llama 3.2's templates date their system block; a resumed
+  // run renders its examples with the date it began with, so that they stay
+  // the same.
   const ChatTemplate tmpl = chat_template(a);
   FinetuneDataOptions dopt{.chat_template = tmpl};
-  if (tmpl == ChatTemplate::smollm3) {
+  if (chat_template_is_dated(tmpl)) {
     const auto recorded = state ? nlohmann::json::parse(state->config_json, nullptr, false) : nlohmann::json();
     dopt.today = recorded.is_object() && recorded.value("chat_date", "") != "" ? recorded.value("chat_date", "")
                                                                                  : chat_date_today();

@@ -26,6 +26,8 @@ namespace nabla {
 //   chatml  SmolLM2, Qwen2: "<|im_start|>" role "\n" content "<|im_end|>" "\n"
 //   llama3  Llama 3: "<|begin_of_text|>", then per message
 //           "<|start_header_id|>" role "<|end_header_id|>\n\n" content "<|eot_id|>"
+//   llama3.1, llama3.2  Llama 3.1 and 3.3, Llama 3.2: the same with a system
+//           block first (knowledge cutoff; 3.1's fixed date, 3.2's today's)
 //   gemma   Gemma 3: "<bos>", then per turn "<start_of_turn>" role "\n"
 //           content "<end_of_turn>\n" (role "model" for the assistant; a
 //           system message goes before the first user content)
@@ -36,14 +38,16 @@ namespace nabla {
 //   smollm3 SmolLM3: ChatML after a system block of metadata (today's date,
 //           the reasoning mode) and custom instructions
 //   qwen3   Qwen3: ChatML with think blocks after the last user message
-enum class ChatTemplate { chatml, llama3, gemma, phi3, phi4, smollm3, qwen3 };
-// "chatml", "llama3", "gemma", "phi3", "phi4", "smollm3" or "qwen3"; UsageError
-// naming them for another name.
+enum class ChatTemplate { chatml, llama3, llama3_1, llama3_2, gemma, phi3, phi4, smollm3, qwen3 };
+// "chatml", "llama3", "llama3.1", "llama3.2", "gemma", "phi3", "phi4",
+// "smollm3" or "qwen3"; UsageError naming them for another name.
 ChatTemplate parse_chat_template(const std::string& name);
 const char* chat_template_name(ChatTemplate t);
 // The built-in template a Jinja chat template (tokenizer_config.json's
 // "chat_template", GGUF's tokenizer.chat_template) is, recognised by its
-// markers: "<|im_start|>" for chatml, "<|start_header_id|>" for llama3,
+// markers: "<|im_start|>" for chatml, "<|start_header_id|>" for llama3
+// (with "Cutting Knowledge Date": llama3.2 when it calls strftime_now, else
+// llama3.1),
 // "<start_of_turn>" for gemma, "<|end|>" and "<|assistant|>" for phi3 (its
 // markers followed by a newline) or phi4; ChatML's with "Reasoning Mode"
 // for smollm3, with "last_query_index" and "</think>" for qwen3;
@@ -62,12 +66,14 @@ struct FinetuneDataOptions {
   // templates do with their own default (SmolLM2's: "You are a helpful AI
   // assistant named SmolLM, trained by Hugging Face").
   std::string default_system;
-  // SmolLM3's "Today Date" (its template's strftime_now("%d %B %Y")); empty:
-  // chat_date_today() when the line is read.
+  // The date of dated templates (SmolLM3's and Llama 3.2's strftime_now), as
+  // YYYY-MM-DD; empty: chat_date_today() when the line is read.
   std::string today;
 };
-// The local date as SmolLM3's template writes it: "07 December 2026".
+// The local date, YYYY-MM-DD.
 std::string chat_date_today();
+// Whether the template renders today's date (smollm3, llama3.2).
+bool chat_template_is_dated(ChatTemplate t);
 
 // One example per non-blank line of a JSONL file, each line an object of one
 // of these forms (other keys are ignored):
@@ -85,6 +91,13 @@ std::string chat_date_today();
 //                message "<|start_header_id|>" role "<|end_header_id|>\n\n"
 //                (not counted), content with white space trimmed at both
 //                ends (the template's `| trim`), "<|eot_id|>".
+//       llama3.1, llama3.2: "<|begin_of_text|>", then "<|start_header_id|>
+//                system<|end_header_id|>\n\nCutting Knowledge Date:
+//                December 2023\nToday Date: " date "\n\n" (the first
+//                message's content, trimmed, when it is a system message)
+//                "<|eot_id|>" (not counted), then the other messages as
+//                llama3. The date: "26 Jul 2024" (3.1), today's as "%d %b
+//                %Y" (3.2), or the line's chat_template_kwargs' "date_string".
 //       gemma:   "<bos>" once (instead of prefix_ids()), then per turn
 //                "<start_of_turn>" ("user" or "model") "\n" (not counted;
 //                the first followed by a system message's content and

@@ -97,6 +97,23 @@ struct Message {
   std::string role, content;
 };
 
+// An ISO date ("2026-12-07"; empty: today's) as strftime's "%d %B %Y" writes
+// it ("07 December 2026"), or "%d %b %Y" ("07 Dec 2026") when !long_month.
+std::string template_date(const std::string& iso, bool long_month) {
+  static constexpr const char* kMonths[] = {"January", "February", "March",     "April",   "May",      "June",
+                                            "July",    "August",   "September", "October", "November", "December"};
+  const std::string date = iso.empty() ? chat_date_today() : iso;
+  int y = 0, m = 0, d = 0;
+  char end = 0;
+  if (std::sscanf(date.c_str(), "%4d-%2d-%2d%c", &y, &m, &d, &end) != 3 || m < 1 || m > 12 || d < 1 || d > 31) {
+    throw UsageError("chat template date \"" + date + "\": expected YYYY-MM-DD");
+  }
+  char day[4];
+  std::snprintf(day, sizeof day, "%02d", d);
+  const std::string month = long_month ? kMonths[m - 1] : std::string(kMonths[m - 1]).substr(0, 3);
+  return std::string(day) + " " + month + " " + std::to_string(y);
+}
+
 // SmolLM3's default custom instructions (its template's text), in thinking
 // and in non-thinking mode.
 constexpr const char* kSmolLM3ThinkingInstructions =
@@ -178,7 +195,7 @@ void render_smollm3(const std::vector<Message>& turns, const json& line, Example
                "<|im_end|>\n",
            false);
   } else {
-    const std::string today = options.today.empty() ? chat_date_today() : options.today;
+    const std::string today = template_date(options.today, true);
     if (custom.empty()) custom = think ? kSmolLM3ThinkingInstructions : kSmolLM3Instructions;
     b.text("<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: " + today +
                "\nReasoning Mode: " + (think ? "/think" : "/no_think") + "\n\n## Custom Instructions\n\n" + custom +
@@ -280,16 +297,35 @@ FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokeniz
       }
       break;
     case ChatTemplate::llama3:
+    case ChatTemplate::llama3_1:
+    case ChatTemplate::llama3_2: {
       // The template writes bos_token itself, so prefix_ids() (the same
       // token, from the post-processor) is not added again.
       b.text("<|begin_of_text|>", false);
-      for (const Message& t : turns) {
+      size_t first = 0;
+      if (options.chat_template != ChatTemplate::llama3) {
+        // Llama 3.1's and 3.2's system block, always there: the knowledge
+        // cutoff, a date (3.1's fixed, 3.2's today's) and the system message.
+        std::string date = options.chat_template == ChatTemplate::llama3_1 ? "26 Jul 2024"
+                                                                             : template_date(options.today, false);
+        if (const json* d = template_kwarg(line, "date_string", &json::is_string, "a string", b)) {
+          date = d->get<std::string>();
+        }
+        const bool system = turns.front().role == "system";
+        b.text("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: " +
+                   date + "\n\n" + std::string(system ? trim(turns.front().content) : "") + "<|eot_id|>",
+               false);
+        first = system ? 1 : 0;
+      }
+      for (size_t k = first; k < turns.size(); ++k) {
+        const Message& t = turns[k];
         const bool counted = t.role == "assistant";
         b.text("<|start_header_id|>" + t.role + "<|end_header_id|>\n\n", false);
         b.text(trim(t.content), counted);
         b.text("<|eot_id|>", counted);
       }
       break;
+    }
     case ChatTemplate::gemma: {
       // Gemma 3's template: a system message is the first user turn's prefix.
       const bool system = turns.front().role == "system";
@@ -375,13 +411,16 @@ FinetuneExample read_line(const json& j, ExampleBuilder& b, const Tokenizer& tok
 ChatTemplate parse_chat_template(const std::string& name) {
   if (name == "chatml") return ChatTemplate::chatml;
   if (name == "llama3") return ChatTemplate::llama3;
+  if (name == "llama3.1") return ChatTemplate::llama3_1;
+  if (name == "llama3.2") return ChatTemplate::llama3_2;
   if (name == "gemma") return ChatTemplate::gemma;
   if (name == "phi3") return ChatTemplate::phi3;
   if (name == "phi4") return ChatTemplate::phi4;
   if (name == "smollm3") return ChatTemplate::smollm3;
   if (name == "qwen3") return ChatTemplate::qwen3;
   throw UsageError("unknown chat template \"" + name +
-                   "\": expected \"chatml\", \"llama3\", \"gemma\", \"phi3\", \"phi4\", \"smollm3\" or \"qwen3\"");
+                   "\": expected \"chatml\", \"llama3\", \"llama3.1\", \"llama3.2\", \"gemma\", \"phi3\", \"phi4\", "
+                   "\"smollm3\" or \"qwen3\"");
 }
 
 const char* chat_template_name(ChatTemplate t) {
@@ -390,6 +429,10 @@ const char* chat_template_name(ChatTemplate t) {
       return "chatml";
     case ChatTemplate::llama3:
       return "llama3";
+    case ChatTemplate::llama3_1:
+      return "llama3.1";
+    case ChatTemplate::llama3_2:
+      return "llama3.2";
     case ChatTemplate::gemma:
       return "gemma";
     case ChatTemplate::phi3:
@@ -418,19 +461,22 @@ std::optional<ChatTemplate> recognize_chat_template(const std::string& jinja) {
     if (has("last_query_index") && has("</think>")) return ChatTemplate::qwen3;
     return ChatTemplate::chatml;
   }
+  if (llama3 && jinja.find("Cutting Knowledge Date") != std::string::npos) {
+    return jinja.find("strftime_now") != std::string::npos ? ChatTemplate::llama3_2 : ChatTemplate::llama3_1;
+  }
   return llama3 ? ChatTemplate::llama3 : ChatTemplate::gemma;
 }
 
 std::string chat_date_today() {
-  static constexpr const char* kMonths[] = {"January", "February", "March",     "April",   "May",      "June",
-                                            "July",    "August",   "September", "October", "November", "December"};
   const std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
-  char day[3];
-  std::snprintf(day, sizeof day, "%02d", local.tm_mday);
-  return std::string(day) + " " + kMonths[local.tm_mon] + " " + std::to_string(local.tm_year + 1900);
+  char iso[16];
+  std::snprintf(iso, sizeof iso, "%04d-%02d-%02d", local.tm_year + 1900, local.tm_mon + 1, local.tm_mday);
+  return iso;
 }
+
+bool chat_template_is_dated(ChatTemplate t) { return t == ChatTemplate::smollm3 || t == ChatTemplate::llama3_2; }
 
 std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,
                                                  const Tokenizer& tokenizer,

@@ -45,7 +45,7 @@ echo "resumed adapter is byte-identical to the uninterrupted run's"
 "$nabla" finetune --base "$dir/base" $common --chat-template smollm3 --save "$dir/smol" --max-steps 5 \
   > "$dir/smol.log" 2>&1 || { cat "$dir/smol.log"; fail "smollm3 template"; }
 grep -q "smollm3 template" "$dir/smol.log" || { cat "$dir/smol.log"; fail "smollm3 template not used"; }
-grep -aqF "chat_date\\\":\\\"$(LC_ALL=C date '+%d %B %Y')" "$dir/smol/training_state.safetensors" ||
+grep -aqF "chat_date\\\":\\\"$(date +%Y-%m-%d)" "$dir/smol/training_state.safetensors" ||
   fail "the training state records no chat date"
 "$nabla" finetune --base "$dir/base" $common --chat-template smollm3 --save "$dir/smol" --resume "$dir/smol" \
   > "$dir/smol_resumed.log" 2>&1 || { cat "$dir/smol_resumed.log"; fail "smollm3 resume"; }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "nabla/error.h"
 #include "nabla/io.h"
@@ -421,7 +422,7 @@ TEST(FinetuneData, SmolLM3MessagesAsItsTemplateRendersThem) {
   ByteTokenizer tok;
   FinetuneDataOptions options;
   options.chat_template = ChatTemplate::smollm3;
-  options.today = "07 December 2026";
+  options.today = "2026-12-07";
   const std::string head = "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: 07 December "
                            "2026\nReasoning Mode: ";
   const std::string smol = "You are a helpful AI assistant named SmolLM, trained by Hugging Face.";
@@ -489,6 +490,56 @@ TEST(FinetuneData, SmolLM3MessagesAsItsTemplateRendersThem) {
     } catch (const IoError& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
     }
+  }
+}
+
+// Llama 3.1's and 3.2's templates (rendered by jinja2 as above; 3.1's is
+// 3.2's without strftime_now): the system block always there, dated.
+TEST(FinetuneData, Llama31And32MessagesAsTheirTemplatesRenderThem) {
+  TempDir dir;
+  ByteTokenizer tok;
+  auto head = [](const std::string& date) {
+    return "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+           "Today Date: " + date + "\n\n";
+  };
+  const std::string conversation =
+      "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant"
+      "<|end_header_id|>\n\nHello!<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nBye.<|eot_id|>";
+  const std::string short_one =
+      "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant"
+      "<|end_header_id|>\n\nYo<|eot_id|>";
+  const std::string late_system =
+      "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>system<|end_header_id|>"
+      "\n\nlate<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nYo<|eot_id|>";
+  const std::string short_line =
+      R"({"messages": [{"role": "user", "content": " Hi "}, {"role": "assistant", "content": "Yo\n"}]})";
+  const std::string late_line =
+      R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": " late "},)"
+      R"( {"role": "assistant", "content": "Yo"}], "chat_template_kwargs": {"date_string": "01 Jan 2025"}})";
+  for (ChatTemplate t : {ChatTemplate::llama3_1, ChatTemplate::llama3_2}) {
+    FinetuneDataOptions options;
+    options.chat_template = t;
+    options.today = "2026-12-07";
+    const std::string date = t == ChatTemplate::llama3_1 ? "26 Jul 2024" : "07 Dec 2026";
+    for (const auto& [line, text, learned] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {kConversation, head(date) + conversation, "Hello!<|eot_id|>Bye.<|eot_id|>"},
+             {short_line, head(date) + short_one, "Yo<|eot_id|>"},
+             {late_line, head("01 Jan 2025") + late_system, "Yo<|eot_id|>"}}) {
+      const auto ex = read_lines(dir, line, tok, options);
+      ASSERT_EQ(ex.size(), 1u);
+      EXPECT_EQ(rendered(ex[0]), std::make_pair(text, learned)) << chat_template_name(t) << ": " << line;
+    }
+  }
+  FinetuneDataOptions options;
+  options.chat_template = ChatTemplate::llama3_2;
+  options.today = "2026-13-07";
+  try {
+    read_lines(dir, kConversation, tok, options);
+    ADD_FAILURE() << "no error for a 13th month";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("chat template date \"2026-13-07\": expected YYYY-MM-DD"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -606,8 +657,9 @@ TEST(FinetuneData, ErrorMissingFileOrNoExamples) {
 }
 
 TEST(FinetuneData, ChatTemplateNamesAndRecognition) {
-  for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::gemma, ChatTemplate::phi3,
-                         ChatTemplate::phi4, ChatTemplate::smollm3, ChatTemplate::qwen3})
+  for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::llama3_1, ChatTemplate::llama3_2,
+                         ChatTemplate::gemma, ChatTemplate::phi3, ChatTemplate::phi4, ChatTemplate::smollm3,
+                         ChatTemplate::qwen3})
     EXPECT_EQ(parse_chat_template(chat_template_name(t)), t);
   try {
     parse_chat_template("mistral");
@@ -619,6 +671,12 @@ TEST(FinetuneData, ChatTemplateNamesAndRecognition) {
   EXPECT_EQ(recognize_chat_template(kSmolLM2Template), ChatTemplate::chatml);
   EXPECT_EQ(recognize_chat_template(kLlama3Template), ChatTemplate::llama3);
   EXPECT_EQ(recognize_chat_template(kGemma3Template), ChatTemplate::gemma);
+  // Fragments of Llama 3.1's and 3.2's templates.
+  const std::string llama31 = R"({{- "<|start_header_id|>system<|end_header_id|>\n\n" }})"
+                              R"({{- "Cutting Knowledge Date: December 2023\n" }}{{- "Today Date: " + date_string }})";
+  EXPECT_EQ(recognize_chat_template(llama31), ChatTemplate::llama3_1);
+  EXPECT_EQ(recognize_chat_template(R"({%- set date_string = strftime_now("%d %b %Y") %})" + llama31),
+            ChatTemplate::llama3_2);
   // Fragments of SmolLM3-3B's and Qwen3's templates, and of Qwen2.5's (ChatML).
   EXPECT_EQ(recognize_chat_template(R"({{- "<|im_start|>system\n" -}}{{- "Reasoning Mode: " + reasoning_mode + "\n\n" -}})"
                                     R"({{ "<|im_start|>assistant\n" + "<think>\n\n</think>\n" }})"),
