@@ -69,6 +69,9 @@ struct FinetuneDataOptions {
   // The date of dated templates (SmolLM3's and Llama 3.2's strftime_now), as
   // YYYY-MM-DD; empty: chat_date_today() when the line is read.
   std::string today;
+  // When not empty, a "messages" line is an error saying this (a base whose
+  // own template nabla does not render).
+  std::string refuse_messages;
 };
 // The local date, YYYY-MM-DD.
 std::string chat_date_today();

@@ -264,6 +264,7 @@ void render_qwen3(const std::vector<Message>& turns, ExampleBuilder& b, const To
 FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokenizer& tokenizer,
                               const FinetuneDataOptions& options) {
   const json& messages = line["messages"];
+  if (!options.refuse_messages.empty()) throw b.error("\"messages\": " + options.refuse_messages);
   if (!messages.is_array())
     throw b.error("\"messages\" is " + json_text(messages) +
                   ", expected an array of {role, content}");

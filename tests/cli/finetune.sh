@@ -50,6 +50,23 @@ grep -aqF "chat_date\\\":\\\"$(date +%Y-%m-%d)" "$dir/smol/training_state.safete
 "$nabla" finetune --base "$dir/base" $common --chat-template smollm3 --save "$dir/smol" --resume "$dir/smol" \
   > "$dir/smol_resumed.log" 2>&1 || { cat "$dir/smol_resumed.log"; fail "smollm3 resume"; }
 
+# The base's own template: transformers' chat_template.jinja is read; one
+# nabla does not render refuses "messages" lines (other forms still train).
+cp -r "$dir/base" "$dir/base_qwen3"
+printf '%s' "{%- set ns = namespace(last_query_index=messages|length - 1) %}<|im_start|>{{ '</think>' }}" \
+  > "$dir/base_qwen3/chat_template.jinja"
+"$nabla" finetune --base "$dir/base_qwen3" $common --max-steps 1 > "$dir/qwen3.log" 2>&1 &&
+  grep -q "qwen3 template" "$dir/qwen3.log" || { cat "$dir/qwen3.log"; fail "chat_template.jinja not recognised"; }
+cp -r "$dir/base" "$dir/base_inst"
+echo '{"chat_template": "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}"}' \
+  > "$dir/base_inst/tokenizer_config.json"
+out=$("$nabla" finetune --base "$dir/base_inst" $common --max-steps 1 2>&1); status=$?
+[ $status -eq 2 ] && echo "$out" | grep -q "data.jsonl:2: \"messages\": the base's chat template" &&
+  echo "$out" | grep -q "give --chat-template" || fail "an unknown template: $status $out"
+grep -v messages "$data" > "$dir/no_messages.jsonl"
+"$nabla" finetune --base "$dir/base_inst" --data "$dir/no_messages.jsonl" --context 160 --batch 3 --max-steps 1 \
+  --threads 2 > /dev/null 2>&1 || fail "an unknown template with no messages lines"
+
 # A GGUF base, padded batches, accumulation, rsLoRA on two targets.
 "$nabla" finetune --base "$dir/base.gguf" --data "$data" --context 160 --batch 2 --grad-accum 3 --pad --epochs 1 \
   --lora-targets q,v --rslora --save "$dir/gguf_adapter" > "$dir/gguf.log" 2>&1 || { cat "$dir/gguf.log"; fail "gguf base"; }
