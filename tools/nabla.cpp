@@ -17,6 +17,7 @@
 #include "core/op_check.h"
 #include "nabla/distributed.h"
 #include "nabla/error.h"
+#include "nabla/finetune_data.h"
 #include "nabla/gguf.h"
 
 namespace {
@@ -352,10 +353,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   finetune_cmd
       ->add_option("--chat-template", ft.chat_template,
-                   "Template for {\"messages\"}: chatml, llama3, llama3.1, llama3.2, gemma, phi3, phi4, smollm3, "
-                   "qwen3, or auto (the base's own when it is one of these, else chatml)")
-      ->check(CLI::IsMember(
-          {"auto", "chatml", "llama3", "llama3.1", "llama3.2", "gemma", "phi3", "phi4", "smollm3", "qwen3"}))
+                   "Template for {\"messages\"}, or auto: the base's own when nabla renders it, chatml when the "
+                   "base has none")
+      ->check(CLI::IsMember([] {
+        std::vector<std::string> names = nabla::chat_template_names();
+        names.insert(names.begin(), "auto");
+        return names;
+      }()))
       ->capture_default_str();
   finetune_cmd->add_option("--tokenizer", ft.tokenizer, "Tokenizer (default: the base's)")->check(tokenizer_validator());
   finetune_cmd->add_flag("--pad", ft.pad,

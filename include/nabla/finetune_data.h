@@ -43,6 +43,7 @@ enum class ChatTemplate { chatml, llama3, llama3_1, llama3_2, gemma, phi3, phi4,
 // "smollm3" or "qwen3"; UsageError naming them for another name.
 ChatTemplate parse_chat_template(const std::string& name);
 const char* chat_template_name(ChatTemplate t);
+std::vector<std::string> chat_template_names();  // every template's, in the enum's order
 // The built-in template a Jinja chat template (tokenizer_config.json's
 // "chat_template", GGUF's tokenizer.chat_template) is, recognised by its
 // markers: "<|im_start|>" for chatml, "<|start_header_id|>" for llama3

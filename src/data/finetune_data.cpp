@@ -11,9 +11,9 @@
 #include <numeric>
 #include <cmath>
 #include <nlohmann/json.hpp>
-#include <string_view>
 #include <cstdio>
 #include <ctime>
+#include <string_view>
 
 #include "data/counter_random.h"
 #include "nabla/error.h"
@@ -38,14 +38,20 @@ std::vector<int64_t> shuffled(int64_t n, uint64_t seed, uint64_t stream, int64_t
   return order;
 }
 
-bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
-
-// Jinja's `trim`, on ASCII white space.
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+// Python's str.lstrip / rstrip / strip of the characters in `chars`.
+std::string_view lstrip(std::string_view s, std::string_view chars) {
+  while (!s.empty() && chars.find(s.front()) != std::string_view::npos) s.remove_prefix(1);
   return s;
 }
+std::string_view rstrip(std::string_view s, std::string_view chars) {
+  while (!s.empty() && chars.find(s.back()) != std::string_view::npos) s.remove_suffix(1);
+  return s;
+}
+std::string_view strip(std::string_view s, std::string_view chars) { return lstrip(rstrip(s, chars), chars); }
+constexpr std::string_view kSpace = " \t\n\v\f\r";  // ASCII white space: what str.strip() and Jinja's trim drop
+
+// Jinja's `trim`.
+std::string_view trim(std::string_view s) { return strip(s, kSpace); }
 
 // The value as JSON text for messages (invalid UTF-8 replaced, never throws),
 // cut short when long.
@@ -132,18 +138,6 @@ constexpr const char* kSmolLM3ThinkingInstructions =
     "steps needed to reach the conclusion.";
 constexpr const char* kSmolLM3Instructions = "You are a helpful AI assistant named SmolLM, trained by Hugging Face.";
 
-// Python's str.lstrip / rstrip / strip of the characters in `chars`.
-std::string_view lstrip(std::string_view s, std::string_view chars) {
-  while (!s.empty() && chars.find(s.front()) != std::string_view::npos) s.remove_prefix(1);
-  return s;
-}
-std::string_view rstrip(std::string_view s, std::string_view chars) {
-  while (!s.empty() && chars.find(s.back()) != std::string_view::npos) s.remove_suffix(1);
-  return s;
-}
-std::string_view strip(std::string_view s, std::string_view chars) { return lstrip(rstrip(s, chars), chars); }
-constexpr std::string_view kPySpace = " \t\n\r\v\f";  // str.rstrip()'s default, on ASCII
-
 // s with every `what` removed (Python's s.replace(what, "")).
 std::string erase_all(std::string s, std::string_view what) {
   for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at)) s.erase(at, what.size());
@@ -187,11 +181,11 @@ void render_smollm3(const std::vector<Message>& turns, const json& line, Example
     } else if (m.find("/think") != std::string::npos) {
       think = true;
     }
-    custom = std::string(rstrip(erase_all(erase_all(m, "/no_think"), "/think"), kPySpace));
+    custom = std::string(rstrip(erase_all(erase_all(m, "/no_think"), "/think"), kSpace));
   }
   b.ids(tokenizer.prefix_ids(), false);
   if (system && turns.front().content.find("/system_override") != std::string::npos) {
-    b.text("<|im_start|>system\n" + std::string(rstrip(erase_all(custom, "/system_override"), kPySpace)) +
+    b.text("<|im_start|>system\n" + std::string(rstrip(erase_all(custom, "/system_override"), kSpace)) +
                "<|im_end|>\n",
            false);
   } else {
@@ -409,43 +403,36 @@ FinetuneExample read_line(const json& j, ExampleBuilder& b, const Tokenizer& tok
 
 }  // namespace
 
+namespace {
+
+constexpr std::pair<ChatTemplate, const char*> kChatTemplates[] = {
+    {ChatTemplate::chatml, "chatml"}, {ChatTemplate::llama3, "llama3"},   {ChatTemplate::llama3_1, "llama3.1"},
+    {ChatTemplate::llama3_2, "llama3.2"}, {ChatTemplate::gemma, "gemma"}, {ChatTemplate::phi3, "phi3"},
+    {ChatTemplate::phi4, "phi4"},     {ChatTemplate::smollm3, "smollm3"}, {ChatTemplate::qwen3, "qwen3"}};
+
+}  // namespace
+
 ChatTemplate parse_chat_template(const std::string& name) {
-  if (name == "chatml") return ChatTemplate::chatml;
-  if (name == "llama3") return ChatTemplate::llama3;
-  if (name == "llama3.1") return ChatTemplate::llama3_1;
-  if (name == "llama3.2") return ChatTemplate::llama3_2;
-  if (name == "gemma") return ChatTemplate::gemma;
-  if (name == "phi3") return ChatTemplate::phi3;
-  if (name == "phi4") return ChatTemplate::phi4;
-  if (name == "smollm3") return ChatTemplate::smollm3;
-  if (name == "qwen3") return ChatTemplate::qwen3;
-  throw UsageError("unknown chat template \"" + name +
-                   "\": expected \"chatml\", \"llama3\", \"llama3.1\", \"llama3.2\", \"gemma\", \"phi3\", \"phi4\", "
-                   "\"smollm3\" or \"qwen3\"");
+  for (const auto& [t, n] : kChatTemplates)
+    if (name == n) return t;
+  std::string names;
+  const size_t count = std::size(kChatTemplates);
+  for (size_t i = 0; i < count; ++i) {
+    names += std::string(i == 0 ? "" : i + 1 == count ? " or " : ", ") + "\"" + kChatTemplates[i].second + "\"";
+  }
+  throw UsageError("unknown chat template \"" + name + "\": expected " + names);
 }
 
 const char* chat_template_name(ChatTemplate t) {
-  switch (t) {
-    case ChatTemplate::chatml:
-      return "chatml";
-    case ChatTemplate::llama3:
-      return "llama3";
-    case ChatTemplate::llama3_1:
-      return "llama3.1";
-    case ChatTemplate::llama3_2:
-      return "llama3.2";
-    case ChatTemplate::gemma:
-      return "gemma";
-    case ChatTemplate::phi3:
-      return "phi3";
-    case ChatTemplate::phi4:
-      return "phi4";
-    case ChatTemplate::smollm3:
-      return "smollm3";
-    case ChatTemplate::qwen3:
-      return "qwen3";
-  }
+  for (const auto& [u, n] : kChatTemplates)
+    if (u == t) return n;
   return "?";
+}
+
+std::vector<std::string> chat_template_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : kChatTemplates) names.push_back(entry.second);
+  return names;
 }
 
 std::optional<ChatTemplate> recognize_chat_template(const std::string& jinja) {
@@ -472,7 +459,7 @@ std::string chat_date_today() {
   const std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
-  char iso[16];
+  char iso[32];
   std::snprintf(iso, sizeof iso, "%04d-%02d-%02d", local.tm_year + 1900, local.tm_mon + 1, local.tm_mday);
   return iso;
 }
