@@ -7,13 +7,14 @@
 # a few steps with finite losses, the GPT-2 greedily samples there the text
 # it samples on the CPU, and QLoRA fine-tuning with gradient accumulation
 # logs the CPU's losses. MODE short (the sanitized suite, where 300 MLP
-# steps take a minute): 60 steps, resumed at 24, no accuracy bar.
+# steps take a minute and the reference backend's fine-tuning 20 s an
+# epoch): 60 steps, resumed at 24, no accuracy bar; two fine-tuning epochs.
 # Usage: train_backend.sh PATH_TO_NABLA WORK_DIR BACKEND [full|short]
 # Exits 77 (skipped) when BACKEND cannot run here (cuda without a GPU).
 set -u
 nabla=$1 dir=$2 backend=$3 mode=${4:-full}
-steps=300 stop=120 bar=85
-[ "$mode" = short ] && steps=60 stop=24 bar=0
+steps=300 stop=120 bar=85 epochs=3
+[ "$mode" = short ] && steps=60 stop=24 bar=0 epochs=2
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 if ! why=$("$nabla" train mlp --backend "$backend" --steps 1 2>&1); then
   case $why in
@@ -64,7 +65,7 @@ for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18; do
 done > "$dir/data.jsonl"
 for b in cpu "$backend"; do
   "$nabla" finetune --base "$dir/llama.q8_0.gguf" --data "$dir/data.jsonl" --context 64 --batch 2 --grad-accum 2 \
-    --epochs 3 --lora-r 4 --lr 1e-2 --log-every 1 --backend "$b" --save "$dir/finetune_$b" > "$dir/finetune_$b.log" 2>&1 ||
+    --epochs $epochs --lora-r 4 --lr 1e-2 --log-every 1 --backend "$b" --save "$dir/finetune_$b" > "$dir/finetune_$b.log" 2>&1 ||
     { cat "$dir/finetune_$b.log"; echo "nabla finetune --backend $b failed"; exit 1; }
 done
 agree=$(awk -f "$(dirname "$0")/close_losses.awk" "$dir/finetune_cpu.log" "$dir/finetune_$backend.log") ||
