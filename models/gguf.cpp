@@ -684,6 +684,33 @@ std::string checkpoint_tokenizer(const std::string& path, const std::string& con
   return configured;
 }
 
+std::string checkpoint_chat_template(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    if (const fs::path jinja = fs::path(path) / "chat_template.jinja"; fs::exists(jinja, ec)) {
+      return read_file(jinja.string());
+    }
+    const fs::path config = fs::path(path) / "tokenizer_config.json";
+    if (!fs::exists(config, ec)) return "";
+    const nlohmann::json j = nlohmann::json::parse(read_file(config.string()), nullptr, false);
+    if (!j.is_object()) throw IoError(config.string() + ": not a JSON object");
+    const auto t = j.find("chat_template");
+    if (t != j.end() && t->is_array()) {
+      for (const nlohmann::json& named : *t) {
+        if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+            named["template"].is_string()) {
+          return named["template"].get<std::string>();
+        }
+      }
+    }
+    return t != j.end() && t->is_string() ? t->get<std::string>() : "";
+  }
+  if (!is_gguf_file(path)) return "";
+  const GgufValue* v = read_gguf_metadata(path).find_value("tokenizer.chat_template");
+  return v && v->type() == GgufType::string ? v->get<std::string>() : "";
+}
+
 GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions& options) {
   nlohmann::json cfg = nlohmann::json::parse(ckpt.config_json, nullptr, /*allow_exceptions=*/false);
   if (!cfg.is_object()) throw IoError(ckpt.path + ": nabla.config is not a JSON object");

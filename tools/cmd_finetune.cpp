@@ -41,53 +41,6 @@ std::vector<std::string> lora_targets(const std::vector<std::string>& given) {
   return out;
 }
 
-// The Jinja chat template that comes with the base (GGUF's
-// tokenizer.chat_template; a folder's chat_template.jinja, as transformers
-// saves it since 4.47, else tokenizer_config.json's "chat_template", a string
-// or a list of named templates of which "default" is the one), or "".
-std::string base_chat_template(const std::string& base) {
-  std::error_code ec;
-  if (fs::is_directory(base, ec)) {
-    if (const fs::path jinja = fs::path(base) / "chat_template.jinja"; fs::exists(jinja, ec)) {
-      return read_file(jinja.string());
-    }
-    const fs::path config = fs::path(base) / "tokenizer_config.json";
-    if (!fs::exists(config, ec)) return "";
-    const nlohmann::json j = nlohmann::json::parse(read_file(config.string()), nullptr, false);
-    if (!j.is_object()) throw IoError(config.string() + ": not a JSON object");
-    const auto t = j.find("chat_template");
-    if (t != j.end() && t->is_array()) {
-      for (const nlohmann::json& named : *t) {
-        if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
-            named["template"].is_string()) {
-          return named["template"].get<std::string>();
-        }
-      }
-    }
-    return t != j.end() && t->is_string() ? t->get<std::string>() : "";
-  }
-  if (!is_gguf_file(base)) return "";
-  const GgufFile f = read_gguf_metadata(base);
-  const GgufValue* v = f.find_value("tokenizer.chat_template");
-  return v && v->type() == GgufType::string ? v->get<std::string>() : "";
-}
-
-// --chat-template, or for auto the base's own (ChatML for a base without
-// one). A base whose template is none of nabla's: "messages" lines are
-// refused, naming the flag, rather than rendered in a template the model
-// never saw.
-FinetuneDataOptions chat_template(const FinetuneArgs& a) {
-  if (a.chat_template != "auto") return {.chat_template = parse_chat_template(a.chat_template)};
-  const std::string jinja = base_chat_template(a.base);
-  if (const auto t = recognize_chat_template(jinja)) return {.chat_template = *t};
-  FinetuneDataOptions o;
-  if (!jinja.empty()) {
-    o.refuse_messages = "the base's chat template (" + a.base +
-                        ") is none that nabla renders; give --chat-template with the one its model was tuned on";
-  }
-  return o;
-}
-
 // A batch's tensors: the step's leaves (the session's) or the validation
 // graph's, filled from a batcher. The model needs no positions: a packed
 // document's rotary attention is the same from any offset.
@@ -229,7 +182,7 @@ int run_finetune(const FinetuneArgs& a) {
   // SmolLM3's and Llama 3.2's templates date their system block; a resumed
   // run renders its examples with the date it began with, so that they stay
   // the same.
-  FinetuneDataOptions dopt = chat_template(a);
+  FinetuneDataOptions dopt = chat_template_options(a.chat_template, models::checkpoint_chat_template(a.base), a.base);
   const ChatTemplate tmpl = dopt.chat_template;
   if (chat_template_is_dated(tmpl)) {
     const auto recorded = state ? nlohmann::json::parse(state->config_json, nullptr, false) : nlohmann::json();

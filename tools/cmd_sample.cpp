@@ -1,7 +1,8 @@
 // `nabla sample`: text from a GPT-2 or Llama checkpoint (a nabla checkpoint,
-// a Hugging Face folder or a llama.cpp GGUF). One compiled decoding step
-// with a key/value cache: each new token costs one position's work, never
-// the whole prefix again.
+// a Hugging Face folder or a llama.cpp GGUF), continuing a prompt or
+// replying to a chat message in the model's template. One compiled decoding
+// step with a key/value cache: each new token costs one position's work,
+// never the whole prefix again.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
 #include "nabla/executor.h"
+#include "nabla/finetune_data.h"
 #include "nabla/tokenizer.h"
 
 namespace nabla::cli {
@@ -62,9 +64,22 @@ int run_sample(const SampleArgs& a) {
   std::unique_ptr<Tokenizer> tok = make_tokenizer(
       a.tokenizer.empty() ? models::checkpoint_tokenizer(a.checkpoint, tokenizer) : a.tokenizer, a.vocab);
 
-  // The tokenizer's prefix (Llama 3's <|begin_of_text|>), then the prompt.
-  std::vector<int32_t> ids = tok->prefix_ids();
-  for (int32_t id : tok->encode(a.prompt)) ids.push_back(id);
+  // The tokenizer's prefix (Llama 3's <|begin_of_text|>), then the prompt;
+  // or the chat message in the template, up to the assistant's header, the
+  // reply ending at the template's end of turn.
+  std::vector<int32_t> ids, stop;
+  if (!a.chat.empty()) {
+    const FinetuneDataOptions chat =
+        chat_template_options(a.chat_template, models::checkpoint_chat_template(a.checkpoint), a.checkpoint);
+    std::vector<ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", a.chat});
+    ids = chat_prompt_ids(messages, *tok, chat);
+    stop = chat_stop_ids(*tok, chat.chat_template);
+  } else {
+    ids = tok->prefix_ids();
+    for (int32_t id : tok->encode(a.prompt)) ids.push_back(id);
+  }
   if (ids.empty()) ids.push_back(tok->eot_id() >= 0 ? tok->eot_id() : int32_t('\n'));
   int64_t max_len = std::min<int64_t>(context, int64_t(ids.size()) + a.tokens);
   if (int64_t(ids.size()) >= max_len) {
@@ -81,7 +96,7 @@ int run_sample(const SampleArgs& a) {
     return ex.read<float>(s.logits);
   };
 
-  fmt::print("{}", a.prompt);
+  if (a.chat.empty()) fmt::print("{}", a.prompt);
   std::fflush(stdout);
   // The prompt: Llama's in one pass (matrix products), GPT-2's a token at a
   // time. Its compilation counts as prompt time.
@@ -102,6 +117,7 @@ int run_sample(const SampleArgs& a) {
   const auto t1 = Clock::now();
   while (true) {
     ids.push_back(sample_token(logits, a.temperature, a.top_k, rng));
+    if (std::find(stop.begin(), stop.end(), ids.back()) != stop.end()) break;
     fmt::print("{}", tok->decode(std::span<const int32_t>(&ids.back(), 1)));
     std::fflush(stdout);
     if (int64_t(ids.size()) >= max_len) break;

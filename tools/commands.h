@@ -145,6 +145,8 @@ int run_finetune(const FinetuneArgs& opt);
 
 struct SampleArgs {
   std::string checkpoint, prompt, vocab;
+  std::string chat, system;             // a user message (and a system one) in the model's chat template
+  std::string chat_template = "auto";  // a ChatTemplate's name; auto: the checkpoint's own, else chatml
   std::string tokenizer;  // "" = checkpoint_tokenizer
   std::string adapter;    // PEFT LoRA folder applied to a Llama ("" = none)
   bool timings = false;   // prompt and generation rates to stderr

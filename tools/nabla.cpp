@@ -22,6 +22,14 @@
 
 namespace {
 
+// --chat-template's choices: auto, then every template nabla renders.
+std::vector<std::string> chat_template_choices() {
+  std::vector<std::string> names = nabla::chat_template_names();
+  names.insert(names.begin(), "auto");
+  return names;
+}
+
+
 using namespace nabla::cli;
 
 // The job this process is a rank of, when a launcher (mpirun) started
@@ -355,11 +363,7 @@ int main(int argc, char** argv) {
       ->add_option("--chat-template", ft.chat_template,
                    "Template for {\"messages\"}, or auto: the base's own when nabla renders it, chatml when the "
                    "base has none")
-      ->check(CLI::IsMember([] {
-        std::vector<std::string> names = nabla::chat_template_names();
-        names.insert(names.begin(), "auto");
-        return names;
-      }()))
+      ->check(CLI::IsMember(chat_template_choices()))
       ->capture_default_str();
   finetune_cmd->add_option("--tokenizer", ft.tokenizer, "Tokenizer (default: the base's)")->check(tokenizer_validator());
   finetune_cmd->add_flag("--pad", ft.pad,
@@ -405,7 +409,19 @@ int main(int argc, char** argv) {
                    "GPT-2 or Llama checkpoint, Hugging Face folder or llama.cpp GGUF")
       ->required()
       ->check(CLI::ExistingPath);
-  sample_cmd->add_option("--prompt", sample.prompt, "Text to continue");
+  CLI::Option* prompt_opt = sample_cmd->add_option("--prompt", sample.prompt, "Text to continue");
+  CLI::Option* chat_opt =
+      sample_cmd->add_option("--chat", sample.chat,
+                             "A user message to reply to, in the model's chat template; the reply ends at the "
+                             "template's end of turn")
+          ->excludes(prompt_opt);
+  sample_cmd->add_option("--system", sample.system, "A system message before --chat's")->needs(chat_opt);
+  sample_cmd
+      ->add_option("--chat-template", sample.chat_template,
+                   "--chat's template, or auto: the checkpoint's own when nabla renders it, chatml when it has none")
+      ->check(CLI::IsMember(chat_template_choices()))
+      ->needs(chat_opt)
+      ->capture_default_str();
   add_int(sample_cmd, "--tokens", sample.tokens, "Tokens to generate", 1, 1'000'000);
   sample_cmd->add_option("--temperature", sample.temperature, "Softmax temperature (0: greedy)")
       ->check(CLI::Range(0.0, 100.0))

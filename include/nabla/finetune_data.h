@@ -78,6 +78,27 @@ struct FinetuneDataOptions {
 std::string chat_date_today();
 // Whether the template renders today's date (smollm3, llama3.2).
 bool chat_template_is_dated(ChatTemplate t);
+// The options for `name` (--chat-template): the template of that name, or
+// for "auto" the one the base's Jinja template `jinja` is (ChatML when
+// `jinja` is empty; when nabla renders none like it, options that refuse
+// messages, naming `source`, the base).
+FinetuneDataOptions chat_template_options(const std::string& name, const std::string& jinja,
+                                          const std::string& source);
+
+struct ChatMessage {
+  std::string role, content;  // role: "system", "user" or "assistant"
+};
+// What a chat model continues to reply to `messages`: them rendered as a
+// "messages" line is (below), then the template's generation prompt (the
+// assistant's header; SmolLM3 in "/no_think": and an empty think block).
+// IoError "chat prompt: ..." for no message, an unknown role, or what the
+// template refuses.
+std::vector<int32_t> chat_prompt_ids(const std::vector<ChatMessage>& messages, const Tokenizer& tokenizer,
+                                     const FinetuneDataOptions& options);
+// The ids that end a reply in template t: its end-of-turn marker ("<|im_end|>",
+// "<|eot_id|>", "<end_of_turn>", "<|end|>") when the tokenizer encodes it as
+// one token, and the tokenizer's end-of-text token.
+std::vector<int32_t> chat_stop_ids(const Tokenizer& tokenizer, ChatTemplate t);
 
 // One example per non-blank line of a JSONL file, each line an object of one
 // of these forms (other keys are ignored):

@@ -84,6 +84,9 @@ class ExampleBuilder {
 
   IoError error(const std::string& what) const { return IoError(where_ + what); }
 
+  // The ids alone (a prompt: nothing counts).
+  std::vector<int32_t> finish_prompt() { return std::move(example_.ids); }
+
   // The example; an error when no token after the first counts (`hint` says
   // what the line lacks).
   FinetuneExample finish(const std::string& hint) {
@@ -99,9 +102,7 @@ class ExampleBuilder {
   FinetuneExample example_;
 };
 
-struct Message {
-  std::string role, content;
-};
+using Message = ChatMessage;
 
 // An ISO date ("2026-12-07"; empty: today's) as strftime's "%d %B %Y" writes
 // it ("07 December 2026"), or "%d %b %Y" ("07 Dec 2026") when !long_month.
@@ -166,7 +167,7 @@ const json* template_kwarg(const json& line, const char* key, bool (json::*is)()
 // NOTE: as the template does, the block has no "<|im_end|>" without tools.
 // Assistant turns in "/no_think" open with an empty think block, not counted.
 void render_smollm3(const std::vector<Message>& turns, const json& line, ExampleBuilder& b,
-                    const Tokenizer& tokenizer, const FinetuneDataOptions& options) {
+                    const Tokenizer& tokenizer, const FinetuneDataOptions& options, bool reply) {
   const json* thinking = template_kwarg(line, "enable_thinking", &json::is_boolean, "true or false", b);
   bool think = thinking ? thinking->get<bool>() : true;
   std::string custom;
@@ -208,13 +209,15 @@ void render_smollm3(const std::vector<Message>& turns, const json& line, Example
     b.text("<|im_end|>", counted);
     b.text("\n", false);
   }
+  if (reply) b.text(std::string("<|im_start|>assistant\n") + (think ? "" : "<think>\n\n</think>\n"), false);
 }
 
 // Qwen3's template (no tools): ChatML, each assistant message's reasoning
 // (what its content holds before "</think>") dropped, except after the last
 // user message, where a think block holds it and opens the last message
 // always (empty: not counted, as the prompt gives it in non-thinking mode).
-void render_qwen3(const std::vector<Message>& turns, ExampleBuilder& b, const Tokenizer& tokenizer) {
+void render_qwen3(const std::vector<Message>& turns, const json& line, ExampleBuilder& b, const Tokenizer& tokenizer,
+                  bool reply) {
   size_t last_query = turns.size() - 1;
   for (size_t k = turns.size(); k-- > 0;) {
     if (turns[k].role == "user") {
@@ -253,30 +256,17 @@ void render_qwen3(const std::vector<Message>& turns, ExampleBuilder& b, const To
     b.text("<|im_end|>", true);
     b.text("\n", false);
   }
+  if (reply) {
+    const json* thinking = template_kwarg(line, "enable_thinking", &json::is_boolean, "true or false", b);
+    b.text(std::string("<|im_start|>assistant\n") + (thinking && !thinking->get<bool>() ? "<think>\n\n</think>\n\n" : ""),
+           false);
+  }
 }
 
-FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokenizer& tokenizer,
-                              const FinetuneDataOptions& options) {
-  const json& messages = line["messages"];
-  if (!options.refuse_messages.empty()) throw b.error("\"messages\": " + options.refuse_messages);
-  if (!messages.is_array())
-    throw b.error("\"messages\" is " + json_text(messages) +
-                  ", expected an array of {role, content}");
-  if (messages.empty()) throw b.error("\"messages\" is empty, expected at least one message");
-  std::vector<Message> turns;
-  for (size_t k = 0; k < messages.size(); ++k) {
-    const json& m = messages[k];
-    const std::string name = "\"messages\"[" + std::to_string(k) + "]";
-    if (!m.is_object())
-      throw b.error(name + " is " + json_text(m) + ", expected an object {role, content}");
-    for (const char* key : {"role", "content"})
-      if (!m.contains(key)) throw b.error(name + " has no \"" + std::string(key) + "\"");
-    Message t{b.field(m, "role", name + ".role"), b.field(m, "content", name + ".content")};
-    if (t.role != "system" && t.role != "user" && t.role != "assistant")
-      throw b.error(name + ".role is \"" + t.role +
-                    "\", expected \"system\", \"user\" or \"assistant\"");
-    turns.push_back(std::move(t));
-  }
+// `turns` in options.chat_template; with `reply`, then the template's
+// generation prompt (the assistant's header), not counted.
+void render_messages(std::vector<Message> turns, const json& line, ExampleBuilder& b, const Tokenizer& tokenizer,
+                     const FinetuneDataOptions& options, bool reply) {
   if (!options.default_system.empty() && turns.front().role != "system")
     turns.insert(turns.begin(), {"system", options.default_system});
 
@@ -290,6 +280,7 @@ FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokeniz
         b.text("<|im_end|>", counted);
         b.text("\n", false);
       }
+      if (reply) b.text("<|im_start|>assistant\n", false);
       break;
     case ChatTemplate::llama3:
     case ChatTemplate::llama3_1:
@@ -319,6 +310,7 @@ FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokeniz
         b.text(trim(t.content), counted);
         b.text("<|eot_id|>", counted);
       }
+      if (reply) b.text("<|start_header_id|>assistant<|end_header_id|>\n\n", false);
       break;
     }
     case ChatTemplate::gemma: {
@@ -341,13 +333,14 @@ FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokeniz
         b.text("<end_of_turn>", counted);
         b.text("\n", false);
       }
+      if (reply) b.text("<start_of_turn>model\n", false);
       break;
     }
     case ChatTemplate::smollm3:
-      render_smollm3(turns, line, b, tokenizer, options);
+      render_smollm3(turns, line, b, tokenizer, options, reply);
       break;
     case ChatTemplate::qwen3:
-      render_qwen3(turns, b, tokenizer);
+      render_qwen3(turns, line, b, tokenizer, reply);
       break;
     case ChatTemplate::phi3:
     case ChatTemplate::phi4: {
@@ -364,10 +357,39 @@ FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokeniz
         b.text("<|end|>", counted);
         if (phi3) b.text("\n", false);
       }
-      if (tokenizer.eot_id() >= 0) b.ids({tokenizer.eot_id()}, turns.back().role == "assistant");
+      if (reply) {
+        b.text(phi3 ? "<|assistant|>\n" : "<|assistant|>", false);
+      } else if (tokenizer.eot_id() >= 0) {
+        b.ids({tokenizer.eot_id()}, turns.back().role == "assistant");
+      }
       break;
     }
   }
+}
+
+FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokenizer& tokenizer,
+                              const FinetuneDataOptions& options) {
+  const json& messages = line["messages"];
+  if (!options.refuse_messages.empty()) throw b.error("\"messages\": " + options.refuse_messages);
+  if (!messages.is_array())
+    throw b.error("\"messages\" is " + json_text(messages) +
+                  ", expected an array of {role, content}");
+  if (messages.empty()) throw b.error("\"messages\" is empty, expected at least one message");
+  std::vector<Message> turns;
+  for (size_t k = 0; k < messages.size(); ++k) {
+    const json& m = messages[k];
+    const std::string name = "\"messages\"[" + std::to_string(k) + "]";
+    if (!m.is_object())
+      throw b.error(name + " is " + json_text(m) + ", expected an object {role, content}");
+    for (const char* key : {"role", "content"})
+      if (!m.contains(key)) throw b.error(name + " has no \"" + std::string(key) + "\"");
+    Message t{b.field(m, "role", name + ".role"), b.field(m, "content", name + ".content")};
+    if (t.role != "system" && t.role != "user" && t.role != "assistant")
+      throw b.error(name + ".role is \"" + t.role +
+                    "\", expected \"system\", \"user\" or \"assistant\"");
+    turns.push_back(std::move(t));
+  }
+  render_messages(turns, line, b, tokenizer, options, false);
   return b.finish("no assistant message");
 }
 
@@ -465,6 +487,60 @@ std::string chat_date_today() {
 }
 
 bool chat_template_is_dated(ChatTemplate t) { return t == ChatTemplate::smollm3 || t == ChatTemplate::llama3_2; }
+
+FinetuneDataOptions chat_template_options(const std::string& name, const std::string& jinja,
+                                          const std::string& source) {
+  if (name != "auto") return {.chat_template = parse_chat_template(name)};
+  if (const auto t = recognize_chat_template(jinja)) return {.chat_template = *t};
+  FinetuneDataOptions o;
+  if (!jinja.empty()) {
+    o.refuse_messages = "the chat template of " + source +
+                        " is none that nabla renders; give --chat-template with the one its model was tuned on";
+  }
+  return o;
+}
+
+std::vector<int32_t> chat_prompt_ids(const std::vector<ChatMessage>& messages, const Tokenizer& tokenizer,
+                                     const FinetuneDataOptions& options) {
+  ExampleBuilder b(tokenizer, "chat prompt: ");
+  if (!options.refuse_messages.empty()) throw b.error(options.refuse_messages);
+  if (messages.empty()) throw b.error("no message");
+  for (const ChatMessage& m : messages) {
+    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+      throw b.error("a message's role is \"" + m.role + "\", expected \"system\", \"user\" or \"assistant\"");
+    }
+  }
+  render_messages(messages, json::object(), b, tokenizer, options, true);
+  return b.finish_prompt();
+}
+
+std::vector<int32_t> chat_stop_ids(const Tokenizer& tokenizer, ChatTemplate t) {
+  const char* marker = "<|im_end|>";
+  switch (t) {
+    case ChatTemplate::llama3:
+    case ChatTemplate::llama3_1:
+    case ChatTemplate::llama3_2:
+      marker = "<|eot_id|>";
+      break;
+    case ChatTemplate::gemma:
+      marker = "<end_of_turn>";
+      break;
+    case ChatTemplate::phi3:
+    case ChatTemplate::phi4:
+      marker = "<|end|>";
+      break;
+    case ChatTemplate::chatml:
+    case ChatTemplate::smollm3:
+    case ChatTemplate::qwen3:
+      break;
+  }
+  std::vector<int32_t> stop;
+  if (const std::vector<int32_t> ids = tokenizer.encode(marker); ids.size() == 1) stop.push_back(ids[0]);
+  if (tokenizer.eot_id() >= 0 && std::find(stop.begin(), stop.end(), tokenizer.eot_id()) == stop.end()) {
+    stop.push_back(tokenizer.eot_id());
+  }
+  return stop;
+}
 
 std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,
                                                  const Tokenizer& tokenizer,

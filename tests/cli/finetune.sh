@@ -61,7 +61,7 @@ cp -r "$dir/base" "$dir/base_inst"
 echo '{"chat_template": "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}"}' \
   > "$dir/base_inst/tokenizer_config.json"
 out=$("$nabla" finetune --base "$dir/base_inst" $common --max-steps 1 2>&1); status=$?
-[ $status -eq 2 ] && echo "$out" | grep -q "data.jsonl:2: \"messages\": the base's chat template" &&
+[ $status -eq 2 ] && echo "$out" | grep -q "data.jsonl:2: \"messages\": the chat template of" &&
   echo "$out" | grep -q "give --chat-template" || fail "an unknown template: $status $out"
 grep -v messages "$data" > "$dir/no_messages.jsonl"
 "$nabla" finetune --base "$dir/base_inst" --data "$dir/no_messages.jsonl" --context 160 --batch 3 --max-steps 1 \
@@ -86,6 +86,16 @@ grep -q "matrices kept as Q8_0" "$dir/q8.log" && grep -q "gradient checkpointing
 # The adapter in use.
 "$nabla" sample --checkpoint "$dir/base" --adapter "$dir/straight" --prompt "What is 2 plus 2? " --tokens 5 \
   --temperature 0 >/dev/null || fail "sample --adapter"
+# A reply in the base's chat template (ChatML: the base has none), to the
+# template's end of turn; a template nabla does not render is refused.
+"$nabla" sample --checkpoint "$dir/base" --adapter "$dir/straight" --system "Be brief." --chat "Say 3" --tokens 4 \
+  --temperature 0 >/dev/null || fail "sample --chat"
+out=$("$nabla" sample --checkpoint "$dir/base_inst" --chat "Say 3" --tokens 2 2>&1); status=$?
+[ $status -eq 2 ] && echo "$out" | grep -q "give --chat-template" || fail "sample --chat, an unknown template: $status $out"
+"$nabla" sample --checkpoint "$dir/base_inst" --chat "Say 3" --chat-template chatml --tokens 2 >/dev/null ||
+  fail "sample --chat --chat-template"
+"$nabla" sample --checkpoint "$dir/base" --chat "Say 3" --prompt "Say" --tokens 2 >/dev/null 2>&1 &&
+  fail "sample with both --chat and --prompt"
 "$nabla" finetune --base "$dir/base" --data "$data" --context 160 --full --epochs 1 --save "$dir/full" \
   --log-every 100 >/dev/null 2>&1 || fail "--full"
 [ -s "$dir/full/model.safetensors" ] && [ -s "$dir/full/config.json" ] || fail "--full wrote no HF folder"

@@ -592,6 +592,72 @@ TEST(FinetuneData, Qwen3MessagesAsItsTemplateRendersThem) {
   EXPECT_EQ(ex[0].labels, want.labels);
 }
 
+// A chat prompt: the messages as a line renders them, then the generation
+// prompt (for SmolLM3, Qwen3 and Llama 3.2 as jinja2 renders their templates
+// with add_generation_prompt; the others' from their templates' text).
+TEST(FinetuneData, ChatPromptEndsWithTheAssistantsHeader) {
+  ByteTokenizer tok;
+  const std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "Hi"}};
+  const std::string smol = "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: 07 December "
+                           "2026\nReasoning Mode: /think\n\n## Custom Instructions\n\nBe brief.\n\n<|im_start|>user\nHi"
+                           "<|im_end|>\n<|im_start|>assistant\n";
+  const std::string chatml = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  const std::pair<ChatTemplate, std::string> cases[] = {
+      {ChatTemplate::chatml, chatml},
+      {ChatTemplate::qwen3, chatml},
+      {ChatTemplate::smollm3, smol},
+      {ChatTemplate::llama3,
+       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user"
+       "<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+      {ChatTemplate::llama3_2,
+       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday "
+       "Date: 07 Dec 2026\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+       "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+      {ChatTemplate::gemma, "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"},
+      {ChatTemplate::phi3, "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n"},
+      {ChatTemplate::phi4, "<|system|>Be brief.<|end|><|user|>Hi<|end|><|assistant|>"},
+  };
+  for (const auto& [t, want] : cases) {
+    FinetuneDataOptions options;
+    options.chat_template = t;
+    options.today = "2026-12-07";
+    EXPECT_EQ(tok.decode(chat_prompt_ids(messages, tok, options)), want) << chat_template_name(t);
+  }
+  // SmolLM3 in /no_think: the empty think block opens the reply.
+  FinetuneDataOptions options;
+  options.chat_template = ChatTemplate::smollm3;
+  options.today = "2026-12-07";
+  const std::string no_think = tok.decode(chat_prompt_ids({{"system", "Be brief. /no_think"}, {"user", "Hi"}}, tok, options));
+  EXPECT_TRUE(no_think.ends_with("Hi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n")) << no_think;
+  EXPECT_NE(no_think.find("Reasoning Mode: /no_think\n"), std::string::npos);
+  // Refused: no message, an unknown role, a base's template nabla does not render.
+  EXPECT_THROW(chat_prompt_ids({}, tok, options), IoError);
+  EXPECT_THROW(chat_prompt_ids({{"tool", "x"}}, tok, options), IoError);
+  const FinetuneDataOptions unknown = chat_template_options("auto", "{{ '[INST] ' + m.content }}", "base");
+  try {
+    chat_prompt_ids(messages, tok, unknown);
+    ADD_FAILURE() << "no error for a template nabla does not render";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("the chat template of base is none that nabla renders"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(chat_template_options("auto", "", "base").chat_template, ChatTemplate::chatml);
+  EXPECT_TRUE(chat_template_options("auto", "", "base").refuse_messages.empty());
+  EXPECT_EQ(chat_template_options("gemma", "{{ '[INST] ' }}", "base").chat_template, ChatTemplate::gemma);
+}
+
+// The end of a reply: the template's marker when it is one token, and the
+// end-of-text token.
+TEST(FinetuneData, ChatStopIds) {
+  TempDir dir;
+  auto tok = bytes_with(dir, {"<|im_start|>", "<|im_end|>", "<|endoftext|>"});
+  ASSERT_EQ(tok->eot_id(), 258);
+  EXPECT_EQ(chat_stop_ids(*tok, ChatTemplate::qwen3), (Ids{257, 258}));
+  EXPECT_EQ(chat_stop_ids(*tok, ChatTemplate::llama3), (Ids{258}));  // <|eot_id|> is several bytes here
+  ByteTokenizer bytes;  // no end-of-text token, no markers
+  EXPECT_EQ(chat_stop_ids(bytes, ChatTemplate::chatml), Ids{});
+}
+
 TEST(FinetuneData, ErrorNotJson) { expect_line_error(kGood + "{\"text\": \"a\"\n", 3, "not JSON"); }
 
 TEST(FinetuneData, ErrorNotAnObject) {

@@ -76,4 +76,11 @@ Checkpoint load_any_checkpoint(const std::string& path, bool keep_stored = false
 // the checkpoint (`nabla train` writes its tokenizer there).
 std::string checkpoint_tokenizer(const std::string& path, const std::string& configured);
 
+// The Jinja chat template that comes with the weights at `path`, or "": a
+// GGUF's tokenizer.chat_template; a Hugging Face folder's
+// chat_template.jinja (transformers' file since 4.47), else its
+// tokenizer_config.json's "chat_template" (a string, or a list of named
+// templates of which "default" is the one).
+std::string checkpoint_chat_template(const std::string& path);
+
 }  // namespace nabla::models
