@@ -364,6 +364,10 @@ void add_llama(const Checkpoint& ckpt, const GgufExportOptions& options, GgufWri
   if (c.final_logit_softcapping > 0) w.set(a + "final_logit_softcapping", float(c.final_logit_softcapping));
   add_vocab(ckpt, options.tokenizer.empty() ? checkpoint_tokenizer(ckpt.path, c.tokenizer) : options.tokenizer,
             c.vocab_size, options, w);
+  // The model's chat template, which llama.cpp's chat formats its prompts with.
+  if (const std::string jinja = checkpoint_chat_template(ckpt.path); !jinja.empty()) {
+    w.set("tokenizer.chat_template", jinja);
+  }
 
   Llama model(c, 0);
   load_params(ckpt, model.params());
@@ -707,7 +711,8 @@ std::string checkpoint_chat_template(const std::string& path) {
     return t != j.end() && t->is_string() ? t->get<std::string>() : "";
   }
   if (!is_gguf_file(path)) return "";
-  const GgufValue* v = read_gguf_metadata(path).find_value("tokenizer.chat_template");
+  const GgufFile gguf = read_gguf_metadata(path);
+  const GgufValue* v = gguf.find_value("tokenizer.chat_template");
   return v && v->type() == GgufType::string ? v->get<std::string>() : "";
 }
 

@@ -74,8 +74,11 @@ int run_export_hf(const ExportArgs& a) {
   if (tok && !bpe) throw UsageError("export hf: tokenizer " + tokenizer + " is not BPE");
   save_hf_folder(a.out, cfg.to_json(), model.params());
   if (bpe) write_tokenizer_json(tokenizer, *bpe, a.out + "/tokenizer.json");
-  fmt::print("wrote {}/config.json, model.safetensors{} ({} parameters)\n", a.out,
-             bpe ? " and tokenizer.json" : "", model.params().count());
+  // The chat template, as transformers saves it.
+  const std::string jinja = models::checkpoint_chat_template(a.checkpoint);
+  if (!jinja.empty()) write_file_atomic(a.out + "/chat_template.jinja", jinja);
+  fmt::print("wrote {}/config.json, model.safetensors{}{} ({} parameters)\n", a.out, bpe ? ", tokenizer.json" : "",
+             jinja.empty() ? "" : ", chat_template.jinja", model.params().count());
   return kExitOk;
 }
 

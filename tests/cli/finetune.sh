@@ -57,6 +57,12 @@ printf '%s' "{%- set ns = namespace(last_query_index=messages|length - 1) %}<|im
   > "$dir/base_qwen3/chat_template.jinja"
 "$nabla" finetune --base "$dir/base_qwen3" $common --max-steps 1 > "$dir/qwen3.log" 2>&1 &&
   grep -q "qwen3 template" "$dir/qwen3.log" || { cat "$dir/qwen3.log"; fail "chat_template.jinja not recognised"; }
+# The template travels: into a GGUF (tokenizer.chat_template, llama.cpp's)
+# and back out as a folder's chat_template.jinja.
+"$nabla" export gguf "$dir/base_qwen3" -o "$dir/qwen3.gguf" >/dev/null || fail "export gguf with a chat template"
+"$nabla" export hf "$dir/qwen3.gguf" -o "$dir/qwen3_back" >/dev/null || fail "export hf with a chat template"
+cmp -s "$dir/base_qwen3/chat_template.jinja" "$dir/qwen3_back/chat_template.jinja" ||
+  fail "the chat template did not travel through GGUF"
 cp -r "$dir/base" "$dir/base_inst"
 echo '{"chat_template": "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}"}' \
   > "$dir/base_inst/tokenizer_config.json"
