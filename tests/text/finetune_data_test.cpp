@@ -9,7 +9,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <tuple>
 
 #include "nabla/error.h"
 #include "nabla/io.h"
@@ -414,6 +413,20 @@ std::pair<std::string, std::string> rendered(const FinetuneExample& ex) {
   return {tok.decode(ex.ids), tok.decode(learned)};
 }
 
+// A line, the text it renders to and the part of it learned.
+struct Rendering {
+  std::string line, text, learned;
+};
+void expect_renderings(const TempDir& dir, const Tokenizer& tok, const FinetuneDataOptions& options,
+                       const std::vector<Rendering>& cases) {
+  for (const Rendering& c : cases) {
+    const auto ex = read_lines(dir, c.line, tok, options);
+    ASSERT_EQ(ex.size(), 1u);
+    EXPECT_EQ(rendered(ex[0]), std::make_pair(c.text, c.learned)) << chat_template_name(options.chat_template)
+                                                                   << ": " << c.line;
+  }
+}
+
 // SmolLM3's template (its chat_template.jinja rendered by jinja2 as
 // transformers does, strftime_now giving the date below): the system block's
 // modes, flags, override and defaults; the empty think block not learned.
@@ -426,10 +439,7 @@ TEST(FinetuneData, SmolLM3MessagesAsItsTemplateRendersThem) {
   const std::string head = "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: 07 December "
                            "2026\nReasoning Mode: ";
   const std::string smol = "You are a helpful AI assistant named SmolLM, trained by Hugging Face.";
-  struct Case {
-    std::string line, text, learned;
-  };
-  const Case cases[] = {
+  const std::vector<Rendering> cases = {
       {kConversation,
        head + "/think\n\n## Custom Instructions\n\nBe brief.\n\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
               "Hello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n Bye. <|im_end|>\n",
@@ -460,11 +470,7 @@ TEST(FinetuneData, SmolLM3MessagesAsItsTemplateRendersThem) {
               "<|im_start|>assistant\n<think>\n\n</think>\nYo<|im_end|>\n",
        "Yo<|im_end|>"},
   };
-  for (const Case& c : cases) {
-    const auto ex = read_lines(dir, c.line, tok, options);
-    ASSERT_EQ(ex.size(), 1u);
-    EXPECT_EQ(rendered(ex[0]), std::make_pair(c.text, c.learned)) << c.line;
-  }
+  expect_renderings(dir, tok, options, cases);
   // No system message, thinking: the template's long default instructions.
   const auto ex = read_lines(dir, R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\n\nYo"}]})",
                              tok, options);
@@ -522,14 +528,10 @@ TEST(FinetuneData, Llama31And32MessagesAsTheirTemplatesRenderThem) {
     options.chat_template = t;
     options.today = "2026-12-07";
     const std::string date = t == ChatTemplate::llama3_1 ? "26 Jul 2024" : "07 Dec 2026";
-    for (const auto& [line, text, learned] : std::vector<std::tuple<std::string, std::string, std::string>>{
-             {kConversation, head(date) + conversation, "Hello!<|eot_id|>Bye.<|eot_id|>"},
-             {short_line, head(date) + short_one, "Yo<|eot_id|>"},
-             {late_line, head("01 Jan 2025") + late_system, "Yo<|eot_id|>"}}) {
-      const auto ex = read_lines(dir, line, tok, options);
-      ASSERT_EQ(ex.size(), 1u);
-      EXPECT_EQ(rendered(ex[0]), std::make_pair(text, learned)) << chat_template_name(t) << ": " << line;
-    }
+    expect_renderings(dir, tok, options,
+                      {{kConversation, head(date) + conversation, "Hello!<|eot_id|>Bye.<|eot_id|>"},
+                       {short_line, head(date) + short_one, "Yo<|eot_id|>"},
+                       {late_line, head("01 Jan 2025") + late_system, "Yo<|eot_id|>"}});
   }
   FinetuneDataOptions options;
   options.chat_template = ChatTemplate::llama3_2;
@@ -551,10 +553,7 @@ TEST(FinetuneData, Qwen3MessagesAsItsTemplateRendersThem) {
   ByteTokenizer tok;
   FinetuneDataOptions options;
   options.chat_template = ChatTemplate::qwen3;
-  struct Case {
-    std::string line, text, learned;
-  };
-  const Case cases[] = {
+  const std::vector<Rendering> cases = {
       {kConversation,
        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
        "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n Bye. <|im_end|>\n",
@@ -574,11 +573,7 @@ TEST(FinetuneData, Qwen3MessagesAsItsTemplateRendersThem) {
        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\na\n</think>\n\nc<|im_end|>\n",
        "<think>\na\n</think>\n\nc<|im_end|>"},
   };
-  for (const Case& c : cases) {
-    const auto ex = read_lines(dir, c.line, tok, options);
-    ASSERT_EQ(ex.size(), 1u);
-    EXPECT_EQ(rendered(ex[0]), std::make_pair(c.text, c.learned)) << c.line;
-  }
+  expect_renderings(dir, tok, options, cases);
   // With the think markers as added tokens: single ids, the empty block not learned.
   auto marked = bytes_with(dir, {"<|im_start|>", "<|im_end|>", "<think>", "</think>"});
   const auto ex = read_lines(dir, R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})",
