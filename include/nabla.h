@@ -498,6 +498,17 @@ nabla_status nabla_finetune_shape(nabla_finetune* ft, int64_t* batch, int64_t* c
  * when it exceeds capacity). */
 nabla_status nabla_finetune_encode(nabla_finetune* ft, const char* text, int32_t* ids, int64_t capacity,
                                    int64_t* count);
+/* One example as `nabla finetune --data` reads a line (a JSON object:
+ * {"text": S}, {"prompt": P, "completion": C} or {"messages": [{"role",
+ * "content"}, ...]}, docs/formats.md): its ids and labels (-100 where the loss
+ * does not count), up to `capacity` of each, the full count into *count.
+ * Messages are rendered in chat_template ("chatml", "llama3", "llama3.1",
+ * "llama3.2", "gemma", "phi3", "phi4", "smollm3", "qwen3"), or with NULL or
+ * "auto" in the base's own (ChatML when it has none; a template nabla does
+ * not render is refused); dated templates take today's date.
+ * NABLA_ERROR_ARGUMENT naming what is wrong with the line. */
+nabla_status nabla_finetune_encode_example(nabla_finetune* ft, const char* line, const char* chat_template,
+                                           int32_t* ids, int32_t* labels, int64_t capacity, int64_t* count);
 /* One optimizer step on a batch of [batch, context] i32 input_ids and
  * labels (Hugging Face's: position t predicts labels[t + 1]; -100 is not
  * counted); segments NULL (a row is one sequence) or [batch, context] ids of

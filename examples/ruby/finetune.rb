@@ -1,8 +1,9 @@
 #!/usr/bin/env ruby
 # Fine-tunes a Llama-family model with LoRA from Ruby through nabla's C API:
-# prompt / completion pairs from a JSONL file, each tokenized with the base's
-# tokenizer, one pair a row (padded), the loss on the completion tokens only;
-# the adapter saved as a PEFT folder and as llama.cpp's adapter GGUF.
+# examples from a JSONL file in `nabla finetune`'s forms (text, prompt /
+# completion, chat messages in the base's template), tokenized and labelled
+# as nabla finetune does, one a row (padded), the loss where the labels
+# count; the adapter saved as a PEFT folder and as llama.cpp's adapter GGUF.
 #
 #   ruby examples/ruby/finetune.rb --lib build/libnabla.so --base MODEL --data pairs.jsonl \
 #     --steps 100 --save adapter [--gguf adapter.gguf] [--gradient-checkpointing]
@@ -11,7 +12,6 @@
 # under mpirun, --job splits it among the processes too (each takes its rows
 # of every batch), with the result one process with as many replicas gives,
 # bit for bit. Rank 0 prints and saves.
-require "json"
 require "optparse"
 require_relative "nabla"
 
@@ -19,7 +19,8 @@ opt = { lib: nil, steps: 100, batch: 4, context: 128, lr: 1e-3, r: 8, alpha: 16.
 OptionParser.new do |o|
   o.on("--lib PATH", "libnabla.so (default: the installed one)") { |v| opt[:lib] = v }
   o.on("--base MODEL", "Hugging Face folder, GGUF or nabla checkpoint") { |v| opt[:base] = v }
-  o.on("--data FILE", "JSONL of {\"prompt\", \"completion\"}") { |v| opt[:data] = v }
+  o.on("--data FILE", "JSONL of {\"text\"}, {\"prompt\", \"completion\"} or {\"messages\"}") { |v| opt[:data] = v }
+  o.on("--chat-template NAME", "for messages (default: the base's own)") { |v| opt[:chat_template] = v }
   o.on("--steps N", Integer) { |v| opt[:steps] = v }
   o.on("--batch N", Integer) { |v| opt[:batch] = v }
   o.on("--context N", Integer) { |v| opt[:context] = v }
@@ -49,15 +50,14 @@ ft = Nabla::Finetune.new(opt[:base], lora_r: opt[:r], lora_alpha: opt[:alpha], l
 say.call "LoRA r #{opt[:r]} on #{opt[:base]}: #{ft.trained} parameters train; #{opt[:batch]} x #{ft.context} " \
          "tokens a step#{job ? " (#{ft.batch} rows in each process; #{job.description})" : ''}"
 
-# Each pair: ids = prompt + completion, labels -100 over the prompt.
+# Each line's ids and labels (-100 where the loss does not count), cut to a row.
 pairs = File.readlines(opt[:data], chomp: true).reject(&:empty?).each_with_index.map do |line, i|
-  j = JSON.parse(line)
-  raise "#{opt[:data]}:#{i + 1}: expected {\"prompt\", \"completion\"}" unless j["prompt"] && j["completion"]
-  prompt, completion = ft.encode(j["prompt"]), ft.encode(j["completion"])
-  ids = (prompt + completion).first(ft.context)
-  [ids, (Array.new(prompt.size, -100) + completion).first(ft.context)]
+  ids, labels = ft.example(line, chat_template: opt[:chat_template])
+  [ids.first(ft.context), labels.first(ft.context)]
+rescue Nabla::Error => e
+  abort "#{opt[:data]}:#{i + 1}: #{e.message}"
 end
-say.call "#{pairs.size} prompt / completion pairs from #{opt[:data]}"
+say.call "#{pairs.size} examples from #{opt[:data]}"
 
 rows = ft.batch * ft.context
 first = last = nil

@@ -73,6 +73,7 @@ module Nabla
                              :int, :uint64, P], :int],
     nabla_finetune_shape: [[P, P, P, P, P], :int],
     nabla_finetune_encode: [[P, :string, P, :int64, P], :int],
+    nabla_finetune_encode_example: [[P, :string, :string, P, P, :int64, P], :int],
     nabla_finetune_step: [[P, P, P, P, :double, :double, P], :int],
     nabla_finetune_save: [[P, :string], :int],
     nabla_finetune_save_gguf: [[P, :string], :int],
@@ -264,6 +265,18 @@ module Nabla
       ids = FFI::MemoryPointer.new(:int32, [count.read_int64, 1].max)
       Nabla.check(Nabla.nabla_finetune_encode(@ft, text, ids, count.read_int64, count))
       ids.read_array_of_int32(count.read_int64)
+    end
+
+    # One line of `nabla finetune --data` ({"text"}, {"prompt", "completion"}
+    # or {"messages"}) as [ids, labels], as nabla finetune makes them;
+    # messages in chat_template (nil: the base's own).
+    def example(line, chat_template: nil)
+      count = FFI::MemoryPointer.new(:int64)
+      Nabla.check(Nabla.nabla_finetune_encode_example(@ft, line, chat_template, nil, nil, 0, count))
+      n = count.read_int64
+      ids, labels = Array.new(2) { FFI::MemoryPointer.new(:int32, [n, 1].max) }
+      Nabla.check(Nabla.nabla_finetune_encode_example(@ft, line, chat_template, ids, labels, n, count))
+      [ids.read_array_of_int32(n), labels.read_array_of_int32(n)]
     end
 
     # One AdamW step on flat [batch * context] arrays; returns the loss.

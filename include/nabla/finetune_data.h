@@ -172,6 +172,9 @@ std::vector<int32_t> chat_stop_ids(const Tokenizer& tokenizer, ChatTemplate t);
 std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,
                                                  const Tokenizer& tokenizer,
                                                  const FinetuneDataOptions& options = {});
+// One line of such a file (IoError "example: ..." as above).
+FinetuneExample finetune_example(const std::string& line, const Tokenizer& tokenizer,
+                                 const FinetuneDataOptions& options = {});
 
 struct FinetuneSplit {
   std::vector<FinetuneExample> train, val;  // each in the order the examples came

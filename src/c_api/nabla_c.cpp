@@ -19,6 +19,7 @@
 #include "nabla/distributed.h"
 #include "nabla/error.h"
 #include "nabla/executor.h"
+#include "nabla/finetune_data.h"
 #include "nabla/graph.h"
 #include "nabla/io.h"
 #include "nabla/models/finetune.h"
@@ -69,6 +70,7 @@ struct nabla_finetune {
   std::unique_ptr<nabla::models::FinetuneSession> session;
   std::vector<nabla::models::FinetuneSession::Inputs> replicas;
   std::unique_ptr<nabla::Tokenizer> tokenizer;  // the base's
+  std::string base;                             // for its chat template
   int64_t steps = 0;                            // for the adapters' dropout seeds
   uint64_t seed = 1;
 };
@@ -1353,6 +1355,7 @@ nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, in
     for (int r = 0; r < ft->session->step().replicas(); ++r) ft->replicas.push_back(ft->session->replica(r));
     ft->tokenizer = nabla::make_tokenizer(
         nabla::models::checkpoint_tokenizer(base, ft->session->config().tokenizer), "");
+    ft->base = base;
     *out = ft.release();
   });
 }
@@ -1381,6 +1384,35 @@ nabla_status nabla_finetune_encode(nabla_finetune* ft, const char* text, int32_t
     const std::vector<int32_t> encoded = ft->tokenizer->encode(text);
     *count = int64_t(encoded.size());
     std::copy_n(encoded.begin(), std::min<int64_t>(capacity, *count), ids);
+  });
+}
+
+nabla_status nabla_finetune_encode_example(nabla_finetune* ft, const char* line, const char* chat_template,
+                                           int32_t* ids, int32_t* labels, int64_t capacity, int64_t* count) {
+  return guard([&] {
+    const Call c{"nabla_finetune_encode_example"};
+    c.need(ft, "ft");
+    c.need(line, "line");
+    c.need(count, "count");
+    if (capacity < 0) c.argument_error("capacity is negative");
+    if (capacity > 0) {
+      c.need(ids, "ids");
+      c.need(labels, "labels");
+    }
+    nabla::FinetuneExample example;
+    try {  // a bad line or template name: the arguments' fault, not a file's
+      const nabla::FinetuneDataOptions options = nabla::chat_template_options(
+          chat_template ? chat_template : "auto", nabla::models::checkpoint_chat_template(ft->base), ft->base);
+      example = nabla::finetune_example(line, *ft->tokenizer, options);
+    } catch (const nabla::IoError& e) {
+      c.argument_error(e.what());
+    } catch (const nabla::UsageError& e) {
+      c.argument_error(e.what());
+    }
+    *count = int64_t(example.ids.size());
+    const int64_t n = std::min<int64_t>(capacity, *count);
+    std::copy_n(example.ids.begin(), n, ids);
+    std::copy_n(example.labels.begin(), n, labels);
   });
 }
 

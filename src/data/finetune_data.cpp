@@ -542,6 +542,32 @@ std::vector<int32_t> chat_stop_ids(const Tokenizer& tokenizer, ChatTemplate t) {
   return stop;
 }
 
+namespace {
+
+// One JSONL line's example; errors start with `where`.
+FinetuneExample read_json_line(std::string_view line, const std::string& where, const Tokenizer& tokenizer,
+                               const FinetuneDataOptions& options) {
+  ExampleBuilder b(tokenizer, where);
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::parse_error& e) {
+    // what() reads "[json.exception.parse_error.101] parse error at line 1,
+    // column 9: syntax error ..."; the line is already named.
+    const std::string what = e.what();
+    const size_t column = what.find("column ");
+    throw b.error("not JSON at " + (column == std::string::npos ? what : what.substr(column)));
+  }
+  return read_line(j, b, tokenizer, options);
+}
+
+}  // namespace
+
+FinetuneExample finetune_example(const std::string& line, const Tokenizer& tokenizer,
+                                 const FinetuneDataOptions& options) {
+  return read_json_line(line, "example: ", tokenizer, options);
+}
+
 std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,
                                                  const Tokenizer& tokenizer,
                                                  const FinetuneDataOptions& options) {
@@ -555,18 +581,7 @@ std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,
     pos = nl + 1;
     ++line_number;
     if (trim(line).empty()) continue;
-    ExampleBuilder b(tokenizer, path + ":" + std::to_string(line_number) + ": ");
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::parse_error& e) {
-      // what() reads "[json.exception.parse_error.101] parse error at line 1,
-      // column 9: syntax error ..."; the line is already named.
-      const std::string what = e.what();
-      const size_t column = what.find("column ");
-      throw b.error("not JSON at " + (column == std::string::npos ? what : what.substr(column)));
-    }
-    examples.push_back(read_line(j, b, tokenizer, options));
+    examples.push_back(read_json_line(line, path + ":" + std::to_string(line_number) + ": ", tokenizer, options));
   }
   if (examples.empty())
     throw IoError(path + ": no examples (" + std::to_string(line_number) + " lines, all blank)");

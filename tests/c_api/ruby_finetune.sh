@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest ruby_ffi_finetune: a Ruby program fine-tunes a small Llama with LoRA
-# through the C API (examples/ruby/finetune.rb, prompt / completion pairs,
-# the loss on the completions) on a Q8_0 base kept quantized with gradient
+# through the C API (examples/ruby/finetune.rb: prompt / completion pairs and
+# a chat, each labelled by nabla_finetune_encode_example as nabla finetune
+# labels it) on a Q8_0 base kept quantized with gradient
 # checkpointing, its loss falls by at least half, and what it
 # saved is what nabla's own tools read and write: `nabla sample --adapter`
 # runs the PEFT folder, and `nabla export lora-gguf` of that folder gives the
@@ -17,6 +18,7 @@ trap 'rm -rf "$dir"' EXIT
 # QLoRA from Ruby: the base as Q8_0, kept so, with gradient checkpointing.
 "$nabla" export gguf "$dir/base.safetensors" --type q8_0 --out "$dir/base.gguf" >/dev/null
 for i in $(seq 1 8); do echo "{\"prompt\": \"Q$i: \", \"completion\": \"answer $((i * 7))\"}"; done >"$dir/pairs.jsonl"
+echo '{"messages": [{"role": "user", "content": "Q9"}, {"role": "assistant", "content": "answer 63"}]}' >>"$dir/pairs.jsonl"
 "$ruby" "$here/../../examples/ruby/finetune.rb" --lib "$lib" --base "$dir/base.gguf" --data "$dir/pairs.jsonl" \
   --steps 100 --batch 4 --context 32 --lr 1e-2 --threads 2 --min-drop 0.5 --gradient-checkpointing \
   --save "$dir/adapter" --gguf "$dir/ruby.gguf"
@@ -49,4 +51,22 @@ begin
 rescue Nabla::Error => e
   abort "unhelpful error: #{e.message}" unless e.message.include?("flags 32")
   puts "unknown flag: #{e.message}"
+end
+ft = Nabla::Finetune.new(ARGV[3], lora_r: 2, batch: 1, context: 16)
+ids, labels = ft.example("{\"prompt\": \"a\", \"completion\": \"b\"}")
+abort "prompt / completion labelled #{labels}" unless ids.size == labels.size && labels.first == -100 && labels.last != -100
+{ "{\"messages\": 3}" => "\"messages\" is 3",
+  "not json" => "not JSON" }.each do |line, says|
+  ft.example(line)
+  abort "a bad example was accepted: #{line}"
+rescue Nabla::Error => e
+  abort "unhelpful error: #{e.message}" unless e.message.include?(says)
+  puts "bad example: #{e.message}"
+end
+begin
+  ft.example("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", chat_template: "mistral")
+  abort "an unknown template was accepted"
+rescue Nabla::Error => e
+  abort "unhelpful error: #{e.message}" unless e.message.include?("unknown chat template \"mistral\"")
+  puts "unknown template: #{e.message}"
 end' "$here/../../examples/ruby/nabla.rb" "$lib" "$dir/no-such-model" "$dir/base.safetensors"
