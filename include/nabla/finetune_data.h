@@ -81,7 +81,9 @@ bool chat_template_is_dated(ChatTemplate t);
 // The options for `name` (--chat-template): the template of that name, or
 // for "auto" the one the base's Jinja template `jinja` is (ChatML when
 // `jinja` is empty; when nabla renders none like it, options that refuse
-// messages, naming `source`, the base).
+// messages, naming `source`, the base). A ChatML template's default system
+// message (a literal it writes for a conversation without one: SmolLM2's,
+// Qwen2.5's) becomes default_system.
 FinetuneDataOptions chat_template_options(const std::string& name, const std::string& jinja,
                                           const std::string& source);
 

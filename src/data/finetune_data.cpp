@@ -488,10 +488,50 @@ std::string chat_date_today() {
 
 bool chat_template_is_dated(ChatTemplate t) { return t == ChatTemplate::smollm3 || t == ChatTemplate::llama3_2; }
 
+namespace {
+
+// The system message a ChatML template writes when a conversation has none
+// (SmolLM2's, Qwen2.5's): a string literal holding "<|im_start|>system",
+// a newline, the text and "<|im_end|>"; "" when it has no such literal.
+std::string chatml_default_system(const std::string& jinja) {
+  const std::string_view head = "<|im_start|>system";
+  for (size_t at = jinja.find(head); at != std::string::npos; at = jinja.find(head, at + 1)) {
+    size_t p = at + head.size();
+    if (jinja.compare(p, 2, "\\n") == 0) {  // Jinja's escape (Qwen2.5's), or a newline itself (SmolLM2's)
+      p += 2;
+    } else if (jinja.compare(p, 1, "\n") == 0) {
+      p += 1;
+    } else {
+      continue;
+    }
+    const size_t end = jinja.find("<|im_end|>", p);
+    if (end == std::string::npos) continue;
+    std::string text;
+    bool literal = end > p;
+    for (size_t i = p; i < end && literal; ++i) {
+      const char c = jinja[i];
+      if (c == '\\' && i + 1 < end) {
+        const char e = jinja[++i];
+        text += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+      } else if (c == '\'' || c == '"' || c == '{' || c == '}') {
+        literal = false;  // the literal ends: the message's content is spliced in
+      } else {
+        text += c;
+      }
+    }
+    if (literal) return text;
+  }
+  return "";
+}
+
+}  // namespace
+
 FinetuneDataOptions chat_template_options(const std::string& name, const std::string& jinja,
                                           const std::string& source) {
   if (name != "auto") return {.chat_template = parse_chat_template(name)};
-  if (const auto t = recognize_chat_template(jinja)) return {.chat_template = *t};
+  if (const auto t = recognize_chat_template(jinja)) {
+    return {.chat_template = *t, .default_system = *t == ChatTemplate::chatml ? chatml_default_system(jinja) : ""};
+  }
   FinetuneDataOptions o;
   if (!jinja.empty()) {
     o.refuse_messages = "the chat template of " + source +

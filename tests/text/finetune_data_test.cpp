@@ -636,6 +636,21 @@ TEST(FinetuneData, ChatPromptEndsWithTheAssistantsHeader) {
     EXPECT_NE(std::string(e.what()).find("the chat template of base is none that nabla renders"), std::string::npos)
         << e.what();
   }
+  // ChatML's default system message, from SmolLM2's template (a newline in
+  // its literal) and Qwen2.5's (Jinja's \n escape); none from Qwen3's.
+  EXPECT_EQ(chat_template_options("auto", kSmolLM2Template, "base").default_system,
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  const std::string qwen25 =
+      R"({%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }})"
+      R"({%- else %}{{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }})"
+      R"({%- endif %})";
+  EXPECT_EQ(chat_template_options("auto", qwen25, "base").default_system,
+            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  EXPECT_EQ(chat_template_options("auto", R"({{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }})",
+                                  "base")
+                .default_system,
+            "");
+  EXPECT_EQ(chat_template_options("chatml", qwen25, "base").default_system, "");  // a named template: as it is
   EXPECT_EQ(chat_template_options("auto", "", "base").chat_template, ChatTemplate::chatml);
   EXPECT_TRUE(chat_template_options("auto", "", "base").refuse_messages.empty());
   EXPECT_EQ(chat_template_options("gemma", "{{ '[INST] ' }}", "base").chat_template, ChatTemplate::gemma);
