@@ -185,9 +185,9 @@ int run_finetune(const FinetuneArgs& a) {
   FinetuneDataOptions dopt = chat_template_options(a.chat_template, models::checkpoint_chat_template(a.base), a.base);
   const ChatTemplate tmpl = dopt.chat_template;
   if (chat_template_is_dated(tmpl)) {
-    const auto recorded = state ? nlohmann::json::parse(state->config_json, nullptr, false) : nlohmann::json();
-    dopt.today = recorded.is_object() && recorded.value("chat_date", "") != "" ? recorded.value("chat_date", "")
-                                                                                 : chat_date_today();
+    const auto run = state ? nlohmann::json::parse(state->config_json, nullptr, false) : nlohmann::json();
+    dopt.today = run.is_object() ? run.value("chat_date", "") : "";
+    if (dopt.today.empty()) dopt.today = chat_date_today();
   }
 
   // The base, read whole, then frozen under the adapters (a full run

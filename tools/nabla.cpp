@@ -29,7 +29,6 @@ std::vector<std::string> chat_template_choices() {
   return names;
 }
 
-
 using namespace nabla::cli;
 
 // The job this process is a rank of, when a launcher (mpirun) started

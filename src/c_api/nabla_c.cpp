@@ -70,7 +70,8 @@ struct nabla_finetune {
   std::unique_ptr<nabla::models::FinetuneSession> session;
   std::vector<nabla::models::FinetuneSession::Inputs> replicas;
   std::unique_ptr<nabla::Tokenizer> tokenizer;  // the base's
-  std::string base;                             // for its chat template
+  std::string base;
+  std::optional<std::string> chat_template;  // the base's Jinja, read on first use
   int64_t steps = 0;                            // for the adapters' dropout seeds
   uint64_t seed = 1;
 };
@@ -1401,8 +1402,9 @@ nabla_status nabla_finetune_encode_example(nabla_finetune* ft, const char* line,
     }
     nabla::FinetuneExample example;
     try {  // a bad line or template name: the arguments' fault, not a file's
-      const nabla::FinetuneDataOptions options = nabla::chat_template_options(
-          chat_template ? chat_template : "auto", nabla::models::checkpoint_chat_template(ft->base), ft->base);
+      if (!ft->chat_template) ft->chat_template = nabla::models::checkpoint_chat_template(ft->base);
+      const nabla::FinetuneDataOptions options =
+          nabla::chat_template_options(chat_template ? chat_template : "auto", *ft->chat_template, ft->base);
       example = nabla::finetune_example(line, *ft->tokenizer, options);
     } catch (const nabla::IoError& e) {
       c.argument_error(e.what());
