@@ -31,7 +31,7 @@ printf '%s' "$prompt" >"$work/prompt.txt"
 for ((r = 1; r <= reps; r++)); do
   echo "round $r/$reps" >&2
   build/nabla sample --checkpoint "$work/model.gguf" --prompt "$prompt" --tokens $new_tokens \
-    --temperature 0 --threads 2 --timings 2>>"$work/nabla.txt" >/dev/null
+    --temperature 0 --ignore-eos --threads 2 --timings 2>>"$work/nabla.txt" >/dev/null
   node bench/peers/llama_cpp_sample.mjs tests/models/llama_cpp_js/node_modules/node-llama-cpp "$work/model.gguf" \
     "$work/prompt.txt" $new_tokens 2 >>"$work/llama_cpp.txt"
 done

@@ -79,7 +79,9 @@ double FinetuneSession::update(double lr, double clip) { return step_->update(lr
 void FinetuneSession::save(const std::string& dir, const std::string& config_json, const TrainPosition* position,
                            const optim::AdamW* optimizer) const {
   if (full()) {
-    save_hf_folder(dir, config().to_json(), model_->params());
+    // A folder that stands alone: the base's tokenizer and chat template with the weights.
+    save_llama_folder(dir, config(), model_->params(), checkpoint_tokenizer(base_, config().tokenizer),
+                      checkpoint_chat_template(base_));
   } else {
     save_peft_adapter(dir, config_.lora, model_->adapter(), base_, config().multimodal);
   }

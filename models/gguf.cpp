@@ -781,4 +781,33 @@ GgufWriter gguf_lora_adapter(const LlamaConfig& c, const PeftAdapter& adapter) {
   return w;
 }
 
+void write_tokenizer_json(const std::string& source, const BpeTokenizer& tok, const std::string& target) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(source, ec) && !is_gguf_file(source)) {
+    write_file_atomic(target, read_file(source));
+  } else {
+    tok.save_json(target);
+  }
+}
+
+std::vector<std::string> save_llama_folder(const std::string& dir, const LlamaConfig& config, const nn::Params& params,
+                                           const std::string& tokenizer, const std::string& chat_template,
+                                           const std::string& vocab) {
+  std::unique_ptr<Tokenizer> tok = tokenizer == "byte" ? nullptr : make_tokenizer(tokenizer, vocab);
+  const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
+  if (tok && !bpe) throw UsageError("Hugging Face folder " + dir + ": tokenizer " + tokenizer + " is not BPE");
+  save_hf_folder(dir, config.to_json(), params);
+  std::vector<std::string> written = {"config.json", "model.safetensors"};
+  if (bpe) {
+    write_tokenizer_json(tokenizer, *bpe, dir + "/tokenizer.json");
+    written.push_back("tokenizer.json");
+  }
+  // The chat template, as transformers saves it.
+  if (!chat_template.empty()) {
+    write_file_atomic(dir + "/chat_template.jinja", chat_template);
+    written.push_back("chat_template.jinja");
+  }
+  return written;
+}
+
 }  // namespace nabla::models

@@ -64,21 +64,11 @@ int run_export_hf(const ExportArgs& a) {
   models::LlamaConfig cfg = models::llama_config_from_checkpoint(ckpt);
   models::Llama model(cfg, 0);
   load_params(ckpt, model.params());
-  // The tokenizer beside the weights, where it is BPE (byte checkpoints get
-  // none: Hugging Face has no byte tokenizer.json): a tokenizer.json copied
-  // as it is, a GGUF model's vocabulary written as one.
   const std::string tokenizer =
       a.tokenizer.empty() ? models::checkpoint_tokenizer(a.checkpoint, cfg.tokenizer) : a.tokenizer;
-  std::unique_ptr<Tokenizer> tok = tokenizer == "byte" ? nullptr : make_tokenizer(tokenizer, a.vocab);
-  const auto* bpe = dynamic_cast<const BpeTokenizer*>(tok.get());
-  if (tok && !bpe) throw UsageError("export hf: tokenizer " + tokenizer + " is not BPE");
-  save_hf_folder(a.out, cfg.to_json(), model.params());
-  if (bpe) write_tokenizer_json(tokenizer, *bpe, a.out + "/tokenizer.json");
-  // The chat template, as transformers saves it.
-  const std::string jinja = models::checkpoint_chat_template(a.checkpoint);
-  if (!jinja.empty()) write_file_atomic(a.out + "/chat_template.jinja", jinja);
-  fmt::print("wrote {}/config.json, model.safetensors{}{} ({} parameters)\n", a.out, bpe ? ", tokenizer.json" : "",
-             jinja.empty() ? "" : ", chat_template.jinja", model.params().count());
+  const std::vector<std::string> written = models::save_llama_folder(
+      a.out, cfg, model.params(), tokenizer, models::checkpoint_chat_template(a.checkpoint), a.vocab);
+  fmt::print("wrote {}/{} ({} parameters)\n", a.out, fmt::join(written, ", "), model.params().count());
   return kExitOk;
 }
 

@@ -5,41 +5,20 @@
 // never the whole prefix again.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <random>
 
 #include "commands.h"
+#include "nabla/models/generate.h"
 #include "nabla/models/gguf.h"
 #include "nabla/models/gpt2.h"
 #include "nabla/models/llama.h"
 #include "nabla/models/lora.h"
 #include "nabla/checkpoint.h"
 #include "nabla/error.h"
-#include "nabla/executor.h"
 #include "nabla/finetune_data.h"
 #include "nabla/tokenizer.h"
 
 namespace nabla::cli {
-
-namespace {
-
-// Softmax of logits / temperature over the top k, then one draw.
-int32_t sample_token(const std::vector<float>& logits, double temperature, int top_k, std::mt19937_64& rng) {
-  std::vector<int32_t> idx(logits.size());
-  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t(i);
-  size_t k = top_k > 0 ? std::min<size_t>(size_t(top_k), idx.size()) : idx.size();
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (temperature <= 0) return idx[0];
-  std::vector<double> w(k);
-  for (size_t i = 0; i < k; ++i) w[i] = std::exp((logits[idx[i]] - logits[idx[0]]) / temperature);
-  std::discrete_distribution<size_t> pick(w.begin(), w.end());
-  return idx[pick(rng)];
-}
-
-}  // namespace
 
 int run_sample(const SampleArgs& a) {
   Checkpoint ckpt = models::load_any_checkpoint(a.checkpoint);
@@ -67,7 +46,7 @@ int run_sample(const SampleArgs& a) {
   // The tokenizer's prefix (Llama 3's <|begin_of_text|>), then the prompt;
   // or the chat message in the template, up to the assistant's header, the
   // reply ending at the template's end of turn.
-  std::vector<int32_t> ids, stop;
+  std::vector<int32_t> ids;
   if (!a.chat.empty()) {
     const FinetuneDataOptions chat =
         chat_template_options(a.chat_template, models::checkpoint_chat_template(a.checkpoint), a.checkpoint);
@@ -75,67 +54,38 @@ int run_sample(const SampleArgs& a) {
     if (!a.system.empty()) messages.push_back({"system", a.system});
     messages.push_back({"user", a.chat});
     ids = chat_prompt_ids(messages, *tok, chat);
-    stop = chat_stop_ids(*tok, chat.chat_template);
   } else {
     ids = tok->prefix_ids();
     for (int32_t id : tok->encode(a.prompt)) ids.push_back(id);
   }
   if (ids.empty()) ids.push_back(tok->eot_id() >= 0 ? tok->eot_id() : int32_t('\n'));
-  int64_t max_len = std::min<int64_t>(context, int64_t(ids.size()) + a.tokens);
-  if (int64_t(ids.size()) >= max_len) {
+  if (int64_t(ids.size()) >= context) {
     throw UsageError(fmt::format("sample: the prompt's {} tokens fill the context of {}", ids.size(), context));
   }
-  nn::DecodeStep s = llama ? llama->decode_step(max_len) : gpt2->decode_step(max_len);
-  Executor ex(Graph(s.outputs()), {.threads = a.threads, .backend = a.backend});
-  std::mt19937_64 rng(a.seed);
-  const auto step = [&](int64_t p) {  // token ids[p] at position p
-    s.token.data_as<int32_t>()[0] = ids[size_t(p)];
-    s.position.data_as<int32_t>()[0] = int32_t(p);
-    ex.run();
-    s.remember(ex, p);
-    return ex.read<float>(s.logits);
-  };
-
+  models::GenerateOptions options{.max_new_tokens = a.tokens,
+                                  .temperature = a.temperature,
+                                  .top_k = a.top_k,
+                                  .seed = a.seed,
+                                  .stop = a.ignore_eos ? std::vector<int32_t>{} : end_of_generation_ids(*tok),
+                                  .exec = {.threads = a.threads, .backend = a.backend}};
   if (a.chat.empty()) fmt::print("{}", a.prompt);
   std::fflush(stdout);
-  // The prompt: Llama's in one pass (matrix products), GPT-2's a token at a
-  // time. Its compilation counts as prompt time.
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  const int64_t n = int64_t(ids.size());
-  std::vector<float> logits;
-  if (llama) {
-    nn::DecodeStep::Prompt prompt = llama->prompt(n, max_len);
-    Executor pass(Graph(prompt.outputs()), {.threads = a.threads, .backend = a.backend});
-    std::copy(ids.begin(), ids.end(), prompt.tokens.data_as<int32_t>());
-    pass.run();
-    s.remember_prompt(pass, prompt);
-    logits = pass.read<float>(prompt.logits);
-  } else {
-    for (int64_t p = 0; p < n; ++p) logits = step(p);
-  }
-  const auto t1 = Clock::now();
-  while (true) {
-    ids.push_back(sample_token(logits, a.temperature, a.top_k, rng));
-    if (std::find(stop.begin(), stop.end(), ids.back()) != stop.end()) break;
-    fmt::print("{}", tok->decode(std::span<const int32_t>(&ids.back(), 1)));
+  const auto print = [&](int32_t id) {
+    fmt::print("{}", tok->decode(std::span<const int32_t>(&id, 1)));
     std::fflush(stdout);
-    if (int64_t(ids.size()) >= max_len) break;
-    logits = step(int64_t(ids.size()) - 1);
-  }
-  const auto t2 = Clock::now();
+  };
+  const models::Generation g =
+      llama ? models::generate(*llama, ids, options, print) : models::generate(*gpt2, ids, options, print);
   fmt::print("\n");
-  // NABLA_PROFILE=1: the decoding step's kernel time per op.
-  if (std::string prof = ex.profile(); !prof.empty()) fmt::print(stderr, "{}", prof);
+  std::fflush(stdout);  // the text before the timings on a shared stream
+  if (!g.profile.empty()) fmt::print(stderr, "{}", g.profile);
   if (a.timings) {
-    const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
-    const double gen_s = std::chrono::duration<double>(t2 - t1).count();
-    const int64_t generated = int64_t(ids.size()) - n;
-    fmt::print(stderr, "prompt: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", n, prompt_s, double(n) / prompt_s);
-    // The first new token comes from the prompt's logits; each after it
-    // takes a decoding step.
-    fmt::print(stderr, "generation: {} tokens, {} decoding steps in {:.3f} s ({:.1f} tokens/s)\n", generated,
-               generated - 1, gen_s, double(generated - 1) / gen_s);
+    const auto n = ids.size();
+    fmt::print(stderr, "prompt: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", n, g.prompt_seconds,
+               double(n) / g.prompt_seconds);
+    fmt::print(stderr, "generation: {} tokens, {} decoding steps in {:.3f} s ({:.1f} tokens/s){}\n", g.tokens.size(),
+               g.decode_steps, g.decode_seconds, double(g.decode_steps) / g.decode_seconds,
+               g.stopped ? ", stopped at the end of text" : "");
   }
   return kExitOk;
 }

@@ -127,12 +127,4 @@ int run_tokenizer_convert(const TokenizerArgs& opt) {
   return kExitOk;
 }
 
-void write_tokenizer_json(const std::string& source, const BpeTokenizer& tok, const std::string& target) {
-  if (std::filesystem::is_regular_file(source) && !is_gguf_file(source)) {
-    write_file_atomic(target, read_file(source));
-  } else {
-    tok.save_json(target);
-  }
-}
-
 }  // namespace nabla::cli

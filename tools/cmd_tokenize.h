@@ -40,9 +40,4 @@ int run_tokenizer_train(const TokenizerArgs& opt);
 // Writes a BPE tokenizer nabla reads (GPT-2's files) as tokenizer.json.
 int run_tokenizer_convert(const TokenizerArgs& opt);
 
-// `tok`, read from `source` (a make_tokenizer name), as the tokenizer.json
-// `target`: a tokenizer.json file copied byte for byte (its decoder and
-// settings kept), GPT-2's files or a GGUF model's vocabulary written out.
-void write_tokenizer_json(const std::string& source, const BpeTokenizer& tok, const std::string& target);
-
 }  // namespace nabla::cli

@@ -114,7 +114,7 @@ void keep_tokenizer_beside(const std::string& save, const Tokenizer& tok, std::s
   }
   const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok);
   if (!bpe) throw UsageError("train: the tokenizer of " + tokenizer + " is not BPE");
-  write_tokenizer_json(tokenizer, *bpe, target.string());
+  models::write_tokenizer_json(tokenizer, *bpe, target.string());
   tokenizer = target.filename().string();
 }
 

@@ -150,6 +150,7 @@ struct SampleArgs {
   std::string tokenizer;  // "" = checkpoint_tokenizer
   std::string adapter;    // PEFT LoRA folder applied to a Llama ("" = none)
   bool timings = false;   // prompt and generation rates to stderr
+  bool ignore_eos = false;  // run to `tokens`, past end_of_generation_ids
   int tokens = 200;
   double temperature = 0.8;
   int top_k = 40;

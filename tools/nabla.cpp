@@ -411,8 +411,7 @@ int main(int argc, char** argv) {
   CLI::Option* prompt_opt = sample_cmd->add_option("--prompt", sample.prompt, "Text to continue");
   CLI::Option* chat_opt =
       sample_cmd->add_option("--chat", sample.chat,
-                             "A user message to reply to, in the model's chat template; the reply ends at the "
-                             "template's end of turn")
+                             "A user message to reply to, in the model's chat template")
           ->excludes(prompt_opt);
   sample_cmd->add_option("--system", sample.system, "A system message before --chat's")->needs(chat_opt);
   sample_cmd
@@ -421,7 +420,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(chat_template_choices()))
       ->needs(chat_opt)
       ->capture_default_str();
-  add_int(sample_cmd, "--tokens", sample.tokens, "Tokens to generate", 1, 1'000'000);
+  add_int(sample_cmd, "--tokens", sample.tokens, "Tokens to generate, at most", 1, 1'000'000);
+  sample_cmd->add_flag("--ignore-eos", sample.ignore_eos,
+                       "Generate --tokens tokens, not stopping at the end of text or of a turn");
   sample_cmd->add_option("--temperature", sample.temperature, "Softmax temperature (0: greedy)")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();

@@ -97,10 +97,11 @@ struct ChatMessage {
 // template refuses.
 std::vector<int32_t> chat_prompt_ids(const std::vector<ChatMessage>& messages, const Tokenizer& tokenizer,
                                      const FinetuneDataOptions& options);
-// The ids that end a reply in template t: its end-of-turn marker ("<|im_end|>",
-// "<|eot_id|>", "<end_of_turn>", "<|end|>") when the tokenizer encodes it as
-// one token, and the tokenizer's end-of-text token.
-std::vector<int32_t> chat_stop_ids(const Tokenizer& tokenizer, ChatTemplate t);
+// The ids that end generation (llama.cpp's end-of-generation set): the
+// tokenizer's end-of-text token, and each end-of-turn marker it has as one
+// token ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>",
+// "<|end|>", "<eos>").
+std::vector<int32_t> end_of_generation_ids(const Tokenizer& tokenizer);
 
 // One example per non-blank line of a JSONL file, each line an object of one
 // of these forms (other keys are ignored):
@@ -177,6 +178,14 @@ std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,
 // One line of such a file (IoError "example: ..." as above).
 FinetuneExample finetune_example(const std::string& line, const Tokenizer& tokenizer,
                                  const FinetuneDataOptions& options = {});
+// What a model continues from to write a line's reply, for generation: a
+// {"prompt": P} line's prefix_ids() + encode(P) (the completion, when there
+// is one, left out); a {"text": S} line's prefix_ids() + encode(S); a
+// "messages" line's conversation, less a last assistant message (the reply),
+// rendered as chat_prompt_ids does (with the line's chat_template_kwargs).
+// IoError "prompt: ..." as for examples, and for an empty prompt.
+std::vector<int32_t> finetune_prompt(const std::string& line, const Tokenizer& tokenizer,
+                                     const FinetuneDataOptions& options = {});
 
 struct FinetuneSplit {
   std::vector<FinetuneExample> train, val;  // each in the order the examples came

@@ -367,8 +367,8 @@ void render_messages(std::vector<Message> turns, const json& line, ExampleBuilde
   }
 }
 
-FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokenizer& tokenizer,
-                              const FinetuneDataOptions& options) {
+// A "messages" line's turns, each checked.
+std::vector<Message> read_turns(const json& line, ExampleBuilder& b, const FinetuneDataOptions& options) {
   const json& messages = line["messages"];
   if (!options.refuse_messages.empty()) throw b.error("\"messages\": " + options.refuse_messages);
   if (!messages.is_array())
@@ -389,12 +389,13 @@ FinetuneExample read_messages(const json& line, ExampleBuilder& b, const Tokeniz
                     "\", expected \"system\", \"user\" or \"assistant\"");
     turns.push_back(std::move(t));
   }
-  render_messages(turns, line, b, tokenizer, options, false);
-  return b.finish("no assistant message");
+  return turns;
 }
 
-FinetuneExample read_line(const json& j, ExampleBuilder& b, const Tokenizer& tokenizer,
-                          const FinetuneDataOptions& options) {
+enum class LineForm { text, prompt, messages };
+
+// Which of the three forms an object line is; an error for none or several.
+LineForm line_form(const json& j, ExampleBuilder& b) {
   if (!j.is_object())
     throw b.error("the line is a JSON " + std::string(j.type_name()) + ", expected an object");
   const bool messages = j.contains("messages"), text = j.contains("text");
@@ -405,7 +406,17 @@ FinetuneExample read_line(const json& j, ExampleBuilder& b, const Tokenizer& tok
                   ": expected one of {\"text\": ...}, {\"prompt\": ..., \"completion\": ...} or "
                   "{\"messages\": [...]}");
   }
-  if (messages) return read_messages(j, b, tokenizer, options);
+  return messages ? LineForm::messages : text ? LineForm::text : LineForm::prompt;
+}
+
+FinetuneExample read_line(const json& j, ExampleBuilder& b, const Tokenizer& tokenizer,
+                          const FinetuneDataOptions& options) {
+  const LineForm form = line_form(j, b);
+  const bool messages = form == LineForm::messages, text = form == LineForm::text;
+  if (messages) {
+    render_messages(read_turns(j, b, options), j, b, tokenizer, options, false);
+    return b.finish("no assistant message");
+  }
   if (text) {
     b.ids(tokenizer.prefix_ids(), true);
     b.text(b.field(j, "text", "\"text\""), true);
@@ -421,6 +432,32 @@ FinetuneExample read_line(const json& j, ExampleBuilder& b, const Tokenizer& tok
   b.text(b.field(j, "completion", "\"completion\""), true);
   b.end_of_text();
   return b.finish("an empty completion, or nothing before it, and no end-of-text token");
+}
+
+// What the model continues from for line j's reply (finetune_prompt).
+std::vector<int32_t> read_prompt(const json& j, ExampleBuilder& b, const Tokenizer& tokenizer,
+                                 const FinetuneDataOptions& options) {
+  switch (line_form(j, b)) {
+    case LineForm::messages: {
+      std::vector<Message> turns = read_turns(j, b, options);
+      if (turns.back().role == "assistant") turns.pop_back();  // the reply
+      if (turns.empty()) throw b.error("\"messages\" has no message before the assistant's reply");
+      render_messages(turns, j, b, tokenizer, options, true);
+      break;
+    }
+    case LineForm::text:
+      b.ids(tokenizer.prefix_ids(), false);
+      b.text(b.field(j, "text", "\"text\""), false);
+      break;
+    case LineForm::prompt:
+      if (!j.contains("prompt")) throw b.error("no \"prompt\"");
+      b.ids(tokenizer.prefix_ids(), false);
+      b.text(b.field(j, "prompt", "\"prompt\""), false);
+      break;
+  }
+  std::vector<int32_t> ids = b.finish_prompt();
+  if (ids.empty()) throw b.error("the prompt is empty: nothing to continue from");
+  return ids;
 }
 
 }  // namespace
@@ -554,43 +591,23 @@ std::vector<int32_t> chat_prompt_ids(const std::vector<ChatMessage>& messages, c
   return b.finish_prompt();
 }
 
-std::vector<int32_t> chat_stop_ids(const Tokenizer& tokenizer, ChatTemplate t) {
-  const char* marker = "<|im_end|>";
-  switch (t) {
-    case ChatTemplate::llama3:
-    case ChatTemplate::llama3_1:
-    case ChatTemplate::llama3_2:
-      marker = "<|eot_id|>";
-      break;
-    case ChatTemplate::gemma:
-      marker = "<end_of_turn>";
-      break;
-    case ChatTemplate::phi3:
-    case ChatTemplate::phi4:
-      marker = "<|end|>";
-      break;
-    case ChatTemplate::chatml:
-    case ChatTemplate::smollm3:
-    case ChatTemplate::qwen3:
-      break;
-  }
+std::vector<int32_t> end_of_generation_ids(const Tokenizer& tokenizer) {
   std::vector<int32_t> stop;
-  if (const std::vector<int32_t> ids = tokenizer.encode(marker); ids.size() == 1) stop.push_back(ids[0]);
-  if (tokenizer.eot_id() >= 0 && std::find(stop.begin(), stop.end(), tokenizer.eot_id()) == stop.end()) {
-    stop.push_back(tokenizer.eot_id());
+  if (tokenizer.eot_id() >= 0) stop.push_back(tokenizer.eot_id());
+  // The templates' end-of-turn markers, Llama 3.1's end of a tool call, Gemma's end of sequence.
+  for (const char* marker : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<eos>"}) {
+    const std::vector<int32_t> ids = tokenizer.encode(marker);
+    if (ids.size() == 1 && std::find(stop.begin(), stop.end(), ids[0]) == stop.end()) stop.push_back(ids[0]);
   }
   return stop;
 }
 
 namespace {
 
-// One JSONL line's example; errors start with `where`.
-FinetuneExample read_json_line(std::string_view line, const std::string& where, const Tokenizer& tokenizer,
-                               const FinetuneDataOptions& options) {
-  ExampleBuilder b(tokenizer, where);
-  json j;
+// One JSONL line as JSON; errors start with b's `where`.
+json parse_line(std::string_view line, ExampleBuilder& b) {
   try {
-    j = json::parse(line);
+    return json::parse(line);
   } catch (const json::parse_error& e) {
     // what() reads "[json.exception.parse_error.101] parse error at line 1,
     // column 9: syntax error ..."; the line is already named.
@@ -598,7 +615,13 @@ FinetuneExample read_json_line(std::string_view line, const std::string& where, 
     const size_t column = what.find("column ");
     throw b.error("not JSON at " + (column == std::string::npos ? what : what.substr(column)));
   }
-  return read_line(j, b, tokenizer, options);
+}
+
+// One JSONL line's example; errors start with `where`.
+FinetuneExample read_json_line(std::string_view line, const std::string& where, const Tokenizer& tokenizer,
+                               const FinetuneDataOptions& options) {
+  ExampleBuilder b(tokenizer, where);
+  return read_line(parse_line(line, b), b, tokenizer, options);
 }
 
 }  // namespace
@@ -606,6 +629,12 @@ FinetuneExample read_json_line(std::string_view line, const std::string& where, 
 FinetuneExample finetune_example(const std::string& line, const Tokenizer& tokenizer,
                                  const FinetuneDataOptions& options) {
   return read_json_line(line, "example: ", tokenizer, options);
+}
+
+std::vector<int32_t> finetune_prompt(const std::string& line, const Tokenizer& tokenizer,
+                                     const FinetuneDataOptions& options) {
+  ExampleBuilder b(tokenizer, "prompt: ");
+  return read_prompt(parse_line(line, b), b, tokenizer, options);
 }
 
 std::vector<FinetuneExample> read_finetune_jsonl(const std::string& path,

@@ -71,6 +71,22 @@ done
 cmp "$dir/bpe.safetensors.txt" "$dir/bpe.gguf.txt" && cmp "$dir/bpe.safetensors.txt" "$dir/bpe_hf.txt" ||
   { echo "greedy samples differ between the BPE checkpoint, its GGUF and its folder"; exit 1; }
 cmp -s "$dir/bpe.json" "$dir/bpe.tokenizer.json" || { echo "no copy of the tokenizer beside the checkpoint"; exit 1; }
+# Generation ends at the end-of-text token: a model fully fine-tuned to
+# answer and end there stops after its answer; --ignore-eos runs on. (The
+# samples run from another folder than the checkpoint's.)
+for i in 1 2 3 4 5 6 7 8; do echo '{"prompt": "Say hi: ", "completion": "hi there"}'; done >"$dir/hi.jsonl"
+"$nabla" train llama --layers 2 --width 64 --heads 4 --kv-heads 2 --positions 64 --steps 0 --tokenizer "$dir/bpe.json" \
+  --save "$dir/hi_base.safetensors" >/dev/null 2>&1 || { echo "making the BPE base failed"; exit 1; }
+"$nabla" finetune --base "$dir/hi_base.safetensors" --data "$dir/hi.jsonl" --full --context 32 --batch 4 --epochs 30 \
+  --lr 1e-2 --save "$dir/hi" >/dev/null 2>&1 || { echo "finetune --full on the BPE base failed"; exit 1; }
+# The fine-tuned folder stands alone: the base's tokenizer is in it.
+cmp -s "$dir/bpe.json" "$dir/hi/tokenizer.json" || { echo "finetune --full wrote no tokenizer.json"; exit 1; }
+hi=$("$nabla" sample --checkpoint "$dir/hi" --prompt "Say hi: " --tokens 20 --temperature 0 --timings 2>&1)
+[ "$(echo "$hi" | head -n 1)" = "Say hi: hi there" ] &&
+  echo "$hi" | grep -q "^generation: 4 tokens, .*stopped at the end of text$" ||
+  { echo "sample did not stop at the end of text: $hi"; exit 1; }
+"$nabla" sample --checkpoint "$dir/hi" --prompt "Say hi: " --tokens 20 --temperature 0 --timings --ignore-eos 2>&1 |
+  grep -q "^generation: 20 tokens" || { echo "sample --ignore-eos stopped early"; exit 1; }
 mkdir -p "$dir/moved"
 mv "$dir/bpe.safetensors" "$dir/bpe.tokenizer.json" "$dir/moved/"
 mv "$dir/bpe.json" "$dir/bpe.json.away"

@@ -656,16 +656,56 @@ TEST(FinetuneData, ChatPromptEndsWithTheAssistantsHeader) {
   EXPECT_EQ(chat_template_options("gemma", "{{ '[INST] ' }}", "base").chat_template, ChatTemplate::gemma);
 }
 
-// The end of a reply: the template's marker when it is one token, and the
-// end-of-text token.
-TEST(FinetuneData, ChatStopIds) {
+// The end of generation: the end-of-text token and every end-of-turn
+// marker the tokenizer has as one token.
+TEST(FinetuneData, EndOfGenerationIds) {
+  TempDir dir;
+  auto tok = bytes_with(dir, {"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<end_of_turn>"});
+  ASSERT_EQ(tok->eot_id(), 258);
+  EXPECT_EQ(end_of_generation_ids(*tok), (Ids{258, 257, 259}));  // <|eot_id|> is several bytes here
+  ByteTokenizer bytes;  // no end-of-text token, no markers
+  EXPECT_EQ(end_of_generation_ids(bytes), Ids{});
+}
+
+// A line's prompt for generation: what its example holds before the reply.
+TEST(FinetuneData, PromptOfALine) {
   TempDir dir;
   auto tok = bytes_with(dir, {"<|im_start|>", "<|im_end|>", "<|endoftext|>"});
-  ASSERT_EQ(tok->eot_id(), 258);
-  EXPECT_EQ(chat_stop_ids(*tok, ChatTemplate::qwen3), (Ids{257, 258}));
-  EXPECT_EQ(chat_stop_ids(*tok, ChatTemplate::llama3), (Ids{258}));  // <|eot_id|> is several bytes here
-  ByteTokenizer bytes;  // no end-of-text token, no markers
-  EXPECT_EQ(chat_stop_ids(bytes, ChatTemplate::chatml), Ids{});
+  FinetuneDataOptions options;
+  EXPECT_EQ(tok->decode(finetune_prompt(R"({"prompt": "2 + 2 = ", "completion": "4"})", *tok, options)), "2 + 2 = ");
+  EXPECT_EQ(tok->decode(finetune_prompt(R"({"prompt": "2 + 2 = "})", *tok, options)), "2 + 2 = ");
+  EXPECT_EQ(tok->decode(finetune_prompt(R"({"text": "Once"})", *tok, options)), "Once");
+  // The reply left out: the same ids as the example's before the reply's first counted token.
+  const std::string chat =
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},)"
+      R"( {"role": "assistant", "content": "Hello"}]})";
+  const FinetuneExample example = finetune_example(chat, *tok, options);
+  const auto first_counted = std::find_if(example.labels.begin(), example.labels.end(), [](int32_t l) { return l >= 0; });
+  const Ids before(example.ids.begin(), example.ids.begin() + (first_counted - example.labels.begin()));
+  EXPECT_EQ(finetune_prompt(chat, *tok, options), before);
+  EXPECT_EQ(tok->decode(before), "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                                 "<|im_start|>assistant\n");
+  // A conversation ending with the user's message: the same prompt.
+  EXPECT_EQ(finetune_prompt(R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]})",
+                            *tok, options),
+            before);
+  // The line's template arguments count: SmolLM3's reasoning mode.
+  options.chat_template = ChatTemplate::smollm3;
+  options.today = "2026-12-07";
+  const std::string no_think = tok->decode(finetune_prompt(
+      R"({"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {"enable_thinking": false}})", *tok,
+      options));
+  EXPECT_TRUE(no_think.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n")) << no_think;
+  // Refused: no message before the reply, no prompt, not JSON, none of the forms.
+  for (const char* bad : {R"({"messages": [{"role": "assistant", "content": "Hello"}]})", R"({"completion": "4"})",
+                          R"({"prompt": 3})", "{\"text\"", R"({"input": "a"})"}) {
+    EXPECT_THROW(finetune_prompt(bad, *tok, options), IoError) << bad;
+  }
+  try {
+    finetune_prompt(R"({"completion": "4"})", *tok, options);
+  } catch (const IoError& e) {
+    EXPECT_STREQ(e.what(), "prompt: no \"prompt\"");
+  }
 }
 
 TEST(FinetuneData, ErrorNotJson) { expect_line_error(kGood + "{\"text\": \"a\"\n", 3, "not JSON"); }

@@ -15,10 +15,13 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "nabla/checkpoint.h"
 #include "nabla/gguf.h"
+#include "nabla/models/llama.h"
 #include "nabla/models/lora.h"
+#include "nabla/tokenizer.h"
 
 namespace nabla::models {
 
@@ -82,5 +85,21 @@ std::string checkpoint_tokenizer(const std::string& path, const std::string& con
 // tokenizer_config.json's "chat_template" (a string, or a list of named
 // templates of which "default" is the one).
 std::string checkpoint_chat_template(const std::string& path);
+
+// `tok`, read from `source` (a make_tokenizer name), as the tokenizer.json
+// `target`: a tokenizer.json file copied byte for byte (its decoder and
+// settings kept), GPT-2's files or a GGUF model's vocabulary written out.
+void write_tokenizer_json(const std::string& source, const BpeTokenizer& tok, const std::string& target);
+
+// A Llama as a Hugging Face folder that stands alone (transformers and
+// llama.cpp's converter read it; it needs nothing beside it): config.json
+// and model.safetensors, the tokenizer (a make_tokenizer name; `vocab`:
+// GPT-2's files) as tokenizer.json where it is BPE (a "byte" model gets none:
+// Hugging Face has no such tokenizer.json), and chat_template.jinja when
+// `chat_template` is not empty. Returns the names of the files written.
+// UsageError for a tokenizer that is neither byte nor BPE.
+std::vector<std::string> save_llama_folder(const std::string& dir, const LlamaConfig& config, const nn::Params& params,
+                                           const std::string& tokenizer, const std::string& chat_template,
+                                           const std::string& vocab = "");
 
 }  // namespace nabla::models

@@ -1,0 +1,59 @@
+// Text generation from a GPT-2 or Llama model: the prompt's pass, then one
+// compiled decoding step per new token with a key/value cache, so each token
+// costs one position's work. `nabla sample` and the C API's
+// nabla_finetune_generate run it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "nabla/executor.h"
+
+namespace nabla::models {
+
+class Gpt2;
+class Llama;
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;  // at most; fewer when the model's context ends first
+  double temperature = 1.0;     // <= 0: greedy
+  int top_k = 0;                // sample among the k likeliest; 0: all
+  uint64_t seed = 1;
+  // Ids that end generation, not themselves part of it
+  // (end_of_generation_ids(tokenizer); empty: run to max_new_tokens).
+  std::vector<int32_t> stop;
+  ExecOptions exec;
+};
+
+struct Generation {
+  std::vector<int32_t> tokens;  // the new ids, without the stop id
+  // Each one's log-probability under the model (the log-softmax of its
+  // logits, before temperature and top-k).
+  std::vector<double> logprobs;
+  bool stopped = false;         // ended at a stop id
+  // The prompt's pass with its compilation, and the decoding steps after
+  // (the first new token comes from the prompt's logits).
+  double prompt_seconds = 0, decode_seconds = 0;
+  int64_t decode_steps = 0;
+  std::string profile;  // the decoding step's time per op (ExecOptions::profile, NABLA_PROFILE=1)
+};
+
+// One token drawn from the softmax of logits / temperature over the top_k
+// likeliest (the likeliest when temperature <= 0).
+int32_t sample_token(std::span<const float> logits, double temperature, int top_k, std::mt19937_64& rng);
+
+// The prompt continued by up to max_new_tokens tokens, each passed to
+// on_token as it comes. The model as it stands (a LoRA adapter attached and
+// trained so far included; no dropout). UsageError naming `generate` for an
+// empty prompt, an id outside the vocabulary, max_new_tokens < 1, or a
+// prompt that fills the model's context.
+Generation generate(const Llama& model, std::span<const int32_t> prompt, const GenerateOptions& options,
+                    const std::function<void(int32_t)>& on_token = {});
+Generation generate(const Gpt2& model, std::span<const int32_t> prompt, const GenerateOptions& options,
+                    const std::function<void(int32_t)>& on_token = {});
+
+}  // namespace nabla::models

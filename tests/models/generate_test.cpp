@@ -1,0 +1,137 @@
+// models::generate: the prompt's pass and cached decoding steps give the
+// tokens the full forward pass picks; stop ids, lengths and bad input.
+#include "nabla/models/generate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "nabla/error.h"
+#include "nabla/executor.h"
+#include "nabla/models/gpt2.h"
+#include "nabla/models/llama.h"
+#include "small_llama.h"
+
+namespace nabla {
+namespace {
+
+using models::GenerateOptions;
+using models::Generation;
+using Ids = std::vector<int32_t>;
+
+// Greedy continuation by the full forward pass over the whole prefix each
+// time, checking each token's log-probability as generate() gave it.
+template <typename Forward>
+void expect_greedy_by_full_forward(Ids ids, const Generation& g, int64_t V, Forward forward) {
+  ASSERT_EQ(g.logprobs.size(), g.tokens.size());
+  for (size_t k = 0; k < g.tokens.size(); ++k) {
+    const std::vector<float> logits = eval(forward(Tensor::from_vector<int32_t>({1, int64_t(ids.size())}, ids)))
+                                          .template to_vector<float>();
+    const std::vector<float> last(logits.end() - V, logits.end());
+    const int32_t best = int32_t(std::max_element(last.begin(), last.end()) - last.begin());
+    ASSERT_EQ(g.tokens[k], best) << "token " << k;
+    double sum = 0;
+    for (float l : last) sum += std::exp(double(l) - last[size_t(best)]);
+    EXPECT_NEAR(g.logprobs[k], -std::log(sum), 1e-5) << "token " << k;
+    ids.push_back(best);
+  }
+}
+
+TEST(Generate, LlamaGreedyIsTheFullForwardsArgmax) {
+  const models::LlamaConfig c = testing_models::small_llama();
+  models::Llama m(c, 5);
+  const Ids prompt = {3, 1, 4, 1, 5};
+  Ids streamed;
+  const Generation g = models::generate(m, prompt, {.max_new_tokens = 8, .temperature = 0},
+                                        [&](int32_t id) { streamed.push_back(id); });
+  ASSERT_EQ(g.tokens.size(), 8u);
+  expect_greedy_by_full_forward(prompt, g, c.vocab_size, [&](const Tensor& t) { return m.forward(t); });
+  EXPECT_EQ(streamed, g.tokens);
+  EXPECT_FALSE(g.stopped);
+  EXPECT_EQ(g.decode_steps, 7);  // the first token comes from the prompt's pass
+}
+
+TEST(Generate, Gpt2GreedyIsTheFullForwardsArgmax) {
+  models::Gpt2Config c;
+  c.vocab_size = 11;
+  c.n_positions = 12;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.tokenizer = "byte";
+  models::Gpt2 m(c, 3);
+  const Ids prompt = {3, 1, 4};
+  const Generation g = models::generate(m, prompt, {.max_new_tokens = 6, .temperature = 0});
+  ASSERT_EQ(g.tokens.size(), 6u);
+  expect_greedy_by_full_forward(prompt, g, c.vocab_size, [&](const Tensor& t) { return m.forward(t, false); });
+  // The context ends it: 12 positions hold the prompt's 3 and 9 more.
+  EXPECT_EQ(models::generate(m, prompt, {.max_new_tokens = 100, .temperature = 0}).tokens.size(), 9u);
+}
+
+// A stop id ends generation before it; the tokens before it are the ones an
+// unstopped run gives.
+TEST(Generate, StopsAtAStopIdLeavingItOut) {
+  const models::LlamaConfig c = testing_models::small_llama();
+  models::Llama m(c, 5);
+  const Ids prompt = {3, 1, 4, 1, 5};
+  const Ids all = models::generate(m, prompt, {.max_new_tokens = 8, .temperature = 0}).tokens;
+  ASSERT_EQ(all.size(), 8u);
+  // Stopping at the sixth token's id: generation ends where that id first comes.
+  const size_t k = size_t(std::find(all.begin(), all.end(), all[5]) - all.begin());
+  int32_t unseen = 0;
+  while (std::find(all.begin(), all.end(), unseen) != all.end()) ++unseen;
+  const Generation g =
+      models::generate(m, prompt, {.max_new_tokens = 8, .temperature = 0, .stop = {unseen, all[5]}});
+  EXPECT_TRUE(g.stopped);
+  EXPECT_EQ(g.tokens, Ids(all.begin(), all.begin() + std::ptrdiff_t(k)));
+}
+
+// Sampling draws from the seed alone; the top 1 is greedy.
+TEST(Generate, SamplingFollowsTheSeed) {
+  const models::LlamaConfig c = testing_models::small_llama();
+  models::Llama m(c, 5);
+  const Ids prompt = {3, 1, 4};
+  const GenerateOptions o{.max_new_tokens = 12, .temperature = 1.5, .seed = 9};
+  EXPECT_EQ(models::generate(m, prompt, o).tokens, models::generate(m, prompt, o).tokens);
+  GenerateOptions other = o;
+  other.seed = 10;
+  EXPECT_NE(models::generate(m, prompt, o).tokens, models::generate(m, prompt, other).tokens);
+  GenerateOptions top1 = o;
+  top1.top_k = 1;
+  EXPECT_EQ(models::generate(m, prompt, top1).tokens,
+            models::generate(m, prompt, {.max_new_tokens = 12, .temperature = 0}).tokens);
+}
+
+TEST(Generate, SampleTokenDrawsInProportion) {
+  const std::vector<float> logits = {0.0f, std::log(3.0f), -100.0f};
+  std::mt19937_64 rng(1);
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 4000; ++i) ++seen[models::sample_token(logits, 1.0, 0, rng)];
+  EXPECT_NEAR(seen[1] / 4000.0, 0.75, 0.03);
+  EXPECT_EQ(seen[2], 0);
+  EXPECT_EQ(models::sample_token(logits, 0, 0, rng), 1);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(models::sample_token(logits, 5.0, 1, rng), 1);  // top 1
+}
+
+TEST(Generate, BadInputIsAUsageErrorNamingGenerate) {
+  const models::LlamaConfig c = testing_models::small_llama();  // 32 positions, 37 tokens
+  models::Llama m(c, 5);
+  const auto expect_error = [&](const Ids& prompt, int64_t max_new, const std::string& says) {
+    try {
+      models::generate(m, prompt, {.max_new_tokens = max_new});
+      ADD_FAILURE() << "no error: " << says;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("generate: " + says), std::string::npos) << e.what();
+    }
+  };
+  expect_error({}, 4, "the prompt is empty");
+  expect_error({1, 2}, 0, "max_new_tokens is 0");
+  expect_error({1, 37}, 4, "token id 37 is outside the vocabulary of 37");
+  expect_error({1, -1}, 4, "token id -1");
+  expect_error(Ids(32, 1), 4, "the prompt's 32 tokens fill the context of 32");
+}
+
+}  // namespace
+}  // namespace nabla
