@@ -452,6 +452,9 @@ void nabla_trainer_free(nabla_trainer* trainer);
  *                         4, 256, 0.0, 0, 1, &ft);                       4 rows of 256 tokens a step
  *   nabla_finetune_encode(ft, "text", ids, capacity, &n);     the base's tokenizer
  *   for each batch: nabla_finetune_step(ft, ids, labels, NULL, 2e-4, 1.0, &loss);
+ *   nabla_finetune_encode_prompt(ft, "{\"prompt\": \"Q: \"}", NULL, ids, capacity, &n);
+ *   nabla_finetune_generate(ft, ids, n, 64, 0.0, 0, 1, 0, out, NULL, &m);   the adapter as trained so far
+ *   nabla_finetune_decode(ft, out, m, text, capacity, &length);
  *   nabla_finetune_save(ft, "adapter");           a PEFT folder
  *   nabla_finetune_save_gguf(ft, "adapter.gguf"); llama.cpp's adapter GGUF
  *
@@ -509,6 +512,35 @@ nabla_status nabla_finetune_encode(nabla_finetune* ft, const char* text, int32_t
  * NABLA_ERROR_ARGUMENT naming what is wrong with the line. */
 nabla_status nabla_finetune_encode_example(nabla_finetune* ft, const char* line, const char* chat_template,
                                            int32_t* ids, int32_t* labels, int64_t capacity, int64_t* count);
+/* What a line's reply is generated from, as ids (for
+ * nabla_finetune_generate): {"prompt": P} (a "completion", when given, left
+ * out) and {"text": S} as the base's tokenizer starts a text; {"messages":
+ * [...]} less a last assistant message, rendered as
+ * nabla_finetune_encode_example renders it, then the template's generation
+ * prompt (the assistant's header). Up to `capacity` ids, the full count into
+ * *count. NABLA_ERROR_ARGUMENT naming what is wrong with the line. */
+nabla_status nabla_finetune_encode_prompt(nabla_finetune* ft, const char* line, const char* chat_template,
+                                          int32_t* ids, int64_t capacity, int64_t* count);
+/* Options of nabla_finetune_generate. IGNORE_EOS: run to max_tokens, not
+ * stopping at the end of text or of a chat turn. */
+#define NABLA_GENERATE_IGNORE_EOS 1
+/* The prompt's prompt_count ids continued by the session's model as it
+ * stands (the adapters trained so far; no dropout), up to max_tokens new ids
+ * into out (room for max_tokens), their count into *generated. Generation
+ * stops before the tokenizer's end of text or a chat template's end of turn
+ * ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"; `nabla sample`'s
+ * set). temperature <= 0: greedy; top_k 0: the whole vocabulary; seed: the
+ * draws. logprobs: NULL, or room for max_tokens log-probabilities, each new
+ * id's under the model (before temperature and top-k). The model's context
+ * bounds prompt and reply together. */
+nabla_status nabla_finetune_generate(nabla_finetune* ft, const int32_t* prompt, int64_t prompt_count,
+                                     int64_t max_tokens, double temperature, int64_t top_k, uint64_t seed, int flags,
+                                     int32_t* out, float* logprobs, int64_t* generated);
+/* ids as UTF-8 text in the base's tokenizer: up to `capacity` bytes into
+ * text, NUL-terminated when there is room, the full byte count (without the
+ * NUL) into *length. */
+nabla_status nabla_finetune_decode(nabla_finetune* ft, const int32_t* ids, int64_t count, char* text,
+                                   int64_t capacity, int64_t* length);
 /* One optimizer step on a batch of [batch, context] i32 input_ids and
  * labels (Hugging Face's: position t predicts labels[t + 1]; -100 is not
  * counted); segments NULL (a row is one sequence) or [batch, context] ids of

@@ -6,8 +6,10 @@
 # count; the adapter saved as a PEFT folder and as llama.cpp's adapter GGUF.
 #
 #   ruby examples/ruby/finetune.rb --lib build/libnabla.so --base MODEL --data pairs.jsonl \
-#     --steps 100 --save adapter [--gguf adapter.gguf] [--gradient-checkpointing]
+#     --steps 100 --save adapter [--gguf adapter.gguf] [--gradient-checkpointing] [--ask '{"prompt": "Q: "}']
 #
+# --ask LINE prints the trained model's greedy reply to a data line (a
+# prompt, or messages ending with the user's), generated in the process.
 # --replicas R splits each batch among R copies of the model, one per thread;
 # under mpirun, --job splits it among the processes too (each takes its rows
 # of every batch), with the result one process with as many replicas gives,
@@ -36,6 +38,8 @@ OptionParser.new do |o|
   o.on("--save DIR", "PEFT adapter folder to write") { |v| opt[:save] = v }
   o.on("--gguf PATH", "llama.cpp adapter GGUF to write") { |v| opt[:gguf] = v }
   o.on("--min-drop X", Float, "fail unless the loss falls by this fraction") { |v| opt[:min_drop] = v }
+  o.on("--ask LINE", "after training, print the greedy reply to this data line") { |v| opt[:ask] = v }
+  o.on("--ask-tokens N", Integer, "the reply's length at most (default 64)") { |v| opt[:ask_tokens] = v }
 end.parse!
 abort "finetune.rb: --base and --data are required" unless opt[:base] && opt[:data]
 
@@ -76,6 +80,10 @@ opt[:steps].times do |step|
 end
 drop = 1 - last / first
 say.call format("loss %.4f -> %.4f (%.0f%% lower)", first, last, 100 * drop)
+if opt[:ask]
+  reply = ft.reply(opt[:ask], chat_template: opt[:chat_template], max_tokens: opt[:ask_tokens] || 64)
+  say.call "reply: #{reply}"
+end
 # Every process calls; rank 0 writes.
 ft.save(opt[:save]) if opt[:save]
 ft.save_gguf(opt[:gguf]) if opt[:gguf]

@@ -74,6 +74,9 @@ module Nabla
     nabla_finetune_shape: [[P, P, P, P, P], :int],
     nabla_finetune_encode: [[P, :string, P, :int64, P], :int],
     nabla_finetune_encode_example: [[P, :string, :string, P, P, :int64, P], :int],
+    nabla_finetune_encode_prompt: [[P, :string, :string, P, :int64, P], :int],
+    nabla_finetune_generate: [[P, P, :int64, :int64, :double, :int64, :uint64, :int, P, P, P], :int],
+    nabla_finetune_decode: [[P, P, :int64, P, :int64, P], :int],
     nabla_finetune_step: [[P, P, P, P, :double, :double, P], :int],
     nabla_finetune_save: [[P, :string], :int],
     nabla_finetune_save_gguf: [[P, :string], :int],
@@ -278,6 +281,45 @@ module Nabla
       Nabla.check(Nabla.nabla_finetune_encode_example(@ft, line, chat_template, ids, labels, n, count))
       [ids.read_array_of_int32(n), labels.read_array_of_int32(n)]
     end
+
+    # What a line's reply is generated from, as ids: {"prompt"}, {"text"}, or
+    # {"messages"} less a last assistant message, then the assistant's header.
+    def prompt(line, chat_template: nil)
+      count = FFI::MemoryPointer.new(:int64)
+      Nabla.check(Nabla.nabla_finetune_encode_prompt(@ft, line, chat_template, nil, 0, count))
+      ids = FFI::MemoryPointer.new(:int32, [count.read_int64, 1].max)
+      Nabla.check(Nabla.nabla_finetune_encode_prompt(@ft, line, chat_template, ids, count.read_int64, count))
+      ids.read_array_of_int32(count.read_int64)
+    end
+
+    # The model as trained so far continues prompt_ids: up to max_tokens new
+    # ids, stopping at the end of text or of a chat turn unless ignore_eos
+    # (temperature 0: greedy). With logprobs: [ids, their log-probabilities].
+    def generate(prompt_ids, max_tokens: 64, temperature: 0.0, top_k: 0, seed: 1, ignore_eos: false,
+                 logprobs: false)
+      prompt = FFI::MemoryPointer.new(:int32, [prompt_ids.size, 1].max).tap { |m| m.write_array_of_int32(prompt_ids) }
+      out = FFI::MemoryPointer.new(:int32, max_tokens)
+      lp = logprobs ? FFI::MemoryPointer.new(:float, max_tokens) : nil
+      count = FFI::MemoryPointer.new(:int64)
+      Nabla.check(Nabla.nabla_finetune_generate(@ft, prompt, prompt_ids.size, max_tokens, temperature, top_k, seed,
+                                                ignore_eos ? 1 : 0, out, lp, count)) # NABLA_GENERATE_IGNORE_EOS
+      ids = out.read_array_of_int32(count.read_int64)
+      logprobs ? [ids, lp.read_array_of_float(ids.size)] : ids
+    end
+
+    # Token ids as text in the base's tokenizer.
+    def decode(ids)
+      buf = FFI::MemoryPointer.new(:int32, [ids.size, 1].max).tap { |m| m.write_array_of_int32(ids) }
+      length = FFI::MemoryPointer.new(:int64)
+      Nabla.check(Nabla.nabla_finetune_decode(@ft, buf, ids.size, nil, 0, length))
+      text = FFI::MemoryPointer.new(:char, length.read_int64 + 1)
+      Nabla.check(Nabla.nabla_finetune_decode(@ft, buf, ids.size, text, length.read_int64 + 1, length))
+      text.read_bytes(length.read_int64).force_encoding(Encoding::UTF_8)
+    end
+
+    # The reply to a data line ({"prompt"} or {"messages"}), as text.
+    def reply(line, chat_template: nil, **options) = decode(generate(prompt(line, chat_template: chat_template),
+                                                                     **options))
 
     # One AdamW step on flat [batch * context] arrays; returns the loss.
     def step(input_ids, labels, lr:, clip: 1.0, segments: nil)

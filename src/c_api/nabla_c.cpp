@@ -5,6 +5,7 @@
 // boundary. Argument problems the C++ API cannot see (NULL pointers, negative
 // counts, handles of another context) are ArgumentErrors raised here.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "nabla/graph.h"
 #include "nabla/io.h"
 #include "nabla/models/finetune.h"
+#include "nabla/models/generate.h"
 #include "nabla/models/gguf.h"
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
@@ -267,6 +269,28 @@ nabla_status make_leaf(const char* fn, nabla_context* ctx, nabla_dtype dtype, in
   X(sum)                      \
   X(mean)                     \
   X(max)
+
+namespace {
+
+// The session's chat options for `chat_template` (NULL: "auto", the base's own).
+nabla::FinetuneDataOptions chat_options(nabla_finetune* ft, const char* chat_template) {
+  if (!ft->chat_template) ft->chat_template = nabla::models::checkpoint_chat_template(ft->base);
+  return nabla::chat_template_options(chat_template ? chat_template : "auto", *ft->chat_template, ft->base);
+}
+
+// f(), a bad line or template name reported as the arguments' fault, not a file's.
+template <typename F>
+auto line_call(const Call& c, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const nabla::IoError& e) {
+    c.argument_error(e.what());
+  } catch (const nabla::UsageError& e) {
+    c.argument_error(e.what());
+  }
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -1400,21 +1424,80 @@ nabla_status nabla_finetune_encode_example(nabla_finetune* ft, const char* line,
       c.need(ids, "ids");
       c.need(labels, "labels");
     }
-    nabla::FinetuneExample example;
-    try {  // a bad line or template name: the arguments' fault, not a file's
-      if (!ft->chat_template) ft->chat_template = nabla::models::checkpoint_chat_template(ft->base);
-      const nabla::FinetuneDataOptions options =
-          nabla::chat_template_options(chat_template ? chat_template : "auto", *ft->chat_template, ft->base);
-      example = nabla::finetune_example(line, *ft->tokenizer, options);
-    } catch (const nabla::IoError& e) {
-      c.argument_error(e.what());
-    } catch (const nabla::UsageError& e) {
-      c.argument_error(e.what());
-    }
+    const nabla::FinetuneExample example =
+        line_call(c, [&] { return nabla::finetune_example(line, *ft->tokenizer, chat_options(ft, chat_template)); });
     *count = int64_t(example.ids.size());
     const int64_t n = std::min<int64_t>(capacity, *count);
     std::copy_n(example.ids.begin(), n, ids);
     std::copy_n(example.labels.begin(), n, labels);
+  });
+}
+
+nabla_status nabla_finetune_encode_prompt(nabla_finetune* ft, const char* line, const char* chat_template,
+                                          int32_t* ids, int64_t capacity, int64_t* count) {
+  return guard([&] {
+    const Call c{"nabla_finetune_encode_prompt"};
+    c.need(ft, "ft");
+    c.need(line, "line");
+    c.need(count, "count");
+    if (capacity < 0) c.argument_error("capacity is negative");
+    if (capacity > 0) c.need(ids, "ids");
+    const std::vector<int32_t> prompt =
+        line_call(c, [&] { return nabla::finetune_prompt(line, *ft->tokenizer, chat_options(ft, chat_template)); });
+    *count = int64_t(prompt.size());
+    std::copy_n(prompt.begin(), std::min<int64_t>(capacity, *count), ids);
+  });
+}
+
+nabla_status nabla_finetune_generate(nabla_finetune* ft, const int32_t* prompt, int64_t prompt_count,
+                                     int64_t max_tokens, double temperature, int64_t top_k, uint64_t seed, int flags,
+                                     int32_t* out, float* logprobs, int64_t* generated) {
+  return guard([&] {
+    const Call c{"nabla_finetune_generate"};
+    c.need(ft, "ft");
+    c.need(generated, "generated");
+    if (prompt_count < 1) c.argument_error("prompt_count is " + std::to_string(prompt_count) + ", expected >= 1");
+    c.need(prompt, "prompt");
+    if (max_tokens < 1) c.argument_error("max_tokens is " + std::to_string(max_tokens) + ", expected >= 1");
+    c.need(out, "out");
+    if (top_k < 0 || top_k > INT32_MAX) c.argument_error("top_k is " + std::to_string(top_k) + ", expected >= 0");
+    if (!std::isfinite(temperature)) c.argument_error("temperature is not finite");
+    if (flags & ~NABLA_GENERATE_IGNORE_EOS) {
+      c.argument_error("flags " + std::to_string(flags) + " has bits no NABLA_GENERATE_* option uses");
+    }
+    const nabla::models::GenerateOptions options{
+        .max_new_tokens = max_tokens,
+        .temperature = temperature,
+        .top_k = int(top_k),
+        .seed = seed,
+        .stop = (flags & NABLA_GENERATE_IGNORE_EOS) ? std::vector<int32_t>{}
+                                                    : nabla::end_of_generation_ids(*ft->tokenizer),
+        .exec = ft->session->settings().exec};
+    const nabla::models::Generation g = line_call(c, [&] {
+      return nabla::models::generate(ft->session->model(), std::span<const int32_t>(prompt, size_t(prompt_count)),
+                                     options);
+    });
+    std::copy(g.tokens.begin(), g.tokens.end(), out);
+    if (logprobs) std::copy(g.logprobs.begin(), g.logprobs.end(), logprobs);
+    *generated = int64_t(g.tokens.size());
+  });
+}
+
+nabla_status nabla_finetune_decode(nabla_finetune* ft, const int32_t* ids, int64_t count, char* text,
+                                   int64_t capacity, int64_t* length) {
+  return guard([&] {
+    const Call c{"nabla_finetune_decode"};
+    c.need(ft, "ft");
+    c.need(length, "length");
+    if (count < 0 || capacity < 0) c.argument_error("count and capacity must not be negative");
+    if (count > 0) c.need(ids, "ids");
+    if (capacity > 0) c.need(text, "text");
+    const std::string decoded =
+        line_call(c, [&] { return ft->tokenizer->decode(std::span<const int32_t>(ids, size_t(count))); });
+    *length = int64_t(decoded.size());
+    const int64_t n = std::min<int64_t>(capacity, *length);
+    std::copy_n(decoded.begin(), n, text);
+    if (n < capacity) text[n] = '\0';
   });
 }
 

@@ -21,9 +21,13 @@ for i in $(seq 1 8); do echo "{\"prompt\": \"Q$i: \", \"completion\": \"answer $
 echo '{"messages": [{"role": "user", "content": "Q9"}, {"role": "assistant", "content": "answer 63"}]}' >>"$dir/pairs.jsonl"
 "$ruby" "$here/../../examples/ruby/finetune.rb" --lib "$lib" --base "$dir/base.gguf" --data "$dir/pairs.jsonl" \
   --steps 100 --batch 4 --context 32 --lr 1e-2 --threads 2 --min-drop 0.5 --gradient-checkpointing \
-  --save "$dir/adapter" --gguf "$dir/ruby.gguf"
+  --save "$dir/adapter" --gguf "$dir/ruby.gguf" --ask '{"prompt": "Q3: "}' --ask-tokens 10 | tee "$dir/ruby.log"
+# The reply Ruby generated in the process is the one `nabla sample` gives from the saved adapter.
 "$nabla" sample --checkpoint "$dir/base.gguf" --adapter "$dir/adapter" --prompt "Q3: " --tokens 10 \
-  --temperature 0
+  --temperature 0 >"$dir/sample.txt"
+echo "sample: $(cat "$dir/sample.txt")"
+[ "reply: $(sed -n 's/^Q3: //p' "$dir/sample.txt")" = "$(grep '^reply: ' "$dir/ruby.log")" ] ||
+  { echo "Ruby's reply differs from nabla sample's"; exit 1; }
 "$nabla" export lora-gguf "$dir/adapter" --base "$dir/base.gguf" -o "$dir/nabla.gguf" >/dev/null
 cmp "$dir/ruby.gguf" "$dir/nabla.gguf"
 echo "the GGUF adapter Ruby wrote is the one nabla export lora-gguf writes from its PEFT folder"
@@ -62,6 +66,26 @@ abort "prompt / completion labelled #{labels}" unless ids.size == labels.size &&
 rescue Nabla::Error => e
   abort "unhelpful error: #{e.message}" unless e.message.include?(says)
   puts "bad example: #{e.message}"
+end
+# Generation in the process: a chat prompt ends with the assistant header;
+# sampling follows the seed; log-probabilities are of the ids generated.
+prompt = ft.prompt("{\"messages\": [{\"role\": \"user\", \"content\": \"Q9\"}]}", chat_template: "chatml")
+want = "<|im_start|>user\nQ9<|im_end|>\n<|im_start|>assistant\n"
+abort "chat prompt #{ft.decode(prompt).inspect}" unless ft.decode(prompt) == want
+drawn = ft.generate(prompt, max_tokens: 6, temperature: 1.0, seed: 7, ignore_eos: true)
+abort "6 ids expected: #{drawn}" unless drawn.size == 6 && drawn == ft.generate(prompt, max_tokens: 6, temperature: 1.0, seed: 7)
+ids, logprobs = ft.generate(prompt, max_tokens: 4, logprobs: true)
+abort "logprobs #{logprobs}" unless logprobs.size == ids.size && logprobs.all? { |l| l <= 0 && l > -50 }
+{ -> { ft.generate([]) } => "prompt_count is 0",
+  -> { ft.generate([1], max_tokens: 0) } => "max_tokens is 0",
+  -> { ft.generate([1, 1 << 20]) } => "token id 1048576 is outside the vocabulary",
+  -> { ft.decode([-1]) } => "nabla_finetune_decode",
+  -> { ft.prompt("{\"completion\": \"x\"}") } => "no \"prompt\"" }.each do |call, says|
+  call.call
+  abort "bad generation input was accepted: #{says}"
+rescue Nabla::Error => e
+  abort "unhelpful error: #{e.message}" unless e.message.include?(says)
+  puts "bad generation input: #{e.message}"
 end
 begin
   ft.example("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", chat_template: "mistral")
