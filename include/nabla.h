@@ -453,7 +453,7 @@ void nabla_trainer_free(nabla_trainer* trainer);
  *   nabla_finetune_encode(ft, "text", ids, capacity, &n);     the base's tokenizer
  *   for each batch: nabla_finetune_step(ft, ids, labels, NULL, 2e-4, 1.0, &loss);
  *   nabla_finetune_encode_prompt(ft, "{\"prompt\": \"Q: \"}", NULL, ids, capacity, &n);
- *   nabla_finetune_generate(ft, ids, n, 64, 0.0, 0, 1, 0, out, NULL, &m);   the adapter as trained so far
+ *   nabla_finetune_generate(ft, ids, n, 64, 0.0, 0, 1.0, 1, 0, out, NULL, &m);   the adapter as trained so far
  *   nabla_finetune_decode(ft, out, m, text, capacity, &length);
  *   nabla_finetune_save(ft, "adapter");           a PEFT folder
  *   nabla_finetune_save_gguf(ft, "adapter.gguf"); llama.cpp's adapter GGUF
@@ -529,13 +529,15 @@ nabla_status nabla_finetune_encode_prompt(nabla_finetune* ft, const char* line, 
  * into out (room for max_tokens), their count into *generated. Generation
  * stops before the tokenizer's end of text or a chat template's end of turn
  * ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"; `nabla sample`'s
- * set). temperature <= 0: greedy; top_k 0: the whole vocabulary; seed: the
+ * set). Each id drawn from the softmax of logits / temperature (<= 0:
+ * greedy) over the top_k likeliest (0: the whole vocabulary), within the
+ * likeliest whose probability reaches top_p (in (0, 1]; 1: all); seed: the
  * draws. logprobs: NULL, or room for max_tokens log-probabilities, each new
  * id's under the model (before temperature and top-k). The model's context
  * bounds prompt and reply together. */
 nabla_status nabla_finetune_generate(nabla_finetune* ft, const int32_t* prompt, int64_t prompt_count,
-                                     int64_t max_tokens, double temperature, int64_t top_k, uint64_t seed, int flags,
-                                     int32_t* out, float* logprobs, int64_t* generated);
+                                     int64_t max_tokens, double temperature, int64_t top_k, double top_p,
+                                     uint64_t seed, int flags, int32_t* out, float* logprobs, int64_t* generated);
 /* ids as UTF-8 text in the base's tokenizer: up to `capacity` bytes into
  * text, NUL-terminated when there is room, the full byte count (without the
  * NUL) into *length. */

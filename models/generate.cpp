@@ -12,15 +12,23 @@
 
 namespace nabla::models {
 
-int32_t sample_token(std::span<const float> logits, double temperature, int top_k, std::mt19937_64& rng) {
+int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng) {
   std::vector<int32_t> idx(logits.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t(i);
-  size_t k = top_k > 0 ? std::min<size_t>(size_t(top_k), idx.size()) : idx.size();
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (temperature <= 0) return idx[0];
+  size_t k = o.top_k > 0 ? std::min<size_t>(size_t(o.top_k), idx.size()) : idx.size();
+  if (o.temperature <= 0) k = 1;
+  std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(k), idx.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  if (k == 1) return idx[0];
+  // Probabilities at the temperature (relative to the likeliest's), then
+  // min-p's floor and top-p's nucleus: the likeliest tokens whose mass
+  // reaches top_p, the first always.
   std::vector<double> w(k);
-  for (size_t i = 0; i < k; ++i) w[i] = std::exp((logits[idx[i]] - logits[idx[0]]) / temperature);
-  std::discrete_distribution<size_t> pick(w.begin(), w.end());
+  double total = 0;
+  for (size_t i = 0; i < k; ++i) total += w[i] = std::exp((logits[idx[i]] - logits[idx[0]]) / o.temperature);
+  size_t kept = 1;
+  for (double mass = w[0]; kept < k && mass < o.top_p * total && w[kept] >= o.min_p; ++kept) mass += w[kept];
+  std::discrete_distribution<size_t> pick(w.begin(), w.begin() + std::ptrdiff_t(kept));
   return idx[pick(rng)];
 }
 
@@ -42,6 +50,13 @@ double log_softmax_at(std::span<const float> logits, int32_t id) {
 int64_t decoding_length(std::span<const int32_t> prompt, const GenerateOptions& o, int64_t vocab, int64_t context) {
   if (prompt.empty()) throw UsageError("generate: the prompt is empty (give at least one token)");
   if (o.max_new_tokens < 1) throw UsageError("generate: max_new_tokens is " + std::to_string(o.max_new_tokens) + ", expected >= 1");
+  const SamplingOptions& p = o.sampling;
+  if (!std::isfinite(p.temperature) || p.top_k < 0 || !(p.top_p > 0 && p.top_p <= 1) || !(p.min_p >= 0 && p.min_p < 1)) {
+    throw UsageError("generate: sampling with temperature " + std::to_string(p.temperature) + ", top_k " +
+                     std::to_string(p.top_k) + ", top_p " + std::to_string(p.top_p) + ", min_p " +
+                     std::to_string(p.min_p) + "; expected a finite temperature, top_k >= 0, top_p in (0, 1] and "
+                     "min_p in [0, 1)");
+  }
   for (int32_t id : prompt) {
     if (id < 0 || id >= vocab) {
       throw UsageError("generate: token id " + std::to_string(id) + " is outside the vocabulary of " +
@@ -70,7 +85,7 @@ Generation decode(nn::DecodeStep s, std::span<const int32_t> prompt, int64_t max
   const auto t1 = Clock::now();
   std::mt19937_64 rng(o.seed);
   while (true) {
-    const int32_t id = sample_token(logits, o.temperature, o.top_k, rng);
+    const int32_t id = sample_token(logits, o.sampling, rng);
     if (std::find(o.stop.begin(), o.stop.end(), id) != o.stop.end()) {
       g.stopped = true;
       break;

@@ -63,8 +63,10 @@ int run_sample(const SampleArgs& a) {
     throw UsageError(fmt::format("sample: the prompt's {} tokens fill the context of {}", ids.size(), context));
   }
   models::GenerateOptions options{.max_new_tokens = a.tokens,
-                                  .temperature = a.temperature,
-                                  .top_k = a.top_k,
+                                  .sampling = {.temperature = a.temperature,
+                                               .top_k = a.top_k,
+                                               .top_p = a.top_p,
+                                               .min_p = a.min_p},
                                   .seed = a.seed,
                                   .stop = a.ignore_eos ? std::vector<int32_t>{} : end_of_generation_ids(*tok),
                                   .exec = {.threads = a.threads, .backend = a.backend}};

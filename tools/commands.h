@@ -154,6 +154,7 @@ struct SampleArgs {
   int tokens = 200;
   double temperature = 0.8;
   int top_k = 40;
+  double top_p = 1.0, min_p = 0.0;  // models::SamplingOptions'
   uint64_t seed = 1;
   int threads = 1;
   std::string backend = "cpu";  // which backend runs the decoding steps

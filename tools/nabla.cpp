@@ -113,6 +113,19 @@ CLI::Validator positive_number() {
       "> 0");
 }
 
+// A probability in (0, 1] (top-p) or, with `one_excluded`, in [0, 1) (min-p).
+CLI::Validator probability(bool one_excluded) {
+  return CLI::Validator(
+      [one_excluded](std::string& text) -> std::string {
+        char* end = nullptr;
+        double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(value)) return "'" + text + "' is not a number";
+        const bool ok = one_excluded ? value >= 0 && value < 1 : value > 0 && value <= 1;
+        return ok ? "" : "'" + text + "' is not in " + (one_excluded ? "[0, 1)" : "(0, 1]");
+      },
+      one_excluded ? "in [0, 1)" : "in (0, 1]");
+}
+
 CLI::Option* add_int(CLI::App* app, const std::string& name, int& value, const std::string& help,
                      int lo, int hi) {
   return app->add_option(name, value, help)
@@ -427,6 +440,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   add_int(sample_cmd, "--top-k", sample.top_k, "Sample among the k likeliest tokens (0: all)", 0, 10'000'000);
+  sample_cmd->add_option("--top-p", sample.top_p, "Sample among the likeliest tokens whose probability reaches P")
+      ->check(probability(false))
+      ->capture_default_str();
+  sample_cmd->add_option("--min-p", sample.min_p, "Leave out tokens under P times the likeliest's probability")
+      ->check(probability(true))
+      ->capture_default_str();
   sample_cmd->add_option("--seed", sample.seed, "Sampling seed")->capture_default_str();
   sample_cmd->add_option("--vocab", sample.vocab, "Folder with GPT-2's encoder.json and vocab.bpe");
   sample_cmd->add_option("--tokenizer", sample.tokenizer,

@@ -75,7 +75,7 @@ module Nabla
     nabla_finetune_encode: [[P, :string, P, :int64, P], :int],
     nabla_finetune_encode_example: [[P, :string, :string, P, P, :int64, P], :int],
     nabla_finetune_encode_prompt: [[P, :string, :string, P, :int64, P], :int],
-    nabla_finetune_generate: [[P, P, :int64, :int64, :double, :int64, :uint64, :int, P, P, P], :int],
+    nabla_finetune_generate: [[P, P, :int64, :int64, :double, :int64, :double, :uint64, :int, P, P, P], :int],
     nabla_finetune_decode: [[P, P, :int64, P, :int64, P], :int],
     nabla_finetune_step: [[P, P, P, P, :double, :double, P], :int],
     nabla_finetune_save: [[P, :string], :int],
@@ -295,14 +295,14 @@ module Nabla
     # The model as trained so far continues prompt_ids: up to max_tokens new
     # ids, stopping at the end of text or of a chat turn unless ignore_eos
     # (temperature 0: greedy). With logprobs: [ids, their log-probabilities].
-    def generate(prompt_ids, max_tokens: 64, temperature: 0.0, top_k: 0, seed: 1, ignore_eos: false,
+    def generate(prompt_ids, max_tokens: 64, temperature: 0.0, top_k: 0, top_p: 1.0, seed: 1, ignore_eos: false,
                  logprobs: false)
       prompt = FFI::MemoryPointer.new(:int32, [prompt_ids.size, 1].max).tap { |m| m.write_array_of_int32(prompt_ids) }
       out = FFI::MemoryPointer.new(:int32, max_tokens)
       lp = logprobs ? FFI::MemoryPointer.new(:float, max_tokens) : nil
       count = FFI::MemoryPointer.new(:int64)
-      Nabla.check(Nabla.nabla_finetune_generate(@ft, prompt, prompt_ids.size, max_tokens, temperature, top_k, seed,
-                                                ignore_eos ? 1 : 0, out, lp, count)) # NABLA_GENERATE_IGNORE_EOS
+      Nabla.check(Nabla.nabla_finetune_generate(@ft, prompt, prompt_ids.size, max_tokens, temperature, top_k, top_p,
+                                                seed, ignore_eos ? 1 : 0, out, lp, count)) # NABLA_GENERATE_IGNORE_EOS
       ids = out.read_array_of_int32(count.read_int64)
       logprobs ? [ids, lp.read_array_of_float(ids.size)] : ids
     end

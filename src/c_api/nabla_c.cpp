@@ -1450,8 +1450,8 @@ nabla_status nabla_finetune_encode_prompt(nabla_finetune* ft, const char* line, 
 }
 
 nabla_status nabla_finetune_generate(nabla_finetune* ft, const int32_t* prompt, int64_t prompt_count,
-                                     int64_t max_tokens, double temperature, int64_t top_k, uint64_t seed, int flags,
-                                     int32_t* out, float* logprobs, int64_t* generated) {
+                                     int64_t max_tokens, double temperature, int64_t top_k, double top_p,
+                                     uint64_t seed, int flags, int32_t* out, float* logprobs, int64_t* generated) {
   return guard([&] {
     const Call c{"nabla_finetune_generate"};
     c.need(ft, "ft");
@@ -1461,14 +1461,12 @@ nabla_status nabla_finetune_generate(nabla_finetune* ft, const int32_t* prompt, 
     if (max_tokens < 1) c.argument_error("max_tokens is " + std::to_string(max_tokens) + ", expected >= 1");
     c.need(out, "out");
     if (top_k < 0 || top_k > INT32_MAX) c.argument_error("top_k is " + std::to_string(top_k) + ", expected >= 0");
-    if (!std::isfinite(temperature)) c.argument_error("temperature is not finite");
     if (flags & ~NABLA_GENERATE_IGNORE_EOS) {
       c.argument_error("flags " + std::to_string(flags) + " has bits no NABLA_GENERATE_* option uses");
     }
     const nabla::models::GenerateOptions options{
         .max_new_tokens = max_tokens,
-        .temperature = temperature,
-        .top_k = int(top_k),
+        .sampling = {.temperature = temperature, .top_k = int(top_k), .top_p = top_p},
         .seed = seed,
         .stop = (flags & NABLA_GENERATE_IGNORE_EOS) ? std::vector<int32_t>{}
                                                     : nabla::end_of_generation_ids(*ft->tokenizer),

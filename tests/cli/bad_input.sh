@@ -127,6 +127,9 @@ case $case in
     : >"$dir/batch.safetensors"
     expect_error "$dir/g.gguf: general.architecture is \"gpt2\", nabla reads \"llama\", \"qwen2\", \"qwen3\", \"smollm3\", \"gemma2\", \"gemma3\" and \"phi3\" GGUF files" \
         "$nabla" grad --weights "$dir/g.gguf" --batch "$dir/batch.safetensors" --out "$dir/out.safetensors" ;;
+  sample_probabilities)
+    expect_error "--top-p: '0' is not in (0, 1]" "$nabla" sample --checkpoint "$dir" --top-p 0
+    expect_error "--min-p: '1' is not in [0, 1)" "$nabla" sample --checkpoint "$dir" --min-p 1 ;;
   *)
     echo "bad_input.sh: unknown case '$case'"; exit 1 ;;
 esac

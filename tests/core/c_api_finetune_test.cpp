@@ -25,7 +25,7 @@ struct Reply {
 Reply greedy(nabla_finetune* ft, const std::vector<int32_t>& prompt, int64_t n) {
   Reply r{std::vector<int32_t>(size_t(n)), std::vector<float>(size_t(n))};
   int64_t generated = -1;
-  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), int64_t(prompt.size()), n, 0.0, 0, 1, NABLA_GENERATE_IGNORE_EOS,
+  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), int64_t(prompt.size()), n, 0.0, 0, 1.0, 1, NABLA_GENERATE_IGNORE_EOS,
                                     r.ids.data(), r.logprobs.data(), &generated),
             NABLA_OK)
       << error();
@@ -75,30 +75,33 @@ TEST(CApiFinetune, GeneratesFromTheModelAsTrained) {
   // Sampling draws from the seed; without logprobs.
   std::vector<int32_t> a(5), b(5);
   int64_t na = 0, nb = 0;
-  ASSERT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 1.0, 10, 42, 0, a.data(), nullptr, &na), NABLA_OK);
-  ASSERT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 1.0, 10, 42, 0, b.data(), nullptr, &nb), NABLA_OK);
+  ASSERT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 1.0, 10, 0.9, 42, 0, a.data(), nullptr, &na), NABLA_OK);
+  ASSERT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 1.0, 10, 0.9, 42, 0, b.data(), nullptr, &nb), NABLA_OK);
   EXPECT_EQ(a, b);
   EXPECT_EQ(na, nb);
 
   // Bad arguments name the function and what is wrong; nothing is written.
   int64_t generated = -7;
-  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 0.0, -1, 1, 0, a.data(), nullptr, &generated),
+  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 0.0, -1, 1.0, 1, 0, a.data(), nullptr, &generated),
             NABLA_ERROR_ARGUMENT);
   EXPECT_NE(error().find("nabla_finetune_generate: top_k is -1"), std::string::npos) << error();
-  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, NAN, 0, 1, 0, a.data(), nullptr, &generated),
+  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, NAN, 0, 1.0, 1, 0, a.data(), nullptr, &generated),
             NABLA_ERROR_ARGUMENT);
-  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 0.0, 0, 1, 2, a.data(), nullptr, &generated),
+  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 0.5, 0, 0.0, 1, 0, a.data(), nullptr, &generated),
+            NABLA_ERROR_ARGUMENT);
+  EXPECT_NE(error().find("top_p 0.0"), std::string::npos) << error();
+  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 0.0, 0, 1.0, 1, 2, a.data(), nullptr, &generated),
             NABLA_ERROR_ARGUMENT);
   EXPECT_NE(error().find("flags 2"), std::string::npos) << error();
-  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 0.0, 0, 1, 0, nullptr, nullptr, &generated),
+  EXPECT_EQ(nabla_finetune_generate(ft, prompt.data(), 3, 5, 0.0, 0, 1.0, 1, 0, nullptr, nullptr, &generated),
             NABLA_ERROR_ARGUMENT);
   const std::vector<int32_t> too_long(size_t(c.max_position_embeddings), 1);
-  EXPECT_EQ(nabla_finetune_generate(ft, too_long.data(), int64_t(too_long.size()), 5, 0.0, 0, 1, 0, a.data(), nullptr,
+  EXPECT_EQ(nabla_finetune_generate(ft, too_long.data(), int64_t(too_long.size()), 5, 0.0, 0, 1.0, 1, 0, a.data(), nullptr,
                                     &generated),
             NABLA_ERROR_ARGUMENT);
   EXPECT_NE(error().find("fill the context of 32"), std::string::npos) << error();
   EXPECT_EQ(generated, -7);
-  EXPECT_EQ(nabla_finetune_generate(nullptr, prompt.data(), 3, 5, 0.0, 0, 1, 0, a.data(), nullptr, &generated),
+  EXPECT_EQ(nabla_finetune_generate(nullptr, prompt.data(), 3, 5, 0.0, 0, 1.0, 1, 0, a.data(), nullptr, &generated),
             NABLA_ERROR_ARGUMENT);
   nabla_finetune_free(resumed);
   nabla_finetune_free(ft);

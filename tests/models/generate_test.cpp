@@ -44,7 +44,7 @@ TEST(Generate, LlamaGreedyIsTheFullForwardsArgmax) {
   models::Llama m(c, 5);
   const Ids prompt = {3, 1, 4, 1, 5};
   Ids streamed;
-  const Generation g = models::generate(m, prompt, {.max_new_tokens = 8, .temperature = 0},
+  const Generation g = models::generate(m, prompt, {.max_new_tokens = 8, .sampling = {.temperature = 0}},
                                         [&](int32_t id) { streamed.push_back(id); });
   ASSERT_EQ(g.tokens.size(), 8u);
   expect_greedy_by_full_forward(prompt, g, c.vocab_size, [&](const Tensor& t) { return m.forward(t); });
@@ -63,11 +63,11 @@ TEST(Generate, Gpt2GreedyIsTheFullForwardsArgmax) {
   c.tokenizer = "byte";
   models::Gpt2 m(c, 3);
   const Ids prompt = {3, 1, 4};
-  const Generation g = models::generate(m, prompt, {.max_new_tokens = 6, .temperature = 0});
+  const Generation g = models::generate(m, prompt, {.max_new_tokens = 6, .sampling = {.temperature = 0}});
   ASSERT_EQ(g.tokens.size(), 6u);
   expect_greedy_by_full_forward(prompt, g, c.vocab_size, [&](const Tensor& t) { return m.forward(t, false); });
   // The context ends it: 12 positions hold the prompt's 3 and 9 more.
-  EXPECT_EQ(models::generate(m, prompt, {.max_new_tokens = 100, .temperature = 0}).tokens.size(), 9u);
+  EXPECT_EQ(models::generate(m, prompt, {.max_new_tokens = 100, .sampling = {.temperature = 0}}).tokens.size(), 9u);
 }
 
 // A stop id ends generation before it; the tokens before it are the ones an
@@ -76,14 +76,14 @@ TEST(Generate, StopsAtAStopIdLeavingItOut) {
   const models::LlamaConfig c = testing_models::small_llama();
   models::Llama m(c, 5);
   const Ids prompt = {3, 1, 4, 1, 5};
-  const Ids all = models::generate(m, prompt, {.max_new_tokens = 8, .temperature = 0}).tokens;
+  const Ids all = models::generate(m, prompt, {.max_new_tokens = 8, .sampling = {.temperature = 0}}).tokens;
   ASSERT_EQ(all.size(), 8u);
   // Stopping at the sixth token's id: generation ends where that id first comes.
   const size_t k = size_t(std::find(all.begin(), all.end(), all[5]) - all.begin());
   int32_t unseen = 0;
   while (std::find(all.begin(), all.end(), unseen) != all.end()) ++unseen;
   const Generation g =
-      models::generate(m, prompt, {.max_new_tokens = 8, .temperature = 0, .stop = {unseen, all[5]}});
+      models::generate(m, prompt, {.max_new_tokens = 8, .sampling = {.temperature = 0}, .stop = {unseen, all[5]}});
   EXPECT_TRUE(g.stopped);
   EXPECT_EQ(g.tokens, Ids(all.begin(), all.begin() + std::ptrdiff_t(k)));
 }
@@ -93,26 +93,46 @@ TEST(Generate, SamplingFollowsTheSeed) {
   const models::LlamaConfig c = testing_models::small_llama();
   models::Llama m(c, 5);
   const Ids prompt = {3, 1, 4};
-  const GenerateOptions o{.max_new_tokens = 12, .temperature = 1.5, .seed = 9};
+  const GenerateOptions o{.max_new_tokens = 12, .sampling = {.temperature = 1.5}, .seed = 9};
   EXPECT_EQ(models::generate(m, prompt, o).tokens, models::generate(m, prompt, o).tokens);
   GenerateOptions other = o;
   other.seed = 10;
   EXPECT_NE(models::generate(m, prompt, o).tokens, models::generate(m, prompt, other).tokens);
   GenerateOptions top1 = o;
-  top1.top_k = 1;
+  top1.sampling.top_k = 1;
   EXPECT_EQ(models::generate(m, prompt, top1).tokens,
-            models::generate(m, prompt, {.max_new_tokens = 12, .temperature = 0}).tokens);
+            models::generate(m, prompt, {.max_new_tokens = 12, .sampling = {.temperature = 0}}).tokens);
+}
+
+// How often each token is drawn from logits of probabilities 0.6, 0.3, 0.1
+// (at temperature 1), under `o`.
+std::vector<double> frequencies(models::SamplingOptions o) {
+  const std::vector<float> logits = {std::log(0.3f), std::log(0.6f), -100.0f, std::log(0.1f)};
+  std::mt19937_64 rng(1);
+  std::vector<double> seen(logits.size());
+  constexpr int n = 20000;
+  for (int i = 0; i < n; ++i) seen[size_t(models::sample_token(logits, o, rng))] += 1.0 / n;
+  return seen;
 }
 
 TEST(Generate, SampleTokenDrawsInProportion) {
-  const std::vector<float> logits = {0.0f, std::log(3.0f), -100.0f};
-  std::mt19937_64 rng(1);
-  std::map<int32_t, int> seen;
-  for (int i = 0; i < 4000; ++i) ++seen[models::sample_token(logits, 1.0, 0, rng)];
-  EXPECT_NEAR(seen[1] / 4000.0, 0.75, 0.03);
-  EXPECT_EQ(seen[2], 0);
-  EXPECT_EQ(models::sample_token(logits, 0, 0, rng), 1);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(models::sample_token(logits, 5.0, 1, rng), 1);  // top 1
+  const auto expect_near = [](const std::vector<double>& got, const std::vector<double>& want) {
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.01) << "token " << i;
+  };
+  expect_near(frequencies({}), {0.3, 0.6, 0, 0.1});
+  expect_near(frequencies({.temperature = 0}), {0, 1, 0, 0});
+  expect_near(frequencies({.top_k = 1}), {0, 1, 0, 0});
+  expect_near(frequencies({.top_k = 2}), {1.0 / 3, 2.0 / 3, 0, 0});
+  // Top-p: the likeliest whose mass reaches p (0.6 < 0.7: two tokens; 0.6 reaches 0.55: one).
+  expect_near(frequencies({.top_p = 0.7}), {1.0 / 3, 2.0 / 3, 0, 0});
+  expect_near(frequencies({.top_p = 0.55}), {0, 1, 0, 0});
+  expect_near(frequencies({.top_p = 0.95}), {0.3, 0.6, 0, 0.1});
+  // Min-p: tokens under p x 0.6 left out (0.1 < 0.2 x 0.6 <= 0.3).
+  expect_near(frequencies({.min_p = 0.2}), {1.0 / 3, 2.0 / 3, 0, 0});
+  expect_near(frequencies({.min_p = 0.6}), {0, 1, 0, 0});
+  // Temperature 2 flattens: probabilities as the square roots of the above.
+  const double z = std::sqrt(0.3) + std::sqrt(0.6) + std::sqrt(0.1);
+  expect_near(frequencies({.temperature = 2}), {std::sqrt(0.3) / z, std::sqrt(0.6) / z, 0, std::sqrt(0.1) / z});
 }
 
 TEST(Generate, BadInputIsAUsageErrorNamingGenerate) {
@@ -131,6 +151,11 @@ TEST(Generate, BadInputIsAUsageErrorNamingGenerate) {
   expect_error({1, 37}, 4, "token id 37 is outside the vocabulary of 37");
   expect_error({1, -1}, 4, "token id -1");
   expect_error(Ids(32, 1), 4, "the prompt's 32 tokens fill the context of 32");
+  for (const models::SamplingOptions bad : {models::SamplingOptions{.top_k = -1}, models::SamplingOptions{.top_p = 0},
+                                           models::SamplingOptions{.top_p = 1.5}, models::SamplingOptions{.min_p = 1},
+                                           models::SamplingOptions{.temperature = NAN}}) {
+    EXPECT_THROW(models::generate(m, Ids{1}, {.max_new_tokens = 2, .sampling = bad}), UsageError);
+  }
 }
 
 }  // namespace

@@ -18,10 +18,21 @@ namespace nabla::models {
 class Gpt2;
 class Llama;
 
+// How each token is drawn (as Hugging Face's and llama.cpp's samplers): the
+// softmax of logits / temperature over the top_k likeliest tokens, less
+// those under min_p times the likeliest's probability, less those past the
+// smallest set of likeliest whose mass reaches top_p (the likeliest always
+// stays). The defaults sample the whole distribution.
+struct SamplingOptions {
+  double temperature = 1.0;  // <= 0: greedy
+  int top_k = 0;             // 0: every token
+  double top_p = 1.0;        // in (0, 1]
+  double min_p = 0.0;        // in [0, 1)
+};
+
 struct GenerateOptions {
   int64_t max_new_tokens = 64;  // at most; fewer when the model's context ends first
-  double temperature = 1.0;     // <= 0: greedy
-  int top_k = 0;                // sample among the k likeliest; 0: all
+  SamplingOptions sampling;
   uint64_t seed = 1;
   // Ids that end generation, not themselves part of it
   // (end_of_generation_ids(tokenizer); empty: run to max_new_tokens).
@@ -42,15 +53,14 @@ struct Generation {
   std::string profile;  // the decoding step's time per op (ExecOptions::profile, NABLA_PROFILE=1)
 };
 
-// One token drawn from the softmax of logits / temperature over the top_k
-// likeliest (the likeliest when temperature <= 0).
-int32_t sample_token(std::span<const float> logits, double temperature, int top_k, std::mt19937_64& rng);
+// One token drawn from logits as `o` says (the likeliest when temperature <= 0).
+int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng);
 
 // The prompt continued by up to max_new_tokens tokens, each passed to
 // on_token as it comes. The model as it stands (a LoRA adapter attached and
 // trained so far included; no dropout). UsageError naming `generate` for an
-// empty prompt, an id outside the vocabulary, max_new_tokens < 1, or a
-// prompt that fills the model's context.
+// empty prompt, an id outside the vocabulary, max_new_tokens < 1, sampling
+// options outside their ranges, or a prompt that fills the model's context.
 Generation generate(const Llama& model, std::span<const int32_t> prompt, const GenerateOptions& options,
                     const std::function<void(int32_t)>& on_token = {});
 Generation generate(const Gpt2& model, std::span<const int32_t> prompt, const GenerateOptions& options,
