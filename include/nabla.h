@@ -473,6 +473,11 @@ typedef struct nabla_finetune nabla_finetune;
  * SHARD_OPTIMIZER: with JOB, ZeRO-1 (as NABLA_TRAIN_SHARD_OPTIMIZER). */
 #define NABLA_FINETUNE_JOB 8
 #define NABLA_FINETUNE_SHARD_OPTIMIZER 16
+/* DORA: weight-decomposed adapters (PEFT's use_dora): each adapted weight
+ * becomes m * (W + scale B A) / ||W + scale B A|| per output row, the
+ * magnitude m trained with A and B. Saved as PEFT writes it; llama.cpp's
+ * adapter GGUF cannot hold it (nabla_finetune_save_gguf refuses). */
+#define NABLA_FINETUNE_DORA 32
 /* Data parallelism inside the process, or'ed into flags with r from 1 to
  * 255: the step's rows split among r copies of the model's graph, one per
  * thread (as NABLA_TRAIN_REPLICAS). */

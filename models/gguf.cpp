@@ -742,6 +742,10 @@ GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions&
 }
 
 GgufWriter gguf_lora_adapter(const LlamaConfig& c, const PeftAdapter& adapter) {
+  if (adapter.config.dora) {
+    throw UsageError(adapter.path + ": a DoRA adapter (use_dora), which llama.cpp's LoRA adapters cannot hold; "
+                     "merge it into the model instead (nabla export gguf --adapter)");
+  }
   const std::string arch = gguf_architecture(c);
   const bool interleave = interleaves_heads(arch);
   GgufWriter w;

@@ -38,7 +38,7 @@ void save_peft_adapter(const std::string& dir, const nn::LoraConfig& config, con
             {"lora_dropout", config.dropout},
             {"target_modules", config.targets},
             {"use_rslora", config.rslora},
-            {"use_dora", false},
+            {"use_dora", config.dora},
             {"bias", "none"},
             {"fan_in_fan_out", false},
             {"init_lora_weights", true},
@@ -73,7 +73,6 @@ PeftAdapter load_peft_adapter(const std::string& dir) {
   };
   const std::string type = j.value("peft_type", "");
   if (type != "LORA") fail("peft_type is \"" + type + "\", expected \"LORA\"");
-  if (!absent_or("use_dora", [](const json& v) { return v == false; })) fail("DoRA (use_dora) is not supported");
   if (!absent_or("bias", [](const json& v) { return v == "none"; })) fail("bias must be \"none\"");
   if (!absent_or("fan_in_fan_out", [](const json& v) { return v == false; })) fail("fan_in_fan_out is not supported");
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {
@@ -105,6 +104,9 @@ PeftAdapter load_peft_adapter(const std::string& dir) {
   const json rs = j.value("use_rslora", json(false));
   if (!rs.is_boolean()) fail("\"use_rslora\" must be true or false");
   a.config.rslora = rs.get<bool>();
+  const json dora = j.value("use_dora", json(false));
+  if (!dora.is_boolean() && !dora.is_null()) fail("\"use_dora\" must be true or false");
+  a.config.dora = dora.is_boolean() && dora.get<bool>();
   const json targets = j.value("target_modules", json());
   if (!targets.is_array()) {
     fail("target_modules must be a list of module names (a regular expression is not supported)");

@@ -143,8 +143,8 @@ std::string run_config(const FinetuneArgs& a, const nn::LoraConfig& lora, const 
   nlohmann::json j = {{"architecture", "finetune"}, {"base", fs::absolute(a.base).string()}, {"full", a.full}};
   if (!data.today.empty()) j["chat_date"] = data.today;
   if (!a.full) {
-    j["lora"] = {{"r", lora.r}, {"alpha", lora.alpha}, {"dropout", lora.dropout}, {"rslora", lora.rslora},
-                 {"targets", lora.targets}};
+    j["lora"] = {{"r", lora.r},           {"alpha", lora.alpha}, {"dropout", lora.dropout},
+                 {"rslora", lora.rslora}, {"dora", lora.dora},   {"targets", lora.targets}};
   }
   return j.dump();
 }
@@ -195,7 +195,7 @@ int run_finetune(const FinetuneArgs& a) {
   models::FinetuneConfig fc;
   fc.lora = a.full ? nn::LoraConfig{.r = 0}
                    : nn::LoraConfig{.r = a.lora_r, .alpha = a.lora_alpha, .dropout = a.lora_dropout,
-                                    .rslora = a.rslora, .targets = lora_targets(a.lora_targets)};
+                                    .rslora = a.rslora, .dora = a.dora, .targets = lora_targets(a.lora_targets)};
   fc.batch = a.batch;
   fc.context = a.context;
   fc.micro_batches = a.grad_accum;
@@ -278,9 +278,9 @@ int run_finetune(const FinetuneArgs& a) {
   } else {
     std::string targets;
     for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ",") + t;
-    fmt::print("LoRA r {}, alpha {} (scale {:.4g}{}), dropout {}, on {}: {:.3f}M parameters train\n", lora.r,
-               lora.alpha, lora.scale(), lora.rslora ? ", rsLoRA" : "", lora.dropout, targets,
-               model.adapter().count() / 1e6);
+    fmt::print("{} r {}, alpha {} (scale {:.4g}{}), dropout {}, on {}: {:.3f}M parameters train\n",
+               lora.dora ? "DoRA" : "LoRA", lora.r, lora.alpha, lora.scale(), lora.rslora ? ", rsLoRA" : "",
+               lora.dropout, targets, model.adapter().count() / 1e6);
   }
   fmt::print("data: {} training and {} validation examples, {} template, {} tokenizer; {} to {} tokens{}\n",
              n_train, n_val, chat_template_name(tmpl), tok->name(), a.pad ? "padded" : "packed", T,

@@ -30,7 +30,11 @@ int run_sample(const SampleArgs& a) {
   if (ckpt.architecture == "llama") {
     llama = std::make_unique<models::Llama>(models::llama_config_from_checkpoint(ckpt), 0);
     load_params(ckpt, llama->params());
-    if (!a.adapter.empty()) models::attach_peft_adapter(*llama, a.adapter);
+    if (!a.adapter.empty()) {
+      models::attach_peft_adapter(*llama, a.adapter);
+      // DoRA's norms would be recomputed every token; merged, they are not.
+      if (llama->lora().dora) llama->merge_lora();
+    }
     tokenizer = llama->config().tokenizer;
     context = llama->config().max_position_embeddings;
   } else {

@@ -137,6 +137,7 @@ struct FinetuneArgs : TrainLoopArgs {
   double lora_dropout = 0.05;
   std::vector<std::string> lora_targets;  // q, k, v, o, gate, up, down or their full names; empty: all seven
   bool rslora = false;
+  bool dora = false;  // PEFT's use_dora
   bool full = false;
   bool gradient_checkpointing = false;
   int replicas = 1;  // data-parallel replicas in the process, each a share of the batch's rows

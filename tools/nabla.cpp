@@ -400,6 +400,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up", "q_proj", "k_proj", "v_proj",
                              "o_proj", "gate_proj", "up_proj", "down_proj", "qkv_proj", "gate_up_proj"}));
   finetune_cmd->add_flag("--rslora", ft.rslora, "Scale adapters by alpha / sqrt(r) (rsLoRA)");
+  finetune_cmd->add_flag("--dora", ft.dora,
+                         "Weight-decomposed adapters (DoRA, PEFT's use_dora): a trained magnitude per output row");
   add_int(finetune_cmd, "--replicas", ft.replicas,
           "Data-parallel replicas, each a share of the batch's rows on a thread of its own (under mpirun: per process)",
           1, 4096);
@@ -407,7 +409,7 @@ int main(int argc, char** argv) {
                          "Recompute each block's activations and the logits in the backward: a fraction of the "
                          "memory for about a third more time");
   auto* full_flag = finetune_cmd->add_flag("--full", ft.full, "Train every parameter instead of adapters");
-  for (const char* lora_only : {"--lora-r", "--lora-alpha", "--lora-dropout", "--lora-targets", "--rslora"}) {
+  for (const char* lora_only : {"--lora-r", "--lora-alpha", "--lora-dropout", "--lora-targets", "--rslora", "--dora"}) {
     finetune_cmd->get_option(lora_only)->excludes(full_flag);
   }
   add_training_options(finetune_cmd, ft, "Seed for the adapters, data order and dropout", /*folders=*/true);

@@ -31,6 +31,7 @@ OptionParser.new do |o|
   o.on("--lora-alpha X", Float) { |v| opt[:alpha] = v }
   o.on("--threads N", Integer) { |v| opt[:threads] = v }
   o.on("--lora-dropout P", Float) { |v| opt[:dropout] = v }
+  o.on("--dora", "weight-decomposed adapters (PEFT's use_dora)") { opt[:dora] = true }
   o.on("--replicas N", Integer, "data-parallel copies in this process") { |v| opt[:replicas] = v }
   o.on("--job", "train over the processes mpirun started") { opt[:job] = true }
   o.on("--shard-optimizer", "with --job: each process holds its part of the AdamW moments") { opt[:shard] = true }
@@ -50,8 +51,9 @@ say = ->(line) { puts line if rank.zero? }
 ft = Nabla::Finetune.new(opt[:base], lora_r: opt[:r], lora_alpha: opt[:alpha], lora_dropout: opt[:dropout] || 0.0,
                                      batch: opt[:batch], context: opt[:context], threads: opt[:threads],
                                      gradient_checkpointing: opt[:checkpointing] || false,
-                                     replicas: opt[:replicas] || 1, job: job, shard_optimizer: opt[:shard] || false)
-say.call "LoRA r #{opt[:r]} on #{opt[:base]}: #{ft.trained} parameters train; #{opt[:batch]} x #{ft.context} " \
+                                     replicas: opt[:replicas] || 1, job: job, shard_optimizer: opt[:shard] || false,
+                                     dora: opt[:dora] || false)
+say.call "#{opt[:dora] ? 'DoRA' : 'LoRA'} r #{opt[:r]} on #{opt[:base]}: #{ft.trained} parameters train; #{opt[:batch]} x #{ft.context} " \
          "tokens a step#{job ? " (#{ft.batch} rows in each process; #{job.description})" : ''}"
 
 # Each line's ids and labels (-100 where the loss does not count), cut to a row.

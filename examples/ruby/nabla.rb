@@ -246,10 +246,10 @@ module Nabla
     def initialize(base, adapter: nil, lora_r: 8, lora_alpha: 16.0, lora_dropout: 0.0, rslora: false,
                    lora_targets: nil, batch: 4, context: 0, weight_decay: 0.0, threads: 0, seed: 1,
                    gradient_checkpointing: false, dequantize_base: false, replicas: 1, job: nil,
-                   shard_optimizer: false)
+                   shard_optimizer: false, dora: false)
       out = FFI::MemoryPointer.new(:pointer)
       flags = (rslora ? 1 : 0) | (gradient_checkpointing ? 2 : 0) | (dequantize_base ? 4 : 0) |
-              (job ? 8 : 0) | (shard_optimizer ? 16 : 0) | (replicas << 8) # NABLA_FINETUNE_*
+              (job ? 8 : 0) | (shard_optimizer ? 16 : 0) | (dora ? 32 : 0) | (replicas << 8) # NABLA_FINETUNE_*
       Nabla.check(Nabla.nabla_finetune_create(base, adapter, lora_r, lora_alpha, lora_dropout, flags,
                                               lora_targets, batch, context, weight_decay, threads, seed, out))
       @ft = out.read_pointer

@@ -108,8 +108,13 @@ enum class WeightLayout { out_in, in_out };
 
 // A low-rank adapter on a linear layer (LoRA, as PEFT computes it): the
 // layer's output gains scale * dropout(x) A^T B^T, A [r, in], B [out, r].
+// With a magnitude m [out] (DoRA, PEFT's use_dora): the weight becomes
+// m * (W + scale B A) / ||W + scale B A|| per output row, the norm a
+// constant to the backward; with dropout on x_d, PEFT's
+// x W^T + (m / n - 1) x_d W^T + (m / n) scale x_d A^T B^T (+ bias).
 struct LoraAdapter {
   Tensor a, b;
+  Tensor magnitude;  // DoRA's [out], when defined
   double scale = 1;
   double dropout = 0;  // on the adapter's input, while training
   Tensor dropout_seed;  // i32 [1] leaf (nn::Dropout's), when dropout > 0
@@ -129,10 +134,13 @@ struct Linear {
          WeightLayout layout = WeightLayout::out_in);
   // `train` turns the adapter's dropout on.
   Tensor operator()(const Tensor& x, bool train = false) const;
-  // Folds the adapter into the weight (W += scale B A, summed in double)
-  // and drops it: the layer computes the same without it. UsageError for a
-  // stored (quantized) weight: merge into the f32 base instead.
+  // Folds the adapter into the weight (W += scale B A, summed in double;
+  // DoRA's rows then scaled by m / ||row||) and drops it: the layer computes
+  // the same without it. UsageError for a stored (quantized) weight: merge
+  // into the f32 base instead.
   void merge_adapter();
+  // DoRA's ||W + scale B A|| per output row [out], detached.
+  Tensor dora_norm() const;
   int64_t in_features() const { return stored ? stored->cols : weight.dim(layout == WeightLayout::out_in ? 1 : 0); }
   int64_t out_features() const { return weight.dim(layout == WeightLayout::out_in ? 0 : 1); }
   // The layer restricted to output features [begin, end): views of the
@@ -148,6 +156,7 @@ struct LoraConfig {
   double alpha = 8;
   double dropout = 0;
   bool rslora = false;               // scale alpha / sqrt(r) instead of alpha / r
+  bool dora = false;                 // PEFT's use_dora: a trained magnitude per output row
   std::vector<std::string> targets;  // module names' last parts (q_proj, ...) that get an adapter
   double scale() const;
   void validate() const;  // UsageError naming the bad setting
@@ -156,7 +165,9 @@ struct LoraConfig {
 // Gives every layer whose name's last part is one of c.targets an adapter:
 // A drawn as PEFT does (kaiming_uniform_ with a = sqrt(5): U(+-1/sqrt(in))),
 // B zero, so the model starts as it was. A and B join `adapters` as PEFT
-// names them: "base_model.model." + name + ".lora_A.weight" / ".lora_B.weight".
+// names them: "base_model.model." + name + ".lora_A.weight" / ".lora_B.weight";
+// with c.dora the magnitude too, ".lora_magnitude_vector", set to the
+// weight's row norms (the layers' weights must be loaded by then).
 // Layers in the given order; UsageError when a target matches no layer.
 void add_lora(const std::vector<Linear*>& layers, const LoraConfig& c, Params& adapters, Init& init,
               const Tensor& dropout_seed);

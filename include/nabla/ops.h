@@ -40,6 +40,8 @@ Tensor silu(const Tensor& x);
 Tensor step(const Tensor& x);
 // -1, 0 or 1. Not differentiable.
 Tensor sign(const Tensor& x);
+// x with no gradient through it: a constant to the backward (PyTorch's detach). A view.
+Tensor detach(const Tensor& x);
 // x's values as `dtype`: f32 <-> f64 (rounded to nearest; the gradient is cast
 // back), i32 -> f32 or f64 (not differentiated). x itself when already `dtype`.
 Tensor cast(const Tensor& x, DType dtype);

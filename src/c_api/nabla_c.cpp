@@ -1349,12 +1349,14 @@ nabla_status nabla_finetune_create(const char* base, const char* adapter_dir, in
     fc.lora.alpha = lora_alpha;
     fc.lora.dropout = lora_dropout;
     constexpr int known = NABLA_FINETUNE_RSLORA | NABLA_FINETUNE_GRADIENT_CHECKPOINTING | NABLA_FINETUNE_DEQUANTIZE_BASE |
-                          NABLA_FINETUNE_JOB | NABLA_FINETUNE_SHARD_OPTIMIZER | NABLA_FINETUNE_REPLICAS(255);
+                          NABLA_FINETUNE_JOB | NABLA_FINETUNE_SHARD_OPTIMIZER | NABLA_FINETUNE_DORA |
+                          NABLA_FINETUNE_REPLICAS(255);
     if (flags & ~known) c.argument_error("flags " + std::to_string(flags) + " has bits no NABLA_FINETUNE_* option uses");
     if ((flags & NABLA_FINETUNE_SHARD_OPTIMIZER) && !(flags & NABLA_FINETUNE_JOB)) {
       c.argument_error("NABLA_FINETUNE_SHARD_OPTIMIZER shards the moments over a job's processes: add NABLA_FINETUNE_JOB");
     }
     fc.lora.rslora = flags & NABLA_FINETUNE_RSLORA;
+    fc.lora.dora = flags & NABLA_FINETUNE_DORA;
     fc.gradient_checkpointing = flags & NABLA_FINETUNE_GRADIENT_CHECKPOINTING;
     fc.keep_stored = !(flags & NABLA_FINETUNE_DEQUANTIZE_BASE);
     if (lora_targets && *lora_targets) {

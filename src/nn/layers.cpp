@@ -157,18 +157,44 @@ Linear::Linear(Params& p, const std::string& prefix, int64_t in, int64_t out, bo
 // x [..., in] @ W^T: matmul reads the transposed view without a copy.
 // The adapter scales its narrow [.., r] product, not the output, and adds
 // its second product into the base's output in place (matmul_add).
-Tensor Linear::operator()(const Tensor& x, bool train) const {
-  Tensor y;
-  if (stored) {
-    y = matmul_quantized(x, weight, stored->type, stored->cols);
-    if (bias.defined()) y = y + bias;
-  } else {
-    const Tensor w = layout == WeightLayout::out_in ? transpose(weight) : weight;
-    y = bias.defined() ? matmul_add(x, w, bias) : matmul(x, w);
+namespace {
+
+// x W^T, plus the bias when `with_bias` and the layer has one.
+Tensor base_product(const Linear& l, const Tensor& x, bool with_bias) {
+  if (l.stored) {
+    const Tensor y = matmul_quantized(x, l.weight, l.stored->type, l.stored->cols);
+    return with_bias && l.bias.defined() ? y + l.bias : y;
   }
+  const Tensor w = l.layout == WeightLayout::out_in ? transpose(l.weight) : l.weight;
+  return with_bias && l.bias.defined() ? matmul_add(x, w, l.bias) : matmul(x, w);
+}
+
+// The weight as [out, in] f32 (a view, or the stored format dequantized).
+Tensor weight_out_in(const Linear& l) {
+  if (l.stored) return dequantize(l.weight, l.stored->type, l.stored->cols);
+  return l.layout == WeightLayout::out_in ? l.weight : transpose(l.weight);
+}
+
+}  // namespace
+
+Tensor Linear::dora_norm() const {
+  const Tensor merged = matmul_add(scale(lora.b, lora.scale), lora.a, weight_out_in(*this));
+  return detach(sqrt(sum(square(merged), {1})));
+}
+
+Tensor Linear::operator()(const Tensor& x, bool train) const {
+  const bool dora = lora.magnitude.defined();
+  const Tensor y = base_product(*this, x, !dora);
   if (!lora.defined()) return y;
-  const Tensor in = train && lora.dropout > 0 ? dropout(x, lora.dropout, lora.dropout_seed, true, lora.salt) : x;
-  return matmul_add(scale(matmul(in, transpose(lora.a)), lora.scale), transpose(lora.b), y);
+  const bool drop = train && lora.dropout > 0;
+  const Tensor in = drop ? dropout(x, lora.dropout, lora.dropout_seed, true, lora.salt) : x;
+  const Tensor down = scale(matmul(in, transpose(lora.a)), lora.scale);
+  if (!dora) return matmul_add(down, transpose(lora.b), y);
+  // PEFT's DoRA: m / n scales the base product and the adapter's term.
+  const Tensor m = lora.magnitude / dora_norm();
+  Tensor out = drop ? y + (m - scalar_like(1.0, m)) * base_product(*this, in, false) + m * matmul(down, transpose(lora.b))
+                    : m * matmul_add(down, transpose(lora.b), y);
+  return bias.defined() ? out + bias : out;
 }
 
 Linear Linear::outputs(int64_t begin, int64_t end) const {
@@ -181,6 +207,7 @@ Linear Linear::outputs(int64_t begin, int64_t end) const {
   if (lora.defined()) {
     part.lora = lora;
     part.lora.b = slice(lora.b, 0, begin, end);
+    if (lora.magnitude.defined()) part.lora.magnitude = slice(lora.magnitude, 0, begin, end);
   }
   return part;
 }
@@ -193,6 +220,7 @@ void Linear::merge_adapter() {
   }
   const int64_t out = out_features(), in = in_features(), r = lora.a.dim(0);
   const std::vector<float> A = lora.a.to_vector<float>(), B = lora.b.to_vector<float>();
+  const std::vector<float> M = lora.magnitude.defined() ? lora.magnitude.to_vector<float>() : std::vector<float>();
   float* w = weight.data_as<float>();
   std::vector<double> row(static_cast<size_t>(in));
   for (int64_t o = 0; o < out; ++o) {
@@ -202,10 +230,14 @@ void Linear::merge_adapter() {
       const float* a = A.data() + k * in;
       for (int64_t i = 0; i < in; ++i) row[size_t(i)] += b * a[i];
     }
+    const auto at = [&](int64_t i) -> float& { return layout == WeightLayout::out_in ? w[o * in + i] : w[i * out + o]; };
+    double norm2 = 0;
     for (int64_t i = 0; i < in; ++i) {
-      float& wi = layout == WeightLayout::out_in ? w[o * in + i] : w[i * out + o];
-      wi = float(double(wi) + lora.scale * row[size_t(i)]);
+      row[size_t(i)] = double(at(i)) + lora.scale * row[size_t(i)];
+      norm2 += row[size_t(i)] * row[size_t(i)];
     }
+    const double dora = M.empty() ? 1.0 : double(M[size_t(o)]) / std::sqrt(norm2);
+    for (int64_t i = 0; i < in; ++i) at(i) = float(dora * row[size_t(i)]);
   }
   lora = LoraAdapter{};
 }
@@ -237,6 +269,9 @@ void add_lora(const std::vector<Linear*>& layers, const LoraConfig& c, Params& a
     l->lora.a = adapters.add(peft + ".lora_A.weight", init.uniform({c.r, in}, -bound, bound));
     l->lora.b = adapters.add(peft + ".lora_B.weight", init.zeros({out, c.r}));
     l->lora.scale = c.scale();
+    if (c.dora) {  // B is zero: the norms are the weight's own
+      l->lora.magnitude = adapters.add(peft + ".lora_magnitude_vector", eval(l->dora_norm()));
+    }
     l->lora.dropout = c.dropout;
     l->lora.dropout_seed = dropout_seed;
     l->lora.salt = salt++;

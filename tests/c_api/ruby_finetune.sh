@@ -50,10 +50,10 @@ rescue Nabla::Error => e
 end
 begin
   out = FFI::MemoryPointer.new(:pointer)
-  Nabla.check(Nabla.nabla_finetune_create(ARGV[3], nil, 4, 8.0, 0.0, 32, nil, 1, 0, 0.0, 1, 1, out))
+  Nabla.check(Nabla.nabla_finetune_create(ARGV[3], nil, 4, 8.0, 0.0, 64, nil, 1, 0, 0.0, 1, 1, out))
   abort "an unknown flag was accepted"
 rescue Nabla::Error => e
-  abort "unhelpful error: #{e.message}" unless e.message.include?("flags 32")
+  abort "unhelpful error: #{e.message}" unless e.message.include?("flags 64")
   puts "unknown flag: #{e.message}"
 end
 ft = Nabla::Finetune.new(ARGV[3], lora_r: 2, batch: 1, context: 16)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # `nabla finetune` end to end on a small Llama: LoRA on an HF folder and on a
-# GGUF base, packed and padded batches, gradient accumulation, a PEFT folder
+# GGUF base, DoRA, packed and padded batches, gradient accumulation, a PEFT folder
 # that `sample --adapter` and `grad --adapter` read, resume bit-identical to
 # an uninterrupted run, --full, and bad data lines named by file and line.
 # Usage: finetune.sh PATH_TO_NABLA WORK_DIR
@@ -88,6 +88,24 @@ grep -q "matrices kept as Q8_0" "$dir/q8.log" && grep -q "gradient checkpointing
   { cat "$dir/q8.log"; fail "the Q8_0 base was not kept, or not checkpointed"; }
 "$nabla" sample --checkpoint "$dir/base.q8_0.gguf" --adapter "$dir/q8_adapter" --prompt "Say 3" --tokens 3 \
   --temperature 0 >/dev/null || fail "sample --adapter on the Q8_0 base"
+
+# DoRA on the Q8_0 base: saved as PEFT writes it; sampled with the adapter,
+# it gives the text of the model it merges into; llama.cpp's adapter GGUF
+# cannot hold it.
+"$nabla" finetune --base "$dir/base.q8_0.gguf" --data "$data" --context 160 --batch 3 --epochs 1 --lora-r 4 --dora \
+  --threads 2 --save "$dir/dora" > "$dir/dora.log" 2>&1 || { cat "$dir/dora.log"; fail "--dora"; }
+grep -q "DoRA r 4" "$dir/dora.log" || { cat "$dir/dora.log"; fail "no DoRA banner"; }
+grep -q '"use_dora": true' "$dir/dora/adapter_config.json" || fail "use_dora not recorded"
+"$nabla" sample --checkpoint "$dir/base.q8_0.gguf" --adapter "$dir/dora" --prompt "Say 3" --tokens 8 \
+  --temperature 0 --ignore-eos >"$dir/dora.txt" || fail "sample --adapter with DoRA"
+"$nabla" export gguf "$dir/base.q8_0.gguf" --adapter "$dir/dora" -o "$dir/dora_merged.gguf" >/dev/null ||
+  fail "export gguf --adapter with DoRA"
+"$nabla" sample --checkpoint "$dir/dora_merged.gguf" --prompt "Say 3" --tokens 8 --temperature 0 --ignore-eos \
+  >"$dir/dora_merged.txt" || fail "sample the merged DoRA model"
+cmp -s "$dir/dora.txt" "$dir/dora_merged.txt" || fail "DoRA: the adapter and the merged model sample differently"
+out=$("$nabla" export lora-gguf "$dir/dora" --base "$dir/base.q8_0.gguf" -o "$dir/dora.gguf" 2>&1); status=$?
+[ $status -eq 2 ] && echo "$out" | grep -q "merge it into the model instead" && [ ! -e "$dir/dora.gguf" ] ||
+  fail "a DoRA adapter as llama.cpp's: $status $out"
 
 # The adapter in use.
 "$nabla" sample --checkpoint "$dir/base" --adapter "$dir/straight" --prompt "What is 2 plus 2? " --tokens 5 \

@@ -235,8 +235,8 @@ TEST(Lora, PeftConfigsNablaWouldNotComputeAsPeftAreRefused) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  with("\"use_dora\": false", "\"use_dora\": true");
-  expect_refused("DoRA");
+  with("\"use_dora\": false", "\"use_dora\": \"yes\"");
+  expect_refused("use_dora");
   with("\"bias\": \"none\"", "\"bias\": \"all\"");
   expect_refused("bias");
   with("\"peft_type\": \"LORA\"", "\"peft_type\": \"IA3\"");

@@ -16,7 +16,9 @@ Configs: all seven targets at GQA 3 with an untied head, q/v only with
 rsLoRA on a tied head with Qwen2's biases, q/k and the MLP on Qwen3's head
 norms, all seven on Gemma 3 (GeGLU, a sliding and a full layer), q/v/o on
 Gemma 2 (soft-capped scores and logits, alternating windows), Phi-3's four
-(one adapter on each fused qkv_proj and gate_up_proj).
+(one adapter on each fused qkv_proj and gate_up_proj); DoRA (use_dora, its
+magnitude vectors as PEFT names them) on Qwen2's biases and on Phi-3's
+fused projections.
 
 Tolerances: llama_oracle.py's (RTOL, ATOL, LOSS_RTOL, ADAMW_LOSS_RTOL): f32
 rounding in either framework; a wrong scale, a transposed A or B, or a
@@ -56,20 +58,42 @@ class LoraLinear(nn.Module):
         return self.base_layer(x) + self.lora_B(self.lora_A(x)) * self.scaling
 
 
-def add_lora(model, targets, r, scaling, gen):
+class DoraLinear(LoraLinear):
+    """PEFT's DoRA (use_dora) at inference: the base output plus
+    (m / n - 1) x W^T + (m / n) scaling x A^T B^T, n = ||W + scaling B A|| per
+    output row, detached (the DoRA paper's section 4.3, as PEFT does)."""
+
+    def __init__(self, base, r, scaling):
+        super().__init__(base, r, scaling)
+        self.lora_magnitude_vector = nn.Parameter(torch.zeros(base.out_features))
+
+    def forward(self, x):
+        w = self.base_layer.weight
+        n = torch.linalg.norm(w + self.scaling * (self.lora_B.weight @ self.lora_A.weight), dim=1).detach()
+        m = self.lora_magnitude_vector / n
+        return (self.base_layer(x) + (m - 1) * nn.functional.linear(x, w) +
+                m * self.lora_B(self.lora_A(x)) * self.scaling)
+
+
+def add_lora(model, targets, r, scaling, gen, dora=False):
     """Wraps the targeted projections; returns the adapter's parameters by
-    PEFT name. The base's parameters stop requiring gradients."""
+    PEFT name. The base's parameters stop requiring gradients. DoRA's
+    magnitudes: the weight's row norms, perturbed (so that m / n matters)."""
     for p in model.parameters():
         p.requires_grad_(False)
     for layer in model.model.layers:
         for parent in (layer.self_attn, layer.mlp):
             for name in targets:
                 if hasattr(parent, name):
-                    lora = LoraLinear(getattr(parent, name), r, scaling)
+                    lora = (DoraLinear if dora else LoraLinear)(getattr(parent, name), r, scaling)
                     with torch.no_grad():
                         lora.lora_A.weight.copy_(torch.randn(lora.lora_A.weight.shape, generator=gen) /
                                                  math.sqrt(lora.lora_A.weight.shape[1]))
                         lora.lora_B.weight.copy_(torch.randn(lora.lora_B.weight.shape, generator=gen) / math.sqrt(r))
+                        if dora:
+                            norms = torch.linalg.norm(lora.base_layer.weight, dim=1)
+                            lora.lora_magnitude_vector.copy_(
+                                norms * (1 + 0.3 * torch.randn(norms.shape, generator=gen)))
                     setattr(parent, name, lora)
     return {"base_model.model." + n: p for n, p in model.named_parameters() if ".lora_" in n}
 
@@ -79,7 +103,7 @@ def write_peft_folder(path, adapter, c):
     with open(os.path.join(path, "adapter_config.json"), "w") as f:
         json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": c["r"], "lora_alpha": c["alpha"],
                    "lora_dropout": 0.1, "target_modules": c["targets"], "use_rslora": c["rslora"],
-                   "bias": "none", "fan_in_fan_out": False, "use_dora": False, "modules_to_save": None,
+                   "bias": "none", "fan_in_fan_out": False, "use_dora": c.get("dora", False), "modules_to_save": None,
                    "base_model_name_or_path": "oracle-base", "revision": None, "inference_mode": True,
                    "rank_pattern": {}, "alpha_pattern": {}, "layers_to_transform": None, "layers_pattern": None},
                   f, indent=2)
@@ -101,8 +125,11 @@ def torch_grads(model, adapter, ids, labels, dtype):
 
 
 def torch_adamw_losses(model, adapter, ids, labels, steps):
-    """nabla's decay rule (rank >= 2: every adapter tensor) on the adapters alone."""
-    o = torch.optim.AdamW(list(adapter.values()), lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]),
+    """nabla's decay rule on the adapters alone: tensors of rank >= 2 (A and
+    B) decay, DoRA's magnitude vectors do not."""
+    groups = [{"params": [p for p in adapter.values() if p.dim() >= 2]},
+              {"params": [p for p in adapter.values() if p.dim() < 2], "weight_decay": 0.0}]
+    o = torch.optim.AdamW([g for g in groups if g["params"]], lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]),
                           eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"])
     losses = []
     for _ in range(steps):
@@ -122,7 +149,7 @@ def check(nabla, work, report, title, c, lora, n, t, seed, steps=3):
     base = os.path.join(work, f"{tag}.base")
     write_hf_folder(base, model, torch.float32, 1)  # before the wrapping renames the projections
     scaling = lora["alpha"] / (math.sqrt(lora["r"]) if lora["rslora"] else lora["r"])
-    adapter = add_lora(model, lora["targets"], lora["r"], scaling, gen)
+    adapter = add_lora(model, lora["targets"], lora["r"], scaling, gen, lora.get("dora", False))
     peft = os.path.join(work, f"{tag}.adapter")
     write_peft_folder(peft, adapter, lora)
     ids = torch.randint(0, c["vocab_size"], (n, t), generator=gen)
@@ -184,6 +211,16 @@ def main():
                  rope_scaling={"type": "longrope", "short_factor": [1.0, 1.5, 2.0], "long_factor": [1.2, 3.0, 5.5]}),
           {"r": 4, "alpha": 8.0, "rslora": False, "targets": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]},
           2, 11, 6)
+    # DoRA (use_dora): the magnitudes' gradients too, the norms detached; on
+    # Qwen2's biases (the bias outside the scaled product) and on Phi-3's
+    # fused projections (each part's rows normalized on their own).
+    check(args.nabla, work, report, "dora, all seven: qwen2 biases, gqa 3",
+          config(model_type="qwen2", attention_bias=True, rms_norm_eps=1e-6),
+          {"r": 4, "alpha": 8.0, "rslora": False, "dora": True, "targets": every}, 2, 11, 7)
+    check(args.nabla, work, report, "dora, rslora: phi3 fused qkv_proj and gate_up_proj",
+          config(model_type="phi3", num_attention_heads=6, num_key_value_heads=2, head_dim=8),
+          {"r": 3, "alpha": 6.0, "rslora": True, "dora": True, "targets": ["qkv_proj", "o_proj", "gate_up_proj"]},
+          2, 9, 8)
     if report.failures:
         print(f"\n{len(report.failures)} failure(s)")
         return 1

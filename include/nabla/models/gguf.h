@@ -52,7 +52,7 @@ GgufWriter gguf_from_checkpoint(const Checkpoint& ckpt, const GgufExportOptions&
 // scales by alpha / r), and per adapted weight "<GGUF name>.lora_a" (A [r,
 // in]) and ".lora_b" (B [out, r], its q/k rows interleaved as the base's
 // are for llama). The architecture keys are the base's. UsageError naming
-// the adapter for a module llama.cpp has no tensor for.
+// the adapter for a module llama.cpp has no tensor for, and for DoRA.
 GgufWriter gguf_lora_adapter(const LlamaConfig& base, const PeftAdapter& adapter);
 
 // A llama.cpp GGUF of architecture "llama" or "qwen2" as a Llama checkpoint

@@ -31,7 +31,7 @@ void save_peft_adapter(const std::string& dir, const nn::LoraConfig& config, con
 
 // Reads a PEFT LoRA folder. IoError naming the file for a missing or
 // damaged file, and for what nabla would not compute as PEFT does: another
-// peft_type, DoRA, biases, per-module rank or alpha patterns, modules_to_save,
+// peft_type, biases, per-module rank or alpha patterns, modules_to_save,
 // layers_to_transform, fan_in_fan_out, a regular expression for
 // target_modules.
 PeftAdapter load_peft_adapter(const std::string& dir);
