@@ -37,8 +37,7 @@ TEST(CApiFinetune, GeneratesFromTheModelAsTrained) {
   nabla::testing_support::TempDir dir;
   const nabla::models::LlamaConfig c = nabla::testing_models::small_llama();
   const std::string base = dir.file("base.safetensors");
-  nabla::models::Llama model(c, 5);
-  nabla::save_checkpoint(base, c.to_json(), model.params());
+  nabla::testing_models::save_llama(base, c);
 
   constexpr int64_t B = 4, T = 8;
   std::vector<int32_t> ids(B * T), labels(B * T);
@@ -115,8 +114,7 @@ TEST(CApiFinetune, DecodesIntoABuffer) {
   c.vocab_size = 256;  // the byte tokenizer's
   c.tokenizer = "byte";
   const std::string base = dir.file("base.safetensors");
-  nabla::models::Llama model(c, 5);
-  nabla::save_checkpoint(base, c.to_json(), model.params());
+  nabla::testing_models::save_llama(base, c);
   nabla_finetune* ft = nullptr;
   ASSERT_EQ(nabla_finetune_create(base.c_str(), nullptr, 2, 4.0, 0.0, 0, nullptr, 1, 8, 0.0, 1, 3, &ft), NABLA_OK)
       << error();

@@ -149,8 +149,7 @@ TEST(CApiJob, FinetuneReplicasWeighTheirCountedTokens) {
   nabla::testing_support::TempDir dir;
   const nabla::models::LlamaConfig c = nabla::testing_models::small_llama();
   const std::string base = dir.file("base.safetensors");
-  nabla::models::Llama model(c, 5);
-  nabla::save_checkpoint(base, c.to_json(), model.params());
+  nabla::testing_models::save_llama(base, c);
 
   constexpr int64_t B = 4, T = 8;
   std::vector<int32_t> ids(B * T), labels(B * T, -100);

@@ -14,6 +14,7 @@
 #include "nabla/models/lora.h"
 #include "nabla/nabla.hpp"
 
+#include "models/small_llama.h"
 #include "temp_dir.h"
 
 using namespace nabla;
@@ -158,14 +159,7 @@ TEST(Dora, OnAQuantizedBaseAsOnItsDequantizedWeight) {
 
 TEST(Dora, PeftFolderRoundTripsAndLlamaCppAdaptersRefuseIt) {
   testing_support::TempDir dir;
-  models::LlamaConfig c;
-  c.vocab_size = 31;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 32;
+  const models::LlamaConfig c = testing_models::small_llama();
   models::Llama m(c, 3);
   m.add_lora({.r = 2, .alpha = 4, .dora = true, .targets = {"q_proj", "down_proj"}}, 2);
   nn::Init init(8);

@@ -2,6 +2,9 @@
 // size that is not hidden / heads, q/k/v biases, an untied head.
 #pragma once
 
+#include <string>
+
+#include "nabla/checkpoint.h"
 #include "nabla/models/llama.h"
 
 namespace nabla::testing_models {
@@ -20,6 +23,13 @@ inline models::LlamaConfig small_llama() {
   c.attention_bias = true;
   c.tie_word_embeddings = false;
   return c;
+}
+
+// A model of config c with weights drawn from `seed`, saved as a nabla
+// checkpoint at `path` (a base for fine-tuning tests).
+inline void save_llama(const std::string& path, const models::LlamaConfig& c, uint64_t seed = 5) {
+  models::Llama model(c, seed);
+  save_checkpoint(path, c.to_json(), model.params());
 }
 
 }  // namespace nabla::testing_models
