@@ -5,7 +5,6 @@
 // boundary. Argument problems the C++ API cannot see (NULL pointers, negative
 // counts, handles of another context) are ArgumentErrors raised here.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -278,9 +277,10 @@ nabla::FinetuneDataOptions chat_options(nabla_finetune* ft, const char* chat_tem
   return nabla::chat_template_options(chat_template ? chat_template : "auto", *ft->chat_template, ft->base);
 }
 
-// f(), a bad line or template name reported as the arguments' fault, not a file's.
+// f(), its IoError or UsageError (a bad line, template name, token id) reported
+// as the arguments' fault, not a file's.
 template <typename F>
-auto line_call(const Call& c, F f) -> decltype(f()) {
+auto as_argument_error(const Call& c, F f) -> decltype(f()) {
   try {
     return f();
   } catch (const nabla::IoError& e) {
@@ -1427,7 +1427,7 @@ nabla_status nabla_finetune_encode_example(nabla_finetune* ft, const char* line,
       c.need(labels, "labels");
     }
     const nabla::FinetuneExample example =
-        line_call(c, [&] { return nabla::finetune_example(line, *ft->tokenizer, chat_options(ft, chat_template)); });
+        as_argument_error(c, [&] { return nabla::finetune_example(line, *ft->tokenizer, chat_options(ft, chat_template)); });
     *count = int64_t(example.ids.size());
     const int64_t n = std::min<int64_t>(capacity, *count);
     std::copy_n(example.ids.begin(), n, ids);
@@ -1445,7 +1445,7 @@ nabla_status nabla_finetune_encode_prompt(nabla_finetune* ft, const char* line, 
     if (capacity < 0) c.argument_error("capacity is negative");
     if (capacity > 0) c.need(ids, "ids");
     const std::vector<int32_t> prompt =
-        line_call(c, [&] { return nabla::finetune_prompt(line, *ft->tokenizer, chat_options(ft, chat_template)); });
+        as_argument_error(c, [&] { return nabla::finetune_prompt(line, *ft->tokenizer, chat_options(ft, chat_template)); });
     *count = int64_t(prompt.size());
     std::copy_n(prompt.begin(), std::min<int64_t>(capacity, *count), ids);
   });
@@ -1473,7 +1473,7 @@ nabla_status nabla_finetune_generate(nabla_finetune* ft, const int32_t* prompt, 
         .stop = (flags & NABLA_GENERATE_IGNORE_EOS) ? std::vector<int32_t>{}
                                                     : nabla::end_of_generation_ids(*ft->tokenizer),
         .exec = ft->session->settings().exec};
-    const nabla::models::Generation g = line_call(c, [&] {
+    const nabla::models::Generation g = as_argument_error(c, [&] {
       return nabla::models::generate(ft->session->model(), std::span<const int32_t>(prompt, size_t(prompt_count)),
                                      options);
     });
@@ -1493,7 +1493,7 @@ nabla_status nabla_finetune_decode(nabla_finetune* ft, const int32_t* ids, int64
     if (count > 0) c.need(ids, "ids");
     if (capacity > 0) c.need(text, "text");
     const std::string decoded =
-        line_call(c, [&] { return ft->tokenizer->decode(std::span<const int32_t>(ids, size_t(count))); });
+        as_argument_error(c, [&] { return ft->tokenizer->decode(std::span<const int32_t>(ids, size_t(count))); });
     *length = int64_t(decoded.size());
     const int64_t n = std::min<int64_t>(capacity, *length);
     std::copy_n(decoded.begin(), n, text);
