@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "nabla/error.h"
 #include "nabla/graph.h"
+#include "nabla/io.h"
 #include "nabla/models/gpt2.h"
 #include "nabla/models/llama.h"
 
@@ -30,6 +33,45 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, st
   for (double mass = w[0]; kept < k && mass < o.top_p * total && w[kept] >= o.min_p; ++kept) mass += w[kept];
   std::discrete_distribution<size_t> pick(w.begin(), w.begin() + std::ptrdiff_t(kept));
   return idx[pick(rng)];
+}
+
+std::optional<GenerationConfig> checkpoint_generation_config(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path file = fs::path(path) / "generation_config.json";
+  if (!fs::is_directory(path, ec) || !fs::is_regular_file(file, ec)) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(read_file(file.string()), nullptr, false);
+  const auto fail = [&](const std::string& what) { throw IoError(file.string() + ": " + what); };
+  if (!j.is_object()) fail("not a JSON object");
+  const auto number = [&](const char* key, double fallback) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_number()) fail(std::string("\"") + key + "\" is " + it->dump() + ", expected a number");
+    return it->get<double>();
+  };
+  GenerationConfig g;
+  const auto sample = j.find("do_sample");
+  if (sample != j.end() && !sample->is_boolean() && !sample->is_null()) fail("\"do_sample\" must be true or false");
+  if (sample != j.end() && sample->is_boolean() && sample->get<bool>()) {
+    g.sampling = {.temperature = number("temperature", 1.0),
+                  .top_k = int(number("top_k", 50)),
+                  .top_p = number("top_p", 1.0),
+                  .min_p = number("min_p", 0.0)};
+  } else {
+    g.sampling = {.temperature = 0};
+  }
+  const SamplingOptions& o = g.sampling;
+  if (!(o.temperature >= 0 && std::isfinite(o.temperature)) || o.top_k < 0 || !(o.top_p > 0 && o.top_p <= 1) ||
+      !(o.min_p >= 0 && o.min_p < 1)) {
+    fail("expected a temperature >= 0, top_k >= 0, top_p in (0, 1] and min_p in [0, 1)");
+  }
+  if (const auto eos = j.find("eos_token_id"); eos != j.end() && !eos->is_null()) {
+    for (const nlohmann::json& id : eos->is_array() ? *eos : nlohmann::json::array({*eos})) {
+      if (!id.is_number_integer()) fail("\"eos_token_id\" must be a token id or a list of them");
+      g.eos.push_back(id.get<int32_t>());
+    }
+  }
+  return g;
 }
 
 namespace {

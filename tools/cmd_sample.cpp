@@ -5,7 +5,9 @@
 // never the whole prefix again.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "commands.h"
 #include "nabla/models/generate.h"
@@ -74,6 +76,17 @@ int run_sample(const SampleArgs& a) {
                                   .seed = a.seed,
                                   .stop = a.ignore_eos ? std::vector<int32_t>{} : end_of_generation_ids(*tok),
                                   .exec = {.threads = a.threads, .backend = a.backend}};
+  // A folder's generation_config.json, as transformers' generate() reads it,
+  // for what the command line leaves unsaid.
+  if (const std::optional<models::GenerationConfig> g = models::checkpoint_generation_config(a.checkpoint)) {
+    const auto given = [&](const char* o) { return std::ranges::count(a.sampling_given, o) > 0; };
+    models::SamplingOptions& s = options.sampling;
+    if (!given("--temperature")) s.temperature = g->sampling.temperature;
+    if (!given("--top-k")) s.top_k = g->sampling.top_k;
+    if (!given("--top-p")) s.top_p = g->sampling.top_p;
+    if (!given("--min-p")) s.min_p = g->sampling.min_p;
+    if (!a.ignore_eos) options.stop.insert(options.stop.end(), g->eos.begin(), g->eos.end());
+  }
   if (a.chat.empty()) fmt::print("{}", a.prompt);
   std::fflush(stdout);
   const auto print = [&](int32_t id) {

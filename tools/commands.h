@@ -156,6 +156,9 @@ struct SampleArgs {
   double temperature = 0.8;
   int top_k = 40;
   double top_p = 1.0, min_p = 0.0;  // models::SamplingOptions'
+  // Which of --temperature, --top-k, --top-p, --min-p the command line gave:
+  // the others come from a folder's generation_config.json when it has one.
+  std::vector<std::string> sampling_given;
   uint64_t seed = 1;
   int threads = 1;
   std::string backend = "cpu";  // which backend runs the decoding steps

@@ -438,7 +438,9 @@ int main(int argc, char** argv) {
   add_int(sample_cmd, "--tokens", sample.tokens, "Tokens to generate, at most", 1, 1'000'000);
   sample_cmd->add_flag("--ignore-eos", sample.ignore_eos,
                        "Generate --tokens tokens, not stopping at the end of text or of a turn");
-  sample_cmd->add_option("--temperature", sample.temperature, "Softmax temperature (0: greedy)")
+  sample_cmd->add_option("--temperature", sample.temperature,
+                         "Softmax temperature (0: greedy); the sampling options not given come from a Hugging Face "
+                         "folder's generation_config.json when it has one")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   add_int(sample_cmd, "--top-k", sample.top_k, "Sample among the k likeliest tokens (0: all)", 0, 10'000'000);
@@ -642,7 +644,12 @@ int main(int argc, char** argv) {
     if (gguf_cmd->parsed()) return run_export_gguf(exportargs);
     if (hf_cmd->parsed()) return run_export_hf(exportargs);
     if (lora_gguf_cmd->parsed()) return run_export_lora_gguf(exportargs);
-    if (sample_cmd->parsed()) return run_sample(sample);
+    if (sample_cmd->parsed()) {
+      for (const char* o : {"--temperature", "--top-k", "--top-p", "--min-p"}) {
+        if (sample_cmd->get_option(o)->count() > 0) sample.sampling_given.push_back(o);
+      }
+      return run_sample(sample);
+    }
     if (tokenize_cmd->parsed()) return run_tokenize(tokenize);
     if (tok_train_cmd->parsed()) return run_tokenizer_train(tokenizer_args);
     if (tok_convert_cmd->parsed()) return run_tokenizer_convert(tokenizer_args);

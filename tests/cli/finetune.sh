@@ -110,6 +110,29 @@ out=$("$nabla" export lora-gguf "$dir/dora" --base "$dir/base.q8_0.gguf" -o "$di
 # The adapter in use.
 "$nabla" sample --checkpoint "$dir/base" --adapter "$dir/straight" --prompt "What is 2 plus 2? " --tokens 5 \
   --temperature 0 >/dev/null || fail "sample --adapter"
+# A folder's generation_config.json, as transformers reads it: greedy without
+# do_sample, its eos_token_id ends generation, the command line wins.
+cp -r "$dir/base" "$dir/base_gen"
+"$nabla" sample --checkpoint "$dir/base" --prompt "Say" --tokens 12 --temperature 0 >"$dir/greedy.txt" ||
+  fail "greedy sample"
+echo '{"bos_token_id": 1}' >"$dir/base_gen/generation_config.json"
+"$nabla" sample --checkpoint "$dir/base_gen" --prompt "Say" --tokens 12 >"$dir/gen.txt" || fail "sample, generation_config"
+cmp -s "$dir/greedy.txt" "$dir/gen.txt" || fail "generation_config.json without do_sample: not greedy"
+echo '{"do_sample": true, "temperature": 5.0}' >"$dir/base_gen/generation_config.json"
+"$nabla" sample --checkpoint "$dir/base_gen" --prompt "Say" --tokens 12 --temperature 0 >"$dir/gen.txt" &&
+  cmp -s "$dir/greedy.txt" "$dir/gen.txt" || fail "--temperature 0 over generation_config.json"
+# eos_token_id: the byte greedy decoding writes third; the reply ends before its first.
+eos=$(/usr/bin/python3 -c 'import sys; print(open(sys.argv[1], "rb").read()[5])' "$dir/greedy.txt")
+echo "{\"eos_token_id\": [999, $eos]}" >"$dir/base_gen/generation_config.json"
+"$nabla" sample --checkpoint "$dir/base_gen" --prompt "Say" --tokens 12 >"$dir/gen.txt" || fail "sample, eos_token_id"
+/usr/bin/python3 -c '
+import sys
+greedy, got, eos = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read(), int(sys.argv[3])
+reply = greedy[3:-1]
+want = b"Say" + reply[:reply.index(eos)] + b"\n"
+sys.exit(0 if got == want else f"eos_token_id {eos}: got {got!r}, want {want!r}")' \
+  "$dir/greedy.txt" "$dir/gen.txt" "$eos" || fail "generation_config.json's eos_token_id"
+
 # A reply in the base's chat template (ChatML: the base has none), to the
 # template's end of turn; a template nabla does not render is refused.
 "$nabla" sample --checkpoint "$dir/base" --adapter "$dir/straight" --system "Be brief." --chat "Say 3" --tokens 4 \

@@ -12,7 +12,9 @@
 #include "nabla/executor.h"
 #include "nabla/models/gpt2.h"
 #include "nabla/models/llama.h"
+#include "nabla/io.h"
 #include "small_llama.h"
+#include "temp_dir.h"
 
 namespace nabla {
 namespace {
@@ -133,6 +135,40 @@ TEST(Generate, SampleTokenDrawsInProportion) {
   // Temperature 2 flattens: probabilities as the square roots of the above.
   const double z = std::sqrt(0.3) + std::sqrt(0.6) + std::sqrt(0.1);
   expect_near(frequencies({.temperature = 2}), {std::sqrt(0.3) / z, std::sqrt(0.6) / z, 0, std::sqrt(0.1) / z});
+}
+
+// generation_config.json as transformers reads it: greedy unless do_sample,
+// then its values over transformers' defaults; eos ids; bad files named.
+TEST(Generate, ReadsAFoldersGenerationConfig) {
+  testing_support::TempDir dir;
+  const auto with = [&](const std::string& json) {
+    write_file_atomic(dir.file("generation_config.json"), json);
+    return models::checkpoint_generation_config(dir.path());
+  };
+  EXPECT_FALSE(models::checkpoint_generation_config(dir.path()).has_value());  // no file
+  EXPECT_FALSE(models::checkpoint_generation_config(dir.file("model.gguf")).has_value());  // not a folder
+  auto g = with(R"({"bos_token_id": 1, "eos_token_id": 2})");  // SmolLM2-Instruct's: greedy
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->sampling.temperature, 0);
+  EXPECT_EQ(g->eos, Ids{2});
+  g = with(R"({"do_sample": true, "temperature": 0.6, "top_p": 0.9, "eos_token_id": [128001, 128008, 128009]})");
+  EXPECT_EQ(g->sampling.temperature, 0.6);
+  EXPECT_EQ(g->sampling.top_k, 50);  // transformers' default
+  EXPECT_EQ(g->sampling.top_p, 0.9);
+  EXPECT_EQ(g->eos, (Ids{128001, 128008, 128009}));
+  g = with(R"({"do_sample": true, "top_k": 20, "min_p": 0.05})");
+  EXPECT_EQ(g->sampling.temperature, 1.0);
+  EXPECT_EQ(g->sampling.top_k, 20);
+  EXPECT_EQ(g->sampling.min_p, 0.05);
+  for (const char* bad : {"[1]", R"({"do_sample": "yes"})", R"({"do_sample": true, "temperature": "hot"})",
+                          R"({"eos_token_id": "2"})", R"({"do_sample": true, "top_p": 0})", "{"}) {
+    try {
+      with(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("generation_config.json"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Generate, BadInputIsAUsageErrorNamingGenerate) {

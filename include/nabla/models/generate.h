@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -52,6 +53,18 @@ struct Generation {
   int64_t decode_steps = 0;
   std::string profile;  // the decoding step's time per op (ExecOptions::profile, NABLA_PROFILE=1)
 };
+
+// A Hugging Face folder's generation_config.json, as transformers'
+// generate() reads it: greedy unless "do_sample" is true, then its
+// "temperature" (default 1), "top_k" (50), "top_p" (1) and "min_p" (0);
+// "eos_token_id" (a number or a list) ends generation too.
+struct GenerationConfig {
+  SamplingOptions sampling;
+  std::vector<int32_t> eos;
+};
+// std::nullopt when `path` is not a folder or has no generation_config.json;
+// IoError naming the file for bad JSON or a field of the wrong type.
+std::optional<GenerationConfig> checkpoint_generation_config(const std::string& path);
 
 // One token drawn from logits as `o` says (the likeliest when temperature <= 0).
 int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng);
