@@ -24,11 +24,10 @@ namespace nabla::cli {
 
 int run_sample(const SampleArgs& a) {
   Checkpoint ckpt = models::load_any_checkpoint(a.checkpoint);
-  // The model, its tokenizer, context length and one decoding step.
+  // The model and its tokenizer.
   std::unique_ptr<models::Gpt2> gpt2;
   std::unique_ptr<models::Llama> llama;
   std::string tokenizer;
-  int64_t context = 0;
   if (ckpt.architecture == "llama") {
     llama = std::make_unique<models::Llama>(models::llama_config_from_checkpoint(ckpt), 0);
     load_params(ckpt, llama->params());
@@ -38,20 +37,18 @@ int run_sample(const SampleArgs& a) {
       if (llama->lora().dora) llama->merge_lora();
     }
     tokenizer = llama->config().tokenizer;
-    context = llama->config().max_position_embeddings;
   } else {
     if (!a.adapter.empty()) throw UsageError("sample: --adapter takes a Llama-family model, not " + ckpt.path);
     gpt2 = std::make_unique<models::Gpt2>(models::gpt2_config_from_checkpoint(ckpt), 0);
     load_params(ckpt, gpt2->params());
     tokenizer = gpt2->config().tokenizer;
-    context = gpt2->config().n_positions;
   }
   std::unique_ptr<Tokenizer> tok = make_tokenizer(
       a.tokenizer.empty() ? models::checkpoint_tokenizer(a.checkpoint, tokenizer) : a.tokenizer, a.vocab);
 
   // The tokenizer's prefix (Llama 3's <|begin_of_text|>), then the prompt;
-  // or the chat message in the template, up to the assistant's header, the
-  // reply ending at the template's end of turn.
+  // or the chat message in the template, up to the assistant's header.
+  // generate() checks that it leaves room in the context.
   std::vector<int32_t> ids;
   if (!a.chat.empty()) {
     const FinetuneDataOptions chat =
@@ -65,9 +62,6 @@ int run_sample(const SampleArgs& a) {
     for (int32_t id : tok->encode(a.prompt)) ids.push_back(id);
   }
   if (ids.empty()) ids.push_back(tok->eot_id() >= 0 ? tok->eot_id() : int32_t('\n'));
-  if (int64_t(ids.size()) >= context) {
-    throw UsageError(fmt::format("sample: the prompt's {} tokens fill the context of {}", ids.size(), context));
-  }
   models::GenerateOptions options{.max_new_tokens = a.tokens,
                                   .sampling = {.temperature = a.temperature,
                                                .top_k = a.top_k,
@@ -87,14 +81,21 @@ int run_sample(const SampleArgs& a) {
     if (!given("--min-p")) s.min_p = g->sampling.min_p;
     if (!a.ignore_eos) options.stop.insert(options.stop.end(), g->eos.begin(), g->eos.end());
   }
-  if (a.chat.empty()) fmt::print("{}", a.prompt);
-  std::fflush(stdout);
+  // The prompt is echoed once generate() has accepted it (nothing printed
+  // before an error), then each token as it comes.
+  bool echoed = !a.chat.empty();
+  const auto echo_prompt = [&] {
+    if (!echoed) fmt::print("{}", a.prompt);
+    echoed = true;
+  };
   const auto print = [&](int32_t id) {
+    echo_prompt();
     fmt::print("{}", tok->decode(std::span<const int32_t>(&id, 1)));
     std::fflush(stdout);
   };
   const models::Generation g =
       llama ? models::generate(*llama, ids, options, print) : models::generate(*gpt2, ids, options, print);
+  echo_prompt();
   fmt::print("\n");
   std::fflush(stdout);  // the text before the timings on a shared stream
   if (!g.profile.empty()) fmt::print(stderr, "{}", g.profile);

@@ -412,12 +412,11 @@ LineForm line_form(const json& j, ExampleBuilder& b) {
 FinetuneExample read_line(const json& j, ExampleBuilder& b, const Tokenizer& tokenizer,
                           const FinetuneDataOptions& options) {
   const LineForm form = line_form(j, b);
-  const bool messages = form == LineForm::messages, text = form == LineForm::text;
-  if (messages) {
+  if (form == LineForm::messages) {
     render_messages(read_turns(j, b, options), j, b, tokenizer, options, false);
     return b.finish("no assistant message");
   }
-  if (text) {
+  if (form == LineForm::text) {
     b.ids(tokenizer.prefix_ids(), true);
     b.text(b.field(j, "text", "\"text\""), true);
     b.end_of_text();
